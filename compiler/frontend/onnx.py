@@ -1,0 +1,294 @@
+"""ONNX → Graph: check, fix dynamic dimensions, bind attributes through the operator table.
+
+The importer keeps ONNX value names (profiles and per-layer reports key on them), turns
+initializers into constants, and moves attributes that newer opsets turned into inputs (Squeeze's
+axes, Split's split, ...) into constant inputs, so the rest of ember sees one form per operator.
+Every output type comes from ember's own shape rules and is cross-checked against ONNX shape
+inference: a disagreement is a bug in a rule, reported as such.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper, shape_inference
+
+from compiler.errors import CompileError
+from compiler.graph import ops as optable
+from compiler.graph.ir import Graph, Node, Type, Value, toposort
+
+MIN_OPSET = 11
+MAX_OPSET = onnx.defs.onnx_opset_version()
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse `name=1,3,224,224` strings (the --input-shape option) into a dict."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise CompileError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with positive "
+                               "integer dimensions, e.g. input=1,3,224,224")
+        shapes[name] = shape
+    return shapes
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and parse an ONNX file, with one-line errors for missing or broken files."""
+    path = Path(path)
+    if not path.is_file():
+        raise CompileError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except (DecodeError, ValueError, RuntimeError, OSError) as err:
+        raise CompileError(f"{path}: not a valid ONNX model ({_first_line(err)})") from None
+    if not model.graph.node and not model.graph.output:
+        raise CompileError(f"{path}: not a valid ONNX model (no graph)")
+    return model
+
+
+def import_model(source: str | os.PathLike | onnx.ModelProto,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import an ONNX model (a path or a ModelProto) into a typed, verified Graph."""
+    label = str(source) if not isinstance(source, onnx.ModelProto) else "model"
+    model = load_model(source) if not isinstance(source, onnx.ModelProto) else source
+    opset = _check_opset(model, label)
+    model = fix_input_shapes(model, input_shapes or {}, label)
+    try:
+        onnx.checker.check_model(model)
+        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                data_prop=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        raise CompileError(f"{label}: invalid ONNX model: {_first_line(err)}") from None
+    return _GraphBuilder(inferred, label, opset).build()
+
+
+def fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                     label: str = "model") -> onnx.ModelProto:
+    """Return a copy whose graph inputs all have static shapes, or fail naming the input."""
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = [i.name for i in inputs]
+    for name in input_shapes:
+        if name not in names:
+            raise CompileError(f"{label}: --input-shape names {name!r}, but the model's inputs "
+                               f"are {names}")
+    model = _copy(model)
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if value.name in input_shapes:
+            shape = tuple(input_shapes[value.name])
+            if len(shape) != len(dims):
+                raise CompileError(f"{label}: --input-shape {value.name}: rank {len(shape)} "
+                                   f"given, but the input has rank {len(dims)}")
+            for dim, size in zip(dims, shape):
+                if dim.HasField("dim_value") and dim.dim_value != size:
+                    raise CompileError(f"{label}: --input-shape {value.name}: dimension "
+                                       f"{dim.dim_value} is static and cannot become {size}")
+                dim.Clear()
+                dim.dim_value = size
+        elif any(not d.HasField("dim_value") for d in dims):
+            shown = ",".join(str(d.dim_value) if d.HasField("dim_value") else
+                             (d.dim_param or "?") for d in dims)
+            raise CompileError(f"{label}: input {value.name!r} has dynamic shape [{shown}]; "
+                               f"fix it with --input-shape {value.name}=D0,D1,...")
+    return model
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _check_opset(model: onnx.ModelProto, label: str) -> int:
+    versions = {op.domain: op.version for op in model.opset_import}
+    opset = versions.get("", versions.get("ai.onnx"))
+    if opset is None:
+        raise CompileError(f"{label}: the model imports no default-domain opset")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise CompileError(f"{label}: opset {opset} is outside the supported range "
+                           f"{MIN_OPSET}..{MAX_OPSET}")
+    return opset
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _attr_value(attr: onnx.AttributeProto):
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+    if isinstance(value, (onnx.GraphProto, onnx.SparseTensorProto)):
+        raise CompileError(f"attribute {attr.name!r}: graph and sparse attributes are not "
+                           "supported")
+    return value
+
+
+def _elem_dtype(elem_type: int, what: str) -> str:
+    try:
+        dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+    except (KeyError, TypeError):
+        dtype = "unknown"
+    if dtype not in ("float32", "float64", "float16", "int8", "uint8", "int32", "int64", "bool"):
+        raise CompileError(f"{what}: element type {dtype} is not supported")
+    return dtype
+
+
+class _GraphBuilder:
+    """Walks the ONNX graph once, typing each value with ember's rules as it goes."""
+
+    def __init__(self, model: onnx.ModelProto, label: str, opset: int):
+        self.model, self.label, self.opset = model, label, opset
+        self.values: dict[str, Value] = {}
+        self.known: dict[str, np.ndarray] = {}   # constant-propagated values, for typing only
+        self.onnx_types = {vi.name: vi.type for vi in
+                           list(model.graph.value_info) + list(model.graph.output)}
+
+    def build(self) -> Graph:
+        g = self.model.graph
+        for init in g.initializer:
+            array = numpy_helper.to_array(init)
+            _elem_dtype(init.data_type, f"{self.label}: initializer {init.name!r}")
+            self.values[init.name] = Value(init.name, Type(str(array.dtype), array.shape), array)
+            self.known[init.name] = array
+        inputs = []
+        for vi in g.input:
+            if vi.name in self.values:
+                continue  # pre-IR-4 models list initializers among the inputs
+            tt = vi.type.tensor_type
+            dtype = _elem_dtype(tt.elem_type, f"{self.label}: input {vi.name!r}")
+            shape = tuple(d.dim_value for d in tt.shape.dim)
+            self.values[vi.name] = Value(vi.name, Type(dtype, shape))
+            inputs.append(vi.name)
+        nodes = [self._node(i, n) for i, n in enumerate(g.node)]
+        available = set(inputs) | set(self.values)
+        nodes = list(toposort(nodes, available))
+        for node in nodes:
+            self._type_outputs(node)
+        outputs = tuple(o.name for o in g.output)
+        for name in outputs:
+            if name not in self.values:
+                raise CompileError(f"{self.label}: graph output {name!r} is never produced")
+        return Graph(name=g.name or Path(self.label).stem, inputs=tuple(inputs),
+                     outputs=outputs, nodes=tuple(nodes), values=dict(self.values),
+                     opset=self.opset)
+
+    def _node(self, index: int, proto: onnx.NodeProto) -> Node:
+        name = proto.name or f"{proto.op_type}_{index}"
+        if proto.domain not in _DEFAULT_DOMAINS or proto.op_type not in optable.OPS:
+            domain = f"{proto.domain}." if proto.domain not in _DEFAULT_DOMAINS else ""
+            raise CompileError(f"{self.label}: node {name!r} has unsupported operator "
+                               f"{domain}{proto.op_type}; supported: {optable.supported_ops()}")
+        op = optable.OPS[proto.op_type]
+        try:
+            attrs = {a.name: _attr_value(a) for a in proto.attribute}
+        except CompileError as err:
+            raise CompileError(f"{self.label}: node {name!r} ({proto.op_type}): {err}") from None
+        inputs = list(proto.input)
+        for attr, position in op.attr_to_input.items():
+            if attr in attrs:
+                inputs += [""] * (position + 1 - len(inputs))
+                inputs[position] = self._constant(f"{name}/{attr}", attrs.pop(attr))
+        if op.name == "Split" and (len(inputs) < 2 or not inputs[1]) and not attrs.get(
+                "num_outputs"):
+            attrs["num_outputs"] = len(proto.output)
+        if op.name == "Softmax" and self.opset < 13:
+            attrs["axis"] = self._legacy_softmax_axis(name, inputs[0], attrs.get("axis", 1))
+        if op.name == "Dropout":
+            attrs.pop("is_test", None)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        outputs = list(proto.output)
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        if len(inputs) < op.min_inputs or (len(inputs) > len(op.inputs) and not op.variadic):
+            raise CompileError(f"{self.label}: node {name!r} ({op.name}) has {len(inputs)} "
+                               f"inputs; {op.name} takes {op.inputs}")
+        try:
+            op.bind(name, attrs)
+        except CompileError as err:
+            raise CompileError(f"{self.label}: {err}") from None
+        return Node(op.name, name, tuple(inputs), tuple(outputs), attrs)
+
+    def _constant(self, name: str, value) -> str:
+        array = np.asarray(value)
+        if array.dtype.kind in "iu":
+            array = array.astype(np.int64)
+        elif array.dtype.kind == "f":
+            array = array.astype(np.float32)
+        self.values[name] = Value(name, Type(str(array.dtype), array.shape), array)
+        self.known[name] = array
+        return name
+
+    def _legacy_softmax_axis(self, name: str, x: str, axis: int) -> int:
+        """Before opset 13 Softmax flattened to 2-D at `axis`; equal to today's on the last."""
+        onnx_type = self.onnx_types.get(x)
+        rank = self.values[x].type.rank if x in self.values else (
+            len(onnx_type.tensor_type.shape.dim) if onnx_type is not None else None)
+        if rank is None or (axis + rank if axis < 0 else axis) != rank - 1:
+            raise CompileError(f"{self.label}: node {name!r} (Softmax, opset {self.opset}) "
+                               f"normalizes over axes {axis}.. of a 2-D coercion; only the "
+                               "last axis is supported before opset 13")
+        return -1
+
+    def _type_outputs(self, node: Node) -> None:
+        inputs = []
+        for name in node.inputs:
+            if not name:
+                inputs.append(None)
+                continue
+            if name not in self.values:
+                raise CompileError(f"{self.label}: node {node.name!r} ({node.op}) reads "
+                                   f"{name!r}, which is neither an input, an initializer nor "
+                                   "a node output")
+            value = self.values[name]
+            known = self.known.get(name)
+            inputs.append(Value(name, value.type, known) if known is not None else value)
+        try:
+            types = optable.infer_from(node, inputs)
+        except CompileError as err:
+            raise CompileError(f"{self.label}: {err}") from None
+        if types is None:
+            types = [self._onnx_type(node, out) for out in node.outputs]
+        for out, t in zip(node.outputs, types):
+            onnx_t = self._onnx_type(node, out, required=False)
+            if onnx_t is not None and onnx_t.shape != t.shape:
+                raise CompileError(f"{self.label}: value {out!r} of node {node.name!r} "
+                                   f"({node.op}): ember's shape rule gives {t.shape}, ONNX "
+                                   f"shape inference {onnx_t.shape}")
+            self.values[out] = Value(out, t)
+        if all(i is None or i.is_const for i in inputs) and node.op != "Dropout":
+            results = optable.run_fp32(node, [i.const if i is not None else None
+                                              for i in inputs])
+            self.known.update(zip(node.outputs, results))
+
+    def _onnx_type(self, node: Node, name: str, required: bool = True) -> Type | None:
+        onnx_type = self.onnx_types.get(name)
+        dims = onnx_type.tensor_type.shape.dim if onnx_type is not None else None
+        if dims is None or not onnx_type.tensor_type.HasField("shape") or any(
+                not d.HasField("dim_value") for d in dims):
+            if required:
+                raise CompileError(f"{self.label}: cannot determine the static shape of "
+                                   f"{name!r} (output of node {node.name!r}, {node.op})")
+            return None
+        dtype = _elem_dtype(onnx_type.tensor_type.elem_type, f"{self.label}: value {name!r}")
+        return Type(dtype, tuple(d.dim_value for d in dims))

@@ -1,0 +1,319 @@
+"""The operator table: every operator ember understands, one row each.
+
+A row holds every fact about an operator: its ONNX name, inputs, attributes with their ONNX
+defaults, the shape rule and the fp32 reference. The importer, the verifier, the passes and the
+evaluator read this table; nothing else lists operators. Later stages add their own columns
+(int8 reference, quantization rule, lowering) to the same rows.
+
+Input names follow ONNX; a trailing "?" marks an optional input, "*" a variadic one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from compiler.errors import CompileError
+from compiler.graph import reference as ref
+from compiler.graph.ir import Graph, Node, Type, Value
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+ShapeRule = Callable[[Sequence[Value | None], Mapping[str, Any]], list[Type]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    shape: ShapeRule
+    fp32: Callable[..., Any]
+    outputs: tuple[str, ...] = ("y",)
+    # Attributes that older opsets had and newer ones turned into inputs: the importer moves
+    # them to the input at this index, so the rest of ember sees only the newest form.
+    attr_to_input: Mapping[str, int] = field(default_factory=dict)
+    # Only constant folding may remove this op: a graph that still holds it cannot compile.
+    fold_only: bool = False
+
+    @property
+    def min_inputs(self) -> int:
+        return sum(1 for i in self.inputs if not i.endswith(("?", "*")))
+
+    @property
+    def variadic(self) -> bool:
+        return any(i.endswith("*") for i in self.inputs)
+
+    def bind(self, node_name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """The node's attributes completed with ONNX defaults; unknown or missing ones fail."""
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise CompileError(f"node {node_name!r} ({self.name}): unsupported attribute(s) "
+                               f"{unknown}; {self.name} takes {sorted(self.attrs)}")
+        bound = {**self.attrs, **attrs}
+        missing = [k for k, v in bound.items() if v is REQUIRED]
+        if missing:
+            raise CompileError(f"node {node_name!r} ({self.name}): missing required attribute(s) "
+                               f"{missing}")
+        return bound
+
+
+# --- shape rules ----------------------------------------------------------------------------
+
+
+def _t(like: Value, shape: Sequence[int], dtype: str | None = None) -> Type:
+    return Type(dtype or like.type.dtype, tuple(int(d) for d in shape))
+
+
+def same_shape(xs, attrs):
+    return [_t(xs[0], xs[0].type.shape)]
+
+
+def broadcast(xs, attrs):
+    try:
+        shape = np.broadcast_shapes(*(x.type.shape for x in xs if x is not None))
+    except ValueError:
+        raise CompileError("inputs of shapes " + ", ".join(str(x.type.shape) for x in xs)
+                           + " do not broadcast") from None
+    return [_t(xs[0], shape)]
+
+
+def conv_shape(xs, attrs):
+    x, w = xs[0].type.shape, xs[1].type.shape
+    group = attrs["group"]
+    if len(x) != len(w) or len(x) < 3:
+        raise CompileError(f"input {x} and weight {w} ranks do not fit a convolution")
+    if x[1] != w[1] * group:
+        raise CompileError(f"input has {x[1]} channels but weight {w} with group={group} "
+                           f"expects {w[1] * group}")
+    _, out, _, _ = ref.resolve_pads(x[2:], w[2:], attrs["strides"], attrs["dilations"],
+                                    attrs["pads"], attrs["auto_pad"])
+    return [_t(xs[0], (x[0], w[0]) + out)]
+
+
+def pool_shape(xs, attrs):
+    x = xs[0].type.shape
+    _, out, _, _ = ref.resolve_pads(x[2:], attrs["kernel_shape"], attrs["strides"],
+                                    attrs.get("dilations"), attrs["pads"], attrs["auto_pad"],
+                                    attrs["ceil_mode"])
+    return [_t(xs[0], x[:2] + out)]
+
+
+def global_pool_shape(xs, attrs):
+    x = xs[0].type.shape
+    return [_t(xs[0], x[:2] + (1,) * (len(x) - 2))]
+
+
+def gemm_shape(xs, attrs):
+    a, b = xs[0].type.shape, xs[1].type.shape
+    m, k = (a[1], a[0]) if attrs["transA"] else a
+    k2, n = (b[1], b[0]) if attrs["transB"] else b
+    if k != k2:
+        raise CompileError(f"Gemm inner dimensions differ: A {a} (transA={attrs['transA']}), "
+                           f"B {b} (transB={attrs['transB']})")
+    return [_t(xs[0], (m, n))]
+
+
+def matmul_shape(xs, attrs):
+    a, b = xs[0].type.shape, xs[1].type.shape
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise CompileError(f"MatMul inner dimensions differ: {a} @ {b}")
+    batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    shape = tuple(batch) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b) == 1:
+        shape = shape[:-1]
+    return [_t(xs[0], shape)]
+
+
+def concat_shape(xs, attrs):
+    rank = xs[0].type.rank
+    axis = attrs["axis"] + rank if attrs["axis"] < 0 else attrs["axis"]
+    shape = list(xs[0].type.shape)
+    for x in xs[1:]:
+        other = x.type.shape
+        if len(other) != rank or any(o != s for i, (o, s) in enumerate(zip(other, shape))
+                                     if i != axis):
+            raise CompileError(f"Concat on axis {axis}: shapes {xs[0].type.shape} and {other} "
+                               "do not fit")
+        shape[axis] += other[axis]
+    return [_t(xs[0], shape)]
+
+
+def flatten_shape(xs, attrs):
+    shape = xs[0].type.shape
+    axis = attrs["axis"] + len(shape) if attrs["axis"] < 0 else attrs["axis"]
+    return [_t(xs[0], (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))]
+
+
+def _evaluating(fp32: Callable[..., Any], data_inputs: int = 1) -> ShapeRule:
+    """A shape rule that runs the reference on zeros of the data inputs and the constants.
+
+    For data-movement and shape operators whose result shape depends on the values of their
+    parameter inputs (Reshape's shape, Slice's starts): the reference is the definition, so the
+    rule cannot disagree with it. The rule gives None while a parameter is not yet constant.
+    """
+    def rule(xs, attrs):
+        args = []
+        for i, x in enumerate(xs):
+            if x is None:
+                args.append(None)
+            elif x.is_const:
+                args.append(x.const)
+            elif i < data_inputs:
+                args.append(np.zeros(x.type.shape, dtype=x.type.dtype))
+            else:
+                return None
+        result = fp32(*args, **attrs)
+        results = result if isinstance(result, tuple) else (result,)
+        return [Type(str(r.dtype), r.shape) for r in results]
+    return rule
+
+
+def constant_shape(xs, attrs):
+    v = ref.constant(**attrs)
+    return [Type(str(v.dtype), v.shape)]
+
+
+def _dtype_rule(dtype_of: Callable[[Mapping[str, Any]], str], inner: ShapeRule) -> ShapeRule:
+    def rule(xs, attrs):
+        types = inner(xs, attrs)
+        return None if types is None else [Type(dtype_of(attrs), t.shape) for t in types]
+    return rule
+
+
+def _cast_dtype(attrs) -> str:
+    from onnx.helper import tensor_dtype_to_np_dtype
+    return str(np.dtype(tensor_dtype_to_np_dtype(attrs["to"])))
+
+
+# --- the table ------------------------------------------------------------------------------
+
+_POOL = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": None, "kernel_shape": REQUIRED,
+         "pads": None, "strides": None}
+_RESIZE = {"antialias": 0, "axes": None, "coordinate_transformation_mode": "half_pixel",
+           "cubic_coeff_a": -0.75, "exclude_outside": 0, "extrapolation_value": 0.0,
+           "keep_aspect_ratio_policy": "stretch", "mode": "nearest",
+           "nearest_mode": "round_prefer_floor"}
+
+_ROWS = (
+    # Linear algebra: the array's work.
+    OpDef("Conv", ("X", "W", "B?"),
+          {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
+           "pads": None, "strides": None}, conv_shape, ref.conv),
+    OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
+          gemm_shape, ref.gemm),
+    OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul),
+    OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
+          {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, same_shape,
+          ref.batch_normalization),
+    # Elementwise: the vector unit's work.
+    OpDef("Relu", ("X",), {}, same_shape, ref.relu),
+    OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip),
+    OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu),
+    OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid),
+    OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid),
+    OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish),
+    OpDef("Tanh", ("input",), {}, same_shape, ref.tanh),
+    OpDef("Add", ("A", "B"), {}, broadcast, ref.add),
+    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub),
+    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul),
+    OpDef("Div", ("A", "B"), {}, broadcast, ref.div),
+    OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax),
+    OpDef("Identity", ("input",), {}, same_shape, ref.identity),
+    OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
+          lambda xs, a: [_t(xs[0], xs[0].type.shape), _t(xs[0], xs[0].type.shape, "bool")],
+          ref.dropout, outputs=("output", "mask?")),
+    # Windows and reductions.
+    OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool),
+    OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
+          ref.average_pool),
+    OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool),
+    OpDef("GlobalMaxPool", ("X",), {}, global_pool_shape, ref.global_max_pool),
+    OpDef("ReduceMean", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
+          _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1}),
+    OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
+          ref.resize),
+    # Data movement: views and copies.
+    OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten),
+    OpDef("Reshape", ("data", "shape"), {"allowzero": 0}, _evaluating(ref.reshape),
+          ref.reshape),
+    OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose),
+    OpDef("Squeeze", ("data", "axes?"), {}, _evaluating(ref.squeeze), ref.squeeze,
+          attr_to_input={"axes": 1}),
+    OpDef("Unsqueeze", ("data", "axes"), {}, _evaluating(ref.unsqueeze), ref.unsqueeze,
+          attr_to_input={"axes": 1}),
+    OpDef("Slice", ("data", "starts", "ends", "axes?", "steps?"), {}, _evaluating(ref.slice_),
+          ref.slice_),
+    OpDef("Split", ("input", "split?"), {"axis": 0, "num_outputs": None},
+          _evaluating(ref.split), ref.split, outputs=("outputs*",),
+          attr_to_input={"split": 1}),
+    OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat),
+    OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
+          _evaluating(ref.pad), ref.pad),
+    # Constants and shape arithmetic: constant folding removes them before compilation.
+    OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
+                           "value_int": None, "value_ints": None, "sparse_value": None,
+                           "value_string": None, "value_strings": None},
+          constant_shape, ref.constant, fold_only=True),
+    OpDef("Shape", ("data",), {"start": 0, "end": None},
+          lambda xs, a: [Type("int64", (len(range(*slice(a["start"], a["end"]).indices(
+              xs[0].type.rank))),))], ref.shape, fold_only=True),
+    OpDef("Gather", ("data", "indices"), {"axis": 0}, _evaluating(ref.gather), ref.gather,
+          fold_only=True),
+    OpDef("Cast", ("input",), {"to": REQUIRED, "saturate": 1, "round_mode": "up"},
+          _dtype_rule(_cast_dtype, same_shape), ref.cast, fold_only=True),
+    OpDef("ConstantOfShape", ("input",), {"value": None}, _evaluating(ref.constant_of_shape, 0),
+          ref.constant_of_shape, fold_only=True),
+)
+
+OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
+
+
+def supported_ops() -> str:
+    return ", ".join(sorted(OPS))
+
+
+def infer_types(graph: Graph, node: Node) -> list[Type]:
+    """The output types the shape rule gives; the recorded ones where it cannot tell.
+
+    A rule cannot tell when a parameter input (Reshape's shape, say) is computed rather than
+    constant: before constant folding such a graph is still valid.
+    """
+    inputs = [graph.values[name] if name else None for name in node.inputs]
+    return infer_from(node, inputs) or [graph.values[name].type for name in node.outputs]
+
+
+def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
+    op = OPS[node.op]
+    try:
+        types = op.shape(inputs, op.bind(node.name, node.attrs))
+    except CompileError as err:
+        if str(err).startswith(f"node {node.name!r}"):
+            raise
+        raise CompileError(f"node {node.name!r} ({node.op}): {err}") from None
+    except (ValueError, IndexError, TypeError) as err:
+        raise CompileError(f"node {node.name!r} ({node.op}): cannot infer output shape: "
+                           f"{err}") from None
+    if types is None:
+        return None
+    return types[:len(node.outputs)]
+
+
+def run_fp32(node: Node, args: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:
+    """Apply the row's fp32 reference; always returns one array per node output."""
+    op = OPS[node.op]
+    result = op.fp32(*args, **op.bind(node.name, node.attrs))
+    results = result if isinstance(result, tuple) else (result,)
+    return tuple(np.asarray(r) for r in results[:len(node.outputs)])

@@ -1,0 +1,456 @@
+"""fp32 reference semantics of every operator, in numpy, after the ONNX specification.
+
+Each function takes the operator's inputs positionally (None for an omitted optional input) and
+its attributes as keywords with ONNX names, and returns one array or a tuple of arrays. They are
+plain and slow-but-clear where clarity costs little; convolution and pooling go through strided
+windows so the reference runs real models in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from compiler.errors import CompileError
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode=0):
+    """Explicit (begin..., end...) pads and output sizes for conv and pooling windows."""
+    n = len(in_spatial)
+    strides = tuple(strides) if strides else (1,) * n
+    dilations = tuple(dilations) if dilations else (1,) * n
+    pads = list(pads) if pads else [0] * (2 * n)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [math.ceil(i / s) for i, s in zip(in_spatial, strides)]
+        for a in range(n):
+            total = max(0, (out[a] - 1) * strides[a] + eff[a] - in_spatial[a])
+            small, large = total // 2, total - total // 2
+            pads[a], pads[a + n] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    out = []
+    for a in range(n):
+        span = in_spatial[a] + pads[a] + pads[a + n] - eff[a]
+        size = (math.ceil(span / strides[a]) if ceil_mode else span // strides[a]) + 1
+        if ceil_mode and (size - 1) * strides[a] >= in_spatial[a] + pads[a]:
+            size -= 1  # the last window must start inside the input or its begin padding
+        out.append(size)
+    return tuple(pads), tuple(out), strides, dilations
+
+
+def _windows(x, kernel, strides, dilations, out_spatial):
+    """View x (N, C, *spatial, already padded) as (N, C, *out_spatial, *kernel) windows."""
+    n = len(kernel)
+    spatial_strides = x.strides[2:]
+    shape = x.shape[:2] + tuple(out_spatial) + tuple(kernel)
+    strides_ = (x.strides[:2] + tuple(s * st for s, st in zip(spatial_strides, strides))
+                + tuple(s * d for s, d in zip(spatial_strides, dilations)))
+    assert len(shape) == 2 + 2 * n
+    return as_strided(x, shape=shape, strides=strides_, writeable=False)
+
+
+def _pad_spatial(x, pads, value):
+    n = x.ndim - 2
+    width = [(0, 0), (0, 0)] + [(pads[a], pads[a + n]) for a in range(n)]
+    if not any(p for pair in width for p in pair):
+        return x
+    return np.pad(x, width, mode="constant", constant_values=value)
+
+
+def _pad_for_windows(x, pads, out_spatial, kernel, strides, dilations, value):
+    """Pad the begin side by `pads` and the end side as far as the last window reaches."""
+    n = x.ndim - 2
+    ends = []
+    for a in range(n):
+        reach = (out_spatial[a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a] + 1
+        ends.append(max(0, reach - pads[a] - x.shape[2 + a]))
+    x = _pad_spatial(x, tuple(pads[:n]) + tuple(ends), value)
+    return x
+
+
+def _axis(axis, rank):
+    return axis + rank if axis < 0 else axis
+
+
+# --- linear algebra -------------------------------------------------------------------------
+
+
+def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+         pads=None, strides=None):
+    kernel = tuple(w.shape[2:])
+    pads, out_spatial, strides, dilations = resolve_pads(
+        x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    xp = _pad_for_windows(x, pads, out_spatial, kernel, strides, dilations, 0.0)
+    win = _windows(xp, kernel, strides, dilations, out_spatial)   # N, C, *out, *k
+    n_batch, channels = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = channels // group, m // group
+    spatial = int(np.prod(out_spatial))
+    out = np.empty((n_batch, m, spatial), dtype=np.result_type(x, w))
+    for g in range(group):
+        wg = win[:, g * cg:(g + 1) * cg]                           # N, cg, *out, *k
+        cols = np.moveaxis(wg, 1, 1 + len(kernel))                 # N, *out, cg, *k
+        cols = cols.reshape(n_batch, spatial, -1)
+        weights = w[g * mg:(g + 1) * mg].reshape(mg, -1)
+        out[:, g * mg:(g + 1) * mg] = np.matmul(cols, weights.T).transpose(0, 2, 1)
+    out = out.reshape((n_batch, m) + tuple(out_spatial))
+    if b is not None:
+        out += b.reshape((1, m) + (1,) * len(kernel))
+    return out
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+    a = a.T if transA else a
+    b = b.T if transB else b
+    y = alpha * (a @ b)
+    if c is not None:
+        y = y + beta * c
+    return y.astype(np.result_type(a, b), copy=False)
+
+
+def matmul(a, b):
+    return np.matmul(a, b)
+
+
+def batch_normalization(x, scale, bias, mean, var, *, epsilon=1e-5, momentum=0.9,
+                        training_mode=0):
+    if training_mode:
+        raise CompileError("BatchNormalization with training_mode=1 is not an inference op")
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv = scale / np.sqrt(var + epsilon)
+    return ((x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)).astype(x.dtype)
+
+
+# --- elementwise ----------------------------------------------------------------------------
+
+
+def relu(x):
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def clip(x, min=None, max=None):  # noqa: A002 - ONNX input names
+    if min is not None:
+        x = np.maximum(x, min)
+    if max is not None:
+        x = np.minimum(x, max)
+    return x
+
+
+def leaky_relu(x, *, alpha=0.01):
+    return np.where(x < 0, x * np.asarray(alpha, x.dtype), x)
+
+
+def sigmoid(x):
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
+
+
+def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
+    return np.clip(x * np.asarray(alpha, x.dtype) + np.asarray(beta, x.dtype), 0, 1).astype(x.dtype)
+
+
+def hard_swish(x):
+    return (x * hard_sigmoid(x, alpha=1.0 / 6.0, beta=0.5)).astype(x.dtype)
+
+
+def tanh(x):
+    return np.tanh(x)
+
+
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+
+def div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.trunc(a / b).astype(np.result_type(a, b))
+    return a / b
+
+
+def softmax(x, *, axis=-1):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def identity(x):
+    return x
+
+
+def dropout(x, ratio=None, training_mode=None, *, seed=None):
+    if training_mode is not None and bool(np.asarray(training_mode)):
+        raise CompileError("Dropout with training_mode=true is not an inference op")
+    return x, np.ones(x.shape, dtype=bool)
+
+
+# --- pooling and reductions -----------------------------------------------------------------
+
+
+def _pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations, fill):
+    pads, out_spatial, strides, dilations = resolve_pads(
+        x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    xp = _pad_for_windows(x, pads, out_spatial, kernel_shape, strides, dilations, fill)
+    win = _windows(xp, tuple(kernel_shape), strides, dilations, out_spatial)
+    return win, pads, out_spatial, strides, dilations
+
+
+def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
+             storage_order=0, strides=None):
+    win, *_ = _pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations,
+                            -np.inf)
+    k_axes = tuple(range(x.ndim, win.ndim))
+    return win.max(axis=k_axes).astype(x.dtype)
+
+
+def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                 kernel_shape=None, pads=None, strides=None):
+    win, pads_, out_spatial, strides_, dil = _pool_windows(
+        x, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations, 0.0)
+    k_axes = tuple(range(x.ndim, win.ndim))
+    total = win.sum(axis=k_axes)
+    # The divisor counts window positions inside the input, plus explicit padding when
+    # count_include_pad; positions past the end added only by ceil_mode never count.
+    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+    limit_pads = pads_ if count_include_pad else (0,) * len(pads_)
+    ones = _pad_spatial(ones, limit_pads, 1.0)
+    shifted = tuple(p - lp for p, lp in zip(pads_, limit_pads))
+    ones = _pad_for_windows(ones, shifted, out_spatial, kernel_shape, strides_, dil, 0.0)
+    counts = _windows(ones, tuple(kernel_shape), strides_, dil, out_spatial).sum(axis=k_axes)
+    return (total / counts).astype(x.dtype)
+
+
+def global_average_pool(x):
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+def global_max_pool(x):
+    return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+def reduce_mean(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    if axes is None or len(np.atleast_1d(axes)) == 0:
+        if noop_with_empty_axes:
+            return x
+        axes = tuple(range(x.ndim))
+    axes = tuple(int(a) for a in np.atleast_1d(axes))
+    return np.mean(x, axis=axes, keepdims=bool(keepdims)).astype(x.dtype)
+
+
+# --- data movement --------------------------------------------------------------------------
+
+
+def flatten(x, *, axis=1):
+    axis = _axis(axis, x.ndim)
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(outer, -1) if x.size else x.reshape(outer, int(np.prod(x.shape[axis:])))
+
+
+def reshape(x, shape, *, allowzero=0):
+    target = [int(d) for d in shape]
+    if not allowzero:
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return x.reshape(target)
+
+
+def transpose(x, *, perm=None):
+    return np.transpose(x, perm)
+
+
+def squeeze(x, axes=None):
+    if axes is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(_axis(int(a), x.ndim) for a in np.atleast_1d(axes)))
+
+
+def unsqueeze(x, axes):
+    rank = x.ndim + len(np.atleast_1d(axes))
+    for a in sorted(_axis(int(a), rank) for a in np.atleast_1d(axes)):
+        x = np.expand_dims(x, a)
+    return x
+
+
+def slice_(data, starts, ends, axes=None, steps=None):
+    starts, ends = np.atleast_1d(starts), np.atleast_1d(ends)
+    axes = range(len(starts)) if axes is None else np.atleast_1d(axes)
+    steps = [1] * len(starts) if steps is None else np.atleast_1d(steps)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = _axis(int(axis), data.ndim)
+        dim = data.shape[axis]
+        start, end, step = int(start), int(end), int(step)
+        # Clamp as the ONNX spec does, so INT64_MAX/MIN sentinels behave like Python's None.
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return data[tuple(index)]
+
+
+def split(x, split=None, *, axis=0, num_outputs=None):
+    axis = _axis(axis, x.ndim)
+    if split is None or len(np.atleast_1d(split)) == 0:
+        parts = num_outputs
+        size = -(-x.shape[axis] // parts)  # ceil: the last chunk may be smaller (opset 18)
+        split = [size] * (parts - 1) + [x.shape[axis] - size * (parts - 1)]
+    bounds = np.cumsum([int(s) for s in np.atleast_1d(split)])[:-1]
+    return tuple(np.split(x, bounds, axis=axis))
+
+
+def concat(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
+    pads = [int(p) for p in np.atleast_1d(pads)]
+    rank = data.ndim
+    axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
+    width = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        width[a] = (pads[i], pads[i + len(axes)])
+    if any(p < 0 for pair in width for p in pair):
+        index = tuple(slice(-min(b, 0), data.shape[a] + min(e, 0)) for a, (b, e) in
+                      enumerate(width))
+        data = data[index]
+        width = [(max(b, 0), max(e, 0)) for b, e in width]
+    if mode == "constant":
+        value = 0 if constant_value is None else np.asarray(constant_value).item()
+        return np.pad(data, width, mode="constant", constant_values=value)
+    if mode == "reflect":
+        return np.pad(data, width, mode="reflect")
+    if mode == "edge":
+        return np.pad(data, width, mode="edge")
+    if mode == "wrap":
+        return np.pad(data, width, mode="wrap")
+    raise CompileError(f"Pad mode {mode!r} is not supported")
+
+
+def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
+           coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
+           extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
+           nearest_mode="round_prefer_floor"):
+    """Nearest and (multi)linear resize, separable per axis as the ONNX reference computes it."""
+    if mode not in ("nearest", "linear"):
+        raise CompileError(f"Resize mode {mode!r} is not supported (nearest, linear)")
+    if antialias:
+        raise CompileError("Resize with antialias=1 is not supported")
+    if coordinate_transformation_mode == "tf_crop_and_resize":
+        raise CompileError("Resize coordinate_transformation_mode 'tf_crop_and_resize' is not "
+                           "supported")
+    if keep_aspect_ratio_policy != "stretch":
+        raise CompileError("Resize keep_aspect_ratio_policy other than 'stretch' is not "
+                           "supported")
+    rank = x.ndim
+    axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
+    full_scales = [1.0] * rank
+    out_shape = list(x.shape)
+    if sizes is not None and len(np.atleast_1d(sizes)):
+        for a, size in zip(axes, np.atleast_1d(sizes)):
+            out_shape[a] = int(size)
+            full_scales[a] = int(size) / x.shape[a]
+    else:
+        for a, s in zip(axes, np.atleast_1d(scales)):
+            full_scales[a] = float(s)
+            out_shape[a] = int(math.floor(x.shape[a] * float(s)))
+    y = x
+    for a in range(rank):
+        if out_shape[a] == x.shape[a] and full_scales[a] == 1.0:
+            continue
+        y = _resize_axis(y, a, out_shape[a], full_scales[a], mode,
+                         coordinate_transformation_mode, nearest_mode)
+    return y.astype(x.dtype, copy=False)
+
+
+def _resize_axis(x, axis, out_len, scale, mode, ctm, nearest_mode):
+    in_len = x.shape[axis]
+    o = np.arange(out_len, dtype=np.float64)
+    if ctm == "half_pixel":
+        coord = (o + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        adjustment = out_len / (scale * in_len)
+        center = in_len / 2
+        offset = center * (1 - adjustment)
+        coord = offset + (o + 0.5) / scale - 0.5
+    elif ctm == "pytorch_half_pixel":
+        coord = (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(o)
+    elif ctm == "align_corners":
+        coord = o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros_like(o)
+    elif ctm == "asymmetric":
+        coord = o / scale
+    else:
+        raise CompileError(f"Resize coordinate_transformation_mode {ctm!r} is not supported")
+    if mode == "nearest":
+        if nearest_mode == "round_prefer_floor":
+            idx = np.where(coord == np.floor(coord) + 0.5, np.floor(coord), np.round(coord))
+        elif nearest_mode == "round_prefer_ceil":
+            idx = np.where(coord == np.floor(coord) + 0.5, np.ceil(coord), np.round(coord))
+        elif nearest_mode == "floor":
+            idx = np.floor(coord)
+        elif nearest_mode == "ceil":
+            idx = np.ceil(coord)
+        else:
+            raise CompileError(f"Resize nearest_mode {nearest_mode!r} is not supported")
+        idx = np.clip(idx, 0, in_len - 1).astype(np.int64)
+        return np.take(x, idx, axis=axis)
+    coord = np.clip(coord, 0, in_len - 1)
+    lo = np.floor(coord).astype(np.int64)
+    hi = np.minimum(lo + 1, in_len - 1)
+    frac = (coord - lo).astype(np.float64)
+    shape = [1] * x.ndim
+    shape[axis] = out_len
+    frac = frac.reshape(shape)
+    a, b = np.take(x, lo, axis=axis).astype(np.float64), np.take(x, hi, axis=axis)
+    return a * (1 - frac) + b * frac
+
+
+# --- constants and shape arithmetic (removed by constant folding) ---------------------------
+
+
+def constant(*, value=None, value_float=None, value_floats=None, value_int=None,
+             value_ints=None, sparse_value=None, value_string=None, value_strings=None):
+    if value is not None:
+        return np.asarray(value)
+    if value_float is not None:
+        return np.asarray(value_float, dtype=np.float32)
+    if value_floats is not None:
+        return np.asarray(value_floats, dtype=np.float32)
+    if value_int is not None:
+        return np.asarray(value_int, dtype=np.int64)
+    if value_ints is not None:
+        return np.asarray(value_ints, dtype=np.int64)
+    raise CompileError("Constant without a numeric value (sparse or string) is not supported")
+
+
+def shape(x, *, start=0, end=None):
+    return np.asarray(x.shape[start:end], dtype=np.int64)
+
+
+def gather(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return np.take(data, indices, axis=axis)
+
+
+def cast(x, *, to, saturate=1, round_mode="up"):
+    from onnx.helper import tensor_dtype_to_np_dtype
+    return x.astype(tensor_dtype_to_np_dtype(to))
+
+
+def constant_of_shape(shape_, *, value=None):
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return np.full(tuple(int(d) for d in shape_), fill[0], dtype=fill.dtype)

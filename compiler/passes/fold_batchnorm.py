@@ -1,0 +1,83 @@
+"""BatchNormalization folding into the Conv or Gemm that feeds it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.graph.ir import Graph, Node, Type, Value
+from compiler.passes.util import prune_values, single_user
+
+_PRODUCERS = ("Conv", "Gemm")
+
+
+def _const(graph: Graph, name: str) -> np.ndarray | None:
+    return graph.values[name].const if name and graph.values[name].is_const else None
+
+
+def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value]] | None:
+    """Conv(x, W, b) → BN  becomes  Conv(x, W·s, (b − mean)·s + beta), s = gamma/√(var+eps)."""
+    params = [_const(graph, n) for n in bn.inputs[1:5]]
+    weight = _const(graph, producer.inputs[1])
+    bias_name = producer.inputs[2] if len(producer.inputs) > 2 else ""
+    bias = _const(graph, bias_name) if bias_name else None
+    if weight is None or any(p is None for p in params) or (bias_name and bias is None):
+        return None
+    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+    scale = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+    channels = scale.shape[0]
+    if producer.op == "Conv":
+        new_weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+    else:
+        attrs = producer.attrs
+        if graph.type_of(producer.outputs[0]).rank != 2 or bias is not None and bias.ndim > 1:
+            return None
+        new_weight = (weight * scale[None, :] if not attrs.get("transB", 0)
+                      else weight * scale[:, None]) * 1.0
+        alpha, beta_gemm = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+        new_weight, bias = new_weight * alpha, None if bias is None else bias * beta_gemm
+        producer = producer.with_(attrs={**attrs, "alpha": 1.0, "beta": 1.0})
+    old_bias = np.zeros(channels) if bias is None else np.broadcast_to(bias, (channels,))
+    new_bias = (old_bias - mean) * scale + beta
+    dtype = weight.dtype
+    w_name, b_name = f"{producer.name}/W_bn", f"{producer.name}/B_bn"
+    values = {
+        w_name: Value(w_name, Type(str(dtype), new_weight.shape), new_weight.astype(dtype)),
+        b_name: Value(b_name, Type(str(dtype), (channels,)), new_bias.astype(dtype)),
+    }
+    folded = producer.with_(inputs=(producer.inputs[0], w_name, b_name), outputs=bn.outputs[:1])
+    return folded, values
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    """After this pass no BatchNormalization reads the sole-used output of a Conv or Gemm.
+
+    The folded node takes the BatchNormalization's output name, so the value keeps the name
+    the fp32 model gives it (profiles and per-layer reports match on it).
+    """
+    producers = graph.producers()
+    replaced: dict[str, Node] = {}
+    dropped: set[str] = set()
+    new_values: dict[str, Value] = {}
+    origin: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op != "BatchNormalization" or len(node.outputs) != 1:
+            continue
+        producer = producers.get(node.inputs[0])
+        if producer is None or producer.op not in _PRODUCERS or producer.name in replaced:
+            continue
+        if not single_user(graph, node.inputs[0]):
+            continue
+        if producer.op == "Conv" and graph.type_of(producer.outputs[0]).shape[1] != \
+                graph.type_of(node.inputs[1]).shape[0]:
+            continue
+        result = _fold(graph, producer, node)
+        if result is None:
+            continue
+        replaced[producer.name], values = result
+        new_values.update(values)
+        origin[node.outputs[0]] = node.outputs[0]
+        dropped.add(node.name)
+    if not replaced:
+        return graph
+    nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped]
+    return prune_values(graph, nodes, new_values)

@@ -1,0 +1,68 @@
+"""The `ember` command line: one click group, one module per subcommand under ember/commands."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from ember.errors import user_error_types
+
+# (module under ember.commands, attribute): each attribute is a click command or group.
+COMMANDS = [
+    ("show", "show"),
+    ("run", "run"),
+    ("demo", "demo"),
+    ("examples", "examples"),
+]
+
+
+class _Group(click.Group):
+    """Turns user errors into one line on stderr and exit code 2; tracebacks only with --debug."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except user_error_types() as err:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"ember: error: {err}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("ember: interrupted", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as err:  # a bug in ember, not the user's fault: exit 1
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"ember: internal error: {type(err).__name__}: {err} (rerun with --debug)",
+                       err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.version_option(package_name="ember")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """ember: an fp32 ONNX model in, a bit-exact int8 program for an accelerator out.
+
+    \b
+    The flow:
+      ember quantize-profile model.onnx --data calib.npz -o model.profile.json
+      ember compile model.onnx --int8 --profile model.profile.json -o model.ember
+      ember simulate model.ember -i input.npz --report perf.json --trace trace.json
+      ember accuracy model.onnx model.ember --data eval.npz --per-layer
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+for _module, _attr in COMMANDS:
+    cli.add_command(getattr(importlib.import_module(f"ember.commands.{_module}"), _attr))
+
+
+def main() -> None:
+    cli(prog_name="ember")

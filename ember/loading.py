@@ -1,0 +1,14 @@
+"""Loading a model for a command: import, fix shapes, optimize — with the CLI's options."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from compiler.frontend.onnx import import_model, parse_input_shapes
+from compiler.graph.ir import Graph
+from compiler.pipeline import optimize
+
+
+def load_graph(model_path: str, input_shapes: Sequence[str] = (), optimized: bool = True) -> Graph:
+    graph = import_model(model_path, parse_input_shapes(input_shapes))
+    return optimize(graph) if optimized else graph
