@@ -1,0 +1,122 @@
+"""The accuracy report: one object, rendered as a terminal table, JSON and self-contained HTML."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ember.reports.html import render_page
+from ember.reports.svg import bar_chart
+
+
+@dataclass(frozen=True)
+class OutputAccuracy:
+    name: str
+    sqnr_db: float
+    cosine: float
+    max_abs_error: float
+    classifier: bool
+    top1_agreement: float | None = None
+    top1_accuracy_fp32: float | None = None
+    top1_accuracy_int8: float | None = None
+
+
+@dataclass(frozen=True)
+class LayerAccuracy:
+    """One quantized tensor, keyed by its ONNX name.
+
+    own_sqnr_db: the tensor's own quantization error (fp32 value vs its quantize-dequantize);
+    accumulated_sqnr_db: the error carried from the model input (fp32 vs the int8 run), as
+    onnxruntime's qdq_loss_debug separates them.
+    """
+
+    name: str
+    node: str
+    op: str
+    precision: str
+    own_sqnr_db: float
+    accumulated_sqnr_db: float
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    model: str
+    samples: int
+    outputs: tuple[OutputAccuracy, ...]
+    layers: tuple[LayerAccuracy, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    bit_exact: bool | None = None
+    first_difference: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable keys; the top-level metrics are those of the first output."""
+        first = self.outputs[0]
+        doc: dict[str, Any] = {
+            "model": self.model, "samples": self.samples,
+            "top1_agreement": first.top1_agreement,
+            "top1_accuracy_fp32": first.top1_accuracy_fp32,
+            "top1_accuracy_int8": first.top1_accuracy_int8,
+            "sqnr_db": first.sqnr_db, "cosine": first.cosine,
+            "max_abs_error": first.max_abs_error,
+            "outputs": [asdict(o) for o in self.outputs],
+            "layers": [asdict(layer) for layer in self.worst_layers()],
+            "precision": self.precision_counts(),
+            "options": self.options, "notes": list(self.notes),
+        }
+        if self.bit_exact is not None:
+            doc["bit_exact"] = self.bit_exact
+            doc["first_difference"] = self.first_difference
+        return doc
+
+    def worst_layers(self) -> list[LayerAccuracy]:
+        return sorted(self.layers, key=lambda layer: layer.accumulated_sqnr_db)
+
+    def precision_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            counts[layer.precision] = counts.get(layer.precision, 0) + 1
+        return counts
+
+    def print(self, console: Console, max_layers: int = 15) -> None:
+        table = Table(title=f"{self.model}: int8 vs fp32 onnxruntime, {self.samples} samples")
+        for col in ("output", "SQNR dB", "cosine", "max |err|", "top-1 agree", "top-1 fp32",
+                    "top-1 int8"):
+            table.add_column(col, justify="left" if col == "output" else "right")
+        for o in self.outputs:
+            table.add_row(o.name, f"{o.sqnr_db:.2f}", f"{o.cosine:.5f}", f"{o.max_abs_error:.4g}",
+                          _pct(o.top1_agreement), _pct(o.top1_accuracy_fp32),
+                          _pct(o.top1_accuracy_int8))
+        console.print(table)
+        if self.layers:
+            worst = Table(title=f"per layer, worst first ({min(max_layers, len(self.layers))} "
+                                f"of {len(self.layers)})")
+            for col in ("tensor", "op", "precision", "own SQNR dB", "accumulated SQNR dB"):
+                worst.add_column(col, justify="left" if col in ("tensor", "op") else "right")
+            for layer in self.worst_layers()[:max_layers]:
+                worst.add_row(layer.name, layer.op, layer.precision, f"{layer.own_sqnr_db:.2f}",
+                              f"{layer.accumulated_sqnr_db:.2f}")
+            console.print(worst)
+        if self.bit_exact is not None:
+            console.print("simulator vs integer reference: " + (
+                "[green]bit-exact[/]" if self.bit_exact else
+                f"[red]DIFFERS[/] first at {self.first_difference}"))
+        for note in self.notes:
+            console.print(f"note: {note}")
+
+    def html(self) -> str:
+        layers = self.worst_layers()
+        chart = bar_chart(
+            [layer.name for layer in self.layers],
+            {"own": [layer.own_sqnr_db for layer in self.layers],
+             "accumulated": [layer.accumulated_sqnr_db for layer in self.layers]},
+            unit="dB", title="SQNR per quantized tensor, in graph order") if self.layers else ""
+        return render_page("accuracy.html.j2", report=self, doc=self.to_json(), layers=layers,
+                           chart=chart)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2%}"
