@@ -59,7 +59,8 @@ def build_zoo_model(name: str, out_dir: Path) -> list[Written]:
     from examples import zoo
 
     model = zoo.MODELS[name]()
-    return [_write(out_dir / "models" / f"{name}.onnx", model.SerializeToString(), _describe(model))]
+    path = out_dir / "models" / f"{name}.onnx"
+    return [_write(path, model.SerializeToString(), _describe(model))]
 
 
 def _describe(model: onnx.ModelProto) -> str:
@@ -69,7 +70,8 @@ def _describe(model: onnx.ModelProto) -> str:
     def shape(value: onnx.ValueInfoProto) -> str:
         return "x".join(str(d.dim_value) for d in value.type.tensor_type.shape.dim)
 
-    return f"{params / 1e6:.2f} M params, {shape(model.graph.input[0])} -> {shape(model.graph.output[0])}"
+    graph = model.graph
+    return f"{params / 1e6:.2f} M params, {shape(graph.input[0])} -> {shape(graph.output[0])}"
 
 
 def _write(path: Path, data: bytes, summary: str) -> Written:
@@ -92,11 +94,12 @@ def build_all(out_dir: Path | str = EXAMPLES_DIR, which: Iterable[str] = NAMES) 
 
 
 def print_table(written: list[Written]) -> None:
-    """The results as a small table on stdout."""
+    """The results as a small table on stdout; long paths fold rather than lose characters."""
+    from rich import box
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("file", "size", "summary")
+    table = Table(Column("file", overflow="fold"), "size", "summary", box=box.SIMPLE_HEAD)
     for item in written:
         table.add_row(_display_path(item.path), _human_size(item.size_bytes), item.summary)
     Console().print(table)

@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
-IR_VERSION = 8  # the oldest IR that carries opset 17, so older onnxruntimes load the files too
+IR_VERSION = 8  # what ONNX 1.12, which introduced opset 17, writes; older runtimes load it too
 BN_EPSILON = 1e-5
 IMAGE_SHAPE = (1, 3, 224, 224)
 CLASSES = 1000
@@ -122,13 +122,12 @@ class GraphBuilder:
         s = math.sqrt(2 * x.mean_square)
         return Act(out, x.channels, 1.49 * s, 2.56 * s**2)
 
-    def classifier(self, x: Act, pooled: bool = True) -> Act:
-        """GlobalAveragePool + Flatten + Gemm to the logits (just the Gemm when not pooled)."""
-        if pooled:
-            x = Act(self._node("GlobalAveragePool", [x.name], "avgpool"), x.channels, x.mean,
-                    x.mean_square)
-            x = Act(self._node("Flatten", [x.name], "flatten", axis=1), x.channels, x.mean,
-                    x.mean_square)
+    def classifier(self, x: Act) -> Act:
+        """GlobalAveragePool + Flatten + Gemm to the logits; the pooled moments are upper bounds."""
+        x = Act(self._node("GlobalAveragePool", [x.name], "avgpool"), x.channels, x.mean,
+                x.mean_square)
+        x = Act(self._node("Flatten", [x.name], "flatten", axis=1), x.channels, x.mean,
+                x.mean_square)
         return self.gemm(x, "fc", CLASSES, output="logits")
 
     def gemm(self, x: Act, name: str, features: int, output: str | None = None) -> Act:
@@ -152,7 +151,7 @@ class GraphBuilder:
 
 
 def _basic_block(b: GraphBuilder, x: Act, name: str, channels: int, stride: int) -> Act:
-    """torchvision BasicBlock: two 3x3 convs; a 1x1 conv + BN on the shortcut when shapes change."""
+    """torchvision's BasicBlock: two 3x3 convs; a 1x1 conv + BN shortcut when shapes change."""
     h = b.relu(b.batchnorm(b.conv(x, f"{name}.conv1", channels, 3, stride), f"{name}.bn1"),
                f"{name}.relu1")
     h = b.batchnorm(b.conv(h, f"{name}.conv2", channels, 3), f"{name}.bn2")
@@ -211,7 +210,7 @@ def mobilenetv2(seed: int = 0) -> onnx.ModelProto:
 
 
 def mlp(seed: int = 0, features: tuple[int, ...] = (784, 512, 256, 10)) -> onnx.ModelProto:
-    """Three Gemm layers with ReLU between them: the smallest model that still quantizes per layer."""
+    """Gemm layers of the given widths with ReLU between them: small enough to trace whole."""
     b = GraphBuilder(seed)
     x = Act("input", features[0], 0.0, 1.0)
     layers = len(features) - 1
@@ -220,8 +219,9 @@ def mlp(seed: int = 0, features: tuple[int, ...] = (784, 512, 256, 10)) -> onnx.
             x = b.relu(b.gemm(x, f"fc{i}", width), f"relu{i}")
         else:
             x = b.gemm(x, f"fc{i}", width, output="logits")
+    widths = "-".join(map(str, features))
     return b.model("mlp", (1, features[0]), x,
-                   f"MLP {'-'.join(map(str, features))} with random He-normal weights (seed {seed}).")
+                   f"MLP {widths} with random He-normal weights (seed {seed}), for benchmarking.")
 
 
 MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "mlp": mlp}

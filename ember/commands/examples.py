@@ -12,7 +12,12 @@ from examples.build import EXAMPLES_DIR, NAMES, build_all, print_table
 
 @click.group()
 def examples() -> None:
-    """Bundled example models: a trained digits CNN and standard architectures."""
+    """Bundled example models: a trained digits CNN and standard architectures.
+
+    \b
+    Example:
+      ember examples build --only digits
+    """
 
 
 @examples.command()

@@ -28,7 +28,7 @@ EVAL_COUNT = 450
 CALIB_COUNT = 256
 BN_EPSILON = 1e-5
 OPSET = 17
-IR_VERSION = 8  # the oldest IR that carries opset 17, so older onnxruntimes load the file too
+IR_VERSION = 8  # what ONNX 1.12, which introduced opset 17, writes; older runtimes load it too
 DEFAULT_SEED = 0
 
 
@@ -235,21 +235,30 @@ def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
 
 def train(splits: Splits, seed: int = DEFAULT_SEED, epochs: int = EPOCHS,
           train_limit: int | None = None) -> Trained:
-    """Minibatch Adam; `train_limit` uses only the first images, for quick tests."""
+    """Minibatch Adam; `train_limit` uses only the first images, for quick tests.
+
+    BLAS runs on one thread: its sums are ordered by the thread count, and a difference in the
+    last bit grows over training, so more threads would make the bytes depend on the machine's
+    cores. The matrices are small; one thread is as fast.
+    """
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
+
     rng = np.random.default_rng(seed)
     params = init_params(rng)
     x, y = splits.train_x[:train_limit], splits.train_y[:train_limit]
     state, step = {}, 0
-    for _ in range(epochs):
-        order = rng.permutation(len(y))
-        for start in range(0, len(y) - BATCH + 1, BATCH):  # a full batch keeps BN stats stable
-            batch = order[start:start + BATCH]
-            logits, caches = forward_train(params, x[batch])
-            _, dlogits = softmax_cross_entropy(logits, y[batch])
-            step += 1
-            adam_step(params, backward(params, caches, dlogits), state, step)
-    params.update(population_statistics(params, x))
-    return Trained(params, accuracy(forward_eval(params, splits.eval_x), splits.eval_y))
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(epochs):
+            order = rng.permutation(len(y))
+            for start in range(0, len(y) - BATCH + 1, BATCH):  # full batches: stable BN stats
+                batch = order[start:start + BATCH]
+                logits, caches = forward_train(params, x[batch])
+                _, dlogits = softmax_cross_entropy(logits, y[batch])
+                step += 1
+                adam_step(params, backward(params, caches, dlogits), state, step)
+        params.update(population_statistics(params, x))
+        eval_accuracy = accuracy(forward_eval(params, splits.eval_x), splits.eval_y)
+    return Trained(params, eval_accuracy)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -259,12 +268,12 @@ def to_onnx(params: dict[str, np.ndarray]) -> onnx.ModelProto:
     nodes = []
     for i in (1, 2):
         previous = "input" if i == 1 else f"relu{i - 1}"
+        bn_params = [f"bn{i}.{key}" for key in ("scale", "bias", "mean", "var")]
         nodes += [
             helper.make_node("Conv", [previous, f"conv{i}.weight"], [f"conv{i}"], name=f"conv{i}",
                              kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-            helper.make_node("BatchNormalization",
-                             [f"conv{i}"] + [f"bn{i}.{k}" for k in ("scale", "bias", "mean", "var")],
-                             [f"bn{i}"], name=f"bn{i}", epsilon=BN_EPSILON),
+            helper.make_node("BatchNormalization", [f"conv{i}", *bn_params], [f"bn{i}"],
+                             name=f"bn{i}", epsilon=BN_EPSILON),
             helper.make_node("Relu", [f"bn{i}"], [f"relu{i}"], name=f"relu{i}"),
         ]
     nodes += [
@@ -278,7 +287,7 @@ def to_onnx(params: dict[str, np.ndarray]) -> onnx.ModelProto:
         nodes, "digits_cnn",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 8, 8])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
-        initializer=[numpy_helper.from_array(value, name) for name, value in sorted(params.items())])
+        initializer=[numpy_helper.from_array(params[name], name) for name in sorted(params)])
     model = helper.make_model(graph, producer_name="ember.examples", ir_version=IR_VERSION,
                               opset_imports=[helper.make_opsetid("", OPSET)],
                               doc_string="Digits CNN trained by examples/digits/train.py.")
@@ -291,8 +300,8 @@ def onnxruntime_accuracy(model: onnx.ModelProto, images: np.ndarray, labels: np.
     import onnxruntime as ort
 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    logits = np.concatenate([session.run(["logits"], {"input": image[None]})[0] for image in images])
-    return accuracy(logits, labels)
+    logits = [session.run(["logits"], {"input": image[None]})[0] for image in images]
+    return accuracy(np.concatenate(logits), labels)
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -301,7 +310,7 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     np.savez stamps each member with the current time, which would make every rebuild a diff.
     """
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(buffer, "w") as archive:
         for key, value in arrays.items():
             member = io.BytesIO()
             np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
