@@ -1,0 +1,453 @@
+"""int8 reference semantics of the quantizable operators, and the quantization rule of each.
+
+These are the table's int8 columns, kept in `INT8_ROWS` (op name → `Int8Rule(kind, run)`) until
+they move into the rows of `compiler.graph.ops`; `NEW_OPS` describes the three operators that
+only quantized graphs hold (QuantizeLinear, DequantizeLinear, Rescale) for the same move.
+
+A kernel takes its inputs positionally and its attributes as keywords: the ONNX attributes
+(with ONNX defaults) plus the integer parameters the quantizer computed, whose names are in
+`INT8_ATTRS`. Everything a kernel needs is in its inputs and attributes, so the quantizer's
+reference interpreter and the compiler's lowering read the same numbers. Kernels use integer
+arithmetic only, through `simulator.numerics`; the float code here builds tables at compile
+time (`lookup_table`, `softmax_table`) or is the definition of QuantizeLinear/DequantizeLinear.
+
+Conventions of the integer parameters, for an output of scale s_out and zero point z_out:
+- a requantizing kernel (Quant.REQUANT_OUTPUT) accumulates exactly in int32 (wrapping, as
+  numerics' accumulators do) and then applies `numerics.requantize` with `multiplier` and
+  `shift` (tuples: one entry, or one per output channel) from `numerics.quantize_multiplier`
+  of the real ratio (accumulator scale / s_out), adds `out_zero_point` and clamps to `qclamp`
+  (a fused ReLU or Clip raises it above the range of `out_dtype`);
+- activation zero points of Conv/Gemm/MatMul with constant weights are folded into the int32
+  bias (bias - z_x * sum(w)), and Conv pads with z_x, so the fold is exact at the borders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from compiler.graph import reference as ref
+from compiler.graph.ir import Type
+from simulator import numerics
+from simulator.numerics import RANGES
+
+
+class Quant(Enum):
+    """How the quantizer treats an operator (a column of the operator table)."""
+
+    KEEP_PARAMS = "keep_params"        # data movement and max: output type = input type
+    CLAMP = "clamp"                    # Relu, Clip: fold into the producer's qclamp, else clamp
+    RESCALE_INPUTS = "rescale_inputs"  # Concat: inputs rescaled (Rescale nodes) to the output's
+    REQUANT_OUTPUT = "requant_output"  # int32 arithmetic requantized to the profiled output type
+    LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
+    FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
+    QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
+    DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
+
+
+@dataclass(frozen=True)
+class Int8Rule:
+    kind: Quant
+    run: Callable[..., Any]
+
+
+# The attributes the quantizer adds to nodes beside their ONNX ones (the binder must accept them
+# on quantized nodes; the fp32 reference never sees them).
+INT8_ATTRS = frozenset({"x_zero_point", "a_zero_point", "b_zero_point", "multiplier", "shift",
+                        "out_zero_point", "qclamp", "out_dtype", "counts"})
+
+# Softmax: exp table entries carry this many fraction bits, and the output is a probability in
+# int8 of scale 1/256 (zero point -128; 0 for uint8).
+SOFTMAX_EXP_BITS = 20
+SOFTMAX_OUT_SCALE = 1.0 / 256.0
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis):
+    """numerics.requantize with per-tensor (one entry) or per-channel (along axis) parameters."""
+    m = np.asarray(multiplier, dtype=np.int64).reshape(-1)
+    s = np.asarray(shift, dtype=np.int64).reshape(-1)
+    if m.size == 1:
+        m, s, axis = m[0], s[0], None
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    return numerics.requantize(acc, m, s, out_zero_point, lo, hi, axis=axis, dtype=out_dtype)
+
+
+def _centred(x, zero_point: int):
+    """x - zero_point in int64 (x itself when the zero point is 0, as for weights)."""
+    return x if zero_point == 0 else np.asarray(x, np.int64) - zero_point
+
+
+def _with_bias(acc, bias, shape=None):
+    if bias is None:
+        return acc
+    bias = np.asarray(bias, np.int64)
+    return numerics.wrap32(np.asarray(acc, np.int64) + (bias if shape is None else
+                                                         bias.reshape(shape)))
+
+
+def divide_rounding(numerator, denominator) -> np.ndarray:
+    """numerator / denominator rounded half up, for numerator >= 0 and denominator > 0 (int64).
+
+    Should move to numerics: the softmax normalisation needs an integer division.
+    """
+    n = np.asarray(numerator, np.int64)
+    d = np.asarray(denominator, np.int64)
+    return (2 * n + d) // (2 * d)
+
+
+def lookup_any(x, table) -> np.ndarray:
+    """table[x - min(dtype)]: numerics.lookup for int8; uint8 indexes the table directly.
+
+    The uint8 branch should move to numerics (`lookup` takes int8 only).
+    """
+    if x.dtype == np.int8:
+        return numerics.lookup(x, table)
+    return np.asarray(table)[np.asarray(x, np.int64)]
+
+
+# --- linear algebra: int8 x int8 → int32, requantized ---------------------------------------
+
+
+def conv_int8(x, w, b=None, *, multiplier, shift, x_zero_point=0, out_zero_point=0,
+              qclamp=None, out_dtype="int8", auto_pad="NOTSET", dilations=None, group=1,
+              kernel_shape=None, pads=None, strides=None):
+    """Convolution (groups and depthwise included) with padding filled with x's zero point."""
+    kernel = tuple(w.shape[2:])
+    pads_, out_spatial, strides_, dilations_ = ref.resolve_pads(
+        x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    xp = ref._pad_for_windows(x, pads_, out_spatial, kernel, strides_, dilations_, x_zero_point)
+    win = ref._windows(xp, kernel, strides_, dilations_, out_spatial)
+    n_batch, channels = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = channels // group, m // group
+    spatial = int(np.prod(out_spatial))
+    acc = np.empty((n_batch, m, spatial), dtype=np.int64)
+    for g in range(group):
+        cols = np.moveaxis(win[:, g * cg:(g + 1) * cg], 1, 1 + len(kernel))
+        cols = cols.reshape(n_batch, spatial, -1)
+        weights = w[g * mg:(g + 1) * mg].reshape(mg, -1)
+        acc[:, g * mg:(g + 1) * mg] = numerics.int_matmul(cols, weights.T).transpose(0, 2, 1)
+    acc = acc.reshape((n_batch, m) + tuple(out_spatial))
+    acc = _with_bias(acc, b, (1, m) + (1,) * len(kernel))
+    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=1)
+
+
+def gemm_int8(a, b, c=None, *, multiplier, shift, a_zero_point=0, b_zero_point=0,
+              out_zero_point=0, qclamp=None, out_dtype="int8", alpha=1.0, beta=1.0, transA=0,
+              transB=0):
+    """A @ B + C; alpha is folded into the multiplier and beta into the int32 bias C."""
+    a = a.T if transA else a
+    b = b.T if transB else b
+    acc = _with_bias(numerics.int_matmul(_centred(a, a_zero_point), _centred(b, b_zero_point)), c)
+    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=1)
+
+
+def matmul_int8(a, b, bias=None, *, multiplier, shift, a_zero_point=0, b_zero_point=0,
+                out_zero_point=0, qclamp=None, out_dtype="int8"):
+    """A @ B (batched); the optional int32 `bias` input holds the folded zero-point term."""
+    acc = _with_bias(numerics.int_matmul(_centred(a, a_zero_point), _centred(b, b_zero_point)),
+                     bias)
+    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=-1)
+
+
+# --- elementwise ----------------------------------------------------------------------------
+
+
+def add_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
+             qclamp=None, out_dtype="int8"):
+    """TFLite's quantized ADD: multiplier/shift are (a, b, out), see numerics.add."""
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    if out_dtype == "int8":
+        return numerics.add(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
+                            lo, hi)
+    # numerics.add fixes its output to int8; this is its body with the output dtype free (the
+    # dtype parameter should move to numerics.add).
+    left = numerics.ADD_LEFT_SHIFT
+    xs = numerics.rescale((np.asarray(a, np.int64) - a_zero_point) << left, multiplier[0],
+                          shift[0])
+    ys = numerics.rescale((np.asarray(b, np.int64) - b_zero_point) << left, multiplier[1],
+                          shift[1])
+    return numerics.requantize(xs + ys, multiplier[2], shift[2], out_zero_point, lo, hi,
+                               dtype=out_dtype)
+
+
+def sub_int8(a, b, *, multiplier, shift, **params):
+    """a - b as an ADD whose b rescale is negated (rescale is odd: round half away from zero)."""
+    negated = (multiplier[0], -multiplier[1], multiplier[2])
+    return add_int8(a, b, multiplier=negated, shift=shift, **params)
+
+
+def mul_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
+             qclamp=None, out_dtype="int8"):
+    """(a - z_a)(b - z_b) exactly in int64 (|product| < 2^16), requantized by s_a s_b / s_out."""
+    acc = np.asarray(a, np.int64) - a_zero_point
+    acc = acc * (np.asarray(b, np.int64) - b_zero_point)
+    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+
+
+def rescale_int8(x, *, multiplier, shift, x_zero_point=0, out_zero_point=0, qclamp=None,
+                 out_dtype="int8"):
+    """Rescale (ember-internal): the same real values in another scale and zero point."""
+    return _requant(_centred(x, x_zero_point), multiplier, shift, out_zero_point, qclamp,
+                    out_dtype, axis=None)
+
+
+def clamp_int8(x, *_bounds, qclamp):
+    """Relu and Clip not fused into a producer: a clamp in the input's own parameters."""
+    lo, hi = qclamp
+    return np.clip(x, lo, hi).astype(x.dtype)
+
+
+def lookup_int8(x, table, **_baked):
+    """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table."""
+    return lookup_any(x, table)
+
+
+def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,
+                 in_zero_point: int, out_scale: float, out_zero_point: int,
+                 dtype: str = "int8") -> np.ndarray:
+    """The 256 outputs of the fp32 reference at every input code, quantized (compile time).
+
+    Entry i is the output for the input code min(dtype) + i, so int8 codes index with +128.
+    """
+    lo, hi = RANGES[dtype]
+    codes = np.arange(lo, hi + 1, dtype=np.int64)
+    real_in = ((codes - in_zero_point) * in_scale).astype(np.float32)
+    real_out = np.asarray(fp32(real_in, **attrs), dtype=np.float64)
+    q = np.rint(real_out / out_scale) + out_zero_point
+    return np.clip(q, lo, hi).astype(dtype)
+
+
+def softmax_table(in_scale: float) -> np.ndarray:
+    """exp(-in_scale * d) in Q(SOFTMAX_EXP_BITS) for d = max - x in 0..255 (compile time)."""
+    d = np.arange(256, dtype=np.float64)
+    return np.rint(np.exp(-in_scale * d) * 2.0**SOFTMAX_EXP_BITS).astype(np.int32)
+
+
+def softmax_int8(x, table, *, axis=-1, out_zero_point=-128):
+    """Integer softmax: p = round(256 * T[max - x] / sum T[max - x]) + z_out, clamped.
+
+    The table T holds exp(s_x * (x - max)) in fixed point (`softmax_table`); the maximum always
+    maps to T[0] = 2^20, so the sum is at least 2^20 and the division is exact integer rounding
+    (half up). The output scale is 1/256: probability 1 saturates at 255/256.
+    """
+    x64 = np.asarray(x, np.int64)
+    d = np.max(x64, axis=axis, keepdims=True) - x64
+    e = np.asarray(table, np.int64)[d]
+    total = np.sum(e, axis=axis, keepdims=True)
+    p = divide_rounding(e << 8, total) + out_zero_point
+    lo, hi = RANGES[str(x.dtype)]
+    return np.clip(p, lo, hi).astype(x.dtype)
+
+
+# --- pooling and reductions ------------------------------------------------------------------
+
+
+def max_pool_int8(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
+                  pads=None, storage_order=0, strides=None):
+    """MaxPool keeps the scale: padding is the dtype's minimum, which never wins a window."""
+    fill = RANGES[str(x.dtype)][0]
+    win, *_ = ref._pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode,
+                                dilations, fill)
+    return win.max(axis=tuple(range(x.ndim, win.ndim))).astype(x.dtype)
+
+
+def pool_counts(spatial, *, kernel_shape, strides=None, pads=None, auto_pad="NOTSET",
+                ceil_mode=0, dilations=None, count_include_pad=0) -> np.ndarray:
+    """The divisor of AveragePool at each output position (1, 1, *out), as the fp32 reference.
+
+    Positions inside the input count, plus explicit padding when count_include_pad; positions
+    past the end added only by ceil_mode never do.
+    """
+    ones = np.ones((1, 1) + tuple(spatial), dtype=np.int64)
+    pads_, out_spatial, strides_, dilations_ = ref.resolve_pads(
+        tuple(spatial), kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    limit = pads_ if count_include_pad else (0,) * len(pads_)
+    ones = ref._pad_spatial(ones, limit, 1)
+    shifted = tuple(p - lp for p, lp in zip(pads_, limit))
+    ones = ref._pad_for_windows(ones, shifted, out_spatial, kernel_shape, strides_, dilations_, 0)
+    win = ref._windows(ones, tuple(kernel_shape), strides_, dilations_, out_spatial)
+    return win.sum(axis=tuple(range(ones.ndim, win.ndim)))
+
+
+def average_pool_int8(x, *, counts, multiplier, shift, x_zero_point=0, out_zero_point=0,
+                      qclamp=None, out_dtype="int8", auto_pad="NOTSET", ceil_mode=0,
+                      count_include_pad=0, dilations=None, kernel_shape=None, pads=None,
+                      strides=None):
+    """Sum of (x - z_x) per window in int64, then one requantization per window size.
+
+    `counts` lists the distinct window sizes; multiplier[i]/shift[i] encode
+    s_x / (counts[i] * s_out), so the division by the window size rounds only once.
+    """
+    win, *_ = ref._pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode,
+                                dilations, x_zero_point)
+    total = (np.asarray(win, np.int64) - x_zero_point).sum(axis=tuple(range(x.ndim, win.ndim)))
+    per_window = pool_counts(x.shape[2:], kernel_shape=kernel_shape, strides=strides, pads=pads,
+                             auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
+                             count_include_pad=count_include_pad)
+    index = np.searchsorted(np.asarray(counts), per_window)
+    m = np.asarray(multiplier, np.int64)[index]
+    s = np.asarray(shift, np.int64)[index]
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    return numerics.requantize(total, m, s, out_zero_point, lo, hi, dtype=out_dtype)
+
+
+def global_average_pool_int8(x, *, counts, multiplier, shift, x_zero_point=0,
+                             out_zero_point=0, qclamp=None, out_dtype="int8"):
+    total = (np.asarray(x, np.int64) - x_zero_point).sum(axis=tuple(range(2, x.ndim)),
+                                                         keepdims=True)
+    return _requant(total, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+
+
+def reduce_mean_int8(x, axes=None, *, counts, multiplier, shift, x_zero_point=0,
+                     out_zero_point=0, qclamp=None, out_dtype="int8", keepdims=1,
+                     noop_with_empty_axes=0):
+    axes = reduce_axes(x.ndim, axes, noop_with_empty_axes)
+    total = (np.asarray(x, np.int64) - x_zero_point).sum(axis=axes, keepdims=bool(keepdims))
+    return _requant(total, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+
+
+def reduce_axes(rank: int, axes, noop_with_empty_axes=0) -> tuple[int, ...]:
+    """ReduceMean's reduced axes, as the fp32 reference reads them."""
+    if axes is None or len(np.atleast_1d(axes)) == 0:
+        return () if noop_with_empty_axes else tuple(range(rank))
+    return tuple(int(a) + rank if int(a) < 0 else int(a) for a in np.atleast_1d(axes))
+
+
+# --- QuantizeLinear and DequantizeLinear (ONNX semantics) ------------------------------------
+
+
+def _along_axis(values, ndim: int, axis: int) -> np.ndarray:
+    values = np.asarray(values)
+    if values.ndim == 0 or values.size == 1:
+        return values.reshape(())
+    shape = [1] * ndim
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=0,
+                    precision=0, saturate=1):
+    """ONNX QuantizeLinear: saturate(round_half_even(x / scale) + zero_point), in float32."""
+    dtype = np.dtype(np.uint8) if y_zero_point is None else np.asarray(y_zero_point).dtype
+    zero_point = 0 if y_zero_point is None else y_zero_point
+    scale = _along_axis(np.asarray(y_scale, np.float32), np.ndim(x), axis)
+    zp = _along_axis(np.asarray(zero_point, np.float32), np.ndim(x), axis)
+    lo, hi = RANGES[str(dtype)]
+    q = np.rint(np.asarray(x, np.float32) / scale) + zp
+    return np.clip(q, lo, hi).astype(dtype)
+
+
+def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                      output_dtype=0):
+    """ONNX DequantizeLinear: (x - zero_point) * scale as float32."""
+    zero_point = 0 if x_zero_point is None else x_zero_point
+    scale = _along_axis(np.asarray(x_scale, np.float32), np.ndim(x), axis)
+    zp = _along_axis(np.asarray(zero_point, np.int32), np.ndim(x), axis)
+    return ((np.asarray(x, np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+# --- the rows -------------------------------------------------------------------------------
+
+
+# Data movement runs its fp32 reference, which moves integers as they are.
+INT8_ROWS: dict[str, Int8Rule] = {
+    # Linear algebra: int32 accumulation, per-channel requantization.
+    "Conv": Int8Rule(Quant.REQUANT_OUTPUT, conv_int8),
+    "Gemm": Int8Rule(Quant.REQUANT_OUTPUT, gemm_int8),
+    "MatMul": Int8Rule(Quant.REQUANT_OUTPUT, matmul_int8),
+    # Elementwise arithmetic.
+    "Add": Int8Rule(Quant.REQUANT_OUTPUT, add_int8),
+    "Sub": Int8Rule(Quant.REQUANT_OUTPUT, sub_int8),
+    "Mul": Int8Rule(Quant.REQUANT_OUTPUT, mul_int8),
+    "Rescale": Int8Rule(Quant.REQUANT_OUTPUT, rescale_int8),
+    # Clamps: fused into the producer's requantization where it is their only reader.
+    "Relu": Int8Rule(Quant.CLAMP, clamp_int8),
+    "Clip": Int8Rule(Quant.CLAMP, clamp_int8),
+    # Nonlinearities as 256-entry tables.
+    "Sigmoid": Int8Rule(Quant.LOOKUP, lookup_int8),
+    "Tanh": Int8Rule(Quant.LOOKUP, lookup_int8),
+    "HardSigmoid": Int8Rule(Quant.LOOKUP, lookup_int8),
+    "HardSwish": Int8Rule(Quant.LOOKUP, lookup_int8),
+    "LeakyRelu": Int8Rule(Quant.LOOKUP, lookup_int8),
+    "Softmax": Int8Rule(Quant.FIXED_OUTPUT, softmax_int8),
+    # Windows and reductions.
+    "MaxPool": Int8Rule(Quant.KEEP_PARAMS, max_pool_int8),
+    "GlobalMaxPool": Int8Rule(Quant.KEEP_PARAMS, ref.global_max_pool),
+    "AveragePool": Int8Rule(Quant.REQUANT_OUTPUT, average_pool_int8),
+    "GlobalAveragePool": Int8Rule(Quant.REQUANT_OUTPUT, global_average_pool_int8),
+    "ReduceMean": Int8Rule(Quant.REQUANT_OUTPUT, reduce_mean_int8),
+    # Data movement keeps the scale (Pad's constant is quantized; Resize is nearest only).
+    "Identity": Int8Rule(Quant.KEEP_PARAMS, ref.identity),
+    "Reshape": Int8Rule(Quant.KEEP_PARAMS, ref.reshape),
+    "Flatten": Int8Rule(Quant.KEEP_PARAMS, ref.flatten),
+    "Transpose": Int8Rule(Quant.KEEP_PARAMS, ref.transpose),
+    "Squeeze": Int8Rule(Quant.KEEP_PARAMS, ref.squeeze),
+    "Unsqueeze": Int8Rule(Quant.KEEP_PARAMS, ref.unsqueeze),
+    "Slice": Int8Rule(Quant.KEEP_PARAMS, ref.slice_),
+    "Split": Int8Rule(Quant.KEEP_PARAMS, ref.split),
+    "Pad": Int8Rule(Quant.KEEP_PARAMS, ref.pad),
+    "Resize": Int8Rule(Quant.KEEP_PARAMS, ref.resize),
+    "Concat": Int8Rule(Quant.RESCALE_INPUTS, ref.concat),
+    # The boundary between float and integer.
+    "QuantizeLinear": Int8Rule(Quant.QUANTIZE, quantize_linear),
+    "DequantizeLinear": Int8Rule(Quant.DEQUANTIZE, dequantize_linear),
+}
+
+
+# --- operators only quantized graphs hold: rows for the operator table -----------------------
+
+
+@dataclass(frozen=True)
+class NewOp:
+    """What `compiler.graph.ops` needs for an operator the importer never sees."""
+
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    shape: Callable[[list, Mapping[str, Any]], list[Type]]
+    fp32: Callable[..., Any]
+    doc: str = field(default="", compare=False)
+
+
+def _quantize_shape(xs, attrs):
+    zero_point = xs[2] if len(xs) > 2 and xs[2] is not None else None
+    dtype = zero_point.type.dtype if zero_point is not None else "uint8"
+    return [Type(dtype, xs[0].type.shape)]
+
+
+def _dequantize_shape(xs, attrs):
+    return [Type("float32", xs[0].type.shape)]
+
+
+def _rescale_shape(xs, attrs):
+    return [Type(attrs.get("out_dtype") or xs[0].type.dtype, xs[0].type.shape)]
+
+
+_QDQ_ATTRS = {"axis": 1, "block_size": 0}
+
+NEW_OPS: dict[str, NewOp] = {
+    "QuantizeLinear": NewOp(("x", "y_scale", "y_zero_point?"),
+                            {**_QDQ_ATTRS, "output_dtype": 0, "precision": 0, "saturate": 1},
+                            _quantize_shape, quantize_linear,
+                            "float → int8/uint8 (the zero point's type), ONNX semantics"),
+    "DequantizeLinear": NewOp(("x", "x_scale", "x_zero_point?"),
+                              {**_QDQ_ATTRS, "output_dtype": 0}, _dequantize_shape,
+                              dequantize_linear, "int8/uint8 → float32, ONNX semantics"),
+    "Rescale": NewOp(("x",), {"multiplier": None, "shift": None, "x_zero_point": 0,
+                              "out_zero_point": 0, "qclamp": None, "out_dtype": "int8"},
+                     _rescale_shape, rescale_int8,
+                     "ember-internal: int8 → int8 in another scale; no fp32 meaning beyond "
+                     "its integer one"),
+}
+
+
+def defaults(op: str) -> dict[str, Any]:
+    """Attribute defaults of the operators in NEW_OPS (the table has the others)."""
+    return dict(NEW_OPS[op].attrs) if op in NEW_OPS else {}
+

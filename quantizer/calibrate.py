@@ -1,0 +1,208 @@
+"""Calibration: a real range per tensor from its profile histogram, and ranges → QuantParams.
+
+Four methods choose the range [lo, hi] of one tensor from its `TensorStats`:
+
+- ``minmax``: the observed minimum and maximum; never clips.
+- ``percentile``: the smallest threshold t holding `percentile` % of the values' magnitudes.
+- ``entropy``: TensorRT's KL-divergence calibration (Migacz, "8-bit Inference with TensorRT",
+  GTC 2017): the threshold t whose 128-level quantization of the distribution loses the least
+  information, KL(P || Q).
+- ``mse``: the threshold t minimising the expected squared quantization error, clipping error
+  plus rounding error, over the histogram.
+
+The three clipping methods work on the histogram of |x|, as TensorRT does: they choose one
+magnitude threshold t and the range is [max(min, -t), min(max, t)], so a one-sided tensor (a
+ReLU output) keeps its empty side empty and a two-sided one is clipped on whichever tail is long.
+On the profiler's power-of-two grid the |x| histogram is exact: bin j < 0 covers the same
+magnitudes as bin -j-1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from compiler.graph.ir import QuantParams
+from profiler.format import TensorStats
+from quantizer.errors import QuantizeError
+from simulator.numerics import RANGES
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+
+# The |x| histogram is coarsened (exactly, by summing neighbours) to at most this many bins.
+ABS_BINS = 4096
+# Entropy calibration needs a histogram much finer than its 128 quantization levels.
+ENTROPY_LEVELS = 128
+MIN_ENTROPY_BINS = 2 * ENTROPY_LEVELS
+# Candidate thresholds tried by entropy and mse; a stride over the bins keeps the cost bounded.
+MAX_CANDIDATES = 1024
+# The scale of a tensor whose range is zero (all zeros): any positive scale represents it
+# exactly; 1.0 is onnxruntime's choice and keeps every derived multiplier in range.
+ZERO_RANGE_SCALE = 1.0
+
+
+def tensor_range(stats: TensorStats, method: str = "minmax", percentile: float = 99.99,
+                 name: str = "?") -> tuple[float, float]:
+    """The real range [lo, hi] of one tensor by `method`; lo <= hi, both finite."""
+    if method not in METHODS:
+        raise QuantizeError(f"calibration method {method!r} is unknown; choose one of {METHODS}")
+    if stats.count == 0 or stats.min is None or stats.max is None:
+        raise QuantizeError(f"tensor {name!r}: the profile holds no finite values for it")
+    lo, hi = float(stats.min), float(stats.max)
+    if method == "minmax" or max(abs(lo), abs(hi)) == 0.0 or lo == hi:
+        return lo, hi
+    counts, width = abs_histogram(stats)
+    if method == "percentile":
+        if not 0.0 < percentile <= 100.0:
+            raise QuantizeError(f"percentile must lie in (0, 100], got {percentile}")
+        t = percentile_threshold(counts, width, percentile)
+    elif method == "entropy":
+        t = entropy_threshold(counts, width, name)
+    else:
+        t = mse_threshold(counts, width, lo, hi)
+    t = min(t, max(abs(lo), abs(hi)))
+    return max(lo, -t), min(hi, t)
+
+
+def abs_histogram(stats: TensorStats) -> tuple[np.ndarray, float]:
+    """Counts of |x| on bins [i*w, (i+1)*w) starting at zero, and the bin width w."""
+    index = np.arange(len(stats.hist), dtype=np.int64) + stats.first_bin
+    magnitude = np.where(index >= 0, index, -index - 1)
+    coarsen = 0
+    while (int(magnitude.max()) >> coarsen) >= ABS_BINS:
+        coarsen += 1
+    magnitude >>= coarsen
+    counts = np.zeros(int(magnitude.max()) + 1, dtype=np.int64)
+    np.add.at(counts, magnitude, stats.hist)
+    return counts, stats.bin_width * 2.0**coarsen
+
+
+def percentile_threshold(counts: np.ndarray, width: float, percentile: float) -> float:
+    """The upper edge of the first |x| bin at which `percentile` % of the values lie below."""
+    cdf = np.cumsum(counts)
+    index = int(np.searchsorted(cdf, cdf[-1] * percentile / 100.0, side="left"))
+    return (min(index, len(counts) - 1) + 1) * width
+
+
+def entropy_threshold(counts: np.ndarray, width: float, name: str = "?") -> float:
+    """TensorRT's entropy calibration over the |x| histogram.
+
+    For each candidate i (bins kept), P is the first i bins with the clipped tail's mass added to
+    the last; Q merges those i bins into 128 levels and spreads each level's mass evenly over its
+    non-empty bins (bin 0, the exact zeros, is one level by itself). The threshold is the upper
+    edge of bin i for the i minimising KL(P || Q).
+    """
+    nbins = len(counts)
+    if nbins < MIN_ENTROPY_BINS:
+        raise QuantizeError(f"tensor {name!r}: entropy calibration needs a histogram of at least "
+                            f"{MIN_ENTROPY_BINS} bins of |x|, the profile has {nbins}")
+    counts = counts.astype(np.float64)
+    tail = np.cumsum(counts[::-1])[::-1]  # tail[i] = mass of bins i..end
+    stride = max(1, (nbins - ENTROPY_LEVELS) // MAX_CANDIDATES)
+    best_i, best_kl = nbins, math.inf
+    for i in range(ENTROPY_LEVELS, nbins + 1, stride):
+        p = counts[:i].copy()
+        if i < nbins:
+            p[-1] += tail[i]
+        kept = counts[:i]
+        # Bin 0 is a level of its own: zero is exactly representable in every scheme here, so
+        # the spike of exact zeros a ReLU leaves is never spread over its neighbours (which
+        # would otherwise pull the threshold down to the first 128 bins).
+        level = np.concatenate(([0], 1 + np.arange(i - 1) * (ENTROPY_LEVELS - 1) // (i - 1)))
+        nonzero = kept > 0
+        mass = np.bincount(level, weights=kept, minlength=ENTROPY_LEVELS)
+        filled = np.bincount(level, weights=nonzero, minlength=ENTROPY_LEVELS)
+        q = np.where(nonzero, mass[level] / np.maximum(filled[level], 1), 0.0)
+        p_sum, q_sum = p.sum(), q.sum()
+        if p_sum == 0 or q_sum == 0:
+            continue
+        p /= p_sum
+        q /= q_sum
+        # Where P has mass Q lacks (only the tail bin, when it was empty), use a tiny floor so
+        # the divergence stays finite, as TensorRT's smoothing does.
+        q = np.where((p > 0) & (q == 0), 1e-12, q)
+        support = p > 0
+        kl = float(np.sum(p[support] * np.log(p[support] / q[support])))
+        if kl < best_kl:
+            best_i, best_kl = i, kl
+    return best_i * width
+
+
+def mse_threshold(counts: np.ndarray, width: float, lo: float, hi: float,
+                  levels: int = 255) -> float:
+    """The threshold t minimising E[(x - dequant(quant(x)))^2] over the |x| histogram.
+
+    With range [max(lo, -t), min(hi, t)] split into `levels` steps of size s, a value inside the
+    range has the uniform rounding error s^2/12 and a value beyond t the clipping error
+    (|x| - t)^2, measured at bin centres.
+    """
+    centres = (np.arange(len(counts)) + 0.5) * width
+    stride = max(1, len(counts) // MAX_CANDIDATES)
+    candidates = (np.arange(0, len(counts), stride) + 1) * width
+    candidates = np.append(candidates[candidates < len(counts) * width], len(counts) * width)
+    weights = counts.astype(np.float64)
+    errors = np.empty(len(candidates))
+    for k, t in enumerate(candidates):
+        step = (min(hi, t) - max(lo, -t)) / levels
+        inside = centres <= t
+        clip = np.where(inside, 0.0, centres - t)
+        errors[k] = (weights[inside].sum() * step * step / 12.0
+                     + float(np.dot(weights, clip * clip)))
+    return float(candidates[int(np.argmin(errors))])
+
+
+# --- ranges → quantization parameters --------------------------------------------------------
+
+
+def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False,
+                      power2: bool = False) -> QuantParams:
+    """Per-tensor parameters covering [lo, hi] in `dtype` ("int8" or "uint8").
+
+    The range is widened to hold 0, so zero (padding, ReLU's floor) is exactly representable.
+    Asymmetric: the 256 levels span [lo, hi]. Symmetric: zero point 0 (128 for uint8) and
+    scale max|x| / 127. power2: the scale is rounded up to a power of two (shift-only
+    rescaling), the zero point recomputed for it. Scales are float32 values, so the
+    QuantizeLinear constants that carry them are exact.
+    """
+    qmin, qmax = RANGES[dtype]
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if symmetric:
+        amax = max(-lo, hi)
+        scale = amax / 127.0 if amax > 0 else ZERO_RANGE_SCALE
+        scale = _pow2(scale) if power2 else _f32(scale)
+        return QuantParams.per_tensor(scale, 0 if dtype == "int8" else 128)
+    if hi - lo <= 0:
+        return QuantParams.per_tensor(ZERO_RANGE_SCALE, 0 if qmin < 0 <= qmax else qmin)
+    scale = (hi - lo) / (qmax - qmin)
+    scale = _pow2(scale) if power2 else _f32(scale)
+    zero_point = int(np.clip(round(qmin - lo / scale), qmin, qmax))
+    return QuantParams.per_tensor(scale, zero_point)
+
+
+def weight_scales(w: np.ndarray, axis: int | None, power2: bool = False) -> tuple[float, ...]:
+    """Symmetric int8 scales max|w| / 127, one per slice along `axis` (or one for all)."""
+    if axis is None:
+        amax = np.array([np.max(np.abs(w))]) if w.size else np.zeros(1)
+    else:
+        moved = np.moveaxis(np.abs(w), axis, 0).reshape(w.shape[axis], -1)
+        amax = moved.max(axis=1) if moved.shape[1] else np.zeros(w.shape[axis])
+    scales = []
+    for a in amax.astype(np.float64):
+        scale = a / 127.0 if a > 0 else ZERO_RANGE_SCALE
+        scales.append(_pow2(scale) if power2 else _f32(scale))
+    return tuple(scales)
+
+
+# The smallest scale: float32's smallest normal number, itself a power of two. A range so small
+# (below about 1e-36) is noise around zero; it still gets a valid scale, never a zero one.
+MIN_SCALE = 2.0**-126
+
+
+def _f32(scale: float) -> float:
+    """The nearest float32 to `scale`, at least MIN_SCALE."""
+    return max(float(np.float32(scale)), MIN_SCALE)
+
+
+def _pow2(scale: float) -> float:
+    return max(2.0 ** math.ceil(math.log2(scale)), MIN_SCALE)

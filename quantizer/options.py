@@ -1,0 +1,45 @@
+"""The quantizer's options: one frozen dataclass, validated when it is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quantizer import calibrate
+from quantizer.errors import QuantizeError
+
+SCHEMAS = ("affine", "power2")
+ACTIVATION_DTYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    """How to quantize.
+
+    activation_dtype defaults to "int8" with a zero point (asymmetric): the array multiplies
+    int8 by int8 (numerics' contract), and with the zero point folded into the bias an int8
+    activation has the same 256 levels as a uint8 one while every operand the array sees stays
+    int8 (the reason TFLite moved from uint8 to int8). "uint8" is available for targets and
+    tools that expect it. symmetric_activations fixes the zero point at 0 (128 for uint8).
+    schema "power2" rounds every scale up to a power of two, for shift-only hardware.
+    """
+
+    calibration: str = "minmax"
+    percentile: float = 99.99
+    per_channel: bool = True
+    activation_dtype: str = "int8"
+    symmetric_activations: bool = False
+    schema: str = "affine"
+    keep_fp32: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.calibration not in calibrate.METHODS:
+            raise QuantizeError(f"calibration {self.calibration!r} is unknown; choose one of "
+                                f"{calibrate.METHODS}")
+        if not 0.0 < self.percentile <= 100.0:
+            raise QuantizeError(f"percentile must lie in (0, 100], got {self.percentile}")
+        if self.activation_dtype not in ACTIVATION_DTYPES:
+            raise QuantizeError(f"activation_dtype {self.activation_dtype!r} is unknown; choose "
+                                f"one of {ACTIVATION_DTYPES}")
+        if self.schema not in SCHEMAS:
+            raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
+        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
