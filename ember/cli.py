@@ -14,7 +14,12 @@ COMMANDS = [
     ("show", "show"),
     ("run", "run"),
     ("demo", "demo"),
+    ("accuracy", "accuracy"),
     ("examples", "examples"),
+    ("profile", "quantize_profile"),
+    ("profile", "profile"),
+    ("disasm", "disasm"),
+    ("simulate", "simulate"),
 ]
 
 

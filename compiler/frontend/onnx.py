@@ -276,7 +276,10 @@ class _GraphBuilder:
                                    f"({node.op}): ember's shape rule gives {t.shape}, ONNX "
                                    f"shape inference {onnx_t.shape}")
             self.values[out] = Value(out, t)
-        if all(i is None or i.is_const for i in inputs) and node.op != "Dropout":
+        if node.op == "Shape":  # shapes are static, so Shape's value follows from the type
+            data = np.broadcast_to(np.uint8(0), inputs[0].type.shape)
+            self.known.update(zip(node.outputs, optable.run_fp32(node, [data])))
+        elif all(i is None or i.is_const for i in inputs) and node.op != "Dropout":
             results = optable.run_fp32(node, [i.const if i is not None else None
                                               for i in inputs])
             self.known.update(zip(node.outputs, results))

@@ -17,7 +17,7 @@ import numpy as np
 
 from compiler.errors import CompileError
 from compiler.graph import reference as ref
-from compiler.graph.ir import Graph, Node, Type, Value
+from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
 
 
 class _Required:
@@ -94,6 +94,11 @@ def conv_shape(xs, attrs):
     if x[1] != w[1] * group:
         raise CompileError(f"input has {x[1]} channels but weight {w} with group={group} "
                            f"expects {w[1] * group}")
+    if w[0] % group:
+        raise CompileError(f"weight {w} has {w[0]} output channels, not a multiple of "
+                           f"group={group}")
+    if len(xs) > 2 and xs[2] is not None and xs[2].type.shape != (w[0],):
+        raise CompileError(f"bias {xs[2].type.shape} should have shape ({w[0]},)")
     _, out, _, _ = ref.resolve_pads(x[2:], w[2:], attrs["strides"], attrs["dilations"],
                                     attrs["pads"], attrs["auto_pad"])
     return [_t(xs[0], (x[0], w[0]) + out)]
@@ -119,6 +124,9 @@ def gemm_shape(xs, attrs):
     if k != k2:
         raise CompileError(f"Gemm inner dimensions differ: A {a} (transA={attrs['transA']}), "
                            f"B {b} (transB={attrs['transB']})")
+    if len(xs) > 2 and xs[2] is not None and \
+            np.broadcast_shapes(xs[2].type.shape, (m, n)) != (m, n):
+        raise CompileError(f"Gemm C {xs[2].type.shape} does not broadcast to ({m}, {n})")
     return [_t(xs[0], (m, n))]
 
 
@@ -194,8 +202,23 @@ def _dtype_rule(dtype_of: Callable[[Mapping[str, Any]], str], inner: ShapeRule) 
 
 
 def _cast_dtype(attrs) -> str:
-    from onnx.helper import tensor_dtype_to_np_dtype
-    return str(np.dtype(tensor_dtype_to_np_dtype(attrs["to"])))
+    from onnx.helper import tensor_dtype_to_np_dtype, tensor_dtype_to_string
+    try:
+        dtype = str(np.dtype(tensor_dtype_to_np_dtype(attrs["to"])))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype not in DTYPES:
+        name = tensor_dtype_to_string(attrs["to"]).removeprefix("TensorProto.")
+        raise CompileError(f"Cast to {name}: element type not supported (ember has "
+                           f"{', '.join(DTYPES)})")
+    return dtype
+
+
+def batchnorm_shape(xs, attrs):
+    if attrs["training_mode"]:
+        raise CompileError("training_mode=1 computes batch statistics; only inference "
+                           "BatchNormalization is supported")
+    return same_shape(xs, attrs)
 
 
 # --- the table ------------------------------------------------------------------------------
@@ -216,7 +239,7 @@ _ROWS = (
           gemm_shape, ref.gemm),
     OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul),
     OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
-          {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, same_shape,
+          {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, batchnorm_shape,
           ref.batch_normalization),
     # Elementwise: the vector unit's work.
     OpDef("Relu", ("X",), {}, same_shape, ref.relu),
@@ -234,7 +257,7 @@ _ROWS = (
     OpDef("Identity", ("input",), {}, same_shape, ref.identity),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
           lambda xs, a: [_t(xs[0], xs[0].type.shape), _t(xs[0], xs[0].type.shape, "bool")],
-          ref.dropout, outputs=("output", "mask?")),
+          ref.dropout, outputs=("output", "mask?"), attr_to_input={"ratio": 1}),
     # Windows and reductions.
     OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool),
     OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
@@ -308,6 +331,9 @@ def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
                            f"{err}") from None
     if types is None:
         return None
+    if len(node.outputs) > len(types):
+        raise CompileError(f"node {node.name!r} ({node.op}) has {len(node.outputs)} outputs; "
+                           f"ember's {node.op} produces {len(types)} ({', '.join(op.outputs)})")
     return types[:len(node.outputs)]
 
 

@@ -4,6 +4,11 @@ Each function takes the operator's inputs positionally (None for an omitted opti
 its attributes as keywords with ONNX names, and returns one array or a tuple of arrays. They are
 plain and slow-but-clear where clarity costs little; convolution and pooling go through strided
 windows so the reference runs real models in seconds.
+
+Users judge ember against onnxruntime, so where onnxruntime departs from the letter of the spec
+the reference follows onnxruntime and says so where it does (Resize's float32 arithmetic and
+its no-op on an unchanged shape, Slice's INT_MAX ends). A feature the reference does not
+implement raises CompileError, never a silently different answer.
 """
 
 from __future__ import annotations
@@ -209,8 +214,9 @@ def _pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations
 
 def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
              storage_order=0, strides=None):
+    lowest = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
     win, *_ = _pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations,
-                            -np.inf)
+                            lowest)
     k_axes = tuple(range(x.ndim, win.ndim))
     return win.max(axis=k_axes).astype(x.dtype)
 
@@ -282,6 +288,9 @@ def unsqueeze(x, axes):
     return x
 
 
+_INT_MAX_ENDS = (np.iinfo(np.int32).max, np.iinfo(np.int64).max)
+
+
 def slice_(data, starts, ends, axes=None, steps=None):
     starts, ends = np.atleast_1d(starts), np.atleast_1d(ends)
     axes = range(len(starts)) if axes is None else np.atleast_1d(axes)
@@ -291,13 +300,17 @@ def slice_(data, starts, ends, axes=None, steps=None):
         axis = _axis(int(axis), data.ndim)
         dim = data.shape[axis]
         start, end, step = int(start), int(end), int(step)
-        # Clamp as the ONNX spec does, so INT64_MAX/MIN sentinels behave like Python's None.
+        # The ONNX spec clamps starts to [0, dim] stepping forward and [0, dim - 1] backward,
+        # ends to [0, dim] and [-1, dim - 1], where -1 means "past the first element".
+        # onnxruntime also reads an end of INT_MAX as "to the edge", backwards too.
+        end_is_open = end in _INT_MAX_ENDS
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
             start, end = min(max(start, 0), dim), min(max(end, 0), dim)
         else:
-            start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+            start = min(max(start, 0), dim - 1)
+            end = -1 if end_is_open else min(max(end, -1), dim - 1)
         index[axis] = slice(start, None if end < 0 else end, step)
     return data[tuple(index)]
 
@@ -332,6 +345,10 @@ def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
         value = 0 if constant_value is None else np.asarray(constant_value).item()
         return np.pad(data, width, mode="constant", constant_values=value)
     if mode == "reflect":
+        for a, (begin, end) in enumerate(width):
+            if max(begin, end) > data.shape[a] - 1:
+                raise CompileError(f"Pad reflect pads ({begin}, {end}) on axis {a} exceed its "
+                                   f"length {data.shape[a]} minus one (onnxruntime rejects them)")
         return np.pad(data, width, mode="reflect")
     if mode == "edge":
         return np.pad(data, width, mode="edge")
@@ -344,7 +361,12 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
            extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
            nearest_mode="round_prefer_floor"):
-    """Nearest and (multi)linear resize, separable per axis as the ONNX reference computes it."""
+    """Nearest and (multi)linear resize, separable per axis.
+
+    Scales, output sizes and source coordinates are float32, as onnxruntime computes them:
+    ember is judged against onnxruntime, and the ONNX reference's float64 arithmetic differs
+    from it at exact ties (a nearest pixel at x.5) and in floor(size * scale).
+    """
     if mode not in ("nearest", "linear"):
         raise CompileError(f"Resize mode {mode!r} is not supported (nearest, linear)")
     if antialias:
@@ -352,53 +374,75 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
     if coordinate_transformation_mode == "tf_crop_and_resize":
         raise CompileError("Resize coordinate_transformation_mode 'tf_crop_and_resize' is not "
                            "supported")
-    if keep_aspect_ratio_policy != "stretch":
-        raise CompileError("Resize keep_aspect_ratio_policy other than 'stretch' is not "
-                           "supported")
     rank = x.ndim
     axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
-    full_scales = [1.0] * rank
+    f32 = np.float32
+    scale = [f32(1.0)] * rank
     out_shape = list(x.shape)
     if sizes is not None and len(np.atleast_1d(sizes)):
-        for a, size in zip(axes, np.atleast_1d(sizes)):
-            out_shape[a] = int(size)
-            full_scales[a] = int(size) / x.shape[a]
+        sizes = [int(s) for s in np.atleast_1d(sizes)]
+        for a, size in zip(axes, sizes):
+            out_shape[a], scale[a] = size, f32(size) / f32(x.shape[a])
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            # One scale for all the axes, the smallest or largest; sizes round half up.
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            common = pick(scale[a] for a in axes)
+            for a in axes:
+                scale[a] = common
+                out_shape[a] = int(np.floor(common * f32(x.shape[a]) + f32(0.5)))
+        elif keep_aspect_ratio_policy != "stretch":
+            raise CompileError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} "
+                               "is not one of stretch, not_larger, not_smaller")
     else:
         for a, s in zip(axes, np.atleast_1d(scales)):
-            full_scales[a] = float(s)
-            out_shape[a] = int(math.floor(x.shape[a] * float(s)))
+            scale[a] = f32(s)
+            out_shape[a] = int(np.floor(f32(x.shape[a]) * scale[a]))
+    if tuple(out_shape) == x.shape:
+        return x   # onnxruntime copies the input whenever the shape is unchanged, whatever scales
     y = x
     for a in range(rank):
-        if out_shape[a] == x.shape[a] and full_scales[a] == 1.0:
+        if out_shape[a] == x.shape[a] and scale[a] == 1:
             continue
-        y = _resize_axis(y, a, out_shape[a], full_scales[a], mode,
-                         coordinate_transformation_mode, nearest_mode)
+        y = _resize_axis(y, a, out_shape[a], scale[a], mode, coordinate_transformation_mode,
+                         nearest_mode)
     return y.astype(x.dtype, copy=False)
+
+
+def _source_coordinates(in_len, out_len, scale, ctm):
+    """Where each output position samples the input axis (float32, onnxruntime's formulas)."""
+    f32 = np.float32
+    o = np.arange(out_len, dtype=f32)
+    half = f32(0.5)
+    if ctm == "half_pixel":
+        return (o + half) / scale - half
+    if ctm == "half_pixel_symmetric":
+        # As onnxruntime's source writes it: the offset in float32, the rest in double. Its
+        # nearest pixel can still differ from this at exact ties (x.5), where rounding order
+        # decides; no simple formula reproduces those.
+        adjustment = f32(out_len) / (scale * f32(in_len))
+        offset = f32(in_len) / f32(2) * (f32(1) - adjustment)
+        return (np.float64(offset) + (o.astype(np.float64) + 0.5) / np.float64(scale)
+                - 0.5).astype(f32)
+    if ctm == "pytorch_half_pixel":
+        return (o + half) / scale - half if out_len > 1 else np.zeros_like(o)
+    if ctm == "align_corners":
+        return o * f32(in_len - 1) / f32(out_len - 1) if out_len > 1 else np.zeros_like(o)
+    if ctm == "asymmetric":
+        return o / scale
+    if ctm == "tf_half_pixel_for_nn":  # Resize-11 only
+        return (o + half) / scale
+    raise CompileError(f"Resize coordinate_transformation_mode {ctm!r} is not supported")
 
 
 def _resize_axis(x, axis, out_len, scale, mode, ctm, nearest_mode):
     in_len = x.shape[axis]
-    o = np.arange(out_len, dtype=np.float64)
-    if ctm == "half_pixel":
-        coord = (o + 0.5) / scale - 0.5
-    elif ctm == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        center = in_len / 2
-        offset = center * (1 - adjustment)
-        coord = offset + (o + 0.5) / scale - 0.5
-    elif ctm == "pytorch_half_pixel":
-        coord = (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(o)
-    elif ctm == "align_corners":
-        coord = o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros_like(o)
-    elif ctm == "asymmetric":
-        coord = o / scale
-    else:
-        raise CompileError(f"Resize coordinate_transformation_mode {ctm!r} is not supported")
+    coord = _source_coordinates(in_len, out_len, scale, ctm)
     if mode == "nearest":
+        tie = coord == np.floor(coord) + np.float32(0.5)
         if nearest_mode == "round_prefer_floor":
-            idx = np.where(coord == np.floor(coord) + 0.5, np.floor(coord), np.round(coord))
+            idx = np.where(tie, np.floor(coord), np.round(coord))
         elif nearest_mode == "round_prefer_ceil":
-            idx = np.where(coord == np.floor(coord) + 0.5, np.ceil(coord), np.round(coord))
+            idx = np.where(tie, np.ceil(coord), np.round(coord))
         elif nearest_mode == "floor":
             idx = np.floor(coord)
         elif nearest_mode == "ceil":
@@ -407,13 +451,12 @@ def _resize_axis(x, axis, out_len, scale, mode, ctm, nearest_mode):
             raise CompileError(f"Resize nearest_mode {nearest_mode!r} is not supported")
         idx = np.clip(idx, 0, in_len - 1).astype(np.int64)
         return np.take(x, idx, axis=axis)
-    coord = np.clip(coord, 0, in_len - 1)
+    coord = np.clip(coord, 0, in_len - 1).astype(np.float64)
     lo = np.floor(coord).astype(np.int64)
     hi = np.minimum(lo + 1, in_len - 1)
-    frac = (coord - lo).astype(np.float64)
     shape = [1] * x.ndim
     shape[axis] = out_len
-    frac = frac.reshape(shape)
+    frac = (coord - lo).reshape(shape)
     a, b = np.take(x, lo, axis=axis).astype(np.float64), np.take(x, hi, axis=axis)
     return a * (1 - frac) + b * frac
 

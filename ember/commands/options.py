@@ -12,3 +12,41 @@ input_shape_option = click.option(
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of a table.")
+
+
+def quantization_options(command):
+    """The quantizer's options, shared by every command that quantizes (accuracy, compile)."""
+    from quantizer.calibrate import METHODS
+    decorators = [
+        click.option("--profile", "profile_path", required=True,
+                     type=click.Path(dir_okay=False),
+                     help="The profile from `ember quantize-profile` for this model."),
+        click.option("--calibration", type=click.Choice(METHODS), default="minmax",
+                     show_default=True, help="How ranges come from the profile's histograms."),
+        click.option("--percentile", type=float, default=99.99, show_default=True,
+                     help="With --calibration percentile: the share of |x| kept inside."),
+        click.option("--per-channel/--per-tensor", default=True, show_default=True,
+                     help="Weight scales per output channel (Conv/Gemm/MatMul) or per tensor."),
+        click.option("--activations", "activation_dtype", type=click.Choice(["int8", "uint8"]),
+                     default="int8", show_default=True, help="Activation element type."),
+        click.option("--symmetric/--asymmetric", default=False, show_default=True,
+                     help="Symmetric activations (zero point fixed) or with an offset."),
+        click.option("--schema", type=click.Choice(["affine", "power2"]), default="affine",
+                     show_default=True,
+                     help="power2 rounds every scale to a power of two (shift-only hardware)."),
+        click.option("--keep-fp32", "keep_fp32", multiple=True, metavar="NODE",
+                     help="Leave this node in fp32 (repeatable), to find the layer that hurts."),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
+
+
+def quant_options_from(kwargs: dict):
+    """A QuantOptions from the click keyword arguments `quantization_options` declared."""
+    from quantizer.options import QuantOptions
+    return QuantOptions(calibration=kwargs["calibration"], percentile=kwargs["percentile"],
+                        per_channel=kwargs["per_channel"],
+                        activation_dtype=kwargs["activation_dtype"],
+                        symmetric_activations=kwargs["symmetric"], schema=kwargs["schema"],
+                        keep_fp32=tuple(kwargs["keep_fp32"]))

@@ -1,0 +1,90 @@
+"""`ember accuracy`: int8 against fp32 onnxruntime, whole model and layer by layer."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ember.accuracy import Evaluation, measure
+from ember.commands.options import (input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options)
+from ember.files import write_text
+from ember.loading import parse_shapes
+
+EXIT_GATE_FAILED = 3
+
+
+@click.command()
+@model_argument
+@quantization_options
+@click.option("--data", required=True, metavar="DATA",
+              help="Evaluation data: an .npz keyed by input name (samples on the first axis; a "
+                   "`labels` array is ground truth), a folder of .npy/.npz, or file.py:function.")
+@click.option("--labels", "labels_path", type=click.Path(dir_okay=False),
+              help="Ground-truth class indices (.npy, or .npz with `labels`), for top-1 accuracy.")
+@click.option("--samples", type=click.IntRange(min=1), help="Evaluate at most this many samples.")
+@click.option("--per-layer", is_flag=True,
+              help="Add every quantized tensor's SQNR against fp32: its own quantization error "
+                   "and the error accumulated from the input, worst first.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report with a per-layer SQNR plot.")
+@click.option("--min-sqnr", type=float,
+              help="Exit with code 3 when the first output's SQNR (dB) is below this.")
+@click.option("--max-top1-drop", type=float,
+              help="Exit with code 3 when int8 top-1 accuracy (or agreement, without labels) "
+                   "falls more than this many points below fp32.")
+@input_shape_option
+@json_option
+def accuracy(model: str, data: str, labels_path: str | None, samples: int | None,
+             per_layer: bool, html_path: str | None, min_sqnr: float | None,
+             max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
+             **quant_kwargs) -> None:
+    """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
+
+    MODEL is quantized with the profile and options given (exactly as `ember compile` would)
+    and run by ember's integer reference interpreter, the arithmetic the accelerator
+    executes bit for bit; onnxruntime runs the fp32 model on the same samples. Per output:
+    top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|.
+
+    \b
+    Example:
+      ember accuracy examples/digits/model.onnx --profile digits.profile.json \\
+          --data examples/digits/eval.npz --per-layer --html accuracy.html
+    """
+    options = quant_options_from(quant_kwargs)
+    evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer)
+    with Progress(TextColumn("evaluating"), BarColumn(), TextColumn("{task.completed} samples"),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("eval", total=samples)
+        report = measure(model, quant_kwargs["profile_path"], evaluation, options,
+                         parse_shapes(input_shapes),
+                         on_samples=lambda n: progress.advance(task, n))
+    if html_path:
+        write_text(html_path, report.html())
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=1))
+    else:
+        report.print(Console())
+    failed = _gate(report, min_sqnr, max_top1_drop)
+    if failed:
+        click.echo(f"ember: accuracy gate failed: {failed}", err=True)
+        sys.exit(EXIT_GATE_FAILED)
+
+
+def _gate(report, min_sqnr: float | None, max_top1_drop: float | None) -> str | None:
+    first = report.outputs[0]
+    if min_sqnr is not None and first.sqnr_db < min_sqnr:
+        return f"SQNR {first.sqnr_db:.2f} dB < --min-sqnr {min_sqnr}"
+    if max_top1_drop is not None and first.classifier:
+        if first.top1_accuracy_fp32 is not None:
+            drop = 100 * (first.top1_accuracy_fp32 - first.top1_accuracy_int8)
+        else:
+            drop = 100 * (1 - first.top1_agreement)
+        if drop > max_top1_drop:
+            return f"top-1 drop {drop:.2f} points > --max-top1-drop {max_top1_drop}"
+    return None

@@ -1,0 +1,225 @@
+"""`ember quantize-profile` and `ember profile merge|show`: tensor ranges over calibration data."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
+                           TextColumn, TimeRemainingColumn)
+from rich.table import Table
+
+from ember.commands.options import input_shape_option, json_option, model_argument
+from profiler import format as profile_format
+from profiler.arrays import RandomData
+from profiler.images import ImageOptions
+from profiler.inputs import input_specs, parse_input_shape
+from profiler.run import RunOptions, load_model, profile as run_profile
+from profiler.sources import open_data
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"'{text}': expected comma-separated numbers") from None
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) not in (1, 2) or min(dims) < 1:
+        raise click.BadParameter(f"'{text}': expected H,W or one size for both")
+    return (dims[0], dims[-1])
+
+
+@click.command("quantize-profile")
+@model_argument
+@click.option("--data", metavar="DATA",
+              help="Calibration data: an .npz keyed by input name (samples on the first axis; "
+                   "a 'labels' array is ignored), a folder of .npy/.npz files, a folder of "
+                   "png/jpg images, or a Python hook file.py:function or module:function "
+                   "returning dicts of {input name: array} (an iterable, or an object with "
+                   "get_next() such as an onnxruntime CalibrationDataReader).")
+@click.option("--random", "random_samples", type=click.IntRange(min=1), metavar="N",
+              help="Profile N synthetic normal(0,1) samples instead of --data: a quick smoke "
+                   "run; the profile is marked synthetic.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Profile to write.  [default: MODEL with .profile.json]")
+@click.option("--samples", type=click.IntRange(min=1), metavar="N",
+              help="Stop after the first N samples.")
+@click.option("--batch", type=click.IntRange(min=1), default=32, metavar="B", show_default=True,
+              help="Most samples per onnxruntime run. A model fixed to batch 1 runs batched "
+                   "only if that gives the same values (checked on the first batch); large "
+                   "models run one sample at a time, which is faster for them. Memory grows "
+                   "with B, never with --samples.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, metavar="N", show_default=True,
+              help="Worker processes, one onnxruntime session and thread each; the result is "
+                   "identical to a single process.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
+@click.option("--allow-nonfinite/--reject-nonfinite", default=False, show_default=True,
+              help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
+@input_shape_option
+@click.option("--resize", metavar="H,W", help="Images: resize to H,W.  [default: the model's]")
+@click.option("--mean", default="0", show_default=True, metavar="M[,M,M]",
+              help="Images: per-channel mean subtracted after scaling pixels to [0,1].")
+@click.option("--std", default="1", show_default=True, metavar="S[,S,S]",
+              help="Images: per-channel divisor applied after --mean.")
+@click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
+              help="Images: tensor layout.  [default: guessed from the input shape]")
+@click.option("--channel-order", type=click.Choice(["RGB", "BGR"]), default="RGB",
+              show_default=True, help="Images: channel order the model expects.")
+def quantize_profile(model: str, data: str | None, random_samples: int | None,
+                     output: str | None, samples: int | None, batch: int, workers: int,
+                     seed: int, allow_nonfinite: bool, input_shapes: tuple[str, ...],
+                     resize: str | None, mean: str, std: str, layout: str | None,
+                     channel_order: str) -> None:
+    """Run MODEL in fp32 over calibration data and record every tensor's range.
+
+    For each input, weight and node output: min, max, count and a histogram of at least
+    2048 bins inside the range, enough for min/max, percentile, entropy (KL) and MSE
+    calibration. Data streams in batches, so memory stays flat however many samples.
+
+    \b
+    Examples:
+      ember quantize-profile model.onnx --data calib.npz
+      ember quantize-profile resnet.onnx --data imagenet_val/ --samples 1000 \\
+          --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --workers 2
+      ember quantize-profile model.onnx --data my_reader.py:make_reader
+      ember quantize-profile model.onnx --random 16          # smoke test only
+      ember compile model.onnx --int8 --profile model.profile.json
+
+    The profile names the model by a fingerprint of its graph, input shapes and weights;
+    compiling another model with it fails and says which of the three differs.
+
+    \b
+    Profiles of shards of the data combine exactly, as if made in one run:
+      ember profile merge part1.json part2.json -o model.profile.json
+    """
+    if (data is None) == (random_samples is None):
+        raise click.UsageError("give exactly one of --data DATA or --random N")
+    out = Path(output) if output else Path(model).with_suffix(".profile.json")
+    overrides = dict(parse_input_shape(text) for text in input_shapes)
+    onnx_model = load_model(model)
+    specs = input_specs(onnx_model, overrides)
+    if random_samples is not None:
+        source = RandomData(random_samples, specs, seed)
+    else:
+        images = ImageOptions(resize=_size(resize), mean=_floats(mean), std=_floats(std),
+                              layout=layout, channel_order=channel_order)
+        source = open_data(data, specs, images)
+    options = RunOptions(batch=batch, samples=samples, workers=workers,
+                         allow_nonfinite=allow_nonfinite)
+    total = source.count()
+    if samples is not None and total is not None:
+        total = min(total, samples)
+    started = time.perf_counter()
+    with _progress(total) as advance:
+        result = run_profile(onnx_model, source, specs, options, advance)
+    profile_format.save(result, out)
+    _summary(result, out, time.perf_counter() - started)
+
+
+@contextmanager
+def _progress(total: int | None):
+    """A progress bar on stderr when it is a terminal; silent otherwise."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda n: None
+        return
+    columns = [TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("samples"), _Rate(), TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("profile", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Task) -> str:
+        return f"{task.speed:.1f} samples/s" if task.speed else ""
+
+
+def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
+    run = result.runs[0]
+    kinds = {k: sum(t.kind == k for t in result.tensors.values()) for k in profile_format.KINDS}
+    console = Console()
+    notes = [f"{run['skipped_nonfinite']} skipped (NaN/Inf)" if run["skipped_nonfinite"] else "",
+             f"{run['dropped']} dropped (partial batch)" if run["dropped"] else "",
+             "synthetic --random data" if run["data"]["kind"] == "random" else ""]
+    table = Table(title=f"profile written to {out}", show_header=False)
+    table.add_row("tensors", f"{len(result.tensors)} ({kinds['input']} inputs, "
+                             f"{kinds['weight']} weights, {kinds['activation']} activations)")
+    table.add_row("samples", ", ".join([str(result.samples), *filter(None, notes)]))
+    table.add_row("time", f"{seconds:.2f} s ({result.samples / seconds:.1f} samples/s)")
+    ranged = sorted((t.max - t.min, name) for name, t in result.tensors.items()
+                    if t.kind != "weight" and t.count)
+    for label, picks in (("widest", ranged[::-1][:3]), ("narrowest", ranged[:3])):
+        table.add_row(label, "\n".join(_range_text(name, result.tensors[name])
+                                       for _, name in picks))
+    console.print(table)
+
+
+def _range_text(name: str, t: profile_format.TensorStats) -> str:
+    note = "  (constant)" if t.min == t.max else ""
+    return f"{name}  [{t.min:.6g}, {t.max:.6g}]{note}"
+
+
+@click.group("profile")
+def profile() -> None:
+    """Inspect and combine profiles made by `ember quantize-profile`."""
+
+
+@profile.command("merge")
+@click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Merged profile to write.")
+def merge(profiles: tuple[str, ...], output: str) -> None:
+    """Combine shards of one model's profile, made over disjoint data.
+
+    The result is exactly what one run over all the data would give: histograms share a
+    power-of-two grid, so re-binning only adds neighbouring bins. Profiles of different
+    models (or batch sizes, or weights) are refused.
+
+    \b
+    Example (two machines, then one file):
+      ember quantize-profile m.onnx --data part1.npz -o p1.json
+      ember quantize-profile m.onnx --data part2.npz -o p2.json
+      ember profile merge p1.json p2.json -o m.profile.json
+    """
+    merged = profile_format.merge([profile_format.load(p) for p in profiles])
+    profile_format.save(merged, output)
+    click.echo(f"merged {len(profiles)} profiles ({merged.samples} samples) into {output}")
+
+
+@profile.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+@json_option
+def show(path: str, as_json: bool) -> None:
+    """Print each tensor of a profile: kind, range, values counted, histogram bins."""
+    p = profile_format.load(path)
+    rows = {name: {"kind": t.kind, "min": t.min, "max": t.max, "count": t.count,
+                   "nonfinite": t.nonfinite, "bins": len(t.hist), "bin_width": t.bin_width}
+            for name, t in p.tensors.items()}
+    if as_json:
+        click.echo(json.dumps({"fingerprint": p.model.digest, "samples": p.samples,
+                               "tensors": rows}, indent=1))
+        return
+    table = Table(title=f"{path}: {p.samples} samples, model {p.model.digest[:12]}")
+    for column in ("tensor", "kind", "min", "max", "count", "nonfinite", "bins"):
+        table.add_column(column, justify="left" if column in ("tensor", "kind") else "right")
+    for name, r in rows.items():
+        table.add_row(name, r["kind"], _number(r["min"]), _number(r["max"]), str(r["count"]),
+                      str(r["nonfinite"]), str(r["bins"]))
+    Console().print(table)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"

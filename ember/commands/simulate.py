@@ -1,0 +1,166 @@
+"""`ember simulate`: run a program on the simulator; write outputs, a report and a trace."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from importlib import metadata
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ember.commands.options import json_option
+from ember.errors import EmberError
+from simulator import machine, trace
+from simulator.program import Program, write_atomic
+
+
+@click.command()
+@click.argument("program", type=click.Path(dir_okay=False))
+@click.option("-i", "--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="Inputs: a .npy (programs with one input) or a .npz keyed by input name. "
+                   "Float arrays are quantized with the program's scale and zero point; int8 "
+                   "arrays are taken raw. A leading batch axis runs each sample.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the outputs to this .npz, keyed by output name.")
+@click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
+@click.option("--report", type=click.Path(dir_okay=False),
+              help="Write the performance report (JSON) here.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
+@click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
+              show_default=True, help="One slice per layer run, or per instruction too.")
+@json_option
+def simulate(program: str, input_path: str, output: str | None, raw: bool, report: str | None,
+             trace_path: str | None, trace_level: str, as_json: bool) -> None:
+    """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
+
+    \b
+    The report's keys: cycles, time_ms, bound_cycles (roofline: max of MACs / array size and
+    compulsory DRAM bytes / DMA bandwidth), utilization (per unit), dram_bytes_read,
+    dram_bytes_written, energy_uj, layers (name, cycles, macs, bound_cycles, ...).
+
+    \b
+    Example:
+      ember simulate model.ember -i input.npz -o out.npz --report perf.json --trace trace.json
+    """
+    prog = Program.load(program)
+    samples, batch = _read_inputs(prog, input_path)
+    results = [machine.run(prog, sample) for sample in samples]
+    first = results[0]
+    if output:
+        outputs = {}
+        for b in prog.outputs:
+            values = np.stack([r.outputs[b.name] for r in results]) if batch else \
+                first.outputs[b.name]
+            outputs[b.name] = values if raw else b.dequantize(values)
+        buffer = io.BytesIO()
+        np.savez(buffer, **outputs)
+        write_atomic(output, buffer.getvalue())
+    perf = first.stats.to_report()
+    perf["run"] = {
+        "tool": {"name": "ember", "version": _version()},
+        "program": {"path": program, "sha256": _sha256(Path(program).read_bytes())},
+        "inputs": {"path": input_path, "batch": batch or 1,
+                   "sha256": {name: _sha256(np.ascontiguousarray(a).tobytes())
+                              for name, a in sorted(samples[0].items())}},
+        "options": {"raw": raw, "trace_level": trace_level},
+    }
+    text = json.dumps(perf, indent=2)
+    if report:
+        write_atomic(report, (text + "\n").encode())
+    if trace_path:
+        events = trace.chrome_trace(prog, first.timeline, trace_level)
+        write_atomic(trace_path, json.dumps(events, separators=(",", ":")).encode())
+    if as_json:
+        click.echo(text)
+    else:
+        _print_summary(perf)
+
+
+def _read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
+    """Quantized samples keyed by input name, and the batch size (0: no batch axis)."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            arrays = {"": loaded}
+        else:
+            with loaded:
+                arrays = {key: loaded[key] for key in loaded.files}
+    except (OSError, ValueError) as err:
+        raise EmberError(f"{path}: cannot read inputs: {err}") from None
+    if "" in arrays:
+        if len(prog.inputs) != 1:
+            raise EmberError(f"{path}: a .npy holds one array but the program takes "
+                             f"{len(prog.inputs)} inputs {[b.name for b in prog.inputs]}; "
+                             f"use a .npz keyed by input name")
+        arrays = {prog.inputs[0].name: arrays[""]}
+    names = [b.name for b in prog.inputs]
+    if sorted(arrays) != sorted(names):
+        raise EmberError(f"{path}: has arrays {sorted(arrays)}, the program takes {names}")
+    batches = set()
+    quantized = {}
+    for b in prog.inputs:
+        a = arrays[b.name]
+        if a.shape == b.shape:
+            batches.add(0)
+        elif a.shape[1:] == b.shape:
+            batches.add(a.shape[0])
+        else:
+            raise EmberError(f"{path}: input {b.name!r} has shape {list(a.shape)}, expected "
+                             f"{list(b.shape)} (optionally with a leading batch axis)")
+        if a.dtype == np.dtype(b.dtype):
+            quantized[b.name] = a
+        elif np.issubdtype(a.dtype, np.floating):
+            quantized[b.name] = b.quantize(a)
+        else:
+            raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected floats to "
+                             f"quantize or raw {b.dtype}")
+    if len(batches) > 1:
+        raise EmberError(f"{path}: inputs disagree on the batch axis")
+    batch = batches.pop() if batches else 0
+    if not batch:
+        return [quantized], 0
+    return [{name: a[n] for name, a in quantized.items()} for n in range(batch)], batch
+
+
+def _print_summary(perf: dict) -> None:
+    console = Console()
+    table = Table(title=f"ember simulate: {perf['arch']} at {perf['clock_mhz']} MHz")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("cycles", f"{perf['cycles']:,}")
+    table.add_row("time", f"{perf['time_ms']:.4f} ms")
+    table.add_row("roofline bound", f"{perf['bound_cycles']:,} cycles "
+                  f"({perf['bound_cycles'] / max(perf['cycles'], 1):.0%} of actual)")
+    table.add_row("MACs", f"{perf['macs']:,} ({perf['mac_utilization']:.1%} of peak)")
+    for unit, value in perf["utilization"].items():
+        table.add_row(f"{unit} busy", f"{value:.1%}")
+    table.add_row("DRAM read / written", f"{perf['dram_bytes_read']:,} / "
+                  f"{perf['dram_bytes_written']:,} B")
+    table.add_row("energy", f"{perf['energy_uj']:.3f} µJ")
+    console.print(table)
+    if perf["layers"]:
+        layers = Table(title="per layer (cycles: span on the timeline)")
+        for column in ("layer", "cycles", "MACs", "DRAM bytes", "bound", "bound by"):
+            layers.add_column(column, justify="left" if column == "layer" else "right")
+        for layer in perf["layers"]:
+            layers.add_row(layer["name"], f"{layer['cycles']:,}", f"{layer['macs']:,}",
+                           f"{layer['dram_bytes']:,}", f"{layer['bound_cycles']:,}",
+                           layer["bound_by"])
+        console.print(layers)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ember")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,94 @@
+"""Profiling shards in worker processes: one onnxruntime session and one thread each.
+
+The main process reads and checks the data and hands batches out through a bounded queue, so
+memory stays constant; each worker returns its statistics, which merge exactly. Workers are
+spawned, not forked (onnxruntime's and rich's threads do not survive a fork), so a script
+that calls the API with workers > 1 needs the usual `if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from typing import Callable, Iterable
+
+import numpy as np
+
+from profiler.errors import ProfileError
+from profiler.format import TensorStats, merge_stats
+from profiler.session import Plan, Runner, make_session
+
+_POLL_SECONDS = 0.1
+
+
+def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.ndarray]],
+                 workers: int, on_batch: Callable[[int], None]) -> list[dict[str, TensorStats]]:
+    """Statistics of each worker; `on_batch(n)` is called as workers finish batches."""
+    context = multiprocessing.get_context("spawn")
+    tasks = context.Queue(maxsize=2 * workers)
+    results = context.Queue()
+    processes = [context.Process(target=_work, args=(model_bytes, plan, tasks, results),
+                                 daemon=True) for _ in range(workers)]
+    for process in processes:
+        process.start()
+    done: list[dict[str, TensorStats]] = []
+    try:
+        for batch in batches:
+            _put(tasks, batch, results, processes, done, on_batch)
+        for _ in processes:
+            _put(tasks, None, results, processes, done, on_batch)
+        while len(done) < workers:
+            _receive(results, processes, done, on_batch)
+        return done
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+
+
+def _put(tasks, item, results, processes, done, on_batch) -> None:
+    while True:
+        try:
+            tasks.put(item, timeout=_POLL_SECONDS)
+            return
+        except queue.Full:
+            _receive(results, processes, done, on_batch)
+
+
+def _receive(results, processes, done, on_batch) -> None:
+    """Handle one message if one comes; fail if a worker died without saying why."""
+    try:
+        kind, payload = results.get(timeout=_POLL_SECONDS)
+    except queue.Empty:
+        dead = [p for p in processes if p.exitcode not in (None, 0)]
+        if dead:
+            raise ProfileError(f"a profiling worker died (exit code {dead[0].exitcode})")
+        return
+    if kind == "error":
+        raise ProfileError(payload)
+    if kind == "batch":
+        on_batch(payload)
+    else:
+        done.append(payload)
+
+
+def _work(model_bytes: bytes, plan: Plan, tasks, results) -> None:
+    try:
+        runner = Runner(make_session(model_bytes, threads=1), plan)
+        while (batch := tasks.get()) is not None:
+            runner.run(batch)
+            results.put(("batch", len(next(iter(batch.values())))))
+        results.put(("done", runner.stats()))
+    except ProfileError as err:
+        results.put(("error", str(err)))
+    except Exception as err:  # reported to the main process, which decides the exit code
+        results.put(("error", f"profiling worker failed: {type(err).__name__}: {err}"))
+
+
+def merge_workers(shards: list[dict[str, TensorStats]]) -> dict[str, TensorStats]:
+    merged: dict[str, TensorStats] = {}
+    for shard in shards:
+        for name, stats in shard.items():
+            merged[name] = merge_stats(merged[name], stats) if name in merged else stats
+    return merged

@@ -1,0 +1,132 @@
+"""Profile a model: stream calibration data through onnxruntime and record every tensor.
+
+Inputs, weights and every node output are profiled (float tensors only: those are what the
+quantizer quantizes). Memory holds one batch and one histogram per tensor, whatever the
+number of samples; `workers > 1` splits the batches over processes with the same result.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from profiler import data, parallel
+from profiler.accumulate import Accumulator
+from profiler.errors import ProfileError
+from profiler.fingerprint import fingerprint
+from profiler.format import Profile, TensorStats, tool_version
+from profiler.histogram import Binner
+from profiler.inputs import InputSpec
+from profiler.session import Plan, Runner, expose_all, make_session, probe
+
+
+# Larger samples come fewer to a batch: their models run one sample at a time anyway, and the
+# memory held for a batch stays small.
+_BATCH_INPUT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    batch: int = 32  # most samples per onnxruntime run, where the batch dimension allows
+    samples: int | None = None  # stop after this many samples
+    workers: int = 1
+    allow_nonfinite: bool = False
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as err:
+        raise ProfileError(f"{path}: not a valid ONNX model ({str(err).strip().splitlines()[0]})"
+                           ) from None
+    return model
+
+
+def profile(model: onnx.ModelProto, source: data.Source, specs: list[InputSpec],
+            options: RunOptions, on_samples: Callable[[int], None] = lambda n: None) -> Profile:
+    """Run the data through the model; `on_samples(n)` reports progress as batches finish."""
+    fixed = _fixed_batch(specs)
+    whole = fixed not in (None, 1)  # a fixed batch above 1 takes exactly that many samples
+    run_batch = fixed if whole else _batch_size(specs, options.batch)
+    tally = data.Tally()
+    batches = data.stream(source, specs, run_batch, whole, options.samples,
+                          options.allow_nonfinite, tally)
+    first = next(batches, None)
+    if first is None:
+        raise ProfileError(_no_samples(source, tally, run_batch))
+    model_bytes = expose_all(model, free_batch=fixed == 1)
+    session = make_session(model_bytes)
+    plan = Plan(per_sample=False) if whole else probe(session, first)
+    batches = itertools.chain([first], batches)
+    if options.workers > 1:
+        shards = parallel.run_parallel(model_bytes, plan, batches, options.workers, on_samples)
+        measured = parallel.merge_workers(shards)
+    else:
+        runner = Runner(session, plan)
+        for batch in batches:
+            runner.run(batch)
+            on_samples(len(next(iter(batch.values()))))
+        measured = runner.stats()
+    run = {"options": {"batch": run_batch, "samples": options.samples,
+                       "workers": options.workers, "allow_nonfinite": options.allow_nonfinite,
+                       "input_shapes": {s.name: list(s.shape) for s in specs}},
+           "data": {**source.describe(), "sha256": tally.digest.hexdigest()},
+           "per_sample_runs": plan.per_sample,
+           "samples": tally.samples, "skipped_nonfinite": tally.skipped_nonfinite,
+           "dropped": tally.dropped}
+    tensors = _in_graph_order(model, {**measured, **_weights(model)})
+    return Profile(fingerprint(model), tool_version(), tally.samples, (run,), tensors)
+
+
+def _batch_size(specs: list[InputSpec], most: int) -> int:
+    """At most `most` samples, and no more than _BATCH_INPUT_BYTES of input at once."""
+    sample_bytes = sum(int(np.prod([d or 1 for d in s.shape[1:]])) * s.dtype.itemsize
+                       for s in specs)
+    return max(1, min(most, _BATCH_INPUT_BYTES // max(sample_bytes, 1)))
+
+
+def _fixed_batch(specs: list[InputSpec]) -> int | None:
+    """The batch size the model fixes, if it fixes one (all inputs must agree)."""
+    fixed = {s.fixed_batch for s in specs if s.fixed_batch is not None}
+    if len(fixed) > 1:
+        raise ProfileError(f"the model's inputs fix different batch sizes: "
+                           f"{', '.join(f'{s.name}{s}' for s in specs)}")
+    return fixed.pop() if fixed else None
+
+
+def _weights(model: onnx.ModelProto) -> dict[str, TensorStats]:
+    """Weights are seen once, whatever the number of samples."""
+    out, binner = {}, Binner()
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype.kind == "f":
+            acc = Accumulator("weight", str(array.dtype), binner)
+            acc.add(array)
+            out[init.name] = acc.stats()
+    return out
+
+
+def _in_graph_order(model: onnx.ModelProto, stats: dict[str, TensorStats]) -> dict:
+    """Inputs, then weights, then node outputs as the graph lists them: a stable file order."""
+    names = [vi.name for vi in model.graph.input]
+    names += [t.name for t in model.graph.initializer]
+    names += [out for node in model.graph.node for out in node.output]
+    return {name: stats[name] for name in dict.fromkeys(names) if name in stats}
+
+
+def _no_samples(source: data.Source, tally: data.Tally, batch: int) -> str:
+    where = source.describe().get("path") or source.describe().get("hook") or "--data"
+    if tally.skipped_nonfinite:
+        return (f"{where}: no samples left: all {tally.skipped_nonfinite} had NaN or Inf "
+                f"and were skipped")
+    if tally.dropped:
+        return (f"{where}: only {tally.dropped} samples, fewer than the model's fixed batch "
+                f"size {batch}")
+    return f"{where}: no samples (the data is empty)"

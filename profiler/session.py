@@ -1,0 +1,174 @@
+"""One onnxruntime session that exposes every value of the model, feeding accumulators.
+
+A model fixed to batch 1 is run with its batch dimension freed, several samples per run,
+once `probe` has checked on the first batch that this gives the same values as one sample
+per run, which saves the per-run cost that dominates small models; otherwise, and for
+models whose values are large, it runs one sample at a time. Outputs that do not depend on the batch
+(a float Constant, say) are counted once per sample either way, so the profile does not
+depend on --batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from profiler.accumulate import Accumulator
+from profiler.errors import ProfileError
+from profiler.format import TensorStats
+from profiler.histogram import Binner
+
+# Results of several small runs are binned together, so tiny models pay the per-call cost of
+# numpy once per this many bytes rather than once per run; large models flush every run.
+_FLUSH_BYTES = 8 << 20
+_BATCH_DIM = "ember_batch"
+_BATCH_BYTES = 16 << 20  # above this many bytes of values per run, run one sample at a time
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How batches run: whole or one sample at a time, and which outputs ignore the batch."""
+
+    per_sample: bool
+    batch_independent: frozenset[str] = frozenset()
+
+
+def expose_all(model: onnx.ModelProto, free_batch: bool) -> bytes:
+    """The model with every node output as a graph output (and, if asked, a free batch dim)."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    graph = exposed.graph
+    names = [o.name for o in graph.output]
+    names += [name for node in graph.node for name in node.output if name]
+    graph.ClearField("output")
+    graph.ClearField("value_info")  # stale once the batch dimension is freed
+    for name in dict.fromkeys(names):
+        graph.output.add().name = name
+    if free_batch:
+        initialized = {t.name for t in graph.initializer}
+        for vi in graph.input:
+            if vi.name not in initialized:
+                vi.type.tensor_type.shape.dim[0].dim_param = _BATCH_DIM
+    return exposed.SerializeToString()
+
+
+def make_session(model_bytes: bytes, threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # onnxruntime's threads otherwise spin after each run, taking the cores the statistics
+    # that follow every run need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Basic level only: no layout changes or contrib kernels, every value as the graph says.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    try:
+        return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise ProfileError(f"onnxruntime cannot load the model: {_first_line(err)}") from None
+
+
+def probe(session: ort.InferenceSession, batch: dict[str, np.ndarray]) -> Plan:
+    """Whether to run batches whole: only when a run's values stay small (beyond that,
+    batching only adds memory) and running `batch` whole matches running its samples one by
+    one."""
+    n = _samples(batch)
+    names = [o.name for o in session.get_outputs()]
+    single = [_run(session, names, _sample(batch, 0))]
+    if n < 2 or sum(getattr(v, "nbytes", 0) for v in single[0]) * n > _BATCH_BYTES:
+        return Plan(per_sample=True)
+    try:
+        whole = session.run(names, batch)
+    except Exception:  # e.g. a Reshape to a fixed batch of 1: run one sample at a time
+        return Plan(per_sample=True)
+    single += [_run(session, names, _sample(batch, i)) for i in range(1, n)]
+    independent = set()
+    for j, name in enumerate(names):
+        together, alone = whole[j], [outputs[j] for outputs in single]
+        if not isinstance(together, np.ndarray) or together.dtype.kind != "f":
+            continue
+        if together.shape == alone[0].shape and all(_close(together, a) for a in alone):
+            independent.add(name)
+        elif not (together.shape[:1] == (n,) and _close(together, np.concatenate(alone))):
+            return Plan(per_sample=True)
+    return Plan(per_sample=False, batch_independent=frozenset(independent))
+
+
+class Runner:
+    """Runs batches by the plan and accumulates statistics of every float input and output."""
+
+    def __init__(self, session: ort.InferenceSession, plan: Plan):
+        self.session, self.plan = session, plan
+        self.names = [o.name for o in session.get_outputs()]
+        self.accumulators: dict[str, Accumulator] = {}
+        self.binner = Binner()
+        self.pending: dict[str, list[np.ndarray]] = {}
+        self.pending_bytes = 0
+
+    def run(self, feeds: dict[str, np.ndarray]) -> None:
+        n = _samples(feeds)
+        if self.plan.per_sample and n > 1:
+            for i in range(n):
+                self.run(_sample(feeds, i))
+            return
+        outputs = _run(self.session, self.names, feeds)
+        self._hold("input", feeds.items())
+        for name, value in zip(self.names, outputs):
+            if name in self.plan.batch_independent:
+                self._accumulator(name, "activation", value).add(value, weight=n)
+            else:
+                self._hold("activation", [(name, value)])
+        if self.pending_bytes >= _FLUSH_BYTES:
+            self.flush()
+
+    def stats(self) -> dict[str, TensorStats]:
+        self.flush()
+        return {name: acc.stats() for name, acc in self.accumulators.items()}
+
+    def flush(self) -> None:
+        for name, parts in self.pending.items():
+            self.accumulators[name].add(parts[0] if len(parts) == 1 else
+                                        np.concatenate([p.reshape(-1) for p in parts]))
+        self.pending.clear()
+        self.pending_bytes = 0
+
+    def _hold(self, kind: str, named_values) -> None:
+        for name, value in named_values:
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                self._accumulator(name, kind, value)
+                self.pending.setdefault(name, []).append(value)
+                self.pending_bytes += value.nbytes
+
+    def _accumulator(self, name: str, kind: str, value: np.ndarray) -> Accumulator:
+        if name not in self.accumulators:
+            self.accumulators[name] = Accumulator(kind, str(value.dtype), self.binner)
+        return self.accumulators[name]
+
+
+def _run(session: ort.InferenceSession, names: list[str], feeds: dict) -> list:
+    try:
+        return session.run(names, feeds)
+    except Exception as err:
+        raise ProfileError(f"onnxruntime failed: {_first_line(err)}") from None
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal up to the rounding that a different kernel or batch size may bring."""
+    scale = float(np.nanmax(np.abs(b))) if b.size and np.isfinite(b).any() else 0.0
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-4, atol=1e-5 * scale,
+                                              equal_nan=True)
+
+
+def _sample(feeds: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    return {name: value[i:i + 1] for name, value in feeds.items()}
+
+
+def _samples(feeds: dict[str, np.ndarray]) -> int:
+    return len(next(iter(feeds.values())))
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,34 @@
+"""Which source `--data` names, decided from the text and what the path holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profiler import arrays, hooks, images
+from profiler.data import Source
+from profiler.errors import ProfileError
+from profiler.inputs import InputSpec
+
+
+def open_data(data: str, specs: list[InputSpec], image_options: images.ImageOptions) -> Source:
+    """The source `--data` names: a hook, an .npz/.npy file, or a folder of arrays or images."""
+    if hooks.is_hook(data):
+        return hooks.Hook(data)
+    path = Path(data)
+    if path.is_file():
+        if path.suffix not in (".npz", ".npy"):
+            raise ProfileError(f"--data {data}: expected an .npz or .npy file, a folder, or a "
+                               f"hook file.py:function")
+        return arrays.ArrayFile(path, specs)
+    if not path.is_dir():
+        raise ProfileError(f"--data {data}: no such file or folder")
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    array_files = [p for p in files if p.suffix in (".npz", ".npy")]
+    image_files = [p for p in files if p.suffix.lower() in images.IMAGE_SUFFIXES]
+    if array_files and image_files:
+        raise ProfileError(f"--data {data}: holds both array files and images; use one kind")
+    if image_files:
+        return images.ImageFolder(path, image_files, specs, image_options)
+    if array_files:
+        return arrays.ArrayDirectory(path, array_files, specs)
+    raise ProfileError(f"--data {data}: no .npy, .npz, .png or .jpg files in the folder")

@@ -1,0 +1,91 @@
+"""`ember accuracy` end to end on the digits CNN, its gates and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+
+from ember.cli import cli
+from tests.onnx_builder import model
+
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def digits_profile(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("acc") / "digits.profile.json"
+    result = invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                    "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path) -> None:
+    html = tmp_path / "report.html"
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    DIGITS / "eval.npz", "--per-layer", "--json", "--html", html)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["samples"] == 450
+    assert report["top1_accuracy_fp32"] - report["top1_accuracy_int8"] <= 0.005
+    assert report["top1_agreement"] >= 0.99 and report["sqnr_db"] > 30
+    names = {layer["name"] for layer in report["layers"]}
+    assert {"relu1", "relu2", "pool"} <= names
+    layer = report["layers"][0]
+    assert layer["own_sqnr_db"] >= layer["accumulated_sqnr_db"] - 1e-9
+    assert "<svg" in html.read_text()
+
+
+def test_accuracy_gate_exits_3_and_still_reports(digits_profile) -> None:
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    DIGITS / "eval.npz", "--samples", "20", "--min-sqnr", "200", "--json")
+    assert result.exit_code == 3
+    assert json.loads(result.stdout)["samples"] == 20
+    assert "accuracy gate failed" in result.stderr
+
+
+def test_profile_of_another_model_is_rejected(digits_profile, tmp_path) -> None:
+    other = tmp_path / "other.onnx"
+    proto = onnx.load(DIGITS / "model.onnx")
+    weight = proto.graph.initializer[0]
+    weight.CopyFrom(onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(proto, other)
+    result = invoke("accuracy", other, "--profile", digits_profile, "--data",
+                    DIGITS / "eval.npz")
+    assert result.exit_code == 2
+    assert "does not match the model: different weights" in result.output
+
+
+def test_evaluation_data_of_the_wrong_shape_names_the_input(digits_profile, tmp_path) -> None:
+    np.savez(tmp_path / "bad.npz", input=np.zeros((3, 1, 9, 9), np.float32))
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    tmp_path / "bad.npz")
+    assert result.exit_code == 2
+    assert "input" in result.output and "9" in result.output
+
+
+def test_a_non_classifier_output_omits_top1_and_says_so(tmp_path) -> None:
+    proto = model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": [1, 2, 3]},
+                  {"y": [1, 2, 3]})
+    path = tmp_path / "relu.onnx"
+    onnx.save(proto, path)
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((8, 2, 3)).astype(np.float32))
+    profile = tmp_path / "relu.profile.json"
+    assert invoke("quantize-profile", path, "--data", data, "-o", profile).exit_code == 0
+    result = invoke("accuracy", path, "--profile", profile, "--data", data, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["top1_agreement"] is None and report["sqnr_db"] > 30
+    assert any("not a classifier" in note for note in report["notes"])
