@@ -1,0 +1,229 @@
+"""The accelerator's description: a few primary knobs read from TOML, derived sizes as properties.
+
+A preset (`simulator/presets/*.toml`) or a user file is read with tomllib and checked key by key
+against `_SCHEMA`; a bad value raises SimulatorError naming the file, the key and what was
+expected. The compiler reads every size from here and hard-codes none.
+
+Energy figures (pJ per int8 MAC, per local-memory byte, per DRAM byte) follow M. Horowitz,
+"Computing's energy problem (and what we can do about it)", ISSCC 2014.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from simulator.errors import SimulatorError
+
+PRESETS = Path(__file__).parent / "presets"
+DATAFLOWS = ("weight_stationary", "output_stationary")
+VECTOR_OPS = ("REQUANT", "ADD", "MAXPOOL", "AVGPOOL", "LUT")
+
+
+@dataclass(frozen=True)
+class Array:
+    rows: int
+    cols: int
+    dataflow: str
+    preload_overlap: bool
+
+
+@dataclass(frozen=True)
+class Memory:
+    size_bytes: int
+    row_bytes: int
+    banks: int
+
+    @property
+    def rows(self) -> int:
+        return self.size_bytes // self.row_bytes
+
+
+@dataclass(frozen=True)
+class Dram:
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Dma:
+    bytes_per_cycle: int
+    latency_cycles: int
+    max_burst_bytes: int
+
+
+@dataclass(frozen=True)
+class Vector:
+    lanes: int
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Queues:
+    token_depth: int
+
+
+@dataclass(frozen=True)
+class Energy:
+    mac_pj: float
+    local_byte_pj: float
+    dram_byte_pj: float
+
+
+def _positive_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _nonnegative_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _nonnegative_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+# Every key of the file: (dotted key, check, what was expected).
+_SCHEMA = [
+    ("name", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    ("clock_mhz", lambda v: _nonnegative_number(v) and v > 0, "a positive number"),
+    ("array.rows", _positive_int, "a positive integer"),
+    ("array.cols", _positive_int, "a positive integer"),
+    ("array.dataflow", lambda v: v in DATAFLOWS, f"one of {', '.join(DATAFLOWS)}"),
+    ("array.preload_overlap", lambda v: isinstance(v, bool), "true or false"),
+    ("memory.scratchpad.size_bytes", _positive_int, "a positive integer"),
+    ("memory.scratchpad.row_bytes", _positive_int, "a positive integer"),
+    ("memory.scratchpad.banks", _positive_int, "a positive integer"),
+    ("memory.accumulator.size_bytes", _positive_int, "a positive integer"),
+    ("memory.accumulator.row_bytes", _positive_int, "a positive integer"),
+    ("memory.accumulator.banks", _positive_int, "a positive integer"),
+    ("dram.size_bytes", lambda v: _positive_int(v) and v <= 2**32, "a positive integer <= 2^32"),
+    ("dma.bytes_per_cycle", _positive_int, "a positive integer"),
+    ("dma.latency_cycles", _nonnegative_int, "a non-negative integer"),
+    ("dma.max_burst_bytes", _positive_int, "a positive integer"),
+    ("vector.lanes", _positive_int, "a positive integer"),
+    ("vector.ops", lambda v: isinstance(v, list) and all(o in VECTOR_OPS for o in v),
+     f"a list drawn from {', '.join(VECTOR_OPS)}"),
+    ("queues.token_depth", _positive_int, "a positive integer"),
+    ("energy.mac_pj", _nonnegative_number, "a non-negative number"),
+    ("energy.local_byte_pj", _nonnegative_number, "a non-negative number"),
+    ("energy.dram_byte_pj", _nonnegative_number, "a non-negative number"),
+]
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    clock_mhz: float
+    array: Array
+    scratchpad: Memory
+    accumulator: Memory
+    dram: Dram
+    dma: Dma
+    vector: Vector
+    queues: Queues
+    energy: Energy
+
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> "Arch":
+        """A preset name ("default", "large", "edge") or the path of a user TOML file."""
+        path = Path(name_or_path)
+        if path.suffix != ".toml":
+            path = PRESETS / f"{name_or_path}.toml"
+            if not path.is_file():
+                known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.toml")))
+                raise SimulatorError(f"unknown target {name_or_path!r}: expected a preset "
+                                     f"({known}) or the path of a .toml file")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise SimulatorError(f"{path}: cannot read the architecture file: {err}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise SimulatorError(f"{path}: not valid TOML: {err}") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<arch>") -> "Arch":
+        """Validate a TOML-shaped dict (a file's contents or a program header's copy)."""
+        values = {}
+        for key, check, expected in _SCHEMA:
+            node = data
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    raise SimulatorError(f"{source}: missing key {key!r} (expected {expected})")
+                node = node[part]
+            if not check(node):
+                raise SimulatorError(f"{source}: {key} = {node!r}: expected {expected}")
+            values[key] = node
+        known = {key for key, _, _ in _SCHEMA}
+        unknown = sorted(k for k in _flatten(data) if k not in known)
+        if unknown:
+            raise SimulatorError(f"{source}: unknown key {unknown[0]!r}")
+
+        def section(prefix):
+            return {k[len(prefix) + 1:]: v for k, v in values.items() if k.startswith(prefix + ".")}
+
+        arch = cls(
+            name=values["name"], clock_mhz=values["clock_mhz"],
+            array=Array(**section("array")),
+            scratchpad=Memory(**section("memory.scratchpad")),
+            accumulator=Memory(**section("memory.accumulator")),
+            dram=Dram(**section("dram")), dma=Dma(**section("dma")),
+            vector=Vector(lanes=values["vector.lanes"], ops=tuple(values["vector.ops"])),
+            queues=Queues(**section("queues")), energy=Energy(**section("energy")))
+        arch._check_consistency(source)
+        return arch
+
+    def _check_consistency(self, source: str) -> None:
+        """The layout rules the ISA relies on: one scratchpad row is one array-width vector."""
+        rules = [
+            ("memory.scratchpad.row_bytes", self.scratchpad.row_bytes, self.array.cols,
+             "equal to array.cols (one int8 lane per array column)"),
+            ("memory.accumulator.row_bytes", self.accumulator.row_bytes, 4 * self.array.cols,
+             "equal to 4 * array.cols (one int32 lane per array column)"),
+        ]
+        for key, value, want, expected in rules:
+            if value != want:
+                raise SimulatorError(f"{source}: {key} = {value}: expected {want}, {expected}")
+        if self.array.rows > self.array.cols:
+            raise SimulatorError(f"{source}: array.rows = {self.array.rows}: expected at most "
+                                 f"array.cols = {self.array.cols} (an input row is one "
+                                 f"scratchpad row)")
+        if self.array.cols < 3:
+            raise SimulatorError(f"{source}: array.cols = {self.array.cols}: expected at least 3 "
+                                 f"(ADD keeps three rescales in one accumulator row)")
+        for key, mem in (("scratchpad", self.scratchpad), ("accumulator", self.accumulator)):
+            if mem.size_bytes % mem.row_bytes:
+                raise SimulatorError(f"{source}: memory.{key}.size_bytes = {mem.size_bytes}: "
+                                     f"expected a multiple of row_bytes = {mem.row_bytes}")
+            if mem.rows > 2**20:
+                raise SimulatorError(f"{source}: memory.{key} has {mem.rows} rows: expected at "
+                                     f"most 2^20 (the ISA's local address fields)")
+
+    def to_dict(self) -> dict:
+        """The TOML-shaped dict: recorded in program headers, read back by `from_dict`."""
+        d = asdict(self)
+        d["memory"] = {"scratchpad": d.pop("scratchpad"), "accumulator": d.pop("accumulator")}
+        d["vector"]["ops"] = list(d["vector"]["ops"])
+        return d
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.array.rows * self.array.cols
+
+    @property
+    def lanes(self) -> int:
+        """Elements per local-memory row (int8 in the scratchpad, int32 in the accumulator)."""
+        return self.array.cols
+
+    @property
+    def cycle_us(self) -> float:
+        return 1.0 / self.clock_mhz
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _flatten(v, key + ".")
+        else:
+            yield key

@@ -1,0 +1,350 @@
+"""The instruction set: one table (`TABLE`) from which encoding, decoding, the assembler, the
+disassembler, the machine's dispatch and its timing all derive. This docstring is the contract a
+code generator needs; `simulator.machine` adds the timing rules.
+
+**Word.** Every instruction is one 256-bit little-endian word. Bits [0, 5) hold the opcode,
+bits 5-8 the dependency flags pop_prev, pop_next, push_prev, push_next (as VTA), and the row's
+fields follow packed LSB-first in table order. Signed fields are two's complement. Build
+instructions through the rows, e.g. `isa.LOAD(mem="scratchpad", sram=0, ..., push_next=True)`;
+a value too wide for its field raises SimulatorError naming the instruction, field and range.
+
+**Memory model.** DRAM is byte addressed (`dram` and every stride count bytes); the program's
+DRAM image is placed at address 0 and the I/O tensors at their bindings. The local memories are
+row addressed (`sram`, `sp`, `acc`, `src`, `dst`, `param`, `table` count rows). A row has
+L = `arch.lanes` (= array columns) lanes: int8 in the scratchpad, int32 in the accumulator. Lane
+j of a row is channel j of a channel block: a feature-map tile is stored one pixel per row,
+row-major (pixel (y, x) of an H x W tile at row base + y * W + x), one region per channel block.
+
+**Queues and tokens.** Instructions are dispatched in program order to four in-order queues,
+chained load -> compute -> vector -> store; "prev"/"next" name the neighbouring queue in that
+chain (LOAD, STORE, PRELOAD/COMPUTE and the vector instructions have fixed queues; SYNC names
+its own). Each adjacent pair has two token FIFOs, one per direction, of depth
+`arch.queues.token_depth`. An instruction starts only after popping one token from each queue
+its pop flags name, and pushes one token to each queue its push flags name when it ends. Use
+"next" tokens for read-after-write (the data you read is ready) and "prev" tokens for
+write-after-read (the buffer you overwrite is free; double buffering starts with two free
+buffers, so the first two writers pop nothing). SYNC is a no-op that relays a token across a
+queue, e.g. load -> vector through compute. Every pushed token must be popped before END; a pop
+that can never be satisfied is an error (see `simulator.machine`). So is an access to a local row
+that conflicts with another queue's access (write/write, write/read, read/write) without a chain
+of tokens ordering the two, even when the timing would have hidden it (`simulator.hazards`).
+DRAM accesses are not checked: order a STORE before a LOAD of the same bytes with tokens relayed
+store -> vector -> compute -> load.
+
+**Instructions** (`mem` is "scratchpad" or "accumulator"; rows are local rows):
+
+- LOAD: DRAM -> local. Reads y_size lines of x_size elements of elem_bytes bytes (element stride
+  x_stride, line stride y_stride; stride 0 repeats, e.g. a bias broadcast to every row) into a
+  block of (pad_top + y_size + pad_bottom) x (pad_left + x_size + pad_right) consecutive rows
+  from `sram`: element (l, e) goes to row sram + (pad_top + l) * width + pad_left + e, its bytes
+  to the row's first elem_bytes bytes (little-endian int32 in the accumulator). Pad rows and the
+  lanes past elem_bytes are set to pad_value (the zero point for a convolution, -128 for
+  max-pooling). elem_bytes must be a multiple of the lane size and at most a row.
+- STORE: local -> DRAM, the same addressing without pads: row sram + l * x_size + e goes to
+  dram + l * y_stride + e * x_stride.
+- PRELOAD: the array latches scratchpad rows [sp, sp + k) as the k x L weight tile W
+  (k <= array rows; row r of W holds the weights of input channel r for the L output channels).
+- COMPUTE: for o < m_outer, i < m_inner, the input row X = scratchpad row
+  sp + o * outer_stride + i * inner_stride (its first k lanes) passes through the array, and
+  X[:k] @ W[:k, :n] goes to lanes [0, n) of accumulator row acc + o * m_inner + i, replacing it
+  or, with accumulate=1, adding to it (int32, wrapping). The strides let one COMPUTE apply one
+  kernel tap of a strided convolution to a whole output tile. k <= the preloaded k, n <= L.
+- REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
+  `numerics.requantize` per lane, with the parameter block at `param`, then + out_offset and the
+  clamp [qmin, qmax] (qmin = the zero point fuses a ReLU).
+- ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
+  with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
+  (a, b, out) rescales, and the clamp [qmin, qmax].
+- MAXPOOL: the in_h x in_w pixel rows at src (already padded) -> the out_h x out_w pixel rows at
+  dst, out = (in - k) // s + 1, max over each kh x kw window with strides sh, sw, per lane.
+- AVGPOOL: the same windows; sums (x - in_offset) over each window, then requantizes per lane
+  with the parameter block (fold the 1 / window-size divisor into the multipliers), out_offset,
+  clamp [qmin, qmax].
+- LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
+  table stored in the ceil(256 / L) scratchpad rows from `table`.
+- SYNC: does nothing on queue `queue`; it carries dependency flags.
+- END: the end of the program; exactly one, last.
+
+A **parameter block** is two accumulator rows at `param`: per-lane Q31 multipliers, then per-lane
+shifts (`numerics.quantize_multiplier`); every lane read must hold a shift in [-31, 31]. Load it
+with a LOAD into the accumulator.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+from simulator.errors import SimulatorError
+from simulator.units import Work, array, dma, vector
+
+WORD_BITS = 256
+WORD_BYTES = WORD_BITS // 8
+OPCODE_BITS = 5
+QUEUES = ("load", "compute", "vector", "store")
+DEPS = ("pop_prev", "pop_next", "push_prev", "push_next")
+POP_PREV, POP_NEXT, PUSH_PREV, PUSH_NEXT = 1, 2, 4, 8
+_HEADER_BITS = OPCODE_BITS + len(DEPS)
+
+
+@dataclass(frozen=True)
+class F:
+    """One field: its width, whether it is two's complement, names for its values, a default."""
+
+    name: str
+    bits: int
+    signed: bool = False
+    names: tuple[str, ...] = ()
+    default: int | None = None
+
+    @property
+    def range(self) -> tuple[int, int]:
+        if self.signed:
+            return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
+        return 0, (1 << self.bits) - 1
+
+
+@dataclass(frozen=True)
+class Insn:
+    """One decoded instruction: its table row, field values (ints) and dependency flags."""
+
+    op: "InsnDef"
+    args: dict
+    deps: int = 0
+
+    @property
+    def queue(self) -> str:
+        return QUEUES[self.args["queue"]] if self.op.queue == "field" else self.op.queue
+
+    def __str__(self) -> str:
+        return disassemble(self)
+
+
+def _noop(state, insn) -> None:
+    return None
+
+
+def _free(arch, insn) -> int:
+    return 0
+
+
+def _no_work(arch, insn) -> Work:
+    return Work()
+
+
+def _no_access(arch, insn) -> tuple:
+    return ()
+
+
+@dataclass(frozen=True, eq=False)
+class InsnDef:
+    """A row of the table. `run(state, insn)` changes machine state; `cycles(arch, insn)`,
+    `work(arch, insn)` and `access(arch, insn)` (the local rows it reads and writes) are pure
+    functions of the fields, shared by the machine, its hazard check and the report. Rows compare
+    by identity: there is one of each."""
+
+    mnemonic: str
+    opcode: int
+    queue: str  # one of QUEUES, "field" (SYNC: taken from the `queue` field) or "end"
+    fields: tuple[F, ...]
+    run: Callable = _noop
+    cycles: Callable = _free
+    work: Callable = _no_work
+    access: Callable = _no_access
+
+    def __call__(self, *, pop_prev=False, pop_next=False, push_prev=False, push_next=False,
+                 **values) -> Insn:
+        """Build an instruction, checking every field; missing fields take their defaults."""
+        unknown = set(values) - {f.name for f in self.fields}
+        if unknown:
+            raise SimulatorError(f"{self.mnemonic}: unknown field {sorted(unknown)[0]!r}; fields "
+                                 f"are {', '.join(f.name for f in self.fields)}")
+        args = {}
+        for f in self.fields:
+            value = values.get(f.name, f.default)
+            if value is None:
+                raise SimulatorError(f"{self.mnemonic}: missing field {f.name!r}")
+            args[f.name] = _check(self.mnemonic, f, value)
+        deps = (POP_PREV * bool(pop_prev) | POP_NEXT * bool(pop_next)
+                | PUSH_PREV * bool(push_prev) | PUSH_NEXT * bool(push_next))
+        insn = Insn(self, args, deps)
+        _check_deps(insn)
+        return insn
+
+
+def _check(mnemonic: str, f: F, value) -> int:
+    lo, hi = f.range
+    if isinstance(value, str):
+        if value in f.names:
+            return f.names.index(value)
+        expected = f"one of {', '.join(f.names)}" if f.names else f"an integer in [{lo}, {hi}]"
+        raise SimulatorError(f"{mnemonic}: field {f.name} = {value!r}: expected {expected}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise SimulatorError(f"{mnemonic}: field {f.name} = {value!r}: expected an integer in "
+                             f"[{lo}, {hi}]") from None
+    if not lo <= value <= hi:
+        raise SimulatorError(f"{mnemonic}: field {f.name} = {value} does not fit in {f.bits} "
+                             f"bits: expected an integer in [{lo}, {hi}]")
+    return value
+
+
+def _check_deps(insn: Insn) -> None:
+    queue = insn.queue
+    if queue == "end":
+        if insn.deps:
+            raise SimulatorError("END: takes no dependency flags")
+        return
+    index = QUEUES.index(queue)
+    for bit, name in ((POP_PREV, "pop_prev"), (PUSH_PREV, "push_prev")):
+        if insn.deps & bit and index == 0:
+            raise SimulatorError(f"{insn.op.mnemonic}: {name} on the {queue} queue, which has no "
+                                 f"previous queue")
+    for bit, name in ((POP_NEXT, "pop_next"), (PUSH_NEXT, "push_next")):
+        if insn.deps & bit and index == len(QUEUES) - 1:
+            raise SimulatorError(f"{insn.op.mnemonic}: {name} on the {queue} queue, which has no "
+                                 f"next queue")
+
+
+_MEM = F("mem", 2, names=dma.MEMORIES)
+_ROW = 20  # local row addresses: up to 2^20 rows per memory
+_STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
+            F("x_stride", 24), F("y_stride", 32))
+_CLAMP = (F("out_offset", 8, signed=True, default=0), F("qmin", 8, signed=True, default=-128),
+          F("qmax", 8, signed=True, default=127))
+_WINDOW = (F("src", _ROW), F("dst", _ROW), F("in_h", 16), F("in_w", 16), F("kh", 8), F("kw", 8),
+           F("sh", 8, default=1), F("sw", 8, default=1))
+
+LOAD = InsnDef("LOAD", 0x01, "load",
+               (_MEM, F("sram", _ROW), *_STRIDED,
+                F("pad_top", 8, default=0), F("pad_bottom", 8, default=0),
+                F("pad_left", 8, default=0), F("pad_right", 8, default=0),
+                F("pad_value", 8, signed=True, default=0)),
+               run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access)
+STORE = InsnDef("STORE", 0x02, "store", (_MEM, F("sram", _ROW), *_STRIDED),
+                run=dma.store, cycles=dma.cycles, work=dma.store_work,
+                access=dma.store_access)
+PRELOAD = InsnDef("PRELOAD", 0x03, "compute", (F("sp", _ROW), F("k", 16)),
+                  run=array.preload, cycles=array.preload_cycles, work=array.preload_work,
+                  access=array.preload_access)
+COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
+                  (F("sp", _ROW), F("acc", _ROW), F("m_outer", 16, default=1), F("m_inner", 16),
+                   F("outer_stride", _ROW, default=0), F("inner_stride", 8, default=1),
+                   F("k", 16), F("n", 16), F("accumulate", 1, default=0)),
+                  run=array.compute, cycles=array.compute_cycles, work=array.compute_work,
+                  access=array.compute_access)
+REQUANT = InsnDef("REQUANT", 0x05, "vector",
+                  (F("acc", _ROW), F("sp", _ROW), F("rows", 16), F("param", _ROW), *_CLAMP),
+                  run=vector.requant, cycles=vector.row_cycles, work=vector.requant_work,
+                  access=vector.requant_access)
+ADD = InsnDef("ADD", 0x06, "vector",
+              (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
+               F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
+               *_CLAMP),
+              run=vector.add, cycles=vector.row_cycles, work=vector.add_work,
+              access=vector.add_access)
+MAXPOOL = InsnDef("MAXPOOL", 0x07, "vector", _WINDOW,
+                  run=vector.maxpool, cycles=vector.pool_cycles, work=vector.pool_work,
+                  access=vector.pool_access)
+AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
+                  (*_WINDOW, F("param", _ROW), F("in_offset", 8, signed=True, default=0), *_CLAMP),
+                  run=vector.avgpool, cycles=vector.pool_cycles, work=vector.pool_work,
+                  access=vector.pool_access)
+LUT = InsnDef("LUT", 0x09, "vector",
+              (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW)),
+              run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
+              access=vector.lut_access)
+SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
+END = InsnDef("END", 0x1F, "end", ())
+
+TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MAXPOOL, AVGPOOL, LUT, SYNC, END)
+BY_OPCODE = {row.opcode: row for row in TABLE}
+BY_MNEMONIC = {row.mnemonic: row for row in TABLE}
+
+
+def _layout(row: InsnDef) -> tuple[tuple[F, int, int], ...]:
+    """(field, bit offset, mask) for each field of a row, LSB-first after the header."""
+    out, offset = [], _HEADER_BITS
+    for f in row.fields:
+        out.append((f, offset, (1 << f.bits) - 1))
+        offset += f.bits
+    if offset > WORD_BITS:
+        raise AssertionError(f"{row.mnemonic} needs {offset} bits, more than {WORD_BITS}")
+    return tuple(out)
+
+
+_LAYOUT = {row.mnemonic: _layout(row) for row in TABLE}
+
+
+def encode(insn: Insn) -> int:
+    word = insn.op.opcode | insn.deps << OPCODE_BITS
+    for f, offset, mask in _LAYOUT[insn.op.mnemonic]:
+        word |= (insn.args[f.name] & mask) << offset
+    return word
+
+
+def decode(word: int) -> Insn:
+    row = BY_OPCODE.get(word & ((1 << OPCODE_BITS) - 1))
+    if row is None:
+        raise SimulatorError(f"unknown opcode {word & ((1 << OPCODE_BITS) - 1):#x}")
+    args = {}
+    for f, offset, mask in _LAYOUT[row.mnemonic]:
+        value = (word >> offset) & mask
+        if f.signed and value >> (f.bits - 1):
+            value -= 1 << f.bits
+        args[f.name] = value
+    insn = Insn(row, args, (word >> OPCODE_BITS) & 0xF)
+    _check_deps(insn)
+    return insn
+
+
+def encode_words(insns) -> bytes:
+    return b"".join(encode(i).to_bytes(WORD_BYTES, "little") for i in insns)
+
+
+def decode_words(data: bytes) -> list[Insn]:
+    return [decode(int.from_bytes(data[i:i + WORD_BYTES], "little"))
+            for i in range(0, len(data), WORD_BYTES)]
+
+
+def disassemble(insn: Insn) -> str:
+    """`MNEMONIC field=value ... flag ...`, the form `assemble` reads back."""
+    parts = [insn.op.mnemonic]
+    for f in insn.op.fields:
+        value = insn.args[f.name]
+        parts.append(f"{f.name}={f.names[value] if f.names and value < len(f.names) else value}")
+    parts += [name for bit, name in zip((POP_PREV, POP_NEXT, PUSH_PREV, PUSH_NEXT), DEPS)
+              if insn.deps & bit]
+    return " ".join(parts)
+
+
+def assemble(text: str) -> Insn:
+    """Parse one line of assembly; `;` starts a comment; missing fields take their defaults."""
+    words = text.split(";")[0].split()
+    if not words:
+        raise SimulatorError("assemble: empty line")
+    row = BY_MNEMONIC.get(words[0].upper())
+    if row is None:
+        raise SimulatorError(f"assemble: unknown mnemonic {words[0]!r}; expected one of "
+                             f"{', '.join(BY_MNEMONIC)}")
+    values, flags = {}, {}
+    for word in words[1:]:
+        if "=" in word:
+            key, _, value = word.partition("=")
+            try:
+                values[key] = int(value, 0)
+            except ValueError:
+                values[key] = value
+        elif word in DEPS:
+            flags[word] = True
+        else:
+            raise SimulatorError(f"assemble: {row.mnemonic}: unexpected {word!r}; expected "
+                                 f"field=value or one of {', '.join(DEPS)}")
+    return row(**values, **flags)
+
+
+def assemble_program(text: str) -> list[Insn]:
+    """One instruction per non-blank line; `;` comments are skipped."""
+    return [assemble(line) for line in text.splitlines() if line.split(";")[0].strip()]

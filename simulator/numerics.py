@@ -1,0 +1,185 @@
+"""The integer arithmetic of the accelerator: the one definition shared by the machine's units
+and the quantizer's integer reference, so the two can never differ by one LSB.
+
+Everything here is exact integer arithmetic on numpy int64 (no float reaches a result, except
+`int_matmul`, whose float64 BLAS products are proven exact below). The rules, chosen once:
+
+- **Accumulators wrap** modulo 2^32 (two's complement), as hardware adders do. Wrapping is
+  associative, so an accumulation gives the same int32 however the compiler splits K into
+  tiles, and equals the quantizer's reference in any order. A quantized layer cannot reach the
+  wrap in practice: |int8 x int8| <= 2^14, so K < 2^16 products plus an int32 bias of less than
+  2^30 stay below 2^31.
+- **Rounding is half away from zero**, as gemmlowp's `RoundingDivideByPOT`.
+- **Requantization rounds once**: out = clamp(round(acc * multiplier / 2^(31 + shift)) + offset).
+  This is the exact real rescale to within the multiplier's own error; gemmlowp and TFLite
+  round twice (a doubling high multiply, then a shift), which can differ by one LSB.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from simulator.errors import SimulatorError
+
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+
+# Requantization shifts: the total right shift 31 + shift must lie in [0, 62] so that the
+# rounding mask fits in int64; this covers real scales in [2^-32, 2^31).
+SHIFT_MIN, SHIFT_MAX = -31, 31
+
+# TFLite's quantized ADD aligns both inputs at 2^20 before rescaling them, so that the two
+# input rescales lose no precision: |x - offset| <= 255 < 2^8, shifted < 2^28, sums < 2^29.
+ADD_LEFT_SHIFT = 20
+
+# float64 represents every integer of magnitude <= 2^53 exactly. See `int_matmul`.
+_EXACT_TERMS = 2**39
+
+
+def saturate(x, dtype: str) -> np.ndarray:
+    """Clamp to the range of `dtype` ("int8", "uint8", "int32") and return that dtype."""
+    lo, hi = RANGES[dtype]
+    return np.clip(np.asarray(x, dtype=np.int64), lo, hi).astype(dtype)
+
+
+def wrap32(x) -> np.ndarray:
+    """Two's-complement wrap of int64 values to int32: the accumulator's overflow rule."""
+    return np.asarray(x, dtype=np.int64).astype(np.int32)
+
+
+def mac(acc, a, b) -> np.ndarray:
+    """One multiply-accumulate per element: acc + a * b, int8 x int8 into a wrapping int32."""
+    return wrap32(np.asarray(acc, np.int64) + np.asarray(a, np.int64) * np.asarray(b, np.int64))
+
+
+def int_matmul(a, b) -> np.ndarray:
+    """Exact int8 (M, K) x int8 (K, N) -> int32 (M, N) through float64 BLAS.
+
+    Why exact: every product satisfies |a_ik * b_kj| <= 128 * 128 = 2^14. Whatever order or
+    blocking BLAS uses, each intermediate it forms is a partial sum of a subset of the K
+    products, so its magnitude is at most K * 2^14. While K <= 2^39 that is <= 2^53, and every
+    integer of magnitude <= 2^53 is a float64; the sum of two floats whose exact sum is such an
+    integer is that integer (IEEE 754 rounds an exact result to itself), and so is an FMA's. By
+    induction over the additions every intermediate is exact, hence the result is. (The project's
+    usual statement, "fewer than 2^37 terms", is the same argument with a 4x margin.) The
+    int64 -> int32 conversion then applies the accumulator's wrapping rule.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape[-1] > _EXACT_TERMS:
+        raise SimulatorError(f"int_matmul: K = {a.shape[-1]} exceeds the exact bound 2^39")
+    product = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return wrap32(product.astype(np.int64))
+
+
+def matmul_accumulate(acc, a, b) -> np.ndarray:
+    """acc + a @ b with int32 wrapping: what one array pass does to its accumulator rows.
+
+    Adding the int32 accumulator in float64 stays exact by the argument of `int_matmul`:
+    |acc| < 2^31 plus K * 2^14 is below 2^53 while K <= 2^38.
+    """
+    a = np.asarray(a)
+    if a.shape[-1] > _EXACT_TERMS // 2:
+        raise SimulatorError(f"matmul_accumulate: K = {a.shape[-1]} exceeds the exact bound 2^38")
+    total = np.matmul(a.astype(np.float64), np.asarray(b).astype(np.float64))
+    total += acc
+    return wrap32(total.astype(np.int64))
+
+
+def rounding_shift(x, shift) -> np.ndarray:
+    """x / 2^shift rounded half away from zero (gemmlowp RoundingDivideByPOT), shift in [0, 62].
+
+    Exact on int64: the quotient is x >> shift (floor), plus one when the discarded remainder
+    exceeds half, where "half" counts as exceeding for positive x only (away from zero).
+    """
+    x = np.asarray(x, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    if np.any(shift < 0) or np.any(shift > 62):
+        raise SimulatorError(f"rounding_shift: shift must lie in [0, 62], got {shift}")
+    mask = (np.int64(1) << shift) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> shift) + (remainder > threshold)
+
+
+def _along(values, ndim: int, axis: int | None) -> np.ndarray:
+    """Shape per-channel `values` to broadcast along `axis` of an ndim array."""
+    values = np.asarray(values, dtype=np.int64)
+    if axis is None or values.ndim == 0:
+        return values
+    shape = [1] * ndim
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def rescale(x, multiplier, shift, axis: int | None = None) -> np.ndarray:
+    """round(x * multiplier / 2^(31 + shift)), half away from zero; exact, no clamp.
+
+    |x| < 2^31 and |multiplier| < 2^31 keep the product inside int64.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    multiplier = _along(multiplier, x.ndim, axis)
+    shift = _along(shift, x.ndim, axis)
+    return rounding_shift(x * multiplier, 31 + shift)
+
+
+def requantize(acc, multiplier, shift, out_offset=0, qmin=None, qmax=None, *,
+               axis: int | None = None, dtype: str = "int8") -> np.ndarray:
+    """int32 accumulators -> `dtype`: clamp(rescale(acc, multiplier, shift) + out_offset).
+
+    `multiplier` and `shift` are scalars or per-channel vectors laid along `axis` of `acc`;
+    qmin/qmax default to the range of `dtype` (a fused ReLU raises qmin to the zero point).
+    """
+    lo, hi = RANGES[dtype]
+    qmin = lo if qmin is None else qmin
+    qmax = hi if qmax is None else qmax
+    acc = np.asarray(acc, dtype=np.int64)
+    out = rescale(acc, multiplier, shift, axis) + _along(out_offset, acc.ndim, axis)
+    return np.clip(out, qmin, qmax).astype(dtype)
+
+
+def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=-128, qmax=127):
+    """Quantized elementwise add of int8 tensors with their own scales, as TFLite's ADD.
+
+    multipliers/shifts = (x, y, out): the input rescales map each input to a common scale
+    2^-ADD_LEFT_SHIFT finer than the larger input scale; the output rescale maps the sum to the
+    output scale. The compiler derives all three with `quantize_multiplier`.
+    """
+    xs = rescale((np.asarray(x, np.int64) - x_offset) << ADD_LEFT_SHIFT, multipliers[0], shifts[0])
+    ys = rescale((np.asarray(y, np.int64) - y_offset) << ADD_LEFT_SHIFT, multipliers[1], shifts[1])
+    return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax)
+
+
+def window_sum(windows, offset) -> np.ndarray:
+    """Sum of (x - offset) over the last two axes (a pooling window), exact in int64."""
+    return (np.asarray(windows, np.int64) - offset).sum(axis=(-2, -1))
+
+
+def lookup(x, table) -> np.ndarray:
+    """table[x + 128] for int8 x and a 256-entry int8 table (sigmoid, tanh, ...)."""
+    return np.asarray(table, np.int8)[np.asarray(x, np.int64) + 128]
+
+
+def quantize_multiplier(real_scale: float) -> tuple[int, int]:
+    """A positive real ratio -> (multiplier, shift) with real ~= multiplier * 2^-(31 + shift).
+
+    multiplier lies in [2^30, 2^31) (Q31 with the top bit normalised), so rounding it to the
+    nearest integer gives a relative error |m * 2^-(31+s) / real - 1| <= 2^-31. Valid for real
+    scales in [2^-32, 2^31) (less the last half ulp of Q31 below 2^31, which rounds up to it);
+    anything else raises, naming the value.
+    """
+    if not (isinstance(real_scale, (int, float)) and math.isfinite(real_scale) and real_scale > 0):
+        raise SimulatorError(f"quantize_multiplier: scale must be a positive finite number, "
+                             f"got {real_scale!r}")
+    # real = mantissa * 2^exponent with mantissa in [0.5, 1)
+    mantissa, exponent = math.frexp(real_scale)
+    multiplier = round(Fraction(mantissa) * 2**31)
+    if multiplier == 2**31:
+        multiplier, exponent = 2**30, exponent + 1
+    shift = -exponent
+    if not SHIFT_MIN <= shift <= SHIFT_MAX:
+        raise SimulatorError(f"quantize_multiplier: scale {real_scale!r} is outside the "
+                             f"representable range [2^-32, 2^31)")
+    return multiplier, shift

@@ -1,0 +1,221 @@
+"""The `.ember` program file: what the compiler writes and the simulator runs.
+
+Layout (all integers little-endian):
+
+    offset 0   8 bytes  magic b"EMBERPRG"
+           8   u32      format version (FORMAT_VERSION)
+          12   u32      bytes per instruction word (isa.WORD_BYTES)
+          16   u64      length of the JSON header
+          24   u64      number of instructions
+          32   u64      length of the DRAM image
+          40   ...      JSON header (UTF-8, sorted keys): "arch" (the fully resolved arch dict),
+                        "inputs"/"outputs" (IOBinding records), "metadata" (tool version and the
+                        option record), "nodes" (source graph node names), "host_segments"
+                  ...   instruction words
+                  ...   u32 per instruction: index into "nodes" (0xFFFFFFFF: none)
+                  ...   DRAM image: initial DRAM contents from address 0 (weights, parameters)
+        end - 32        SHA-256 of every byte before it
+
+Same Program -> byte-identical file, written atomically (temporary name, then os.replace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulator import isa
+from simulator.arch import Arch
+from simulator.errors import SimulatorError
+
+MAGIC = b"EMBERPRG"
+FORMAT_VERSION = 1
+_FIXED = struct.Struct("<8sIIQQQ")
+_DIGEST = 32
+_NO_NODE = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class IOBinding:
+    """A program input or output: where it lives in DRAM and how it is quantized.
+
+    The tensor is stored at byte address `dram` with byte strides `strides` (row-major
+    contiguous when empty); real = scale * (q - zero_point).
+    """
+
+    name: str
+    dram: int
+    shape: tuple[int, ...]
+    scale: float
+    zero_point: int
+    dtype: str = "int8"
+    strides: tuple[int, ...] = ()
+
+    @property
+    def byte_strides(self) -> tuple[int, ...]:
+        if self.strides:
+            return self.strides
+        item = np.dtype(self.dtype).itemsize
+        return tuple(int(item * np.prod(self.shape[i + 1:], dtype=np.int64))
+                     for i in range(len(self.shape)))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """Host-side input quantization: round half to even, as ONNX QuantizeLinear."""
+        info = np.iinfo(self.dtype)
+        q = np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point
+        return np.clip(q, info.min, info.max).astype(self.dtype)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dram": self.dram, "shape": list(self.shape),
+                "scale": self.scale, "zero_point": self.zero_point, "dtype": self.dtype,
+                "strides": list(self.strides)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "IOBinding":
+        return cls(name=d["name"], dram=d["dram"], shape=tuple(d["shape"]), scale=d["scale"],
+                   zero_point=d["zero_point"], dtype=d["dtype"], strides=tuple(d["strides"]))
+
+
+@dataclass(frozen=True)
+class Program:
+    """Everything the machine needs. `source[i]` names the graph node instruction i implements
+    ("" for none); per-layer reports group by it."""
+
+    arch: Arch
+    instructions: tuple[isa.Insn, ...]
+    dram_image: bytes = b""
+    inputs: tuple[IOBinding, ...] = ()
+    outputs: tuple[IOBinding, ...] = ()
+    source: tuple[str, ...] = ()
+    metadata: dict = field(default_factory=dict)
+    host_segments: tuple[dict, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "instructions", tuple(self.instructions))
+        object.__setattr__(self, "source",
+                           tuple(self.source) or ("",) * len(self.instructions))
+        if len(self.source) != len(self.instructions):
+            raise SimulatorError(f"program: {len(self.source)} source names for "
+                                 f"{len(self.instructions)} instructions")
+        ends = [i for i, insn in enumerate(self.instructions) if insn.op is isa.END]
+        if ends != [len(self.instructions) - 1]:
+            where = f"at {ends}" if ends else "nowhere"
+            raise SimulatorError(f"program: expected exactly one END, as the last instruction "
+                                 f"(found {where} among {len(self.instructions)} instructions)")
+        for binding in self.inputs + self.outputs:
+            last = binding.dram + sum((n - 1) * s for n, s in
+                                      zip(binding.shape, binding.byte_strides))
+            if binding.dram < 0 or last >= self.arch.dram.size_bytes:
+                raise SimulatorError(f"program: I/O {binding.name!r} at DRAM {binding.dram} "
+                                     f"does not fit in {self.arch.dram.size_bytes} bytes")
+        if len(self.dram_image) > self.arch.dram.size_bytes:
+            raise SimulatorError(f"program: DRAM image of {len(self.dram_image)} bytes exceeds "
+                                 f"DRAM of {self.arch.dram.size_bytes} bytes")
+
+    def to_bytes(self) -> bytes:
+        nodes = list(dict.fromkeys(name for name in self.source if name))
+        index = {name: i for i, name in enumerate(nodes)}
+        header = json.dumps({
+            "arch": self.arch.to_dict(),
+            "inputs": [b.to_dict() for b in self.inputs],
+            "outputs": [b.to_dict() for b in self.outputs],
+            "metadata": self.metadata,
+            "nodes": nodes,
+            "host_segments": list(self.host_segments),
+        }, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        words = isa.encode_words(self.instructions)
+        node_ids = np.array([index[n] if n else _NO_NODE for n in self.source], "<u4").tobytes()
+        body = b"".join([
+            _FIXED.pack(MAGIC, FORMAT_VERSION, isa.WORD_BYTES, len(header),
+                        len(self.instructions), len(self.dram_image)),
+            header, words, node_ids, bytes(self.dram_image)])
+        return body + hashlib.sha256(body).digest()
+
+    def save(self, path: str | Path) -> None:
+        write_atomic(path, self.to_bytes())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Program":
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise SimulatorError(f"{path}: cannot read the program: {err.strerror}") from None
+        return cls.from_bytes(data, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "<program>") -> "Program":
+        if len(data) < len(MAGIC) or data[:len(MAGIC)] != MAGIC:
+            raise SimulatorError(f"{name}: not an ember program (no {MAGIC.decode()} magic)")
+        if len(data) < _FIXED.size + _DIGEST:
+            raise SimulatorError(f"{name}: truncated: {len(data)} bytes, shorter than the header")
+        _, version, word_bytes, header_len, count, image_len = _FIXED.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise SimulatorError(f"{name}: format version {version}, but this simulator reads "
+                                 f"version {FORMAT_VERSION}; recompile the model")
+        if word_bytes != isa.WORD_BYTES:
+            raise SimulatorError(f"{name}: {word_bytes}-byte instruction words, expected "
+                                 f"{isa.WORD_BYTES}")
+        expected = _FIXED.size + header_len + count * (word_bytes + 4) + image_len + _DIGEST
+        if len(data) != expected:
+            what = "truncated" if len(data) < expected else "corrupt (trailing bytes)"
+            raise SimulatorError(f"{name}: {what}: {len(data)} bytes, the header says {expected}")
+        if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
+            raise SimulatorError(f"{name}: corrupt: the SHA-256 checksum does not match")
+        offset = _FIXED.size
+        header = json.loads(data[offset:offset + header_len].decode("utf-8"))
+        offset += header_len
+        words = data[offset:offset + count * word_bytes]
+        offset += count * word_bytes
+        node_ids = np.frombuffer(data, "<u4", count, offset)
+        offset += 4 * count
+        nodes = header["nodes"]
+        try:
+            instructions = isa.decode_words(words)
+        except SimulatorError as err:
+            raise SimulatorError(f"{name}: corrupt instruction stream: {err}") from None
+        return cls(
+            arch=Arch.from_dict(header["arch"], source=f"{name} (header)"),
+            instructions=tuple(instructions),
+            dram_image=data[offset:offset + image_len],
+            inputs=tuple(IOBinding.from_dict(d) for d in header["inputs"]),
+            outputs=tuple(IOBinding.from_dict(d) for d in header["outputs"]),
+            source=tuple(nodes[i] if i != _NO_NODE else "" for i in node_ids.tolist()),
+            metadata=header["metadata"],
+            host_segments=tuple(header["host_segments"]))
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write to a temporary name beside `path`, then rename: never a half file."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise SimulatorError(f"{path}: cannot write: {err.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,47 @@
+"""The machine's units: each module holds the semantics (`run`) and costs (`cycles`, `work`)
+that the rows of `simulator.isa` point to."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simulator.errors import SimulatorError
+
+
+class Work(NamedTuple):
+    """What one instruction does, known from its fields alone: the report's roofline and the
+    energy model add these up. `*_end` is one past the last local row written (0: none)."""
+
+    macs: int = 0
+    dram_read: int = 0
+    dram_written: int = 0
+    local_bytes: int = 0
+    scratchpad_end: int = 0
+    accumulator_end: int = 0
+
+
+SCRATCHPAD, ACCUMULATOR = 0, 1
+
+
+class Access(NamedTuple):
+    """Local rows [start, stop) of memory `mem` that an instruction reads or writes; the
+    machine's hazard check compares these across queues."""
+
+    mem: int
+    start: int
+    stop: int
+    write: bool
+
+
+def rows(memory: np.ndarray, start: int, count: int, name: str) -> slice:
+    """The slice of rows [start, start + count) of a local memory, or an error naming it."""
+    if start + count > memory.shape[0]:
+        raise SimulatorError(f"{name} rows [{start}, {start + count}) out of range "
+                             f"[0, {memory.shape[0]})")
+    return slice(start, start + count)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

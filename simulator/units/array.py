@@ -1,0 +1,123 @@
+"""The systolic array: PRELOAD latches a weight tile, COMPUTE streams input rows through it
+into accumulator rows.
+
+Timing follows SCALE-Sim (Samajdar et al., "A Systematic Methodology for Characterizing
+Scalability of DNN Accelerators using SCALE-Sim", ISPASS 2020, and its code, scalesim 3.0
+`compute/systolic_compute_{ws,os}.py`), for an R x C array; like SCALE-Sim we charge the full
+array's skew for a partial tile. benchmarks/bench_sim_scalesim.py checks both against it.
+
+- weight_stationary: a fold costs 2R + C + M - 2: R cycles to load the weights, then M input
+  rows stream with R + C - 2 cycles of skew. PRELOAD costs the R (0 with preload_overlap: the
+  weights shift into a shadow buffer while the previous COMPUTE streams, which lasts
+  M + R + C - 2 >= R cycles); COMPUTE costs M + R + C - 2.
+- output_stationary: the weights stream with the inputs, so PRELOAD costs nothing, and a fold of
+  at most R output rows costs R + C + K - 2. A COMPUTE costs ceil(M / R) folds of its k, except
+  that an accumulating COMPUTE of at most R rows continues the previous one's outputs, which stay
+  in the array: it costs only its k cycles. So a chain over K tiles costs one fold, as in
+  SCALE-Sim, when the compiler keeps M outside the K loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from simulator import numerics
+from simulator.errors import SimulatorError
+from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
+
+
+def preload(state, insn) -> None:
+    a = insn.args
+    if a["k"] > state.arch.array.rows:
+        raise SimulatorError(f"k = {a['k']}: expected at most array.rows = {state.arch.array.rows}")
+    state.weights = state.scratchpad[rows(state.scratchpad, a["sp"], a["k"], "scratchpad")].copy()
+
+
+def input_rows(a: dict) -> np.ndarray | slice:
+    """Scratchpad rows streamed by COMPUTE: sp + o * outer_stride + i * inner_stride."""
+    if a["inner_stride"] == 1 and a["outer_stride"] == a["m_inner"]:
+        return slice(a["sp"], a["sp"] + a["m_outer"] * a["m_inner"])
+    return a["sp"] + _row_offsets(a["m_outer"], a["m_inner"], a["outer_stride"],
+                                  a["inner_stride"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_offsets(m_outer: int, m_inner: int, outer_stride: int, inner_stride: int) -> np.ndarray:
+    """Cached: a convolution repeats the same access pattern for every tap and channel block."""
+    outer = np.arange(m_outer) * outer_stride
+    inner = np.arange(m_inner) * inner_stride
+    offsets = (outer[:, None] + inner[None, :]).ravel()
+    offsets.flags.writeable = False
+    return offsets
+
+
+def compute(state, insn) -> None:
+    a = insn.args
+    k, n, m = a["k"], a["n"], a["m_outer"] * a["m_inner"]
+    if state.weights is None or k > state.weights.shape[0]:
+        have = 0 if state.weights is None else state.weights.shape[0]
+        raise SimulatorError(f"k = {k}: the preloaded weight tile has only {have} rows")
+    if n > state.arch.array.cols:
+        raise SimulatorError(f"n = {n}: expected at most array.cols = {state.arch.array.cols}")
+    if m == 0:
+        return
+    sp = state.scratchpad
+    src = input_rows(a)
+    last = src.stop - 1 if isinstance(src, slice) else int(src[-1])  # offsets increase
+    if last >= sp.shape[0]:
+        raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[0]})")
+    inputs = sp[src, :k]
+    out = state.accumulator[rows(state.accumulator, a["acc"], m, "accumulator"), :n]
+    if a["accumulate"]:
+        out[...] = numerics.matmul_accumulate(out, inputs, state.weights[:k, :n])
+    else:
+        out[...] = numerics.int_matmul(inputs, state.weights[:k, :n])
+
+
+def preload_cycles(arch, insn) -> int:
+    if arch.array.dataflow == "output_stationary" or arch.array.preload_overlap:
+        return 0
+    return arch.array.rows
+
+
+def compute_cycles(arch, insn) -> int:
+    a = insn.args
+    r, c, m = arch.array.rows, arch.array.cols, a["m_outer"] * a["m_inner"]
+    if arch.array.dataflow == "weight_stationary":
+        return m + r + c - 2
+    if a["accumulate"] and m <= r:
+        return a["k"]
+    return ceil_div(m, r) * (r + c + a["k"] - 2)
+
+
+def preload_work(arch, insn) -> Work:
+    return Work(local_bytes=insn.args["k"] * arch.scratchpad.row_bytes)
+
+
+def compute_work(arch, insn) -> Work:
+    a = insn.args
+    m = a["m_outer"] * a["m_inner"]
+    acc_bytes = m * arch.accumulator.row_bytes * (2 if a["accumulate"] else 1)
+    return Work(macs=m * a["k"] * a["n"], local_bytes=m * arch.scratchpad.row_bytes + acc_bytes,
+                accumulator_end=a["acc"] + m if m else 0)
+
+
+def preload_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(SCRATCHPAD, a["sp"], a["sp"] + a["k"], False),)
+
+
+def compute_access(arch, insn) -> tuple[Access, ...]:
+    """The streamed rows as one span from the first to the last (strides stay inside a tile).
+    An accumulating read of the rows it writes needs no record of its own: the write's covers
+    every later conflict."""
+    a = insn.args
+    m = a["m_outer"] * a["m_inner"]
+    if m == 0:
+        return ()
+    last = a["sp"] + (a["m_outer"] - 1) * a["outer_stride"] \
+        + (a["m_inner"] - 1) * a["inner_stride"]
+    return (Access(SCRATCHPAD, a["sp"], last + 1, False),
+            Access(ACCUMULATOR, a["acc"], a["acc"] + m, True))

@@ -1,0 +1,120 @@
+"""The DMA engines: 2-D strided copies between DRAM (byte addressed) and a local memory
+(row addressed), with padding on load, as VTA's load and store modules.
+
+An element is one local row. LOAD reads `y_size` lines of `x_size` elements of `elem_bytes`
+bytes from DRAM (element stride `x_stride`, line stride `y_stride`, in bytes) into a block of
+(pad_top + y_size + pad_bottom) x (pad_left + x_size + pad_right) consecutive local rows; pad rows
+and the lanes past `elem_bytes` are filled with `pad_value`. STORE is the inverse without pads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import SimulatorError
+from simulator.units import Access, Work, ceil_div, rows
+
+MEMORIES = ("scratchpad", "accumulator")
+
+
+def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:
+    shape = (a["y_size"], a["x_size"], a["elem_bytes"])
+    strides = (a["y_stride"], a["x_stride"], 1)
+    if 0 in shape:
+        return np.zeros(shape, np.uint8)
+    last = addr + sum((n - 1) * s for n, s in zip(shape, strides))
+    if last >= dram.size:
+        raise SimulatorError(f"DRAM bytes up to {last} out of range [0, {dram.size})")
+    return np.lib.stride_tricks.as_strided(dram[addr:], shape, strides, writeable=writeable)
+
+
+def _local(state, a: dict) -> tuple[np.ndarray, str]:
+    memory = state.memories[a["mem"]]
+    name = MEMORIES[a["mem"]]
+    row_bytes = memory.shape[1] * memory.itemsize
+    if a["elem_bytes"] > row_bytes or a["elem_bytes"] % memory.itemsize:
+        raise SimulatorError(f"elem_bytes = {a['elem_bytes']}: expected a multiple of "
+                             f"{memory.itemsize} up to the {name} row of {row_bytes} bytes")
+    return memory, name
+
+
+def _block_shape(a: dict) -> tuple[int, int]:
+    return (a["pad_top"] + a["y_size"] + a["pad_bottom"],
+            a["pad_left"] + a["x_size"] + a["pad_right"])
+
+
+def load(state, insn) -> None:
+    a = insn.args
+    memory, name = _local(state, a)
+    height, width = _block_shape(a)
+    block = memory[rows(memory, a["sram"], height * width, name)].reshape(height, width, -1)
+    lanes = a["elem_bytes"] // memory.itemsize
+    src = _dram_view(state.dram, a["dram"], a, writeable=False)
+    if height * width > a["y_size"] * a["x_size"] or lanes < block.shape[2]:
+        block[...] = a["pad_value"]
+    data = np.ascontiguousarray(src).view(memory.dtype.newbyteorder("<"))
+    block[a["pad_top"]:a["pad_top"] + a["y_size"], a["pad_left"]:a["pad_left"] + a["x_size"],
+          :lanes] = data
+
+
+def store(state, insn) -> None:
+    a = insn.args
+    memory, name = _local(state, a)
+    count = a["y_size"] * a["x_size"]
+    block = memory[rows(memory, a["sram"], count, name)].reshape(a["y_size"], a["x_size"], -1)
+    lanes = a["elem_bytes"] // memory.itemsize
+    data = np.ascontiguousarray(block[:, :, :lanes]).astype(memory.dtype.newbyteorder("<"))
+    dst = _dram_view(state.dram, a["dram"], a, writeable=True)
+    dst[...] = data.view(np.uint8).reshape(dst.shape)
+
+
+def _transfer_cycles(arch, a: dict) -> int:
+    """Cycles to move the bytes: each contiguous DRAM run is split into bursts of at most
+    max_burst_bytes, and a burst occupies ceil(bytes / bytes_per_cycle) cycles, so narrow strided
+    elements waste bandwidth as they do on a real bus."""
+    y, x, eb = a["y_size"], a["x_size"], a["elem_bytes"]
+    if x * y * eb == 0:
+        return 0
+    if a["x_stride"] == eb and a["y_stride"] == x * eb:
+        run, runs = y * x * eb, 1
+    elif a["x_stride"] == eb:
+        run, runs = x * eb, y
+    else:
+        run, runs = eb, y * x
+    bw, burst = arch.dma.bytes_per_cycle, arch.dma.max_burst_bytes
+    full, rest = divmod(run, burst)
+    return runs * (full * ceil_div(burst, bw) + ceil_div(rest, bw))
+
+
+def cycles(arch, insn) -> int:
+    """latency + transfer: the latency is paid once per instruction (requests pipeline)."""
+    return arch.dma.latency_cycles + _transfer_cycles(arch, insn.args)
+
+
+def load_work(arch, insn) -> Work:
+    a = insn.args
+    height, width = _block_shape(a)
+    row_bytes = (arch.scratchpad, arch.accumulator)[a["mem"]].row_bytes
+    end = a["sram"] + height * width
+    return Work(dram_read=a["y_size"] * a["x_size"] * a["elem_bytes"],
+                local_bytes=height * width * row_bytes,
+                scratchpad_end=end if a["mem"] == 0 else 0,
+                accumulator_end=end if a["mem"] == 1 else 0)
+
+
+def store_work(arch, insn) -> Work:
+    a = insn.args
+    row_bytes = (arch.scratchpad, arch.accumulator)[a["mem"]].row_bytes
+    return Work(dram_written=a["y_size"] * a["x_size"] * a["elem_bytes"],
+                local_bytes=a["y_size"] * a["x_size"] * row_bytes)
+
+
+def load_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    height, width = _block_shape(a)
+    return (Access(a["mem"], a["sram"], a["sram"] + height * width, True),)
+
+
+def store_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(a["mem"], a["sram"], a["sram"] + a["y_size"] * a["x_size"], False),)

@@ -1,0 +1,168 @@
+"""The vector unit: row-wise int32 -> int8 requantization, quantized add, pooling windows and
+table lookup, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
+cycle, so an instruction costs ceil(elements / lanes) cycles.
+
+Parameter blocks live in the accumulator (int32) as two consecutive rows at `param`:
+row 0 holds multipliers, row 1 shifts. REQUANT and AVGPOOL read them per lane (per channel);
+ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of `numerics.add`. Every lane that is read
+must hold a valid shift (in [-31, 31]; zero-filled lanes are valid), unused channels included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from simulator import numerics
+from simulator.errors import SimulatorError
+from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
+
+LUT_ENTRIES = 256
+
+
+def _params(state, a: dict) -> tuple[np.ndarray, np.ndarray]:
+    block = state.accumulator[rows(state.accumulator, a["param"], 2, "accumulator (params)")]
+    return block[0], block[1]
+
+
+def requant(state, insn) -> None:
+    a = insn.args
+    src = state.accumulator[rows(state.accumulator, a["acc"], a["rows"], "accumulator")]
+    multiplier, shift = _params(state, a)
+    dst = rows(state.scratchpad, a["sp"], a["rows"], "scratchpad")
+    state.scratchpad[dst] = numerics.requantize(src, multiplier, shift, a["out_offset"],
+                                                a["qmin"], a["qmax"], axis=1)
+
+
+def add(state, insn) -> None:
+    a = insn.args
+    sp = state.scratchpad
+    x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
+    y = sp[rows(sp, a["b"], a["rows"], "scratchpad")]
+    multiplier, shift = _params(state, a)
+    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.add(
+        x, y, a["a_offset"], a["b_offset"], multiplier[:3], shift[:3], a["out_offset"],
+        a["qmin"], a["qmax"])
+
+
+def _out_shape(a: dict) -> tuple[int, int]:
+    if a["kh"] == 0 or a["kw"] == 0 or a["sh"] == 0 or a["sw"] == 0:
+        raise SimulatorError("kh, kw, sh, sw: expected positive window sizes and strides")
+    if a["kh"] > a["in_h"] or a["kw"] > a["in_w"]:
+        raise SimulatorError(f"window {a['kh']}x{a['kw']} larger than the input "
+                             f"{a['in_h']}x{a['in_w']}")
+    return (a["in_h"] - a["kh"]) // a["sh"] + 1, (a["in_w"] - a["kw"]) // a["sw"] + 1
+
+
+def _windows(state, a: dict) -> np.ndarray:
+    """(out_h, out_w, lanes, kh, kw) view of the pixel rows at `src` (row-major in_h x in_w)."""
+    sp = state.scratchpad
+    image = sp[rows(sp, a["src"], a["in_h"] * a["in_w"], "scratchpad")]
+    image = image.reshape(a["in_h"], a["in_w"], -1)
+    windows = sliding_window_view(image, (a["kh"], a["kw"]), axis=(0, 1))
+    return windows[::a["sh"], ::a["sw"]]
+
+
+def _write_pixels(state, a: dict, out: np.ndarray) -> None:
+    sp = state.scratchpad
+    sp[rows(sp, a["dst"], out.shape[0] * out.shape[1], "scratchpad")] = out.reshape(-1, sp.shape[1])
+
+
+def maxpool(state, insn) -> None:
+    a = insn.args
+    _out_shape(a)
+    _write_pixels(state, a, _windows(state, a).max(axis=(-2, -1)))
+
+
+def avgpool(state, insn) -> None:
+    a = insn.args
+    _out_shape(a)
+    sums = numerics.window_sum(_windows(state, a), a["in_offset"])
+    multiplier, shift = _params(state, a)
+    _write_pixels(state, a, numerics.requantize(sums, multiplier, shift, a["out_offset"],
+                                                a["qmin"], a["qmax"], axis=-1))
+
+
+def lut(state, insn) -> None:
+    a = insn.args
+    sp = state.scratchpad
+    table_rows = ceil_div(LUT_ENTRIES, sp.shape[1])
+    table = sp[rows(sp, a["table"], table_rows, "scratchpad (table)")].ravel()[:LUT_ENTRIES]
+    src = sp[rows(sp, a["src"], a["rows"], "scratchpad")]
+    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.lookup(src, table)
+
+
+def _pool_elements(arch, a: dict) -> tuple[int, int]:
+    """(output pixels, elements read) of a pooling instruction."""
+    out_h = (a["in_h"] - a["kh"]) // max(a["sh"], 1) + 1 if a["in_h"] >= a["kh"] else 0
+    out_w = (a["in_w"] - a["kw"]) // max(a["sw"], 1) + 1 if a["in_w"] >= a["kw"] else 0
+    return out_h * out_w, out_h * out_w * a["kh"] * a["kw"] * arch.lanes
+
+
+def row_cycles(arch, insn) -> int:
+    """REQUANT, ADD, LUT: one element per lane of each row."""
+    return ceil_div(insn.args["rows"] * arch.lanes, arch.vector.lanes)
+
+
+def pool_cycles(arch, insn) -> int:
+    return ceil_div(_pool_elements(arch, insn.args)[1], arch.vector.lanes)
+
+
+def requant_work(arch, insn) -> Work:
+    a = insn.args
+    acc_row, sp_row = arch.accumulator.row_bytes, arch.scratchpad.row_bytes
+    return Work(local_bytes=(a["rows"] + 2) * acc_row + a["rows"] * sp_row,
+                scratchpad_end=a["sp"] + a["rows"] if a["rows"] else 0)
+
+
+def add_work(arch, insn) -> Work:
+    a = insn.args
+    return Work(local_bytes=3 * a["rows"] * arch.scratchpad.row_bytes
+                + 2 * arch.accumulator.row_bytes,
+                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+
+
+def pool_work(arch, insn) -> Work:
+    a = insn.args
+    pixels, _ = _pool_elements(arch, a)
+    params = 2 * arch.accumulator.row_bytes if "param" in a else 0
+    return Work(local_bytes=(a["in_h"] * a["in_w"] + pixels) * arch.scratchpad.row_bytes + params,
+                scratchpad_end=a["dst"] + pixels if pixels else 0)
+
+
+def lut_work(arch, insn) -> Work:
+    a = insn.args
+    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes + LUT_ENTRIES),
+                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+
+
+def _param_access(a: dict) -> Access:
+    return Access(ACCUMULATOR, a["param"], a["param"] + 2, False)
+
+
+def requant_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(ACCUMULATOR, a["acc"], a["acc"] + a["rows"], False), _param_access(a),
+            Access(SCRATCHPAD, a["sp"], a["sp"] + a["rows"], True))
+
+
+def add_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
+            Access(SCRATCHPAD, a["b"], a["b"] + a["rows"], False), _param_access(a),
+            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+
+
+def pool_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    pixels, _ = _pool_elements(arch, a)
+    out = (Access(SCRATCHPAD, a["src"], a["src"] + a["in_h"] * a["in_w"], False),
+           Access(SCRATCHPAD, a["dst"], a["dst"] + pixels, True))
+    return out + ((_param_access(a),) if "param" in a else ())
+
+
+def lut_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(SCRATCHPAD, a["src"], a["src"] + a["rows"], False),
+            Access(SCRATCHPAD, a["table"], a["table"] + ceil_div(LUT_ENTRIES, arch.lanes), False),
+            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))

@@ -1,0 +1,179 @@
+"""One bit-exact semantic test per instruction, run directly on machine state, plus the cost
+functions' formulas."""
+
+import numpy as np
+import pytest
+
+from simulator import isa, numerics
+from simulator.arch import Arch
+from simulator.machine import State
+
+ARCH = Arch.load("default")
+L = ARCH.lanes
+rng = np.random.default_rng(7)
+
+
+def fresh():
+    state = State(ARCH)
+    state.scratchpad[...] = rng.integers(-128, 128, state.scratchpad.shape)
+    state.accumulator[...] = rng.integers(-(2**31), 2**31, state.accumulator.shape)
+    return state
+
+
+def run(state, insn):
+    insn.op.run(state, insn)
+
+
+def test_load_strided_padded_scratchpad():
+    state = fresh()
+    image = rng.integers(0, 256, 4096).astype(np.uint8)
+    state.dram[1000:1000 + image.size] = image
+    run(state, isa.LOAD(mem="scratchpad", sram=10, dram=1000, y_size=3, x_size=4, elem_bytes=5,
+                        x_stride=7, y_stride=100, pad_top=1, pad_bottom=2, pad_left=1,
+                        pad_right=0, pad_value=-9))
+    block = state.scratchpad[10:10 + 6 * 5].reshape(6, 5, L)
+    want = np.full((6, 5, L), -9, np.int8)
+    for y in range(3):
+        for x in range(4):
+            start = y * 100 + x * 7
+            want[1 + y, 1 + x, :5] = image[start:start + 5].view(np.int8)
+    np.testing.assert_array_equal(block, want)
+
+
+def test_load_accumulator_little_endian_broadcast():
+    state = fresh()
+    bias = np.arange(-8, 8, dtype="<i4") * 100000
+    state.dram[64:64 + bias.nbytes] = bias.view(np.uint8)
+    run(state, isa.LOAD(mem="accumulator", sram=3, dram=64, y_size=5, x_size=1,
+                        elem_bytes=bias.nbytes, x_stride=bias.nbytes, y_stride=0))
+    np.testing.assert_array_equal(state.accumulator[3:8], np.tile(bias, (5, 1)))
+
+
+def test_store_round_trips_load_and_scatters():
+    state = fresh()
+    before = state.scratchpad[0:6].copy()
+    run(state, isa.STORE(mem="scratchpad", sram=0, dram=500, y_size=2, x_size=3, elem_bytes=L,
+                         x_stride=L, y_stride=200))
+    for y in range(2):
+        row = state.dram[500 + 200 * y:500 + 200 * y + 3 * L].view(np.int8).reshape(3, L)
+        np.testing.assert_array_equal(row, before[3 * y:3 * y + 3])
+    acc = state.accumulator[7:9].copy()
+    run(state, isa.STORE(mem="accumulator", sram=7, dram=8000, y_size=2, x_size=1,
+                         elem_bytes=4 * L, x_stride=4 * L, y_stride=4 * L))
+    np.testing.assert_array_equal(state.dram[8000:8000 + 8 * L].view("<i4").reshape(2, L), acc)
+
+
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_preload_compute_strided_rows(accumulate):
+    state = fresh()
+    run(state, isa.PRELOAD(sp=100, k=L))
+    weights = state.scratchpad[100:100 + L].copy()
+    old = state.accumulator[20:26].copy()
+    run(state, isa.COMPUTE(sp=5, acc=20, m_outer=2, m_inner=3, outer_stride=40, inner_stride=2,
+                           k=11, n=13, accumulate=accumulate))
+    rows = [5 + o * 40 + i * 2 for o in range(2) for i in range(3)]
+    product = state.scratchpad[rows, :11].astype(np.int64) @ weights[:11, :13].astype(np.int64)
+    want = (old[:, :13].astype(np.int64) * accumulate + product + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(state.accumulator[20:26, :13], want)
+    np.testing.assert_array_equal(state.accumulator[20:26, 13:], old[:, 13:])
+
+
+def _params(state, row, mult, shift):
+    state.accumulator[row, :len(mult)] = mult
+    state.accumulator[row + 1, :len(shift)] = shift
+
+
+def test_requant_per_lane():
+    state = fresh()
+    mult = rng.integers(2**30, 2**31, L)
+    shift = rng.integers(-2, 12, L)
+    _params(state, 500, mult, shift)
+    acc = state.accumulator[0:9].copy()
+    run(state, isa.REQUANT(acc=0, sp=50, rows=9, param=500, out_offset=-5, qmin=-5, qmax=100))
+    want = numerics.requantize(acc, mult, shift, -5, -5, 100, axis=1)
+    np.testing.assert_array_equal(state.scratchpad[50:59], want)
+
+
+def test_add_matches_numerics():
+    state = fresh()
+    m = [numerics.quantize_multiplier(v) for v in (0.4, 0.5, 1 / (2**20 * 0.6))]
+    _params(state, 10, [x for x, _ in m], [s for _, s in m])
+    a, b = state.scratchpad[0:4].copy(), state.scratchpad[4:8].copy()
+    run(state, isa.ADD(a=0, b=4, dst=8, rows=4, param=10, a_offset=3, b_offset=-7,
+                       out_offset=1))
+    want = numerics.add(a, b, 3, -7, [x for x, _ in m], [s for _, s in m], 1)
+    np.testing.assert_array_equal(state.scratchpad[8:12], want)
+
+
+def _windows_ref(image, kh, kw, sh, sw):
+    in_h, in_w, _ = image.shape
+    out = []
+    for oy in range(0, in_h - kh + 1, sh):
+        for ox in range(0, in_w - kw + 1, sw):
+            out.append(image[oy:oy + kh, ox:ox + kw].reshape(kh * kw, -1))
+    return out
+
+
+def test_maxpool_windows():
+    state = fresh()
+    image = state.scratchpad[0:7 * 6].reshape(7, 6, L).copy()
+    run(state, isa.MAXPOOL(src=0, dst=200, in_h=7, in_w=6, kh=3, kw=2, sh=2, sw=2))
+    want = [w.max(axis=0) for w in _windows_ref(image, 3, 2, 2, 2)]
+    np.testing.assert_array_equal(state.scratchpad[200:200 + len(want)], np.array(want))
+
+
+def test_avgpool_windows_requantize():
+    state = fresh()
+    mult, shift = numerics.quantize_multiplier(1 / 9)
+    _params(state, 30, [mult] * L, [shift] * L)
+    image = state.scratchpad[0:25].reshape(5, 5, L).copy()
+    run(state, isa.AVGPOOL(src=0, dst=300, in_h=5, in_w=5, kh=3, kw=3, sh=1, sw=1, param=30,
+                           in_offset=4, out_offset=4, qmin=-128, qmax=127))
+    sums = [(w.astype(np.int64) - 4).sum(axis=0) for w in _windows_ref(image, 3, 3, 1, 1)]
+    want = numerics.requantize(np.array(sums), mult, shift, 4)
+    np.testing.assert_array_equal(state.scratchpad[300:309], want)
+
+
+def test_lut():
+    state = fresh()
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    state.scratchpad[1000:1000 + 256 // L] = table.reshape(-1, L)
+    src = state.scratchpad[0:3].copy()
+    run(state, isa.LUT(src=0, dst=40, rows=3, table=1000))
+    np.testing.assert_array_equal(state.scratchpad[40:43], table[src.astype(np.int64) + 128])
+
+
+def test_cycle_formulas():
+    def load(**kw):
+        base = dict(mem="scratchpad", sram=0, dram=0, y_size=4, x_size=1, elem_bytes=16,
+                    x_stride=16, y_stride=16)
+        return isa.LOAD(**{**base, **kw})
+    lat = ARCH.dma.latency_cycles
+    assert isa.LOAD.cycles(ARCH, load()) == lat + 64 // 16          # one contiguous run
+    assert isa.LOAD.cycles(ARCH, load(y_stride=100)) == lat + 4     # four runs of one beat
+    assert isa.LOAD.cycles(ARCH, load(elem_bytes=3, x_stride=3, y_stride=50)) == lat + 4
+    assert isa.LOAD.cycles(ARCH, load(y_size=1, elem_bytes=200, x_stride=200, y_stride=200)) \
+        == lat + 3 * 4 + 1                                             # bursts of 64 B
+    r, c = ARCH.array.rows, ARCH.array.cols
+    compute = isa.COMPUTE(sp=0, acc=0, m_outer=3, m_inner=10, k=16, n=16)
+    assert isa.COMPUTE.cycles(ARCH, compute) == 30 + r + c - 2
+    assert isa.PRELOAD.cycles(ARCH, isa.PRELOAD(sp=0, k=16)) == 0    # overlapped in default
+    edge = Arch.load("edge")
+    assert isa.PRELOAD.cycles(edge, isa.PRELOAD(sp=0, k=8)) == edge.array.rows
+    assert isa.REQUANT.cycles(ARCH, isa.REQUANT(acc=0, sp=0, rows=5, param=0)) == 5 * L // 16
+    pool = isa.MAXPOOL(src=0, dst=0, in_h=5, in_w=5, kh=3, kw=3)
+    assert isa.MAXPOOL.cycles(ARCH, pool) == 9 * 9 * L // ARCH.vector.lanes
+
+
+def test_output_stationary_cycles():
+    data = Arch.load("default").to_dict()
+    data["array"]["dataflow"] = "output_stationary"
+    arch = Arch.from_dict(data)
+    r, c = arch.array.rows, arch.array.cols
+    compute = isa.COMPUTE(sp=0, acc=0, m_inner=40, k=10, n=16, accumulate=1)
+    assert isa.COMPUTE.cycles(arch, compute) == 3 * (r + c + 10 - 2)
+    first = isa.COMPUTE(sp=0, acc=0, m_inner=r, k=16, n=16)
+    chained = isa.COMPUTE(sp=0, acc=0, m_inner=r, k=10, n=16, accumulate=1)
+    assert isa.COMPUTE.cycles(arch, first) + isa.COMPUTE.cycles(arch, chained) \
+        == r + c + 26 - 2  # one SCALE-Sim fold with K = 26
+    assert isa.PRELOAD.cycles(arch, isa.PRELOAD(sp=0, k=16)) == 0
