@@ -298,6 +298,7 @@ unary("Softmax", "large-logits", shape=(2, 4), axis=1)
 unary("Softmax", "opset11-last-axis", shape=(2, 3, 5), opset=11, axis=2)
 unary("Softmax", "opset11-axis-minus1", shape=(2, 3, 5), opset=11, axis=-1)
 unary("Softmax", "opset11-2d-default", shape=(4, 6), opset=11)
+unary("Softmax", "opset13-axis0", shape=(2, 3, 5), opset=13, axis=0)
 unary("Softmax", f"opset{MAX_OPSET}", shape=(2, 3, 5), opset=MAX_OPSET, axis=1)
 
 case("Dropout", "opset11-ratio-attr", node("Dropout", ["x"], ["y"], ratio=0.3), {"x": (2, 5)},
@@ -324,10 +325,8 @@ def pool(op, name, shape, opset=17, **attrs):
 
 
 # ONNX shape inference (onnx 1.23) lacks the ceil_mode rule that drops a last window starting in
-# the end padding; onnxruntime, the ONNX reference and ember apply it. The importer rejects any
-# disagreement with ONNX shape inference.
-CEIL_MODE_BUG = ("importer: ONNX shape inference lacks the ceil_mode last-window rule, and "
-                 "compiler/frontend/onnx.py rejects ember's (correct) shape")
+# the end padding; onnxruntime, the ONNX reference and ember apply it, and the importer trusts
+# ember's rule over ONNX shape inference.
 
 
 for op in ("MaxPool", "AveragePool"):
@@ -341,7 +340,7 @@ for op in ("MaxPool", "AveragePool"):
     pool(op, "ceil-mode-pads", (1, 1, 6, 6), kernel_shape=[3, 3], strides=[2, 2],
          pads=[1, 1, 1, 1], ceil_mode=1)
     pool(op, "ceil-mode-last-window-dropped", (1, 1, 5, 5), kernel_shape=[2, 2],
-         strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, known_bug=CEIL_MODE_BUG)
+         strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
     pool(op, "rect-kernel-strides", (1, 2, 9, 8), kernel_shape=[2, 3], strides=[3, 2])
     for auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
         pool(op, auto_pad, (1, 2, 7, 6), kernel_shape=[3, 2], strides=[2, 2],
@@ -447,9 +446,7 @@ resize("nearest-default-x2", (1, 3, 4, 4), scales=[1, 1, 2, 2])
 resize("linear-3d-input", (2, 3, 5), scales=[1, 1, 1.7], mode="linear")
 # onnxruntime sizes the output as floor(5 × 1.8f) in float32 (9), ONNX shape inference in
 # float64 (8.99999976 → 8); ember follows onnxruntime.
-resize("linear-float32-size", (2, 3, 5), scales=[1, 1, 1.8], mode="linear",
-       known_bug="importer: ONNX shape inference sizes Resize in float64, and "
-                 "compiler/frontend/onnx.py rejects ember's (onnxruntime's) float32 size")
+resize("linear-float32-size", (2, 3, 5), scales=[1, 1, 1.8], mode="linear")
 resize("linear-1-pixel-out", (1, 1, 3, 4), sizes=[1, 1, 1, 1], mode="linear",
        coordinate_transformation_mode="pytorch_half_pixel")
 resize("opset11-scales", (1, 2, 3, 3), opset=11, scales=[1, 1, 2, 2], mode="linear",
@@ -544,8 +541,7 @@ slice_("negative-step-int64-min-end", (4, 6), [4], [INT64_MIN], axes=[1], steps=
 # onnxruntime reads an INT64_MAX end as "to the edge" when stepping backwards too (3 rows);
 # the ONNX spec, and so ONNX shape inference, clamps it to the last row (an empty slice).
 slice_("negative-step-int64-max-end", (4, 6), [2, 5], [INT64_MAX, 1], axes=[0, 1],
-       steps=[-1, -2], known_bug="importer: ONNX shape inference gives the spec's empty slice "
-       "and compiler/frontend/onnx.py rejects ember's (onnxruntime's) shape")
+       steps=[-1, -2])
 slice_("negative-step-start-below", (5, 6), [-100], [INT64_MIN], axes=[1], steps=[-1])
 slice_("out-of-range", (4, 5), [-100, 2], [100, 1000], axes=[0, 1])
 slice_("steps-without-axes", (6, 6), [0, 5], [6, 0], steps=[2, -2])

@@ -1,0 +1,231 @@
+"""Tiling: per layer, the tile sizes and the local-memory regions that hold them.
+
+Every size comes from the `Arch` (array rows and columns, scratchpad and accumulator rows); none
+is hard-coded. A convolution is tiled on every dimension: output channels in blocks of at most
+`arch.lanes` (array columns), input channels in blocks of at most `arch.array.rows` (the K of one
+weight tile), output pixels in rectangles of rows x columns chosen as large as the memories allow
+(whole rows first, then narrower), and the batch image by image. Sizes that are not multiples of
+the array leave a smaller last block, which the instructions' k and n fields describe.
+
+Every region has two buffers (ping and pong) so that the DMA of the next tile can overlap the
+work on this one; with double buffering off, codegen uses only the first, and the tiles stay the
+same so the two schedules compare like for like. The smallest tile is one output pixel of one
+channel block; only when even that does not fit is there a CompileError naming the layer, the
+memory and the sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.errors import CompileError
+from compiler.lower import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer
+from simulator.arch import Arch
+
+BUFFERS = 2  # ping-pong
+PARAM_ROWS = 2  # a parameter block: multipliers, then shifts (simulator.isa)
+LUT_ENTRIES = 256
+_MAX_FIELD = (1 << 16) - 1  # y_size, x_size, m_outer, m_inner, rows: 16-bit fields
+_ELEMENTWISE_TILE_ROWS = 4096  # enough rows per tile to amortise DMA latency, few enough to overlap
+
+
+@dataclass(frozen=True)
+class Region:
+    """`count` buffers of `rows` local rows each, from row `base` of memory `mem`."""
+
+    mem: str
+    base: int
+    rows: int
+    count: int = BUFFERS
+
+    def buffer(self, i: int) -> int:
+        return self.base + (i % self.count) * self.rows
+
+    @property
+    def end(self) -> int:
+        return self.base + self.rows * self.count
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    tile_hw: tuple[int, int]  # output rows x columns per tile
+    in_block: int  # input channels per weight tile (K), <= array rows
+    out_block: int  # output channels per tile (N), <= lanes
+    resident_weights: bool  # a block of output channels keeps all its weights loaded
+    blocked_input: bool  # 1x1, stride 1, unpadded, whole rows: one LOAD of all channel blocks
+    weights: Region
+    inputs: Region
+    outputs: Region
+    acc: Region
+    params: Region
+
+
+@dataclass(frozen=True)
+class PoolTiles:
+    tile_hw: tuple[int, int]
+    channel_block: int
+    inputs: Region
+    outputs: Region
+    params: Region | None
+
+
+@dataclass(frozen=True)
+class ElementwiseTiles:
+    """Add and LUT: the flat tensor in rows of `arch.lanes` bytes, `tile_rows` per tile."""
+
+    tile_rows: int
+    a: Region
+    b: Region | None
+    outputs: Region
+    table: Region | None  # LUT: the table rows
+    params: Region | None  # Add: the rescale block
+
+
+Tiles = ConvTiles | PoolTiles | ElementwiseTiles
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def conv_input_extent(out: int, stride: int, kernel: int, dilation: int) -> int:
+    """Input rows (or columns) that `out` output rows read, padding included."""
+    return (out - 1) * stride + (kernel - 1) * dilation + 1
+
+
+def active_blocks(layer: ConvLayer, in_block: int, out_block: int) -> list[list[int]]:
+    """Per output-channel block, the input-channel blocks whose weights are not all zero
+    (grouped and depthwise convolutions skip the rest)."""
+    n_in = ceil_div(layer.in_channels, in_block)
+    nonzero = (layer.weights != 0).any(axis=(2, 3))
+    out = []
+    for ob in range(ceil_div(layer.out_channels, out_block)):
+        rows = nonzero[ob * out_block:(ob + 1) * out_block]
+        out.append([ib for ib in range(n_in)
+                    if rows[:, ib * in_block:(ib + 1) * in_block].any()])
+    return out
+
+
+def _too_small(layer_name: str, memory: str, need: int, have: int, what: str) -> CompileError:
+    return CompileError(f"layer {layer_name!r}: even the smallest tile ({what}) needs {need} "
+                        f"{memory} rows, but the target has {have}")
+
+
+def _best_tile(out_hw: tuple[int, int], fits) -> tuple[int, int] | None:
+    """The largest output tile that fits: whole rows if possible (balanced over the height),
+    else one row of as many columns as fit (balanced over the width)."""
+    oh, ow = out_hw
+    for rows in range(oh, 0, -1):
+        if fits(rows, ow):
+            rows = ceil_div(oh, ceil_div(oh, rows))
+            return rows, ow
+    for cols in range(ow - 1, 0, -1):
+        if fits(1, cols):
+            return 1, ceil_div(ow, ceil_div(ow, cols))
+    return None
+
+
+def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
+    sp_rows, acc_rows = arch.scratchpad.rows, arch.accumulator.rows
+    in_block = min(arch.array.rows, layer.in_channels)
+    out_block = min(arch.lanes, layer.out_channels)
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
+    taps = kh * kw
+    active = active_blocks(layer, in_block, out_block)
+    n_in = ceil_div(layer.in_channels, in_block)
+    dense = all(len(a) == n_in for a in active)
+    resident_rows = taps * max((sum(min(in_block, layer.in_channels - ib * in_block)
+                                    for ib in a) for a in active), default=0)
+    one_by_one = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(layer.pads)
+    for resident in (True, False):
+        weight_rows = max(resident_rows, 1) if resident else taps * in_block
+        if resident and BUFFERS * weight_rows > sp_rows // 2:
+            continue
+        for blocked in ((True, False) if one_by_one and dense else (False,)):
+            def fits(rows, cols):
+                if blocked and cols != layer.out_hw[1]:
+                    return False
+                pixels = rows * cols
+                if pixels > _MAX_FIELD:
+                    return False
+                in_rows = (n_in * pixels if blocked else
+                           conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw))
+                sp = BUFFERS * (weight_rows + in_rows + pixels)
+                acc = BUFFERS * (pixels + PARAM_ROWS)
+                return sp <= sp_rows and acc <= acc_rows
+            tile = _best_tile(layer.out_hw, fits)
+            if tile is None:
+                continue
+            rows, cols = tile
+            pixels = rows * cols
+            in_rows = (n_in * pixels if blocked else
+                       conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw))
+            weights = Region("scratchpad", 0, weight_rows)
+            inputs = Region("scratchpad", weights.end, in_rows)
+            outputs = Region("scratchpad", inputs.end, pixels)
+            params = Region("accumulator", 0, PARAM_ROWS)
+            acc = Region("accumulator", params.end, pixels)
+            return ConvTiles(tile, in_block, out_block, resident, blocked, weights, inputs,
+                             outputs, acc, params)
+    smallest_in = conv_input_extent(1, sh, kh, dh) * conv_input_extent(1, sw, kw, dw)
+    need_sp = BUFFERS * (taps * in_block + smallest_in + 1)
+    need_acc = BUFFERS * (1 + PARAM_ROWS)
+    if need_acc > acc_rows:
+        raise _too_small(layer.node, "accumulator", need_acc, acc_rows, "one output pixel")
+    raise _too_small(layer.node, "scratchpad", need_sp, sp_rows,
+                     f"one output pixel of a {kh}x{kw} kernel over {in_block} input channels")
+
+
+def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
+    sp_rows = arch.scratchpad.rows
+    (kh, kw), (sh, sw) = layer.kernel, layer.strides
+
+    def in_rows(rows, cols):
+        return conv_input_extent(rows, sh, kh, 1) * conv_input_extent(cols, sw, kw, 1)
+
+    def fits(rows, cols):
+        return (rows * cols <= _MAX_FIELD
+                and BUFFERS * (in_rows(rows, cols) + rows * cols) <= sp_rows)
+
+    tile = _best_tile(layer.out_hw, fits)
+    if tile is None:
+        raise _too_small(layer.node, "scratchpad", BUFFERS * (in_rows(1, 1) + 1), sp_rows,
+                         f"one {kh}x{kw} window")
+    params = None
+    if layer.average:
+        params = Region("accumulator", 0, PARAM_ROWS)
+        if params.end > arch.accumulator.rows:
+            raise _too_small(layer.node, "accumulator", params.end, arch.accumulator.rows,
+                             "the parameter blocks")
+    inputs = Region("scratchpad", 0, in_rows(*tile))
+    outputs = Region("scratchpad", inputs.end, tile[0] * tile[1])
+    return PoolTiles(tile, min(arch.lanes, layer.channels), inputs, outputs, params)
+
+
+def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles:
+    sp_rows = arch.scratchpad.rows
+    total_rows = ceil_div(layer.size, arch.lanes)
+    is_add = isinstance(layer, AddLayer)
+    table_rows = 0 if is_add else ceil_div(LUT_ENTRIES, arch.lanes)
+    operands = 3 if is_add else 2
+    fit = (sp_rows - table_rows) // (BUFFERS * operands)
+    if fit < 1:
+        raise _too_small(layer.node, "scratchpad", table_rows + BUFFERS * operands, sp_rows,
+                         "one row")
+    rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, max(total_rows, 1))
+    rows = ceil_div(total_rows, ceil_div(total_rows, rows)) if total_rows else 1
+    table = Region("scratchpad", 0, table_rows, 1) if not is_add else None
+    a = Region("scratchpad", table.end if table else 0, rows)
+    b = Region("scratchpad", a.end, rows) if is_add else None
+    outputs = Region("scratchpad", (b or a).end, rows)
+    params = Region("accumulator", 0, PARAM_ROWS) if is_add else None
+    return ElementwiseTiles(rows, a, b, outputs, table, params)
+
+
+def tile(layer: Layer, arch: Arch) -> Tiles:
+    """The tiles and local regions of one layer on `arch`."""
+    if isinstance(layer, ConvLayer):
+        return tile_conv(layer, arch)
+    if isinstance(layer, PoolLayer):
+        return tile_pool(layer, arch)
+    return tile_elementwise(layer, arch)
