@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.graph.int8 import INT8_ROWS, Quant
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
+from compiler.graph.ops import OPS
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
 
@@ -40,13 +41,12 @@ def check_quantizable(graph: Graph, options: QuantOptions) -> None:
 
 def _unquantizable(graph: Graph, node: Node) -> str | None:
     """Why `node` has no int8 form, or None when it has one."""
-    if node.op not in INT8_ROWS or INT8_ROWS[node.op].kind in (Quant.QUANTIZE,
-                                                                Quant.DEQUANTIZE):
+    if OPS[node.op].int8 is None or OPS[node.op].quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
         hint = " (BN folding removes it)" if node.op == "BatchNormalization" else ""
         return f"has no int8 implementation{hint}"
     const = [bool(n) and graph.values[n].is_const for n in node.inputs]
     data = [n for n, c in zip(node.inputs, const) if n and not c]
-    for name in data[:1] if INT8_ROWS[node.op].kind is not Quant.RESCALE_INPUTS else data:
+    for name in data[:1] if OPS[node.op].quant is not Quant.RESCALE_INPUTS else data:
         if graph.type_of(name).dtype != "float32":
             return f"input {name!r} is {graph.type_of(name).dtype}, not float32"
     if node.op == "Conv" and not const[1]:

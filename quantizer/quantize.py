@@ -9,7 +9,7 @@ its ONNX name. The model's inputs and outputs keep their names and stay float:
 QuantizeLinear/DequantizeLinear sit at the boundary (so the integer copies of graph inputs and
 outputs are `name/q`), and around the nodes kept in fp32.
 
-Each operator's rule kind (`compiler.graph.int8.INT8_ROWS`) says how it is quantized; the
+Each operator's rule kind (the operator table's `quant` column) says how it is quantized; the
 integer parameters each kernel needs are computed here once and stored on the node.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.graph.int8 import (INT8_ROWS, SOFTMAX_OUT_SCALE, Quant, lookup_table, pool_counts,
+from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, pool_counts,
                                  reduce_axes, softmax_table)
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import OPS
@@ -33,8 +33,8 @@ from simulator.numerics import ADD_LEFT_SHIFT, RANGES
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
 _LINEAR = ("Conv", "Gemm", "MatMul")
-_FUSABLE = frozenset(op for op, rule in INT8_ROWS.items()
-                     if rule.kind is Quant.REQUANT_OUTPUT and op != "Rescale")
+_FUSABLE = frozenset(name for name, op in OPS.items()
+                     if op.quant is Quant.REQUANT_OUTPUT and name != "Rescale")
 
 
 def quantize(graph: Graph, profile: Profile, options: QuantOptions = QuantOptions()) -> Graph:
@@ -99,7 +99,7 @@ class _Rewriter:
             for name in node.inputs:
                 if name and not self.g.values[name].is_const and name in self.float_primary:
                     needed.append(name)
-            kind = INT8_ROWS[node.op].kind
+            kind = OPS[node.op].quant
             if kind in (Quant.REQUANT_OUTPUT, Quant.LOOKUP, Quant.RESCALE_INPUTS):
                 needed.append(self._final_output(node))
         return list(dict.fromkeys(needed))
@@ -289,7 +289,7 @@ class _Rewriter:
             if node.name in self.keep:
                 self.keep_float(node)
                 continue
-            kind = INT8_ROWS[node.op].kind
+            kind = OPS[node.op].quant
             if kind is Quant.KEEP_PARAMS:
                 self.keep_params(node)
             elif kind is Quant.CLAMP:

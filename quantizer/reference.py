@@ -1,7 +1,7 @@
 """The integer reference interpreter: runs a quantized Graph with simulator.numerics only.
 
 It is the oracle the compiled program must match bit for bit. Quantized nodes run their int8
-kernels (`compiler.graph.int8.INT8_ROWS`), which use integer arithmetic only; floats appear only
+kernels (the operator table's int8 column), which use integer arithmetic only; floats appear only
 in QuantizeLinear and DequantizeLinear (ONNX semantics) and in nodes kept in fp32, which run
 their fp32 references.
 """
@@ -14,24 +14,21 @@ import numpy as np
 
 from compiler.errors import CompileError
 from compiler.graph.evaluate import check_feeds
-from compiler.graph.int8 import INT8_ROWS, NEW_OPS, Quant, defaults
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, REQUIRED, run_fp32
 
 
 def is_integer_node(graph: Graph, node: Node) -> bool:
     """Whether `node` runs its int8 kernel: it reads or writes quantized values."""
-    if node.op in NEW_OPS:
+    if OPS[node.op].quant in (Quant.QUANTIZE, Quant.DEQUANTIZE) or node.op == "Rescale":
         return True
     return any(graph.values[name].type.quant is not None for name in node.outputs)
 
 
 def int8_attrs(node: Node) -> dict:
-    """The node's attributes completed with their defaults (ONNX ones from the table)."""
-    if node.op in OPS:
-        base = {k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
-    else:
-        base = defaults(node.op)
+    """The node's attributes completed with their defaults from the table."""
+    base = {k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
     return {**base, **node.attrs}
 
 
@@ -40,18 +37,18 @@ def run_node(graph: Graph, node: Node, args: list[np.ndarray | None]) -> tuple[n
     if not is_integer_node(graph, node):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return run_fp32(node, args)
-    rule = INT8_ROWS.get(node.op)
-    if rule is None:
+    op = OPS[node.op]
+    if op.int8 is None:
         raise CompileError(f"node {node.name!r}: operator {node.op!r} has no int8 kernel")
     while args and args[-1] is None:
         args = args[:-1]
-    result = rule.run(*args, **int8_attrs(node))
+    result = op.int8(*args, **int8_attrs(node))
     results = result if isinstance(result, tuple) else (result,)
     outs = []
     for name, value in zip(node.outputs, results):
         want = graph.values[name].type.dtype
         value = np.asarray(value)
-        if rule.kind is not Quant.DEQUANTIZE and value.dtype != np.dtype(want):
+        if op.quant is not Quant.DEQUANTIZE and value.dtype != np.dtype(want):
             raise CompileError(f"node {node.name!r} ({node.op}): the int8 kernel gave "
                                f"{value.dtype} for {name!r}, typed {want}")
         outs.append(value)

@@ -1,8 +1,8 @@
-"""int8 reference semantics of the quantizable operators, and the quantization rule of each.
+"""int8 reference semantics of the quantizable operators, and the kinds of quantization rule.
 
-These are the table's int8 columns, kept in `INT8_ROWS` (op name → `Int8Rule(kind, run)`) until
-they move into the rows of `compiler.graph.ops`; `NEW_OPS` describes the three operators that
-only quantized graphs hold (QuantizeLinear, DequantizeLinear, Rescale) for the same move.
+The operator table (`compiler.graph.ops`) points each row's `int8` column at a kernel here and
+its `quant` column at a `Quant` kind; the three operators only quantized graphs hold
+(QuantizeLinear, DequantizeLinear, Rescale) have their shape rules here too.
 
 A kernel takes its inputs positionally and its attributes as keywords: the ONNX attributes
 (with ONNX defaults) plus the integer parameters the quantizer computed, whose names are in
@@ -23,7 +23,6 @@ Conventions of the integer parameters, for an output of scale s_out and zero poi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping
 
@@ -46,12 +45,6 @@ class Quant(Enum):
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
-
-
-@dataclass(frozen=True)
-class Int8Rule:
-    kind: Quant
-    run: Callable[..., Any]
 
 
 # The attributes the quantizer adds to nodes beside their ONNX ones (the binder must accept them
@@ -353,101 +346,32 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
     return ((np.asarray(x, np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
 
 
-# --- the rows -------------------------------------------------------------------------------
+# --- shape rules of the operators only quantized graphs hold ---------------------------------
 
 
-# Data movement runs its fp32 reference, which moves integers as they are.
-INT8_ROWS: dict[str, Int8Rule] = {
-    # Linear algebra: int32 accumulation, per-channel requantization.
-    "Conv": Int8Rule(Quant.REQUANT_OUTPUT, conv_int8),
-    "Gemm": Int8Rule(Quant.REQUANT_OUTPUT, gemm_int8),
-    "MatMul": Int8Rule(Quant.REQUANT_OUTPUT, matmul_int8),
-    # Elementwise arithmetic.
-    "Add": Int8Rule(Quant.REQUANT_OUTPUT, add_int8),
-    "Sub": Int8Rule(Quant.REQUANT_OUTPUT, sub_int8),
-    "Mul": Int8Rule(Quant.REQUANT_OUTPUT, mul_int8),
-    "Rescale": Int8Rule(Quant.REQUANT_OUTPUT, rescale_int8),
-    # Clamps: fused into the producer's requantization where it is their only reader.
-    "Relu": Int8Rule(Quant.CLAMP, clamp_int8),
-    "Clip": Int8Rule(Quant.CLAMP, clamp_int8),
-    # Nonlinearities as 256-entry tables.
-    "Sigmoid": Int8Rule(Quant.LOOKUP, lookup_int8),
-    "Tanh": Int8Rule(Quant.LOOKUP, lookup_int8),
-    "HardSigmoid": Int8Rule(Quant.LOOKUP, lookup_int8),
-    "HardSwish": Int8Rule(Quant.LOOKUP, lookup_int8),
-    "LeakyRelu": Int8Rule(Quant.LOOKUP, lookup_int8),
-    "Softmax": Int8Rule(Quant.FIXED_OUTPUT, softmax_int8),
-    # Windows and reductions.
-    "MaxPool": Int8Rule(Quant.KEEP_PARAMS, max_pool_int8),
-    "GlobalMaxPool": Int8Rule(Quant.KEEP_PARAMS, ref.global_max_pool),
-    "AveragePool": Int8Rule(Quant.REQUANT_OUTPUT, average_pool_int8),
-    "GlobalAveragePool": Int8Rule(Quant.REQUANT_OUTPUT, global_average_pool_int8),
-    "ReduceMean": Int8Rule(Quant.REQUANT_OUTPUT, reduce_mean_int8),
-    # Data movement keeps the scale (Pad's constant is quantized; Resize is nearest only).
-    "Identity": Int8Rule(Quant.KEEP_PARAMS, ref.identity),
-    "Reshape": Int8Rule(Quant.KEEP_PARAMS, ref.reshape),
-    "Flatten": Int8Rule(Quant.KEEP_PARAMS, ref.flatten),
-    "Transpose": Int8Rule(Quant.KEEP_PARAMS, ref.transpose),
-    "Squeeze": Int8Rule(Quant.KEEP_PARAMS, ref.squeeze),
-    "Unsqueeze": Int8Rule(Quant.KEEP_PARAMS, ref.unsqueeze),
-    "Slice": Int8Rule(Quant.KEEP_PARAMS, ref.slice_),
-    "Split": Int8Rule(Quant.KEEP_PARAMS, ref.split),
-    "Pad": Int8Rule(Quant.KEEP_PARAMS, ref.pad),
-    "Resize": Int8Rule(Quant.KEEP_PARAMS, ref.resize),
-    "Concat": Int8Rule(Quant.RESCALE_INPUTS, ref.concat),
-    # The boundary between float and integer.
-    "QuantizeLinear": Int8Rule(Quant.QUANTIZE, quantize_linear),
-    "DequantizeLinear": Int8Rule(Quant.DEQUANTIZE, dequantize_linear),
-}
-
-
-# --- operators only quantized graphs hold: rows for the operator table -----------------------
-
-
-@dataclass(frozen=True)
-class NewOp:
-    """What `compiler.graph.ops` needs for an operator the importer never sees."""
-
-    inputs: tuple[str, ...]
-    attrs: Mapping[str, Any]
-    shape: Callable[[list, Mapping[str, Any]], list[Type]]
-    fp32: Callable[..., Any]
-    doc: str = field(default="", compare=False)
-
-
-def _quantize_shape(xs, attrs):
+def quantize_shape(xs, attrs):
     zero_point = xs[2] if len(xs) > 2 and xs[2] is not None else None
     dtype = zero_point.type.dtype if zero_point is not None else "uint8"
     return [Type(dtype, xs[0].type.shape)]
 
 
-def _dequantize_shape(xs, attrs):
+def dequantize_shape(xs, attrs):
     return [Type("float32", xs[0].type.shape)]
 
 
-def _rescale_shape(xs, attrs):
+def rescale_shape(xs, attrs):
     return [Type(attrs.get("out_dtype") or xs[0].type.dtype, xs[0].type.shape)]
 
 
-_QDQ_ATTRS = {"axis": 1, "block_size": 0}
-
-NEW_OPS: dict[str, NewOp] = {
-    "QuantizeLinear": NewOp(("x", "y_scale", "y_zero_point?"),
-                            {**_QDQ_ATTRS, "output_dtype": 0, "precision": 0, "saturate": 1},
-                            _quantize_shape, quantize_linear,
-                            "float → int8/uint8 (the zero point's type), ONNX semantics"),
-    "DequantizeLinear": NewOp(("x", "x_scale", "x_zero_point?"),
-                              {**_QDQ_ATTRS, "output_dtype": 0}, _dequantize_shape,
-                              dequantize_linear, "int8/uint8 → float32, ONNX semantics"),
-    "Rescale": NewOp(("x",), {"multiplier": None, "shift": None, "x_zero_point": 0,
-                              "out_zero_point": 0, "qclamp": None, "out_dtype": "int8"},
-                     _rescale_shape, rescale_int8,
-                     "ember-internal: int8 → int8 in another scale; no fp32 meaning beyond "
-                     "its integer one"),
-}
-
-
-def defaults(op: str) -> dict[str, Any]:
-    """Attribute defaults of the operators in NEW_OPS (the table has the others)."""
-    return dict(NEW_OPS[op].attrs) if op in NEW_OPS else {}
-
+def __getattr__(name: str):
+    """Transition shim: INT8_ROWS/NEW_OPS/defaults now live in the operator table's columns."""
+    from compiler.graph import ops
+    from collections import namedtuple
+    rule = namedtuple("Int8Rule", "kind run")
+    if name == "INT8_ROWS":
+        return {n: rule(op.quant, op.int8) for n, op in ops.OPS.items() if op.int8}
+    if name == "NEW_OPS":
+        return {n: ops.OPS[n] for n in ("QuantizeLinear", "DequantizeLinear", "Rescale")}
+    if name == "defaults":
+        return lambda op: dict(ops.OPS[op].attrs)
+    raise AttributeError(name)

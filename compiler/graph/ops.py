@@ -16,7 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from compiler.errors import CompileError
+from compiler.graph import int8
 from compiler.graph import reference as ref
+from compiler.graph.int8 import INT8_ATTRS, Quant
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
 
 
@@ -43,6 +45,10 @@ class OpDef:
     attr_to_input: Mapping[str, int] = field(default_factory=dict)
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
+    # How the quantizer rewrites the op, and its integer-only reference (simulator.numerics);
+    # None for ops that are never quantized (they only exist before constant folding).
+    quant: Quant | None = None
+    int8: Callable[..., Any] | None = None
 
     @property
     def min_inputs(self) -> int:
@@ -230,61 +236,92 @@ _RESIZE = {"antialias": 0, "axes": None, "coordinate_transformation_mode": "half
            "keep_aspect_ratio_policy": "stretch", "mode": "nearest",
            "nearest_mode": "round_prefer_floor"}
 
+Q = Quant  # the quant column's kinds, short for the rows below
+
+_QDQ = {"axis": 1, "block_size": 0, "output_dtype": 0}
+
 _ROWS = (
-    # Linear algebra: the array's work.
+    # Linear algebra: the array's work; int32 accumulation, per-channel requantization.
     OpDef("Conv", ("X", "W", "B?"),
           {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
-           "pads": None, "strides": None}, conv_shape, ref.conv),
+           "pads": None, "strides": None}, conv_shape, ref.conv,
+          quant=Q.REQUANT_OUTPUT, int8=int8.conv_int8),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
-          gemm_shape, ref.gemm),
-    OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul),
+          gemm_shape, ref.gemm, quant=Q.REQUANT_OUTPUT, int8=int8.gemm_int8),
+    OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul,
+          quant=Q.REQUANT_OUTPUT, int8=int8.matmul_int8),  # int8: an int32 bias input too
     OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
           {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, batchnorm_shape,
-          ref.batch_normalization),
-    # Elementwise: the vector unit's work.
-    OpDef("Relu", ("X",), {}, same_shape, ref.relu),
-    OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip),
-    OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu),
-    OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid),
-    OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid),
-    OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish),
-    OpDef("Tanh", ("input",), {}, same_shape, ref.tanh),
-    OpDef("Add", ("A", "B"), {}, broadcast, ref.add),
-    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub),
-    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul),
-    OpDef("Div", ("A", "B"), {}, broadcast, ref.div),
-    OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax),
-    OpDef("Identity", ("input",), {}, same_shape, ref.identity),
+          ref.batch_normalization),  # folded into Conv/Gemm before quantization
+    # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
+    # nonlinearities become 256-entry tables (an int8 `table` input).
+    OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8),
+    OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip,
+          quant=Q.CLAMP, int8=int8.clamp_int8),
+    OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
+          quant=Q.LOOKUP, int8=int8.lookup_int8),
+    OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8),
+    OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
+          quant=Q.LOOKUP, int8=int8.lookup_int8),
+    OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish,
+          quant=Q.LOOKUP, int8=int8.lookup_int8),
+    OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8),
+    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.REQUANT_OUTPUT, int8=int8.add_int8),
+    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.REQUANT_OUTPUT, int8=int8.sub_int8),
+    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.REQUANT_OUTPUT, int8=int8.mul_int8),
+    OpDef("Div", ("A", "B"), {}, broadcast, ref.div),  # not quantized yet: named in an error
+    OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
+          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8),
+    OpDef("Identity", ("input",), {}, same_shape, ref.identity,
+          quant=Q.KEEP_PARAMS, int8=ref.identity),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
           lambda xs, a: [_t(xs[0], xs[0].type.shape), _t(xs[0], xs[0].type.shape, "bool")],
           ref.dropout, outputs=("output", "mask?"), attr_to_input={"ratio": 1}),
-    # Windows and reductions.
-    OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool),
+    # Windows and reductions: max keeps the scale, sums requantize.
+    OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool,
+          quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8),
     OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
-          ref.average_pool),
-    OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool),
-    OpDef("GlobalMaxPool", ("X",), {}, global_pool_shape, ref.global_max_pool),
+          ref.average_pool, quant=Q.REQUANT_OUTPUT, int8=int8.average_pool_int8),
+    OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool,
+          quant=Q.REQUANT_OUTPUT, int8=int8.global_average_pool_int8),
+    OpDef("GlobalMaxPool", ("X",), {}, global_pool_shape, ref.global_max_pool,
+          quant=Q.KEEP_PARAMS, int8=ref.global_max_pool),
     OpDef("ReduceMean", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
-          _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1}),
+          _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
+          quant=Q.REQUANT_OUTPUT, int8=int8.reduce_mean_int8),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
-          ref.resize),
-    # Data movement: views and copies.
-    OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten),
+          ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize),  # int8: nearest only
+    # Data movement: views and copies; integers move as they are, keeping the scale.
+    OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten,
+          quant=Q.KEEP_PARAMS, int8=ref.flatten),
     OpDef("Reshape", ("data", "shape"), {"allowzero": 0}, _evaluating(ref.reshape),
-          ref.reshape),
-    OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose),
+          ref.reshape, quant=Q.KEEP_PARAMS, int8=ref.reshape),
+    OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose,
+          quant=Q.KEEP_PARAMS, int8=ref.transpose),
     OpDef("Squeeze", ("data", "axes?"), {}, _evaluating(ref.squeeze), ref.squeeze,
-          attr_to_input={"axes": 1}),
+          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.squeeze),
     OpDef("Unsqueeze", ("data", "axes"), {}, _evaluating(ref.unsqueeze), ref.unsqueeze,
-          attr_to_input={"axes": 1}),
+          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.unsqueeze),
     OpDef("Slice", ("data", "starts", "ends", "axes?", "steps?"), {}, _evaluating(ref.slice_),
-          ref.slice_),
+          ref.slice_, quant=Q.KEEP_PARAMS, int8=ref.slice_),
     OpDef("Split", ("input", "split?"), {"axis": 0, "num_outputs": None},
           _evaluating(ref.split), ref.split, outputs=("outputs*",),
-          attr_to_input={"split": 1}),
-    OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat),
+          attr_to_input={"split": 1}, quant=Q.KEEP_PARAMS, int8=ref.split),
+    OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat,
+          quant=Q.RESCALE_INPUTS, int8=ref.concat),
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
-          _evaluating(ref.pad), ref.pad),
+          _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad),
+    # The boundary between float and integer, and the quantizer's own rescale: only quantized
+    # graphs hold these. Their "fp32" reference is their definition (ONNX semantics).
+    OpDef("QuantizeLinear", ("x", "y_scale", "y_zero_point?"),
+          {**_QDQ, "precision": 0, "saturate": 1}, int8.quantize_shape, int8.quantize_linear,
+          quant=Q.QUANTIZE, int8=int8.quantize_linear),
+    OpDef("DequantizeLinear", ("x", "x_scale", "x_zero_point?"), _QDQ, int8.dequantize_shape,
+          int8.dequantize_linear, quant=Q.DEQUANTIZE, int8=int8.dequantize_linear),
+    OpDef("Rescale", ("x",), {"multiplier": None, "shift": None, "x_zero_point": 0,
+                              "out_zero_point": 0, "qclamp": None, "out_dtype": "int8"},
+          int8.rescale_shape, int8.rescale_int8,
+          quant=Q.REQUANT_OUTPUT, int8=int8.rescale_int8),  # ember's: int8 → int8, new scale
     # Constants and shape arithmetic: constant folding removes them before compilation.
     OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
                            "value_int": None, "value_ints": None, "sparse_value": None,
@@ -304,8 +341,14 @@ _ROWS = (
 OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
 
 
+# Operators only the quantizer writes: ember takes fp32 models, so the importer rejects them.
+QUANTIZED_ONLY = frozenset(name for name, op in OPS.items()
+                           if op.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE) or name == "Rescale")
+IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY
+
+
 def supported_ops() -> str:
-    return ", ".join(sorted(OPS))
+    return ", ".join(sorted(IMPORTABLE))
 
 
 def infer_types(graph: Graph, node: Node) -> list[Type]:
@@ -320,8 +363,10 @@ def infer_types(graph: Graph, node: Node) -> list[Type]:
 
 def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
     op = OPS[node.op]
+    attrs = node.attrs if node.op == "Rescale" else {
+        k: v for k, v in node.attrs.items() if k not in INT8_ATTRS}
     try:
-        types = op.shape(inputs, op.bind(node.name, node.attrs))
+        types = op.shape(inputs, op.bind(node.name, attrs))
     except CompileError as err:
         if str(err).startswith(f"node {node.name!r}"):
             raise

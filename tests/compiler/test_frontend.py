@@ -107,3 +107,11 @@ def test_legacy_attribute_forms_become_inputs() -> None:
     node = graph.nodes[0]
     assert node.inputs == ("x", "sq/axes") and "axes" not in node.attrs
     np.testing.assert_array_equal(graph["sq/axes"].const, [0])
+
+
+def test_a_prequantized_model_is_rejected_as_such() -> None:
+    proto = model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q")],
+                  {"x": [2]}, {"y": [2]}, {"s": np.array(0.1, np.float32)})
+    proto.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+    with pytest.raises(CompileError, match="node 'q' has unsupported operator QuantizeLinear"):
+        import_model(proto)
