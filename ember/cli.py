@@ -20,6 +20,7 @@ COMMANDS = [
     ("profile", "profile"),
     ("disasm", "disasm"),
     ("simulate", "simulate"),
+    ("compile", "compile_"),
 ]
 
 

@@ -34,9 +34,13 @@ from simulator.program import Program, write_atomic
               help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
 @click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
               show_default=True, help="One slice per layer run, or per instruction too.")
+@click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
+              help="Reject cross-queue accesses to local memory that no dependency token "
+                   "orders (a race), even when the timing hides them.")
 @json_option
 def simulate(program: str, input_path: str, output: str | None, raw: bool, report: str | None,
-             trace_path: str | None, trace_level: str, as_json: bool) -> None:
+             trace_path: str | None, trace_level: str, check_hazards: bool,
+             as_json: bool) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     \b
@@ -50,7 +54,7 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     """
     prog = Program.load(program)
     samples, batch = _read_inputs(prog, input_path)
-    results = [machine.run(prog, sample) for sample in samples]
+    results = [machine.run(prog, sample, check_hazards=check_hazards) for sample in samples]
     first = results[0]
     if output:
         outputs = {}
@@ -68,7 +72,7 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
         "inputs": {"path": input_path, "batch": batch or 1,
                    "sha256": {name: _sha256(np.ascontiguousarray(a).tobytes())
                               for name, a in sorted(samples[0].items())}},
-        "options": {"raw": raw, "trace_level": trace_level},
+        "options": {"raw": raw, "trace_level": trace_level, "check_hazards": check_hazards},
     }
     text = json.dumps(perf, indent=2)
     if report:

@@ -1,0 +1,118 @@
+"""`ember compile`: an fp32 ONNX model and its profile → an int8 program (.ember) for a target."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from compiler.backend import BackendOptions, Compiled
+from compiler.frontend.onnx import import_model, load_model
+from compiler.pipeline import compile_int8, optimize
+from ember.commands.options import json_option, model_argument
+from ember.errors import EmberError
+from profiler import format as profile_format
+from quantizer import calibrate
+from quantizer.options import SCHEMAS, QuantOptions
+from quantizer.quantize import quantize
+from simulator.arch import Arch
+
+
+@click.command("compile")
+@model_argument
+@click.option("--int8", "int8", is_flag=True, default=True,
+              help="Quantize to int8 and compile for the accelerator (the only mode).")
+@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
+              help="The model's profile from `ember quantize-profile`.")
+@click.option("--target", default="default", show_default=True, metavar="PRESET|ARCH.toml",
+              help="A preset (default, large, edge) or an architecture TOML file.")
+@click.option("--calibration", type=click.Choice(calibrate.METHODS), default="minmax",
+              show_default=True, help="How activation ranges are taken from the histograms.")
+@click.option("--per-channel/--per-tensor", default=True, show_default=True,
+              help="Weight scales per output channel, or one per tensor.")
+@click.option("--schema", type=click.Choice(SCHEMAS), default="affine", show_default=True,
+              help="affine scales, or power-of-two scales for shift-only hardware.")
+@click.option("--keep-fp32", "keep_fp32", multiple=True, metavar="NODE",
+              help="Leave this node in fp32 (repeatable; needs host segments).")
+@click.option("--double-buffer/--no-double-buffer", default=True, show_default=True,
+              help="Ping-pong local buffers so that DMA overlaps compute.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Program to write.  [default: MODEL with .ember]")
+@json_option
+def compile_(model: str, int8: bool, profile_path: str, target: str, calibration: str,
+             per_channel: bool, schema: str, keep_fp32: tuple[str, ...], double_buffer: bool,
+             output: str | None, as_json: bool) -> None:
+    """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
+
+    The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
+    outputs stay float at the program's boundary: their scale and zero point are in the
+    program header, and `ember simulate` quantizes float inputs with them.
+
+    \b
+    Example:
+      ember quantize-profile model.onnx --data calib.npz -o model.profile.json
+      ember compile model.onnx --int8 --profile model.profile.json --target edge -o model.ember
+      ember simulate model.ember -i input.npz --report perf.json
+    """
+    out = Path(output) if output else Path(model).with_suffix(".ember")
+    if not out.parent.is_dir():
+        raise EmberError(f"{out}: directory {out.parent} does not exist")
+    proto = load_model(model)
+    profile = profile_format.load(profile_path)
+    profile_format.check_matches(profile, proto)
+    arch = Arch.load(target)
+    options = QuantOptions(calibration=calibration, per_channel=per_channel, schema=schema,
+                           keep_fp32=keep_fp32)
+    qgraph = quantize(optimize(import_model(proto)), profile, options)
+    backend = BackendOptions(double_buffer=double_buffer)
+    metadata = {
+        "tool": {"name": "ember", "version": profile_format.tool_version()},
+        "options": {"target": arch.name, "calibration": calibration,
+                    "per_channel": per_channel, "schema": schema,
+                    "keep_fp32": list(keep_fp32), **backend.to_dict()},
+        "inputs": {"model_sha256": _sha256(Path(model).read_bytes()),
+                   "model_fingerprint": profile.model.digest,
+                   "profile_sha256": _sha256(Path(profile_path).read_bytes())},
+    }
+    compiled = compile_int8(qgraph, arch, backend, metadata)
+    compiled.program.save(out)
+    report = {"model": model, "program": str(out), "target": arch.name,
+              **compiled.summary.to_dict()}
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+    else:
+        _print_summary(compiled, out, arch)
+
+
+def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
+    s = compiled.summary
+    table = Table(title=f"ember compile → {out} ({arch.name}: {arch.array.rows}x"
+                        f"{arch.array.cols} array)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("layers", f"{s.layers}")
+    table.add_row("instructions", f"{s.instructions:,} (" + ", ".join(
+        f"{q} {n:,}" for q, n in s.per_queue.items()) + f"; {s.syncs} relay SYNCs)")
+    table.add_row("MACs", f"{s.macs:,}")
+    table.add_row("DRAM image (weights, constants)", f"{s.dram_image_bytes:,} B")
+    table.add_row("DRAM activations (peak / lower bound)",
+                  f"{s.activation_peak_bytes:,} / {s.activation_lower_bound_bytes:,} B")
+    table.add_row("scratchpad used", f"{s.scratchpad_peak_bytes:,} of "
+                                     f"{arch.scratchpad.size_bytes:,} B")
+    table.add_row("accumulator used", f"{s.accumulator_peak_bytes:,} of "
+                                      f"{arch.accumulator.size_bytes:,} B")
+    table.add_row("DRAM bytes moved (compulsory)", f"{s.dram_bytes_moved:,} "
+                                                   f"({s.compulsory_dram_bytes:,})")
+    table.add_row("estimated cycles (busiest unit)", f"{s.estimated_cycles:,}")
+    table.add_row("roofline bound", f"{s.bound_cycles:,} cycles "
+                                    f"({s.bound_cycles / max(s.estimated_cycles, 1):.0%} of "
+                                    f"the estimate)")
+    Console().print(table)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
