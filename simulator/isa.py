@@ -188,6 +188,9 @@ def _check(mnemonic: str, f: F, value) -> int:
     if not lo <= value <= hi:
         raise SimulatorError(f"{mnemonic}: field {f.name} = {value} does not fit in {f.bits} "
                              f"bits: expected an integer in [{lo}, {hi}]")
+    if f.names and value >= len(f.names):
+        raise SimulatorError(f"{mnemonic}: field {f.name} = {value}: expected one of "
+                             f"{', '.join(f.names)} (0 to {len(f.names) - 1})")
     return value
 
 
@@ -294,6 +297,8 @@ def decode(word: int) -> Insn:
         value = (word >> offset) & mask
         if f.signed and value >> (f.bits - 1):
             value -= 1 << f.bits
+        elif f.names and value >= len(f.names):
+            _check(row.mnemonic, f, value)  # raises, naming the field
         args[f.name] = value
     insn = Insn(row, args, (word >> OPCODE_BITS) & 0xF)
     _check_deps(insn)
@@ -305,8 +310,17 @@ def encode_words(insns) -> bytes:
 
 
 def decode_words(data: bytes) -> list[Insn]:
-    return [decode(int.from_bytes(data[i:i + WORD_BYTES], "little"))
-            for i in range(0, len(data), WORD_BYTES)]
+    """Decode a stream of words; equal words share one (immutable) Insn, since tiled programs
+    repeat many instructions."""
+    cache: dict[bytes, Insn] = {}
+    out = []
+    for i in range(0, len(data), WORD_BYTES):
+        word = data[i:i + WORD_BYTES]
+        insn = cache.get(word)
+        if insn is None:
+            insn = cache[word] = decode(int.from_bytes(word, "little"))
+        out.append(insn)
+    return out
 
 
 def disassemble(insn: Insn) -> str:

@@ -26,6 +26,7 @@ STORE also share one DRAM port: after the latency, a transfer waits for the port
 transfers (and hence the DRAM roofline) is a lower bound on the total. Gaps before an instruction
 starts are stalls, attributed to the constraint that set its start: `token` (waiting for a
 producer), `token_full` (waiting for room to push); a wait for the DRAM port is `dram_port`.
+Timing depends on the program alone, never on the data.
 """
 
 from __future__ import annotations

@@ -129,7 +129,9 @@ def work_columns(arch, insns) -> list[np.ndarray]:
     """The six `Work` fields of every instruction, as int64 columns."""
     if not insns:
         return [np.zeros(0, np.int64)] * 6
-    rows = [insn.op.work(arch, insn) for insn in insns]
+    cache: dict[int, tuple] = {}  # loaded programs share equal instructions
+    rows = [cache.get(id(insn)) or cache.setdefault(id(insn), insn.op.work(arch, insn))
+            for insn in insns]
     return [np.array(column, np.int64) for column in zip(*rows)]
 
 

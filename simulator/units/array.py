@@ -28,6 +28,12 @@ from simulator.errors import SimulatorError
 from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
 
 
+# OpenBLAS runs a GEMM on several threads once M * N * K exceeds 2^18. For the skinny products
+# of one array pass that costs more than it saves (15x more on a busy machine), so COMPUTE feeds
+# BLAS at most this much work per call.
+_BLAS_SINGLE_THREAD_MNK = 2**18
+
+
 def preload(state, insn) -> None:
     a = insn.args
     if a["k"] > state.arch.array.rows:
@@ -70,10 +76,14 @@ def compute(state, insn) -> None:
         raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[0]})")
     inputs = sp[src, :k]
     out = state.accumulator[rows(state.accumulator, a["acc"], m, "accumulator"), :n]
-    if a["accumulate"]:
-        out[...] = numerics.matmul_accumulate(out, inputs, state.weights[:k, :n])
-    else:
-        out[...] = numerics.int_matmul(inputs, state.weights[:k, :n])
+    weights = state.weights[:k, :n]
+    step = max(1, _BLAS_SINGLE_THREAD_MNK // max(1, k * n))
+    for r in range(0, m, step):
+        if a["accumulate"]:
+            out[r:r + step] = numerics.matmul_accumulate(out[r:r + step], inputs[r:r + step],
+                                                         weights)
+        else:
+            out[r:r + step] = numerics.int_matmul(inputs[r:r + step], weights)
 
 
 def preload_cycles(arch, insn) -> int:

@@ -47,6 +47,8 @@ def load(state, insn) -> None:
     a = insn.args
     memory, name = _local(state, a)
     height, width = _block_shape(a)
+    if height * width == 0:
+        return
     block = memory[rows(memory, a["sram"], height * width, name)].reshape(height, width, -1)
     lanes = a["elem_bytes"] // memory.itemsize
     src = _dram_view(state.dram, a["dram"], a, writeable=False)
@@ -61,6 +63,8 @@ def store(state, insn) -> None:
     a = insn.args
     memory, name = _local(state, a)
     count = a["y_size"] * a["x_size"]
+    if count == 0:
+        return
     block = memory[rows(memory, a["sram"], count, name)].reshape(a["y_size"], a["x_size"], -1)
     lanes = a["elem_bytes"] // memory.itemsize
     data = np.ascontiguousarray(block[:, :, :lanes]).astype(memory.dtype.newbyteorder("<"))

@@ -12,9 +12,8 @@ CI = settings(max_examples=60)  # derandomized by the "ci" profile in tests/conf
 
 @st.composite
 def instructions(draw, row):
-    values = {f.name: draw(st.integers(*f.range)) for f in row.fields}
-    if row.queue == "field":
-        values["queue"] = draw(st.integers(0, len(isa.QUEUES) - 1))
+    values = {f.name: draw(st.integers(0, len(f.names) - 1) if f.names else st.integers(*f.range))
+              for f in row.fields}
     flags = {name: draw(st.booleans()) for name in isa.DEPS} if row.queue != "end" else {}
     try:
         return row(**values, **flags)
@@ -65,6 +64,8 @@ def test_bad_constructions():
         isa.assemble("JUMP 3")
     with pytest.raises(SimulatorError, match="unknown opcode"):
         isa.decode(0)
+    with pytest.raises(SimulatorError, match="field mem = 3: expected one of"):
+        isa.decode(isa.STORE.opcode | 3 << 9)
 
 
 def test_assembler_text_form():

@@ -239,3 +239,8 @@ def test_assembled_maxpool_program():
     np.testing.assert_array_equal(got, want)
     assert result.timeline.end.tolist() == [116, 116, 152, 256]
     assert result.stats.cycles == 256
+
+
+def test_empty_program():
+    result = machine.run(program(arch=Arch.load("edge")))
+    assert result.stats.cycles == 0 and result.stats.to_report()["layers"] == []

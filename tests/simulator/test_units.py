@@ -3,6 +3,8 @@ functions' formulas."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator import isa, numerics
 from simulator.arch import Arch
@@ -38,6 +40,54 @@ def test_load_strided_padded_scratchpad():
             start = y * 100 + x * 7
             want[1 + y, 1 + x, :5] = image[start:start + 5].view(np.int8)
     np.testing.assert_array_equal(block, want)
+
+
+@settings(max_examples=60)
+@given(y=st.integers(0, 4), x=st.integers(0, 4), eb=st.integers(1, 16),
+       xs=st.integers(0, 40), ys=st.integers(0, 200), pads=st.lists(st.integers(0, 2), min_size=4,
+                                                                 max_size=4),
+       value=st.integers(-128, 127), mem=st.sampled_from(["scratchpad", "accumulator"]))
+def test_load_matches_loop_reference(y, x, eb, xs, ys, pads, value, mem):
+    state = fresh()
+    item = 1 if mem == "scratchpad" else 4
+    eb *= item
+    image = np.arange(2000, dtype=np.uint32).astype(np.uint8)
+    state.dram[:image.size] = image
+    memory = state.memories[mem == "accumulator"]
+    top, bottom, left, right = pads
+    run(state, isa.LOAD(mem=mem, sram=3, dram=7, y_size=y, x_size=x, elem_bytes=eb, x_stride=xs,
+                        y_stride=ys, pad_top=top, pad_bottom=bottom, pad_left=left,
+                        pad_right=right, pad_value=value))
+    width = left + x + right
+    want = np.full(((top + y + bottom) * width, L), value, memory.dtype)
+    for line in range(y):
+        for e in range(x):
+            start = 7 + line * ys + e * xs
+            row = (top + line) * width + left + e
+            want[row, :eb // item] = image[start:start + eb].view(f"<{memory.dtype.str[1:]}")
+    np.testing.assert_array_equal(memory[3:3 + len(want)], want)
+
+
+@settings(max_examples=60)
+@given(y=st.integers(0, 4), x=st.integers(0, 4), eb=st.integers(1, 16), gap=st.integers(0, 9),
+       line_gap=st.integers(0, 50), mem=st.sampled_from(["scratchpad", "accumulator"]))
+def test_store_matches_loop_reference(y, x, eb, gap, line_gap, mem):
+    state = fresh()
+    item = 1 if mem == "scratchpad" else 4
+    eb *= item
+    xs = eb + gap
+    ys = x * xs + line_gap
+    memory = state.memories[mem == "accumulator"]
+    before = state.dram[:3000].copy()
+    run(state, isa.STORE(mem=mem, sram=5, dram=11, y_size=y, x_size=x, elem_bytes=eb,
+                         x_stride=xs, y_stride=ys))
+    want = before.copy()
+    for line in range(y):
+        for e in range(x):
+            start = 11 + line * ys + e * xs
+            lanes = memory[5 + line * x + e, :eb // item].astype(f"<{memory.dtype.str[1:]}")
+            want[start:start + eb] = lanes.view(np.uint8)
+    np.testing.assert_array_equal(state.dram[:3000], want)
 
 
 def test_load_accumulator_little_endian_broadcast():
