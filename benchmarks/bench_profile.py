@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -149,6 +150,8 @@ def main() -> None:
     models = args.models.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
+              f"(other work makes wall times noisy)\n")
         print("## Time: profiling vs plain onnxruntime inference, same samples, same process")
         print("(best of --rounds interleaved rounds; CPU = this process's CPU time, all threads, "
               "which other load on the machine disturbs less than wall time)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Mapping
@@ -68,7 +68,7 @@ class Profile:
     samples: int
     runs: tuple[dict, ...]
     tensors: Mapping[str, TensorStats]
-    path: str | None = field(default=None, compare=False)
+    path: str | None = None  # where it was loaded from, for messages; not stored
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION,
@@ -119,7 +119,7 @@ def merge(profiles: list[Profile]) -> Profile:
         diff = difference(first.model, other.model)
         if diff:
             raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: profiles of "
-                               f"different models ({diff})")
+                               f"different models: {diff}")
         if set(other.tensors) != set(first.tensors):
             odd = sorted(set(other.tensors) ^ set(first.tensors))[0]
             raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: tensor "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
@@ -25,10 +25,11 @@ def is_hook(text: str) -> bool:
 
 
 class Hook:
+    """A user's function that produces calibration samples, called in this process."""
+
     def __init__(self, ref: str):
         self.ref = ref
-        target, _, self.function = ref.rpartition(":")
-        self.target = target
+        self.target, _, self.function = ref.rpartition(":")
 
     def describe(self) -> dict:
         return {"kind": "hook", "hook": self.ref}
@@ -38,9 +39,12 @@ class Hook:
 
     def chunks(self) -> Iterator[Chunk]:
         produced = self._guard(self._resolve())
-        items = (iter(produced.get_next, None) if hasattr(produced, "get_next")
-                 else self._guard(iter, produced))
-        for index in range(sys.maxsize):
+        if hasattr(produced, "get_next"):
+            # Like onnxruntime's calibrators, stop at None or an empty dict.
+            items = iter(lambda: produced.get_next() or None, None)
+        else:
+            items = self._guard(iter, produced)
+        for index in itertools.count():
             item = self._guard(next, items, None)
             if item is None:
                 return
