@@ -251,7 +251,8 @@ class _Lowering:
     def need_channels_last(self, node: Node, name: str) -> None:
         shape = self.shape(name)
         if len(shape) != 4:
-            raise _unsupported(node, f"input {name!r} has rank {len(shape)}; expected N x C x H x W")
+            raise _unsupported(node, f"input {name!r} has rank {len(shape)}; expected "
+                                     f"N x C x H x W")
         if not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
             raise _unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                      f"channels-last order (a layout copy is not implemented)")
@@ -332,8 +333,9 @@ class _Lowering:
         group = int(a["group"])
         dense = _expand_groups(np.asarray(w, np.int8), group, cin)
         bias = self._bias(node, 2, cout)
+        y_tensor = self.new_tensor(y, Layout.channels_last((n, cout, oh, ow)))
         self.layers.append(ConvLayer(
-            node.name, self.source(node, x), self.new_tensor(y, Layout.channels_last((n, cout, oh, ow))),
+            node.name, self.source(node, x), y_tensor,
             n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
             (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
             *self._requant(node, cout)))
@@ -411,8 +413,9 @@ class _Lowering:
         self.need_channels_last(node, x)
         n, c, h, w = self.shape(x)
         _, _, oh, ow = self.shape(y)
+        y_tensor = self.new_tensor(y, Layout.channels_last((n, c, oh, ow)))
         self.layers.append(PoolLayer(
-            node.name, self.source(node, x), self.new_tensor(y, Layout.channels_last((n, c, oh, ow))),
+            node.name, self.source(node, x), y_tensor,
             n, (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
             average, **params))
 

@@ -1,15 +1,27 @@
-"""The compiler's plan, in order: each step is a named pass, and each says why it is there."""
+"""The compiler's plan, in order: each step is a named pass, and each says why it is there.
+
+`optimize` runs the fp32 graph passes; `compile_int8` is the backend, from the quantized graph
+to the accelerator's Program: lower → tile → codegen → plan DRAM → schedule.
+"""
 
 from __future__ import annotations
 
 from typing import Callable
 
+from compiler.backend import (BackendOptions, Compiled, bindings, generate, summarize)
+from compiler.codegen import relocate
 from compiler.graph.ir import Graph, verify
+from compiler.lower import lower
+from compiler.memory import plan_dram
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.remove_identity import remove_identity
+from compiler.schedule import schedule
+from compiler.tiling import tile
+from simulator.arch import Arch
+from simulator.program import Program
 
 Pass = Callable[[Graph], Graph]
 
@@ -29,3 +41,29 @@ def optimize(graph: Graph, passes: list[Pass] | None = None, check: bool = False
         if check:
             verify(graph)
     return graph
+
+
+def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOptions(),
+                 metadata: dict | None = None) -> Compiled:
+    """The backend plan: a quantized graph (`quantizer.quantize`) → a Program for `arch`."""
+    # Lower first: views vanish and every integer node becomes one array or vector layer over
+    # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it.
+    lowered = lower(qgraph)
+    # Tile each layer from the target's sizes, so every layer fits the local memories.
+    tiles = [tile(layer, arch) for layer in lowered.layers]
+    # Codegen before DRAM planning: it packs the constants, so it fixes the image size; its
+    # DRAM addresses stay relative to each activation tensor until the plan places them.
+    image, steps = generate(lowered, tiles, arch, options)
+    # Place activations above the image, reusing buffers by liveness.
+    plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name)
+    sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
+    steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
+    # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
+    scheduled = schedule(steps, arch, options.double_buffer)
+    inputs, outputs = bindings(lowered, plan)
+    meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
+            **(metadata or {})}
+    program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
+                      inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta)
+    io_bytes = sum(b.size_bytes for b in inputs + outputs)
+    return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes))

@@ -137,6 +137,12 @@ def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
     resident_rows = taps * max((sum(min(in_block, layer.in_channels - ib * in_block)
                                     for ib in a) for a in active), default=0)
     one_by_one = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(layer.pads)
+
+    def input_rows(rows: int, cols: int, blocked: bool) -> int:
+        if blocked:
+            return n_in * rows * cols
+        return conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw)
+
     for resident in (True, False):
         weight_rows = max(resident_rows, 1) if resident else taps * in_block
         if resident and BUFFERS * weight_rows > sp_rows // 2:
@@ -148,9 +154,7 @@ def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
                 pixels = rows * cols
                 if pixels > _MAX_FIELD:
                     return False
-                in_rows = (n_in * pixels if blocked else
-                           conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw))
-                sp = BUFFERS * (weight_rows + in_rows + pixels)
+                sp = BUFFERS * (weight_rows + input_rows(rows, cols, blocked) + pixels)
                 acc = BUFFERS * (pixels + PARAM_ROWS)
                 return sp <= sp_rows and acc <= acc_rows
             tile = _best_tile(layer.out_hw, fits)
@@ -158,10 +162,8 @@ def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
                 continue
             rows, cols = tile
             pixels = rows * cols
-            in_rows = (n_in * pixels if blocked else
-                       conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw))
             weights = Region("scratchpad", 0, weight_rows)
-            inputs = Region("scratchpad", weights.end, in_rows)
+            inputs = Region("scratchpad", weights.end, input_rows(rows, cols, blocked))
             outputs = Region("scratchpad", inputs.end, pixels)
             params = Region("accumulator", 0, PARAM_ROWS)
             acc = Region("accumulator", params.end, pixels)
