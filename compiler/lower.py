@@ -17,8 +17,9 @@ permutes its weight rows to match a flattened channels-last map) or fails with a
 (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise convolutions
 expand to block-diagonal weight tiles whose all-zero blocks are skipped. MaxPool, AveragePool
 with one window size, GlobalAveragePool, Add and Sub run on the vector unit; every single-input
-elementwise integer map (Relu, Clip, Rescale, Sigmoid, Tanh, ...) is a 256-entry LUT built by
-running the node's own int8 kernel on all 256 codes, so it is bit-exact by construction.
+elementwise integer map (Relu, Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar
+constant operand) is a 256-entry LUT built by running the node's own int8 kernel on all 256
+codes, so it is bit-exact by construction.
 QuantizeLinear at a model input and DequantizeLinear at a model output stay on the host: the
 program's I/O bindings carry their scale and zero point.
 """
@@ -464,9 +465,13 @@ class _Lowering:
         self._pool(node, False, (h, w), (1, 1), (0, 0, 0, 0), _INT8_MIN)
 
     def lower_Add(self, node: Node) -> None:
+        if self._scalar_operand(node):
+            return self.lower_elementwise(node)
         self._add(node, negate_b=False)
 
     def lower_Sub(self, node: Node) -> None:
+        if self._scalar_operand(node):
+            return self.lower_elementwise(node)
         self._add(node, negate_b=True)
 
     def _add(self, node: Node, negate_b: bool) -> None:
@@ -487,20 +492,37 @@ class _Lowering:
             tuple(int(s) for s in a["shift"]), int(a["out_zero_point"]), qclamp))
 
     def lower_elementwise(self, node: Node) -> None:
-        x, y = node.inputs[0], node.outputs[0]
+        """A LUT of the node's own int8 kernel run on all 256 codes of its one activation
+        input (other inputs are constants: Clip's bounds, a scalar Add/Mul operand)."""
+        activations = [i for i, n in enumerate(node.inputs)
+                       if n and not self.g.values[n].is_const]
+        if len(activations) != 1:
+            raise _unsupported(node, "it has no single activation input")
+        index = activations[0]
+        x, y = node.inputs[index], node.outputs[0]
         if self.g.type_of(x).dtype != "int8":
             raise _unsupported(node, "its input is not int8")
-        rule = INT8_ROWS[node.op]
         codes = np.arange(-128, 128, dtype=np.int8)
-        args = [codes] + [self.g.values[n].const if n else None for n in node.inputs[1:]]
+        args = [codes if i == index else (self.g.values[n].const if n else None)
+                for i, n in enumerate(node.inputs)]
         while args and args[-1] is None:
             args.pop()
-        table = np.asarray(rule.run(*args, **_attrs(node)))
-        if table.dtype != np.int8 or table.shape != (256,):
+        table = np.asarray(INT8_ROWS[node.op].run(*args, **_attrs(node)))
+        if table.dtype != np.int8 or table.size != 256:
             raise _unsupported(node, "its int8 kernel is not an elementwise int8 map")
         tensor = self.source(node, x)
         self.layers.append(LutLayer(node.name, tensor, self.new_tensor(y, self.layouts[tensor]),
-                                    self.tensors[tensor].size_bytes, table))
+                                    self.tensors[tensor].size_bytes, table.reshape(256)))
+
+    def _scalar_operand(self, node: Node) -> bool:
+        """Whether one operand is a one-element constant: then the op is a map of the other."""
+        return any(n and self.g.values[n].is_const and self.g.values[n].const.size == 1
+                   for n in node.inputs)
+
+    def lower_Mul(self, node: Node) -> None:
+        if not self._scalar_operand(node):
+            raise _unsupported(node, "only multiplication by a scalar constant lowers (as a LUT)")
+        self.lower_elementwise(node)
 
 
 def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:

@@ -76,9 +76,11 @@ def live_ranges(lowered: Lowered) -> dict[str, tuple[int, int]]:
     return {name: (first[name], last[name]) for name in first}
 
 
-def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str) -> DramPlan:
-    """Place every activation tensor; CompileError when image + arena exceed the DRAM."""
-    ranges = live_ranges(lowered)
+def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str,
+              in_image: set[str] = frozenset()) -> DramPlan:
+    """Place every activation tensor but those already `in_image` (pre-padded inputs);
+    CompileError when image + arena exceed the DRAM."""
+    ranges = {name: r for name, r in live_ranges(lowered).items() if name not in in_image}
     sizes = {name: lowered.tensors[name].size_bytes for name in ranges}
     base = align(image_bytes)
     live: list[tuple[int, int, str]] = []  # (offset, end offset, tensor), sorted by offset

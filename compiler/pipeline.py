@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from compiler.backend import (BackendOptions, Compiled, bindings, generate, summarize)
+from compiler.backend import (BackendOptions, Compiled, bindings, generate, packable,
+                              summarize)
 from compiler.codegen import relocate
 from compiler.graph.ir import Graph, verify
 from compiler.lower import lower
@@ -19,7 +20,7 @@ from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.remove_identity import remove_identity
 from compiler.schedule import schedule
-from compiler.tiling import tile
+from compiler.tiling import alternate, tile
 from simulator.arch import Arch
 from simulator.program import Program
 
@@ -49,18 +50,23 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     # Lower first: views vanish and every integer node becomes one array or vector layer over
     # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it.
     lowered = lower(qgraph)
-    # Tile each layer from the target's sizes, so every layer fits the local memories.
-    tiles = [tile(layer, arch) for layer in lowered.layers]
-    # Codegen before DRAM planning: it packs the constants, so it fixes the image size; its
-    # DRAM addresses stay relative to each activation tensor until the plan places them.
-    image, steps = generate(lowered, tiles, arch, options)
+    # Tile each layer from the target's sizes, so every layer fits the local memories; a first
+    # convolution with few input channels may pack kernel taps into K.
+    sole_readers = packable(lowered)
+    tiles = [tile(layer, arch, layer.node in sole_readers) for layer in lowered.layers]
+    # Alternate layers between the bottom and the top of the local memories, so that the next
+    # layer's weights load while this one still computes.
+    tiles = alternate(tiles, arch)
+    # Codegen before DRAM planning: it packs the constants (and pre-padded inputs), so it fixes
+    # the image size; DRAM addresses stay relative to each activation until the plan places them.
+    image, steps, padded = generate(lowered, tiles, arch, options)
     # Place activations above the image, reusing buffers by liveness.
-    plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name)
+    plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name, set(padded))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
     steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
     scheduled = schedule(steps, arch, options.double_buffer)
-    inputs, outputs = bindings(lowered, plan)
+    inputs, outputs = bindings(lowered, plan, padded)
     meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
             **(metadata or {})}
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),

@@ -16,6 +16,7 @@ memory and the sizes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from compiler.errors import CompileError
@@ -53,6 +54,7 @@ class ConvTiles:
     out_block: int  # output channels per tile (N), <= lanes
     resident_weights: bool  # a block of output channels keeps all its weights loaded
     blocked_input: bool  # 1x1, stride 1, unpadded, whole rows: one LOAD of all channel blocks
+    packed_taps: int  # kernel columns packed into K (1: none); reads a zero-point-padded input
     weights: Region
     inputs: Region
     outputs: Region
@@ -125,7 +127,19 @@ def _best_tile(out_hw: tuple[int, int], fits) -> tuple[int, int] | None:
     return None
 
 
-def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
+def packed_taps(layer: ConvLayer, arch: Arch) -> int:
+    """How many kernel columns fit into K beside each other: with few input channels (an RGB
+    first layer), lanes j * C + c take channel c of the pixel j columns right, so one weight
+    tile covers several taps and the array's rows are not left mostly idle."""
+    if layer.dilations[1] != 1 or layer.kernel[1] < 2:
+        return 1
+    g = min(layer.kernel[1], arch.array.rows // layer.in_channels)
+    return g if g >= 2 else 1
+
+
+def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles:
+    """`packable`: the input is a model input that this layer alone reads, so it may be stored
+    pre-padded for tap packing."""
     sp_rows, acc_rows = arch.scratchpad.rows, arch.accumulator.rows
     in_block = min(arch.array.rows, layer.in_channels)
     out_block = min(arch.lanes, layer.out_channels)
@@ -167,8 +181,9 @@ def tile_conv(layer: ConvLayer, arch: Arch) -> ConvTiles:
             outputs = Region("scratchpad", inputs.end, pixels)
             params = Region("accumulator", 0, PARAM_ROWS)
             acc = Region("accumulator", params.end, pixels)
-            return ConvTiles(tile, in_block, out_block, resident, blocked, weights, inputs,
-                             outputs, acc, params)
+            packed = packed_taps(layer, arch) if packable and dense and not blocked else 1
+            return ConvTiles(tile, in_block, out_block, resident, blocked, packed, weights,
+                             inputs, outputs, acc, params)
     smallest_in = conv_input_extent(1, sh, kh, dh) * conv_input_extent(1, sw, kw, dw)
     need_sp = BUFFERS * (taps * in_block + smallest_in + 1)
     need_acc = BUFFERS * (1 + PARAM_ROWS)
@@ -224,10 +239,35 @@ def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles
     return ElementwiseTiles(rows, a, b, outputs, table, params)
 
 
-def tile(layer: Layer, arch: Arch) -> Tiles:
+def tile(layer: Layer, arch: Arch, packable: bool = False) -> Tiles:
     """The tiles and local regions of one layer on `arch`."""
     if isinstance(layer, ConvLayer):
-        return tile_conv(layer, arch)
+        return tile_conv(layer, arch, packable)
     if isinstance(layer, PoolLayer):
         return tile_pool(layer, arch)
     return tile_elementwise(layer, arch)
+
+
+def _shifted(tiles: Tiles, shift: dict[str, int]) -> Tiles:
+    changes = {f.name: dataclasses.replace(value, base=value.base + shift[value.mem])
+               for f in dataclasses.fields(tiles)
+               if isinstance(value := getattr(tiles, f.name), Region)}
+    return dataclasses.replace(tiles, **changes)
+
+
+def alternate(tiles: list[Tiles], arch: Arch) -> list[Tiles]:
+    """Place every other layer's regions at the top of the local memories instead of the
+    bottom, so the next layer's parameters and weights can load while this layer still works
+    (they would otherwise overwrite its buffers, and wait for it)."""
+    out = []
+    for i, t in enumerate(tiles):
+        if i % 2 == 0:
+            out.append(t)
+            continue
+        regions = [getattr(t, f.name) for f in dataclasses.fields(t)
+                   if isinstance(getattr(t, f.name), Region)]
+        top = {"scratchpad": arch.scratchpad.rows, "accumulator": arch.accumulator.rows}
+        shift = {mem: top[mem] - max((r.end for r in regions if r.mem == mem), default=0)
+                 for mem in top}
+        out.append(_shifted(t, shift))
+    return out

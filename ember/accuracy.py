@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import hashlib
+from dataclasses import fields
+
 import numpy as np
 import onnx
 
@@ -31,6 +34,8 @@ from profiler.sources import open_data
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
 from quantizer.reference import dequantized, run_int8
+from simulator import machine
+from simulator.program import Program
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,50 @@ class Evaluation:
     labels: str | None = None
     samples: int | None = None
     per_layer: bool = False
+    program: str | None = None  # a compiled .ember: also run it and check it bit for bit
+
+
+def program_options(program: Program, profile_path: str) -> QuantOptions:
+    """The quantizer options a program was compiled with; its profile must be this one."""
+    recorded = program.metadata.get("inputs", {}).get("profile_sha256")
+    if recorded and recorded != hashlib.sha256(Path(profile_path).read_bytes()).hexdigest():
+        raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
+                         "the one `ember compile` used")
+    options = program.metadata.get("options", {})
+    known = {f.name for f in fields(QuantOptions)}
+    return QuantOptions(**{k: (tuple(v) if isinstance(v, list) else v)
+                           for k, v in options.items() if k in known})
+
+
+class BitExactness:
+    """Runs the program on the simulator beside the integer reference and keeps the first
+    difference: the accelerator must equal `run_int8` bit for bit on every sample."""
+
+    def __init__(self, program: Program, qgraph: Graph):
+        self.program, self.qgraph = program, qgraph
+        producers = {out: node for node in qgraph.nodes for out in node.outputs}
+        self.quantized_input = {}
+        for node in qgraph.nodes:
+            if node.op == "QuantizeLinear" and node.inputs[0] in qgraph.inputs:
+                self.quantized_input[node.inputs[0]] = node.outputs[0]
+        self.raw_output = {name: producers[name].inputs[0] for name in qgraph.outputs
+                           if producers[name].op == "DequantizeLinear"}
+        self.first_difference: dict | None = None
+        self.samples = 0
+
+    def check(self, env: Mapping[str, np.ndarray]) -> None:
+        inputs = {b.name: env[self.quantized_input[b.name]] for b in self.program.inputs}
+        result = machine.run(self.program, inputs)
+        for binding in self.program.outputs:
+            expected = np.asarray(env[self.raw_output[binding.name]])
+            got = np.asarray(result.outputs[binding.name]).reshape(expected.shape)
+            if self.first_difference is None and not np.array_equal(got, expected):
+                index = tuple(int(i) for i in np.argwhere(got != expected)[0])
+                self.first_difference = {"sample": self.samples, "output": binding.name,
+                                         "element": list(index),
+                                         "simulator": int(got[index]),
+                                         "reference": int(expected[index])}
+        self.samples += 1
 
 
 def read_labels(evaluation: Evaluation) -> np.ndarray | None:
@@ -84,7 +133,11 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             on_samples: Callable[[int], None] = lambda n: None) -> AccuracyReport:
+    program = Program.load(evaluation.program) if evaluation.program else None
+    if program is not None:
+        options = program_options(program, profile_path)
     proto, graph, qgraph = quantize_model(model_path, profile_path, options, input_shapes)
+    exactness = BitExactness(program, qgraph) if program is not None else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, ImageOptions())
     batch = specs[0].fixed_batch or 1
@@ -99,7 +152,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     seen = 0
     for feeds in datasets.stream(source, specs, batch, True, evaluation.samples, False, tally):
         reference = ort.run(session, feeds)
-        env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer)
+        env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
+        if exactness is not None:
+            exactness.check(env)
         n = len(next(iter(feeds.values())))
         for name in graph.outputs:
             outputs[name].add(reference[name], env[name])
@@ -140,7 +195,11 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
                           layers=_layers(qgraph, layer_own, layer_acc),
                           options=_option_record(options, evaluation, profile_path),
-                          notes=tuple(notes))
+                          notes=tuple(notes),
+                          bit_exact=None if exactness is None else
+                          exactness.first_difference is None,
+                          first_difference=None if exactness is None else
+                          exactness.first_difference)
 
 
 def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:
@@ -171,4 +230,5 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
             "keep_fp32": list(options.keep_fp32), "profile": str(profile_path),
-            "data": evaluation.data, "samples": evaluation.samples}
+            "data": evaluation.data, "samples": evaluation.samples,
+            "program": evaluation.program}

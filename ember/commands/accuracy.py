@@ -20,6 +20,7 @@ EXIT_GATE_FAILED = 3
 
 @click.command()
 @model_argument
+@click.argument("program", required=False, type=click.Path(dir_okay=False))
 @quantization_options
 @click.option("--data", required=True, metavar="DATA",
               help="Evaluation data: an .npz keyed by input name (samples on the first axis; a "
@@ -39,11 +40,15 @@ EXIT_GATE_FAILED = 3
                    "falls more than this many points below fp32.")
 @input_shape_option
 @json_option
-def accuracy(model: str, data: str, labels_path: str | None, samples: int | None,
+def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
              per_layer: bool, html_path: str | None, min_sqnr: float | None,
              max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
              **quant_kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
+
+    With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
+    runs every sample and must equal the integer reference bit for bit (JSON `bit_exact`,
+    and `first_difference` when it does not); the quantizer options come from the program.
 
     MODEL is quantized with the profile and options given (exactly as `ember compile` would)
     and run by ember's integer reference interpreter, the arithmetic the accelerator
@@ -56,7 +61,8 @@ def accuracy(model: str, data: str, labels_path: str | None, samples: int | None
           --data examples/digits/eval.npz --per-layer --html accuracy.html
     """
     options = quant_options_from(quant_kwargs)
-    evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer)
+    evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
+                            program=program)
     with Progress(TextColumn("evaluating"), BarColumn(), TextColumn("{task.completed} samples"),
                   TimeRemainingColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as progress:
@@ -71,6 +77,10 @@ def accuracy(model: str, data: str, labels_path: str | None, samples: int | None
     else:
         report.print(Console())
     failed = _gate(report, min_sqnr, max_top1_drop)
+    if report.bit_exact is False:
+        click.echo(f"ember: the simulator differs from the integer reference: "
+                   f"{report.first_difference}", err=True)
+        sys.exit(1)
     if failed:
         click.echo(f"ember: accuracy gate failed: {failed}", err=True)
         sys.exit(EXIT_GATE_FAILED)

@@ -15,10 +15,10 @@ from compiler.pipeline import compile_int8
 from compiler.schedule import Op, Step, schedule
 from compiler.tiling import active_blocks, ceil_div, tile
 from simulator import isa, machine
-from simulator.arch import Arch, Memory
+from simulator.arch import Arch, Memory, Queues
 from simulator.program import Program
 from tests.e2e import models
-from tests.e2e.flow import quantized, samples
+from tests.e2e.flow import check_bit_exact, quantized, samples
 from tests.onnx_builder import model
 
 EDGE = Arch.load("edge")
@@ -120,3 +120,40 @@ def test_double_buffer_off_uses_one_buffer_per_region() -> None:
         return {insn.args["sram"] for insn in program.instructions
                 if insn.op is isa.LOAD and insn.args["mem"] == 0}
     assert len(rows(off)) < len(rows(on))
+
+
+def test_first_conv_packs_kernel_taps_into_k() -> None:
+    """A 3-channel model input read by a 3x3 conv: three kernel columns share one weight tile
+    (k = 9), read from a zero-point-padded copy of the input in the DRAM image."""
+    qgraph = _qgraph(models.strided)  # x: 3 channels, 3x3 kernel
+    program = compile_int8(qgraph, Arch.load("default")).program
+    computes = [insn for insn, src in zip(program.instructions, program.source)
+                if src == "down" and insn.op is isa.COMPUTE]
+    assert {insn.args["k"] for insn in computes} == {9}  # 3 columns x 3 channels
+    binding = program.inputs[0]
+    assert binding.dram < len(program.dram_image)  # lives in the image, inside its border
+    assert binding.strides[2] > binding.shape[3] * binding.shape[1]  # padded rows
+
+
+def test_consecutive_layers_use_opposite_ends_of_local_memory() -> None:
+    qgraph = _qgraph(models.mobile_block)
+    program = compile_int8(qgraph, EDGE).program
+    first_rows = {}
+    for insn, src in zip(program.instructions, program.source):
+        if insn.op is isa.LOAD and insn.args["mem"] == 0:
+            first_rows.setdefault(src, insn.args["sram"])
+    rows = [first_rows[name] for name in ("expand", "depthwise", "project")]
+    assert rows[0] < EDGE.scratchpad.rows // 2 <= rows[1] and rows[2] < rows[1]
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_one_token_fifos_never_deadlock(double_buffer: bool) -> None:
+    """With FIFOs one token deep, the scheduler moves pushes later (or adds SYNCs) so that the
+    program order never overflows a FIFO; the machine then never deadlocks."""
+    arch = dataclasses.replace(EDGE, queues=Queues(token_depth=1))
+    proto = models.big_conv()
+    qgraph = _qgraph(models.big_conv)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+              for i in proto.graph.input}
+    check_bit_exact(qgraph, compile_int8(qgraph, arch, BackendOptions(double_buffer)),
+                    samples(shapes, 1, 3))

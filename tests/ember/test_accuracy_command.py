@@ -89,3 +89,32 @@ def test_a_non_classifier_output_omits_top1_and_says_so(tmp_path) -> None:
     report = json.loads(result.output)
     assert report["top1_agreement"] is None and report["sqnr_db"] > 30
     assert any("not a classifier" in note for note in report["notes"])
+
+
+@pytest.fixture(scope="module")
+def digits_program(digits_profile, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prog") / "digits.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_the_program_equals_the_integer_reference_on_every_sample(digits_profile,
+                                                                   digits_program) -> None:
+    result = invoke("accuracy", DIGITS / "model.onnx", digits_program, "--profile",
+                    digits_profile, "--data", DIGITS / "eval.npz", "--samples", "25", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["bit_exact"] is True and report["first_difference"] is None
+    assert report["options"]["program"] == str(digits_program)
+
+
+def test_a_program_with_another_profile_is_rejected(digits_program, tmp_path) -> None:
+    other = tmp_path / "other.profile.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                  "--samples", "16", "-o", other).exit_code == 0
+    result = invoke("accuracy", DIGITS / "model.onnx", digits_program, "--profile", other,
+                    "--data", DIGITS / "eval.npz", "--samples", "2")
+    assert result.exit_code == 2
+    assert "compiled with another profile" in result.output

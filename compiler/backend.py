@@ -1,0 +1,132 @@
+"""The int8 backend's pieces that join the steps: options, codegen over all layers, I/O
+bindings, the program's metadata and the summary the compile command prints. The steps run in
+the order `compiler.pipeline.compile_int8` lists them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.codegen import Context, PaddedInput, layer_steps, padded_input
+from compiler.lower import ConvLayer, Lowered
+from compiler.memory import DramPlan, ImageBuilder, reads
+from compiler.schedule import Scheduled
+from compiler.tiling import Tiles
+from simulator import isa
+from simulator.arch import Arch
+from simulator.program import IOBinding, Program
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    double_buffer: bool = True  # ping-pong local buffers so DMA overlaps compute
+
+    def to_dict(self) -> dict:
+        return {"double_buffer": self.double_buffer}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the compile command reports: sizes, memory use and the cycle figures."""
+
+    layers: int
+    instructions: int
+    per_queue: dict
+    syncs: int
+    macs: int
+    dram_image_bytes: int
+    activation_peak_bytes: int
+    activation_lower_bound_bytes: int
+    dram_total_bytes: int
+    scratchpad_peak_bytes: int
+    accumulator_peak_bytes: int
+    compulsory_dram_bytes: int
+    dram_bytes_moved: int
+    estimated_cycles: int  # the busiest unit (or the DRAM port), overlap assumed perfect
+    bound_cycles: int  # roofline: max(MACs / array size, compulsory bytes / DMA bandwidth)
+    per_layer: tuple[dict, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    program: Program
+    summary: Summary
+
+
+def packable(lowered: Lowered) -> set[str]:
+    """Convolutions that alone read a model input: that input may be stored pre-padded."""
+    readers: dict[str, list] = {}
+    for layer in lowered.layers:
+        for name in reads(layer):
+            readers.setdefault(name, []).append(layer)
+    outputs = {b.tensor for b in lowered.outputs}
+    return {layers[0].node for tensor, layers in readers.items()
+            if tensor in {b.tensor for b in lowered.inputs} and tensor not in outputs
+            and len(layers) == 1 and isinstance(layers[0], ConvLayer)}
+
+
+def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions):
+    """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
+    model inputs that live pre-padded in the image (by tensor)."""
+    image = ImageBuilder()
+    ctx = Context(arch, options.double_buffer)
+    steps, padded = [], {}
+    for layer, t in zip(lowered.layers, tiles):
+        if isinstance(layer, ConvLayer) and t.packed_taps > 1:
+            padded[layer.x] = padded_input(layer, t, image)
+        steps.append(layer_steps(layer, t, ctx, image, padded.get(getattr(layer, "x", None))))
+    return image, steps, padded
+
+
+def bindings(lowered: Lowered, plan: DramPlan,
+             padded: dict[str, PaddedInput]) -> tuple[tuple[IOBinding, ...], ...]:
+    def binding(b):
+        if b.tensor in padded:  # inside its zero-point border, rows of the padded width
+            p = padded[b.tensor]
+            n, c, _, _ = b.shape
+            dram = p.address + (p.top * p.width + p.left) * c
+            strides = (p.height * p.width * c, 1, p.width * c, c)
+            return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8", strides)
+        return IOBinding(b.name, plan.addresses[b.tensor], b.shape, b.scale, b.zero_point,
+                         "int8", b.strides)
+    return (tuple(binding(b) for b in lowered.inputs),
+            tuple(binding(b) for b in lowered.outputs))
+
+
+def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch,
+              io_bytes: int) -> Summary:
+    insns = scheduled.instructions[:-1]
+    per_queue = {q: 0 for q in isa.QUEUES}
+    busy = {q: 0 for q in isa.QUEUES}
+    local_end = [0, 0]
+    dram_moved = transfer = 0
+    layer_macs: dict[str, int] = {}
+    for insn, source in zip(insns, scheduled.source):
+        q = insn.queue
+        per_queue[q] += 1
+        cycles = insn.op.cycles(arch, insn)
+        busy[q] += cycles
+        work = insn.op.work(arch, insn)
+        dram_moved += work.dram_read + work.dram_written
+        if insn.op in (isa.LOAD, isa.STORE):
+            transfer += cycles - arch.dma.latency_cycles
+        layer_macs[source] = layer_macs.get(source, 0) + work.macs
+        for mem, _, stop, _ in insn.op.access(arch, insn):
+            local_end[mem] = max(local_end[mem], stop)
+    macs = sum(layer_macs.values())
+    compulsory = plan.image_bytes + io_bytes
+    bound = max(-(-macs // arch.macs_per_cycle), -(-compulsory // arch.dma.bytes_per_cycle))
+    per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
+                       "macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
+    return Summary(
+        layers=len(lowered.layers), instructions=len(scheduled.instructions),
+        per_queue=per_queue, syncs=scheduled.syncs, macs=macs,
+        dram_image_bytes=plan.image_bytes, activation_peak_bytes=plan.peak_bytes,
+        activation_lower_bound_bytes=plan.lower_bound_bytes, dram_total_bytes=plan.total_bytes,
+        scratchpad_peak_bytes=local_end[0] * arch.scratchpad.row_bytes,
+        accumulator_peak_bytes=local_end[1] * arch.accumulator.row_bytes,
+        compulsory_dram_bytes=compulsory, dram_bytes_moved=dram_moved,
+        estimated_cycles=max(max(busy.values()), transfer), bound_cycles=bound,
+        per_layer=per_layer)

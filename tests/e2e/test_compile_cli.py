@@ -1,0 +1,118 @@
+"""`ember compile` from the command line: the summary, atomic and deterministic output, and a
+one-line error (exit 2, no file written) for each kind of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+
+from ember.cli import cli
+from simulator import machine
+from simulator.arch import PRESETS
+from simulator.program import Program
+from tests.onnx_builder import model
+
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("profile") / "digits.profile.json"
+    result = invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                    "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_compile_writes_a_runnable_deterministic_program(tmp_path, profile) -> None:
+    out, again = tmp_path / "digits.ember", tmp_path / "again.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", profile,
+                    "--target", "edge", "-o", out, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["layers"] == 4 and report["bound_cycles"] <= report["estimated_cycles"]
+    assert report["activation_lower_bound_bytes"] <= report["activation_peak_bytes"]
+    invoke("compile", DIGITS / "model.onnx", "--profile", profile, "--target", "edge", "-o", again)
+    assert out.read_bytes() == again.read_bytes()
+    program = Program.load(out)
+    assert program.metadata["options"]["target"] == "edge"
+    x = program.inputs[0].quantize(np.load(DIGITS / "eval.npz")["input"][:1])
+    assert machine.run(program, {"input": x}).outputs["logits"].shape == (1, 10)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _fails(result, *fragments) -> None:
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert line.startswith("ember: error:") and "\n" not in line, line
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+def test_unsupported_op(tmp_path) -> None:
+    proto = model([helper.make_node("Softmax", ["x"], ["y"], name="probabilities")],
+                  {"x": [1, 10]}, {"y": [1, 10]})
+    onnx.save(proto, tmp_path / "softmax.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((4, 1, 10)).astype(np.float32))
+    assert invoke("quantize-profile", tmp_path / "softmax.onnx", "--data",
+                  tmp_path / "data.npz", "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("compile", tmp_path / "softmax.onnx", "--profile", tmp_path / "p.json",
+                    "-o", tmp_path / "out.ember")
+    _fails(result, "'probabilities' (Softmax)", "--keep-fp32")
+    assert not (tmp_path / "out.ember").exists()
+
+
+def _arch_file(tmp_path: Path, old: str, new: str) -> Path:
+    text = (PRESETS / "edge.toml").read_text()
+    assert old in text
+    path = tmp_path / "target.toml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_too_large_for_dram(tmp_path, profile) -> None:
+    arch = _arch_file(tmp_path, "size_bytes = 268435456", "size_bytes = 4096")
+    result = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "--target", arch,
+                    "-o", tmp_path / "out.ember")
+    _fails(result, "bytes of DRAM")
+    assert not (tmp_path / "out.ember").exists()
+
+
+@pytest.mark.parametrize("old,new,fragment", [
+    ("rows = 8\ncols = 8", "rows = 16\ncols = 8", "array.rows"),  # inconsistent
+    ("size_bytes = 32768", "size_bytes = 64", "smallest tile"),  # too small for any tile
+])
+def test_impossible_arch_file(tmp_path, profile, old, new, fragment) -> None:
+    arch = _arch_file(tmp_path, old, new)
+    result = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "--target", arch,
+                    "-o", tmp_path / "out.ember")
+    _fails(result, fragment)
+    assert not (tmp_path / "out.ember").exists()
+
+
+def test_mismatched_profile(tmp_path, profile) -> None:
+    proto = onnx.load(DIGITS / "model.onnx")
+    proto.graph.initializer[0].raw_data = bytes(len(proto.graph.initializer[0].raw_data))
+    onnx.save(proto, tmp_path / "other.onnx")
+    result = invoke("compile", tmp_path / "other.onnx", "--profile", profile,
+                    "-o", tmp_path / "out.ember")
+    _fails(result, "does not match the model")
+    assert not (tmp_path / "out.ember").exists()
+
+
+def test_output_directory_missing(tmp_path, profile) -> None:
+    out = tmp_path / "missing" / "out.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "-o", out)
+    _fails(result, "does not exist")
+    assert not out.parent.exists()

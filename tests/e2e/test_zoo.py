@@ -1,0 +1,35 @@
+"""ResNet-18 and MobileNetV2 (examples/zoo.py, seeded random weights) compile and run bit-exact
+on the default preset: profile with onnxruntime on random samples, quantize, compile, simulate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from compiler.frontend.onnx import import_model
+from compiler.pipeline import compile_int8, optimize
+from profiler.arrays import RandomData
+from profiler.inputs import input_specs
+from profiler.run import RunOptions, profile
+from quantizer.quantize import quantize
+from simulator.arch import Arch
+from tests.e2e.flow import check_bit_exact
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
+def test_zoo_model_is_bit_exact(name: str) -> None:
+    proto = onnx.load(MODELS / f"{name}.onnx")
+    specs = input_specs(proto, {})
+    prof = profile(proto, RandomData(2, specs, 0), specs, RunOptions())
+    qgraph = quantize(optimize(import_model(proto)), prof)
+    compiled = compile_int8(qgraph, Arch.load("default"))
+    rng = np.random.default_rng(1)
+    sample = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs}
+    result = check_bit_exact(qgraph, compiled, [sample])
+    assert result.stats.bound_cycles <= result.stats.cycles
