@@ -18,12 +18,16 @@ def demo(ctx: click.Context, out_dir: str) -> None:
     """Run ember end to end on the bundled 8x8-digits CNN (examples/digits).
 
     \b
-    Today the flow is:
+    The flow:
       1. import the ONNX model and run the fp32 graph passes (ember show);
       2. ember's fp32 reference interpreter against onnxruntime (ember run);
       3. profile the calibration set (ember quantize-profile);
-      4. quantize and measure int8 against fp32 onnxruntime, per layer too
-         (ember accuracy), with an HTML report.
+      4. quantize and compile for the default target (ember compile --int8);
+      5. simulate one image with a performance report and a Perfetto
+         timeline (ember simulate --report --trace);
+      6. run the program on every held-out image against fp32 onnxruntime and,
+         bit for bit, against the integer reference (ember accuracy), with an
+         HTML report.
     It lists the files it wrote at the end.
     """
     Path(out_dir).mkdir(parents=True, exist_ok=True)
