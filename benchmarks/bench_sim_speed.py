@@ -141,9 +141,10 @@ def _flag(insn: isa.Insn, **flags) -> isa.Insn:
     return insn.op(**args, **names)
 
 
-def resnet18_program(arch: Arch) -> Program:
-    """Interleave the jobs' queues and add the double-buffering tokens."""
-    convs = resnet18_convs()
+def resnet18_program(arch: Arch, convs: list[Conv] | None = None) -> Program:
+    """Interleave the jobs' queues and add the double-buffering tokens (all of ResNet-18's
+    convolutions, or just `convs`)."""
+    convs = resnet18_convs() if convs is None else convs
     layout = Layout.of(arch, convs)
     jobs, tile = [], 0
     for conv in convs:
