@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--time-only", action="store_true", help="skip the peak-memory table")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "DATA"))
     args = parser.parse_args()
     if args.child:
@@ -170,6 +171,8 @@ def main() -> None:
             print(f"{model:12} {n:7} {plain[0]:12.2f} {ember[0]:12.2f} "
                   f"{ember[0] / plain[0]:6.2f} {plain[1]:11.2f} {ember[1]:11.2f} "
                   f"{ember[1] / plain[1]:6.2f} {ember2:24.2f}", flush=True)
+        if args.time_only:
+            return
         print()
         print("## Peak memory (MB, fresh process each; growth = many / few - 1)")
         print(f"{'model':12} {'tool':12} {'few':>6} {'MB':>8} {'many':>6} {'MB':>8} "

@@ -24,8 +24,13 @@ class Accumulator:
         self.k = self.first = 0
         self.counts = np.zeros(histogram.MAX_BINS, np.int64)
 
-    def add(self, values: np.ndarray, weight: int = 1) -> None:
-        """Count `values` (`weight` times: an output that is the same for every sample)."""
+    def add(self, values: np.ndarray, weight: int = 1,
+            binner: histogram.Binner | None = None) -> None:
+        """Count `values` (`weight` times: an output that is the same for every sample).
+
+        `binner` overrides the accumulator's own, so that threads binning different tensors
+        at once each use their own scratch buffers.
+        """
         flat = values.reshape(-1)
         if flat.dtype == np.float16:
             flat = flat.astype(np.float32)
@@ -46,7 +51,10 @@ class Accumulator:
         if self.count and (k, first) != (self.k, self.first):
             self.counts = histogram.rebin(self.counts, self.first, self.k, first, k,
                                           histogram.MAX_BINS)
-        self.counts += self.binner.count(flat, k, first, histogram.MAX_BINS) * weight
+        counts = (binner or self.binner).count(flat, k, first, histogram.MAX_BINS)
+        if weight != 1:
+            counts *= weight
+        self.counts += counts
         self.lo, self.hi, self.k, self.first = lo, hi, k, first
         self.count += flat.size * weight
 

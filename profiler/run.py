@@ -8,7 +8,7 @@ number of samples; `workers > 1` splits the batches over processes with the same
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +23,7 @@ from profiler.fingerprint import fingerprint
 from profiler.format import Profile, TensorStats, tool_version
 from profiler.histogram import Binner
 from profiler.inputs import InputSpec
-from profiler.session import Plan, Runner, expose_all, make_session, probe
+from profiler.session import Plan, Runner, expose_all, make_session, probe, same_values
 
 
 # Larger samples come fewer to a batch: their models run one sample at a time anyway, and the
@@ -64,6 +64,8 @@ def profile(model: onnx.ModelProto, source: data.Source, specs: list[InputSpec],
     model_bytes = expose_all(model, free_batch=fixed == 1)
     session = make_session(model_bytes)
     plan = Plan(per_sample=False) if whole else probe(session, first)
+    # Outputs of Reshape, Transpose and the like hold their input's values: binned once.
+    plan = replace(plan, same_values=tuple(same_values(model).items()))
     batches = itertools.chain([first], batches)
     if options.workers > 1:
         shards = parallel.run_parallel(model_bytes, plan, batches, options.workers, on_samples)

@@ -10,7 +10,9 @@ depend on --batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -27,6 +29,13 @@ _FLUSH_BYTES = 8 << 20
 _BATCH_DIM = "ember_batch"
 _BATCH_BYTES = 16 << 20  # above this many bytes of values per run, run one sample at a time
 
+# Ops whose first output holds exactly the values of their first input, only arranged
+# differently, so its statistics (min, max, count, histogram: all order-free) are the input's.
+# Dropout only outside training mode, where onnxruntime passes its input through unchanged.
+# Not Relu, Clip, Cast or the like: their values differ.
+_SAME_VALUES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                          "Transpose", "Dropout"})
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -34,6 +43,29 @@ class Plan:
 
     per_sample: bool
     batch_independent: frozenset[str] = frozenset()
+    # (output, tensor it holds the values of): outputs whose statistics are copied, not binned
+    same_values: tuple[tuple[str, str], ...] = ()
+
+
+def same_values(model: onnx.ModelProto) -> dict[str, str]:
+    """Node outputs that hold exactly the values of a tensor profiled per run (a graph input
+    or another node output), mapped to that tensor, following chains of such ops."""
+    graph = model.graph
+    initialized = {t.name for t in graph.initializer}
+    runtime = {vi.name for vi in graph.input} - initialized
+    runtime |= {name for node in graph.node for name in node.output if name}
+    source: dict[str, str] = {}
+    for node in graph.node:  # topological order: a chain's source is resolved before its end
+        if (node.op_type not in _SAME_VALUES or node.domain not in ("", "ai.onnx")
+                or not node.input or not node.input[0] or not node.output
+                or not node.output[0]):
+            continue
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+            continue  # training_mode given: it may drop values
+        origin = source.get(node.input[0], node.input[0])
+        if origin in runtime and origin != node.output[0]:
+            source[node.output[0]] = origin
+    return source
 
 
 def expose_all(model: onnx.ModelProto, free_batch: bool) -> bytes:
@@ -97,13 +129,24 @@ def probe(session: ort.InferenceSession, batch: dict[str, np.ndarray]) -> Plan:
 
 
 class Runner:
-    """Runs batches by the plan and accumulates statistics of every float input and output."""
+    """Runs batches by the plan and accumulates statistics of every float input and output.
 
-    def __init__(self, session: ort.InferenceSession, plan: Plan):
+    Binning a run's values takes longer than the run itself on large models, and numpy
+    releases the GIL in every step of it, so a flush spreads the tensors over as many threads
+    as onnxruntime may use (one in a worker process, whose session has one thread). Each
+    tensor is binned whole by one thread, in the order of its batches, so the statistics are
+    the same as on one thread.
+    """
+
+    def __init__(self, session: ort.InferenceSession, plan: Plan, threads: int | None = None):
         self.session, self.plan = session, plan
         self.names = [o.name for o in session.get_outputs()]
         self.accumulators: dict[str, Accumulator] = {}
-        self.binner = Binner()
+        self.same_values = dict(plan.same_values)
+        self.threads = _binning_threads(session) if threads is None else max(1, threads)
+        self.binners = [Binner() for _ in range(self.threads)]
+        self.binner = self.binners[0]
+        self.pool: ThreadPoolExecutor | None = None
         self.pending: dict[str, list[np.ndarray]] = {}
         self.pending_bytes = 0
 
@@ -116,6 +159,8 @@ class Runner:
         outputs = _run(self.session, self.names, feeds)
         self._hold("input", feeds.items())
         for name, value in zip(self.names, outputs):
+            if name in self.same_values:
+                continue  # its statistics are copied from its source's in stats()
             if name in self.plan.batch_independent:
                 self._accumulator(name, "activation", value).add(value, weight=n)
             else:
@@ -124,15 +169,45 @@ class Runner:
             self.flush()
 
     def stats(self) -> dict[str, TensorStats]:
-        self.flush()
-        return {name: acc.stats() for name, acc in self.accumulators.items()}
+        try:
+            self.flush()
+        finally:
+            self.close()
+        stats = {name: acc.stats() for name, acc in self.accumulators.items()}
+        for name, origin in self.same_values.items():
+            if origin in stats:
+                stats[name] = replace(stats[origin], kind="activation")
+        return stats
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
     def flush(self) -> None:
-        for name, parts in self.pending.items():
-            self.accumulators[name].add(parts[0] if len(parts) == 1 else
-                                        np.concatenate([p.reshape(-1) for p in parts]))
+        items = list(self.pending.items())
         self.pending.clear()
         self.pending_bytes = 0
+        groups = _split(items, self.threads)
+        if len(groups) > 1:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(self.threads - 1,
+                                               thread_name_prefix="ember-binning")
+            futures = [self.pool.submit(self._bin, group, binner)
+                       for group, binner in zip(groups[1:], self.binners[1:])]
+            try:
+                self._bin(groups[0], self.binners[0])
+            finally:
+                for future in futures:
+                    future.result()
+        else:
+            self._bin(items, self.binner)
+
+    def _bin(self, items: list[tuple[str, list[np.ndarray]]], binner: Binner) -> None:
+        for name, parts in items:
+            self.accumulators[name].add(parts[0] if len(parts) == 1 else
+                                        np.concatenate([p.reshape(-1) for p in parts]),
+                                        binner=binner)
 
     def _hold(self, kind: str, named_values) -> None:
         for name, value in named_values:
@@ -145,6 +220,34 @@ class Runner:
         if name not in self.accumulators:
             self.accumulators[name] = Accumulator(kind, str(value.dtype), self.binner)
         return self.accumulators[name]
+
+
+def _binning_threads(session: ort.InferenceSession) -> int:
+    """As many threads as onnxruntime's session may use: its setting, or all our cores."""
+    threads = session.get_session_options().intra_op_num_threads
+    if threads <= 0:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+    return max(1, threads)
+
+
+# Below this many values in all, a flush stays on one thread: handing work over costs more.
+_THREAD_MIN_VALUES = 1 << 18
+
+
+def _split(items: list[tuple[str, list[np.ndarray]]], threads: int) -> list[list]:
+    """The pending tensors in `threads` groups of about equal size (largest first, each to the
+    lightest group); fewer groups when there is little to do."""
+    sizes = [sum(p.size for p in parts) for _, parts in items]
+    if threads < 2 or len(items) < 2 or sum(sizes) < _THREAD_MIN_VALUES:
+        return [items]
+    groups: list[list] = [[] for _ in range(threads)]
+    loads = [0] * threads
+    for size, item in sorted(zip(sizes, items), key=lambda pair: -pair[0]):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(item)
+        loads[lightest] += size
+    return [group for group in groups if group]
 
 
 def _run(session: ort.InferenceSession, names: list[str], feeds: dict) -> list:
