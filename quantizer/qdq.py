@@ -1,0 +1,505 @@
+"""QDQ export: the int8 Graph as standard ONNX that onnxruntime runs and Netron shows.
+
+Every integer node of the quantized graph becomes its fp32 ONNX operator between
+DequantizeLinear nodes (on its integer inputs and int8/int32 constants) and a QuantizeLinear
+(on each integer output): the "QDQ" form of onnxruntime's own `quantize_static`, which
+onnxruntime fuses into integer kernels at its extended optimization level and Netron draws
+as plain ONNX. The graph's integer values keep their names (they are now the QuantizeLinear
+outputs, typed int8/uint8); the float values the export adds are named after them
+(`v/float`: the fp32 result before quantizing, `v/dq`: its dequantized copy, `v/clamped`).
+
+How each integer semantics is expressed so that onnxruntime reproduces it:
+- the requantization (multiplier, shift, output zero point, saturation) is QuantizeLinear
+  with the output's scale and zero point: both round the real ratio to the nearest code and
+  saturate, so they differ only at ties (integer: half away from zero; QuantizeLinear: half
+  to even) and by the multiplier's 2^-31, float32's rounding and (Add, Sub) the 2^-20 steps
+  of TFLite's input rescaling: each node is within one code of the integer reference;
+- a fused clamp (`qclamp`) that the output type's range already implies is nothing more (a
+  ReLU fused into a producer whose output zero point is the lowest code); any other is a Relu
+  (lower bound at real 0, no upper bound) or a Clip at the clamp codes' exact real values,
+  between the operator and its QuantizeLinear. Clamping the real value at code q's real value
+  and then rounding gives exactly clamp(round(.), q), since rounding is monotone;
+- weights are int8 initializers with a DequantizeLinear (per channel along the type's axis);
+  biases are int32 initializers at scale s_x * s_w with a DequantizeLinear. The quantizer
+  folds an activation's zero point into the bias (bias - z_x * sum(w)); DequantizeLinear
+  subtracts it from x already, so the export unfolds it (the inverse of
+  `quantize._Rewriter._zero_point_fold`, which it must follow). Gemm's beta is in the bias;
+  alpha is kept;
+- lookup-table operators (Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu) and Softmax are
+  their fp32 operators between DequantizeLinear and QuantizeLinear: the table is the fp32
+  reference at every input code, so they agree unless onnxruntime's float function and the
+  reference round to different sides of a half step (Softmax: also the table's 2^-20 steps);
+- Rescale (ember-internal) is a DequantizeLinear → QuantizeLinear pair;
+- data movement and MaxPool keep the scale: DequantizeLinear → op → QuantizeLinear in the
+  same parameters is exact; Pad's quantized constant becomes its real value again.
+
+onnxruntime's fused kernels (extended level: QLinearConv, QGemm) agree as well, but on x86 CPUs
+without VNNI its u8s8 kernels saturate int16 pair sums unless the session sets
+"session.x64quantprecision" to "1": ember's weights use all of [-127, 127], not the 7-bit range
+of onnxruntime's reduce_range.
+
+Each node's `metadata_props` (shown by Netron) hold `precision` ("int8" or "uint8" for
+integer nodes, "fp32" for nodes kept in float, "int32" for bias dequantizes), the
+`scale` and `zero_point` of its quantized output, `sqnr_db` when given, the fused clamp
+and the ember node it comes from.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from compiler.graph.int8 import INT8_ATTRS
+from compiler.graph.ir import Graph, Node, QuantParams, Type
+from compiler.graph.ops import OPS
+from quantizer.errors import QuantizeError
+from quantizer.reference import is_integer_node
+from simulator.numerics import RANGES
+
+# Opset 21: the newest forms the importer normalizes to (ReduceMean/Pad axes as inputs, Split's
+# num_outputs, AveragePool's dilations) and per-channel QuantizeLinear/DequantizeLinear.
+QDQ_OPSET = 21
+# IR version 10 holds node metadata_props (and is the one opset 21 needs).
+QDQ_IR_VERSION = 10
+
+_ELEM = {"float32": TensorProto.FLOAT, "int8": TensorProto.INT8, "uint8": TensorProto.UINT8,
+         "int32": TensorProto.INT32, "int64": TensorProto.INT64, "bool": TensorProto.BOOL,
+         "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16}
+
+
+def export_qdq(qgraph: Graph, path: str | os.PathLike | None = None,
+               sqnr_by_value: Mapping[str, float] | None = None, producer_name: str = "ember",
+               node_metadata: Mapping[str, Mapping[str, Any]] | None = None
+               ) -> onnx.ModelProto:
+    """The QDQ ONNX model of quantized graph `qgraph`, written atomically to `path` if given.
+
+    `sqnr_by_value` maps a value's name (the quantized graph's or its ONNX origin) to its
+    measured SQNR in dB; `node_metadata` adds entries (cycles, say) to the metadata of the
+    nodes that come from the named node of `qgraph`. The model passes
+    `onnx.checker.check_model(full_check=True)`.
+    """
+    model = _Exporter(qgraph, sqnr_by_value or {}, node_metadata or {}).run(producer_name)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        raise QuantizeError(f"internal: the QDQ export of graph {qgraph.name!r} is not valid "
+                            f"ONNX: {str(err).strip().splitlines()[0]}") from None
+    if path is not None:
+        _write_atomically(Path(path), model.SerializeToString())
+    return model
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written model."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- the walk -------------------------------------------------------------------------------
+
+
+class _Exporter:
+    """Walks the quantized graph once, emitting ONNX nodes, initializers and value types."""
+
+    def __init__(self, qgraph: Graph, sqnr: Mapping[str, float],
+                 extra: Mapping[str, Mapping[str, Any]]):
+        self.g, self.sqnr, self.extra = qgraph, sqnr, extra
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: dict[str, TensorProto] = {}
+        self.types: dict[str, Type] = {}          # every value the model holds, for value_info
+        self.taken = set(qgraph.values) | {node.name for node in qgraph.nodes}
+        self.dq: dict[str, str] = {}               # integer value → its dequantized float value
+        self.emitted: set[str] = set()             # names of qgraph nodes already emitted
+        # The quantized graph's own DequantizeLinear of an integer value, emitted early when
+        # an integer node reads the value first, so its float output serves both.
+        self.own_dq = {node.inputs[0]: node for node in qgraph.nodes
+                       if node.op == "DequantizeLinear" and self._params_match(node)}
+
+    def run(self, producer_name: str) -> onnx.ModelProto:
+        for name in self.g.inputs:
+            self.types[name] = self.g.type_of(name)
+        for node in self.g.nodes:
+            if node.name in self.emitted:
+                continue
+            if node.op in ("QuantizeLinear", "DequantizeLinear"):
+                self._boundary(node)
+            elif is_integer_node(self.g, node):
+                self._integer(node)
+            else:
+                self._float(node)
+        inputs = [self._info(name) for name in self.g.inputs]
+        outputs = [self._info(name) for name in self.g.outputs]
+        interface = set(self.g.inputs) | set(self.g.outputs) | set(self.inits)
+        infos = [self._info(name) for name in self.types if name not in interface]
+        graph = helper.make_graph(self.nodes, self.g.name, inputs, outputs,
+                                  list(self.inits.values()), value_info=infos)
+        model = helper.make_model(graph, producer_name=producer_name,
+                                  opset_imports=[helper.make_opsetid("", max(QDQ_OPSET,
+                                                                             self.g.opset))])
+        model.ir_version = QDQ_IR_VERSION
+        model.doc_string = (f"QDQ export of ember's int8 graph {self.g.name!r}: integer "
+                            "values are QuantizeLinear outputs; node metadata hold scale, "
+                            "zero_point, precision and SQNR")
+        return model
+
+    # -- names, constants, types --
+
+    def _unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+    def _init(self, name: str, array: np.ndarray) -> str:
+        """An initializer holding `array`, named `name` unless another array has that name."""
+        array = np.asarray(array)
+        existing = self.inits.get(name)
+        if existing is not None:
+            stored = numpy_helper.to_array(existing)
+            if stored.dtype == array.dtype and np.array_equal(stored, array):
+                return name
+            name = self._unique(name)
+        elif name in self.taken and not (name in self.g.values and self.g.values[name].is_const):
+            name = self._unique(name)
+        else:
+            self.taken.add(name)
+        self.inits[name] = numpy_helper.from_array(array, name)
+        return name
+
+    def _const(self, name: str) -> str:
+        return self._init(name, self.g.values[name].const)
+
+    def _params(self, base: str, params: QuantParams, dtype: str) -> tuple[str, str]:
+        """Scale (float32) and zero-point (`dtype`) initializers of `params`."""
+        if params.axis is None:
+            scale = np.float32(params.scale[0])
+            zero = np.asarray(params.zero_point[0], dtype)
+        else:
+            scale = np.asarray(params.scale, np.float32)
+            zero = np.asarray(params.zero_point, dtype)
+        return self._init(f"{base}/scale", scale), self._init(f"{base}/zero_point", zero)
+
+    def _params_match(self, node: Node) -> bool:
+        """Whether a quantized graph's DequantizeLinear uses its input type's own parameters."""
+        params = self.g.type_of(node.inputs[0]).quant
+        if params is None or params.axis is not None or len(node.inputs) < 3:
+            return False
+        scale, zero = (self.g.values[n].const for n in node.inputs[1:3])
+        return (scale is not None and zero is not None
+                and float(np.float32(params.scale[0])) == float(np.asarray(scale, np.float32))
+                and int(params.zero_point[0]) == int(zero))
+
+    def _info(self, name: str) -> onnx.ValueInfoProto:
+        t = self.types[name]
+        return helper.make_tensor_value_info(name, _ELEM[t.dtype], list(t.shape))
+
+    def _emit(self, op: str, name: str, inputs, outputs, attrs: Mapping[str, Any] | None = None,
+              metadata: Mapping[str, Any] | None = None) -> onnx.NodeProto:
+        proto = helper.make_node(op, list(inputs), list(outputs), name=name,
+                                 **{k: _attr(v) for k, v in (attrs or {}).items()
+                                    if v is not None})
+        for key, value in (metadata or {}).items():
+            entry = proto.metadata_props.add()
+            entry.key, entry.value = key, _text(value)
+        self.nodes.append(proto)
+        return proto
+
+    # -- quantize and dequantize --
+
+    def _dequantize(self, name: str) -> str:
+        """The float value of integer activation `name` (one DequantizeLinear, shared)."""
+        if name in self.dq:
+            return self.dq[name]
+        own = self.own_dq.get(name)
+        if own is not None and own.name not in self.emitted:
+            self._boundary(own)
+            return self.dq[name]
+        t = self.g.type_of(name)
+        scale, zero = self._params(name, t.quant, t.dtype)
+        out = self._unique(f"{name}/dq")
+        self.types[out] = Type("float32", t.shape)
+        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"),
+                   (name, scale, zero), (out,), metadata=_quant_metadata(t))
+        self.dq[name] = out
+        return out
+
+    def _dequantize_const(self, name: str) -> str:
+        """An int8 constant (weight, quantized operand) as an initializer with its dequantize."""
+        if name in self.dq:
+            return self.dq[name]
+        t = self.g.type_of(name)
+        stored = self._const(name)
+        scale, zero = self._params(stored, t.quant, t.dtype)
+        out = self._unique(f"{name}/dq")
+        self.types[out] = Type("float32", t.shape)
+        axis = {"axis": t.quant.axis} if t.quant.axis is not None else {}
+        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"),
+                   (stored, scale, zero), (out,), axis, _quant_metadata(t))
+        self.dq[name] = out
+        return out
+
+    def _dequantize_bias(self, name: str, codes: np.ndarray, params: QuantParams) -> str:
+        """int32 bias codes at scale s_x * s_w (zero point 0, so none is given)."""
+        stored = self._init(name, codes.astype(np.int32))
+        if params.axis is None:
+            scale = self._init(f"{name}/scale", np.float32(params.scale[0]))
+            attrs = {}
+        else:
+            scale = self._init(f"{name}/scale", np.asarray(params.scale, np.float32))
+            attrs = {"axis": params.axis}
+        out = self._unique(f"{name}/dq")
+        self.types[out] = Type("float32", codes.shape)
+        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"), (stored, scale),
+                   (out,), attrs, {"precision": "int32", **_scale_metadata(params)})
+        return out
+
+    def _quantize(self, source: str, out: str, name: str, metadata: Mapping[str, Any]) -> None:
+        """QuantizeLinear of float value `source` into the integer value `out`."""
+        t = self.g.type_of(out)
+        scale, zero = self._params(out, t.quant, t.dtype)
+        self.types[out] = t
+        self._emit("QuantizeLinear", name, (source, scale, zero), (out,), metadata=metadata)
+
+    # -- the three kinds of node --
+
+    def _boundary(self, node: Node) -> None:
+        """The quantized graph's own QuantizeLinear/DequantizeLinear: ONNX semantics already."""
+        self.emitted.add(node.name)
+        inputs = [self._const(n) if n and self.g.values[n].is_const else n for n in node.inputs]
+        for out in node.outputs:
+            self.types[out] = self.g.type_of(out)
+        side = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
+        metadata = {**_quant_metadata(self.g.type_of(side)), "ember_node": node.name}
+        metadata.update(self._sqnr(side) or self._sqnr(node.outputs[0]))
+        self._emit(node.op, node.name, inputs, node.outputs, _onnx_attrs(node), metadata)
+        if node.op == "DequantizeLinear" and self.own_dq.get(node.inputs[0]) is node:
+            self.dq.setdefault(node.inputs[0], node.outputs[0])
+
+    def _float(self, node: Node) -> None:
+        """A node kept in fp32: copied, reading float values and float constants."""
+        inputs = [self._const(n) if n and self.g.values[n].is_const else n for n in node.inputs]
+        for out in node.outputs:
+            self.types[out] = self.g.type_of(out)
+        metadata = {"precision": "fp32", "ember_node": node.name,
+                    **self._sqnr(node.outputs[0]), **self.extra.get(node.name, {})}
+        self._emit(node.op, node.name, inputs, node.outputs, _onnx_attrs(node), metadata)
+
+    def _integer(self, node: Node) -> None:
+        """An integer node as DequantizeLinear → fp32 op → [clamp] → QuantizeLinear."""
+        out_type = self.g.type_of(node.outputs[0])
+        metadata = {"precision": "int8", "ember_op": node.op, "ember_node": node.name,
+                    **_quant_metadata(out_type), **self._sqnr(node.outputs[0])}
+        clamp = self._clamp_of(node)
+        if clamp is not None:
+            metadata["qclamp"] = list(clamp)
+        metadata.update(self.extra.get(node.name, {}))
+        if node.op == "Rescale":
+            result = self._dequantize(node.inputs[0])
+            result = self._clamped(node, result, clamp)
+            self._quantize(result, node.outputs[0], node.name, metadata)
+            return
+        op, inputs, attrs = self._float_form(node)
+        if node.op in ("Relu", "Clip"):
+            op, inputs, attrs = self._clamp_form(node, inputs[0])
+            clamp = None
+        results = [self._unique(f"{out}/float") for out in node.outputs]
+        for result, out in zip(results, node.outputs):
+            self.types[result] = Type("float32", self.g.type_of(out).shape)
+        self._emit(op, node.name, inputs, results, attrs, metadata)
+        for result, out in zip(results, node.outputs):
+            result = self._clamped(node, result, clamp)
+            self._quantize(result, out, self._unique(f"{out}/QuantizeLinear"),
+                           {**_quant_metadata(self.g.type_of(out)), "ember_node": node.name})
+
+    # -- the fp32 form of an integer node --
+
+    def _float_form(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        attrs = _onnx_attrs(node)
+        if node.op in ("Conv", "Gemm", "MatMul"):
+            return self._linear(node, attrs)
+        names = list(node.inputs)
+        if not OPS[node.op].variadic:
+            # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
+            # Tanh... and Softmax, which the fp32 operator itself replaces.
+            names = names[:len(OPS[node.op].inputs)]
+        inputs = [self._operand(n) for n in names]
+        if node.op == "Pad" and len(names) > 2 and names[2]:
+            code = self.g.values[names[2]].const
+            params = self.g.type_of(node.inputs[0]).quant
+            if code.dtype.kind in "iu" and self.g.type_of(names[2]).quant is None:
+                real = np.float32((int(code) - params.zero_point[0]) * params.scale[0])
+                inputs[2] = self._init(names[2], real)
+        return node.op, inputs, attrs
+
+    def _operand(self, name: str) -> str:
+        if not name:
+            return ""
+        value = self.g.values[name]
+        if value.is_const:
+            if value.type.quant is not None and value.type.dtype in ("int8", "uint8"):
+                return self._dequantize_const(name)
+            return self._const(name)
+        if value.type.quant is not None:
+            return self._dequantize(name)
+        return name
+
+    def _linear(self, node: Node, attrs: dict[str, Any]) -> tuple[str, list[str], dict]:
+        """Conv/Gemm/MatMul with int8 operands and the int32 bias, its zero-point fold undone."""
+        a, b = node.inputs[0], node.inputs[1]
+        inputs = [self._operand(a), self._operand(b)]
+        bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        if node.op == "Gemm":
+            attrs.pop("beta", None)  # beta is in the int32 bias already
+        if bias is None:
+            return node.op, inputs, attrs
+        codes = self.g.values[bias].const.astype(np.int64)
+        codes = codes - _zero_point_fold(self.g, node)
+        lo, hi = RANGES["int32"]
+        if np.any(codes < lo) or np.any(codes > hi):
+            raise QuantizeError(f"node {node.name!r} ({node.op}): bias {bias!r} without its "
+                                "folded zero-point term does not fit int32")
+        original = self.g.origin.get(bias, node.name) != node.name
+        if not original and not np.any(codes):
+            return node.op, inputs, attrs
+        params = self.g.type_of(bias).quant
+        dq = self._dequantize_bias(bias, codes, params)
+        if node.op in ("Conv", "Gemm"):
+            return node.op, inputs + [dq], attrs
+        # MatMul has no bias input in ONNX (the quantizer only gives it one for the fold).
+        product = self._unique(f"{node.outputs[0]}/matmul")
+        self.types[product] = Type("float32", self.g.type_of(node.outputs[0]).shape)
+        self._emit("MatMul", self._unique(f"{node.name}/matmul"), inputs, (product,),
+                   metadata={"precision": "int8", "ember_node": node.name})
+        return "Add", [product, dq], {}
+
+    # -- clamps --
+
+    def _clamp_of(self, node: Node) -> tuple[int, int] | None:
+        """The node's qclamp when it is narrower than its output type's range, else None."""
+        qclamp = node.attrs.get("qclamp")
+        t = self.g.type_of(node.outputs[0])
+        if qclamp is None or t.quant is None:
+            return None
+        qclamp = (int(qclamp[0]), int(qclamp[1]))
+        return None if qclamp == tuple(RANGES[t.dtype]) else qclamp
+
+    def _bounds(self, node: Node, clamp: tuple[int, int]) -> tuple[str, dict, list[str]]:
+        """Relu, or Clip with the clamp codes' real values, in the output's parameters."""
+        t = self.g.type_of(node.outputs[0])
+        scale, zero = t.quant.scale[0], t.quant.zero_point[0]
+        qmin, qmax = RANGES[t.dtype]
+        if clamp[0] == zero and clamp[1] == qmax:
+            return "Relu", {}, []
+        bounds = []
+        for which, code, edge in (("min", clamp[0], qmin), ("max", clamp[1], qmax)):
+            if code == edge:
+                bounds.append("")
+                continue
+            real = np.float32((code - zero) * scale)
+            bounds.append(self._init(f"{node.name}/clamp_{which}", real))
+        while bounds and not bounds[-1]:
+            bounds.pop()
+        return "Clip", {}, bounds
+
+    def _clamp_form(self, node: Node, x: str) -> tuple[str, list[str], dict]:
+        """An unfused Relu or Clip: its qclamp, in its input's (= output's) parameters."""
+        qmin, qmax = RANGES[self.g.type_of(node.outputs[0]).dtype]
+        clamp = self._clamp_of(node) or (qmin, qmax)
+        op, attrs, bounds = self._bounds(node, clamp)
+        if node.op == "Relu" and op == "Clip" and clamp == (qmin, qmax):
+            op, bounds = "Relu", []  # zero point at the lowest code: the Relu clamps nothing
+        return op, [x] + bounds, attrs
+
+    def _clamped(self, node: Node, value: str, clamp: tuple[int, int] | None) -> str:
+        """`value` clamped as `node`'s fused qclamp says (nothing when its range implies it)."""
+        if clamp is None:
+            return value
+        op, attrs, bounds = self._bounds(node, clamp)
+        out = self._unique(f"{node.outputs[0]}/clamped")
+        self.types[out] = Type("float32", self.g.type_of(node.outputs[0]).shape)
+        self._emit(op, self._unique(f"{node.name}/clamp"), [value] + bounds, (out,), attrs,
+                   {"precision": "int8", "ember_node": node.name, "qclamp": list(clamp)})
+        return out
+
+    def _sqnr(self, name: str) -> dict[str, Any]:
+        for key in (name, self.g.origin.get(name, name)):
+            if key in self.sqnr:
+                return {"sqnr_db": f"{float(self.sqnr[key]):.2f}"}
+        return {}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _zero_point_fold(g: Graph, node: Node) -> np.ndarray:
+    """The -z * sum(w) term the quantizer added to the node's int32 bias (0 when none).
+
+    Mirrors `quantize._Rewriter._zero_point_fold`: an activation operand's zero point times the
+    constant operand's sum over the reduced axis, when the other operand is constant.
+    """
+    a, b = (g.values[n] for n in node.inputs[:2])
+    if a.is_const == b.is_const:
+        return np.int64(0)
+    if b.is_const:
+        zero = a.type.quant.zero_point[0]
+        w = b.const.astype(np.int64)
+        if node.op == "Conv":
+            return -zero * w.reshape(w.shape[0], -1).sum(axis=1)
+        if node.op == "Gemm":
+            return -zero * w.sum(axis=1 if node.attrs.get("transB", 0) else 0)
+        return -zero * np.expand_dims(w.sum(axis=-2), -2) if w.ndim > 1 else -zero * w.sum()
+    zero = b.type.quant.zero_point[0]
+    w = a.const.astype(np.int64)
+    if node.op == "Gemm":
+        return -zero * w.sum(axis=0 if node.attrs.get("transA", 0) else 1).reshape(-1, 1)
+    return -zero * np.expand_dims(w.sum(axis=-1), -1)
+
+
+def _onnx_attrs(node: Node) -> dict[str, Any]:
+    """The node's ONNX attributes: the integer parameters the quantizer added set aside."""
+    return {k: v for k, v in node.attrs.items() if k not in INT8_ATTRS}
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return numpy_helper.from_array(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_text(v) for v in value) + "]"
+    return str(value)
+
+
+def _scale_metadata(params: QuantParams) -> dict[str, Any]:
+    if params.axis is None:
+        return {"scale": float(params.scale[0]), "zero_point": int(params.zero_point[0])}
+    return {"scale": [float(s) for s in params.scale],
+            "zero_point": [int(z) for z in params.zero_point], "axis": params.axis}
+
+
+def _quant_metadata(t: Type) -> dict[str, Any]:
+    if t.quant is None:
+        return {"precision": "fp32"}
+    return {"precision": t.dtype, **_scale_metadata(t.quant)}
