@@ -32,6 +32,7 @@ from profiler.images import ImageOptions
 from profiler.inputs import input_specs
 from profiler.sources import open_data
 from quantizer.options import QuantOptions
+from quantizer.qdq import export_qdq
 from quantizer.quantize import quantize
 from quantizer.reference import dequantized, run_int8
 from simulator import machine
@@ -132,7 +133,10 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            on_samples: Callable[[int], None] = lambda n: None) -> AccuracyReport:
+            on_samples: Callable[[int], None] = lambda n: None,
+            emit_onnx: str | None = None) -> AccuracyReport:
+    """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
+    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
         options = program_options(program, profile_path)
@@ -192,8 +196,15 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("reference") if name in top1 else None,
                        top1[name].accuracy("approx") if name in top1 else None)
         for name, stats in outputs.items())
+    layers = _layers(qgraph, layer_own, layer_acc)
+    if emit_onnx:
+        if not Path(emit_onnx).parent.is_dir():
+            raise EmberError(f"--emit-onnx {emit_onnx}: directory "
+                             f"{Path(emit_onnx).parent} does not exist")
+        export_qdq(qgraph, emit_onnx,
+                   sqnr_by_value={layer.name: layer.accumulated_sqnr_db for layer in layers})
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
-                          layers=_layers(qgraph, layer_own, layer_acc),
+                          layers=layers,
                           options=_option_record(options, evaluation, profile_path),
                           notes=tuple(notes),
                           bit_exact=None if exactness is None else

@@ -33,6 +33,9 @@ EXIT_GATE_FAILED = 3
                    "and the error accumulated from the input, worst first.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report with a per-layer SQNR plot.")
+@click.option("--emit-onnx", "emit_onnx", type=click.Path(dir_okay=False),
+              help="Also write the quantized model as standard QDQ ONNX (onnxruntime runs it, "
+                   "Netron shows each node's scale, zero point and, with --per-layer, SQNR).")
 @click.option("--min-sqnr", type=float,
               help="Exit with code 3 when the first output's SQNR (dB) is below this.")
 @click.option("--max-top1-drop", type=float,
@@ -41,7 +44,7 @@ EXIT_GATE_FAILED = 3
 @input_shape_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
-             per_layer: bool, html_path: str | None, min_sqnr: float | None,
+             per_layer: bool, html_path: str | None, emit_onnx: str | None, min_sqnr: float | None,
              max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
              **quant_kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
@@ -69,7 +72,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
         task = progress.add_task("eval", total=samples)
         report = measure(model, quant_kwargs["profile_path"], evaluation, options,
                          parse_shapes(input_shapes),
-                         on_samples=lambda n: progress.advance(task, n))
+                         on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx)
     if html_path:
         write_text(html_path, report.html())
     if as_json:

@@ -97,13 +97,13 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
     table.add_row("layers", f"{s.layers}")
     table.add_row("instructions", f"{s.instructions:,} (" + ", ".join(
         f"{q} {n:,}" for q, n in s.per_queue.items()) + f"; {s.syncs} relay SYNCs)")
-    table.add_row("MACs", f"{s.macs:,}")
+    table.add_row("MACs (issued to the array)", f"{s.macs:,} ({s.array_macs:,})")
     table.add_row("DRAM image (weights, constants)", f"{s.dram_image_bytes:,} B")
     table.add_row("DRAM activations (peak / lower bound)",
                   f"{s.activation_peak_bytes:,} / {s.activation_lower_bound_bytes:,} B")
-    table.add_row("scratchpad used", f"{s.scratchpad_peak_bytes:,} of "
+    table.add_row("scratchpad (largest layer)", f"{s.scratchpad_peak_bytes:,} of "
                                      f"{arch.scratchpad.size_bytes:,} B")
-    table.add_row("accumulator used", f"{s.accumulator_peak_bytes:,} of "
+    table.add_row("accumulator (largest layer)", f"{s.accumulator_peak_bytes:,} of "
                                       f"{arch.accumulator.size_bytes:,} B")
     table.add_row("DRAM bytes moved (compulsory)", f"{s.dram_bytes_moved:,} "
                                                    f"({s.compulsory_dram_bytes:,})")

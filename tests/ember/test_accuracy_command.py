@@ -31,9 +31,10 @@ def digits_profile(tmp_path_factory) -> Path:
 
 
 def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path) -> None:
-    html = tmp_path / "report.html"
+    html, qdq = tmp_path / "report.html", tmp_path / "q.onnx"
     result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
-                    DIGITS / "eval.npz", "--per-layer", "--json", "--html", html)
+                    DIGITS / "eval.npz", "--per-layer", "--json", "--html", html,
+                    "--emit-onnx", qdq)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["samples"] == 450
@@ -44,6 +45,10 @@ def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path)
     layer = report["layers"][0]
     assert layer["own_sqnr_db"] >= layer["accumulated_sqnr_db"] - 1e-9
     assert "<svg" in html.read_text()
+    exported = onnx.load(qdq)
+    onnx.checker.check_model(exported, full_check=True)
+    meta = {n.name: {p.key: p.value for p in n.metadata_props} for n in exported.graph.node}
+    assert any("sqnr_db" in m for m in meta.values())
 
 
 def test_accuracy_gate_exits_3_and_still_reports(digits_profile) -> None:
