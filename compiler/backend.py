@@ -4,13 +4,16 @@ the order `compiler.pipeline.compile_int8` lists them."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from compiler.codegen import Context, PaddedInput, layer_steps, padded_input
-from compiler.lower import ConvLayer, Lowered
+from compiler.codegen import layer_steps
+from compiler.convolution import PaddedInput, padded_input
+from compiler.emit import Context
+from compiler.layers import ConvLayer, Lowered
 from compiler.memory import DramPlan, ImageBuilder, reads
 from compiler.schedule import Scheduled
-from compiler.tiling import Tiles
+from compiler.tiling import Region, Tiles
 from simulator import isa
 from simulator.arch import Arch
 from simulator.program import IOBinding, Program
@@ -32,12 +35,13 @@ class Summary:
     instructions: int
     per_queue: dict
     syncs: int
-    macs: int
+    macs: int  # the model's: what the roofline counts
+    array_macs: int  # issued to the array, zero blocks of grouped convolutions included
     dram_image_bytes: int
     activation_peak_bytes: int
     activation_lower_bound_bytes: int
     dram_total_bytes: int
-    scratchpad_peak_bytes: int
+    scratchpad_peak_bytes: int  # the largest layer's local buffers (all ping-pong halves)
     accumulator_peak_bytes: int
     compulsory_dram_bytes: int
     dram_bytes_moved: int
@@ -95,12 +99,25 @@ def bindings(lowered: Lowered, plan: DramPlan,
             tuple(binding(b) for b in lowered.outputs))
 
 
+def local_footprint(tiles: list[Tiles], arch: Arch) -> tuple[int, int]:
+    """Bytes of scratchpad and accumulator the largest layer's regions take."""
+    peak = {"scratchpad": 0, "accumulator": 0}
+    for t in tiles:
+        used = {"scratchpad": 0, "accumulator": 0}
+        for f in dataclasses.fields(t):
+            region = getattr(t, f.name)
+            if isinstance(region, Region):
+                used[region.mem] += region.rows * region.count
+        peak = {mem: max(peak[mem], used[mem]) for mem in peak}
+    return (peak["scratchpad"] * arch.scratchpad.row_bytes,
+            peak["accumulator"] * arch.accumulator.row_bytes)
+
+
 def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch,
-              io_bytes: int) -> Summary:
+              io_bytes: int, tiles: list[Tiles]) -> Summary:
     insns = scheduled.instructions[:-1]
     per_queue = {q: 0 for q in isa.QUEUES}
     busy = {q: 0 for q in isa.QUEUES}
-    local_end = [0, 0]
     dram_moved = transfer = 0
     layer_macs: dict[str, int] = {}
     for insn, source in zip(insns, scheduled.source):
@@ -113,20 +130,20 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
         if insn.op in (isa.LOAD, isa.STORE):
             transfer += cycles - arch.dma.latency_cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs
-        for mem, _, stop, _ in insn.op.access(arch, insn):
-            local_end[mem] = max(local_end[mem], stop)
-    macs = sum(layer_macs.values())
+    array_macs = sum(layer_macs.values())
+    macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
     compulsory = plan.image_bytes + io_bytes
     bound = max(-(-macs // arch.macs_per_cycle), -(-compulsory // arch.dma.bytes_per_cycle))
     per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
-                       "macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
+                       "macs": layer.macs if isinstance(layer, ConvLayer) else 0,
+                       "array_macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
     return Summary(
         layers=len(lowered.layers), instructions=len(scheduled.instructions),
-        per_queue=per_queue, syncs=scheduled.syncs, macs=macs,
+        per_queue=per_queue, syncs=scheduled.syncs, macs=macs, array_macs=array_macs,
         dram_image_bytes=plan.image_bytes, activation_peak_bytes=plan.peak_bytes,
         activation_lower_bound_bytes=plan.lower_bound_bytes, dram_total_bytes=plan.total_bytes,
-        scratchpad_peak_bytes=local_end[0] * arch.scratchpad.row_bytes,
-        accumulator_peak_bytes=local_end[1] * arch.accumulator.row_bytes,
+        scratchpad_peak_bytes=local_footprint(tiles, arch)[0],
+        accumulator_peak_bytes=local_footprint(tiles, arch)[1],
         compulsory_dram_bytes=compulsory, dram_bytes_moved=dram_moved,
         estimated_cycles=max(max(busy.values()), transfer), bound_cycles=bound,
         per_layer=per_layer)

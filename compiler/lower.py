@@ -7,11 +7,9 @@ per-channel multipliers and shifts, tables) is taken from the quantized node's o
 the ones the quantizer computed and the integer reference (`quantizer.reference.run_int8`) runs,
 so the program and the oracle read the same integers.
 
-**Layout.** A feature map N x C x H x W is stored channels-last (N, H, W, C): one pixel's
-channels are contiguous, so one DMA element fills the lanes of one local row (`simulator.isa`).
-Other tensors are row-major. A view keeps its source's bytes, so a tensor's `Layout` says how its
-logical elements sit in memory; a consumer that needs another order either absorbs it (Gemm
-permutes its weight rows to match a flattened channels-last map) or fails with a CompileError.
+**Layout** (`compiler.layers`): feature maps are channels-last, the rest row-major; a view keeps
+its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes its
+weight rows to match a flattened channels-last map) or fails with a CompileError.
 
 **Rules.** Conv, Gemm and MatMul with a constant weight run on the array as convolutions
 (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise convolutions
@@ -26,8 +24,6 @@ program's I/O bindings carry their scale and zero point.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from compiler.errors import CompileError
@@ -35,168 +31,14 @@ from compiler.graph.int8 import INT8_ROWS, NEW_OPS, defaults
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, REQUIRED
 from compiler.graph.reference import resolve_pads
+from compiler.layers import (AddLayer, Binding, ConvLayer, Layer, Layout, Lowered, LutLayer,
+                             PoolLayer, Tensor)
 
-NHWC = (0, 2, 3, 1)
 VIEWS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 # Single-input elementwise maps of int8 codes: each runs as a LUT of its own kernel.
 ELEMENTWISE = ("Relu", "Clip", "Rescale", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
                "LeakyRelu")
 _INT8_MIN = -128
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Physical order of a tensor: memory = logical.reshape(dims).transpose(perm), row-major."""
-
-    dims: tuple[int, ...]
-    perm: tuple[int, ...]
-
-    @classmethod
-    def row_major(cls, shape: tuple[int, ...]) -> "Layout":
-        return cls(tuple(shape), tuple(range(len(shape))))
-
-    @classmethod
-    def channels_last(cls, shape: tuple[int, ...]) -> "Layout":
-        return cls(tuple(shape), NHWC) if len(shape) == 4 else cls.row_major(shape)
-
-    def order(self) -> np.ndarray:
-        """Physical position → logical flat index."""
-        size = int(np.prod(self.dims, dtype=np.int64))
-        return np.arange(size, dtype=np.int64).reshape(self.dims).transpose(self.perm).ravel()
-
-    def same_bytes(self, other: "Layout") -> bool:
-        if (self.dims, self.perm) == (other.dims, other.perm):
-            return True
-        return np.array_equal(self.order(), other.order())
-
-    def strides(self, shape: tuple[int, ...], item_bytes: int = 1) -> tuple[int, ...] | None:
-        """Byte strides of the logical axes, or None when the layout is no axis permutation of
-        `shape` (then an I/O binding cannot describe it)."""
-        if tuple(self.dims) != tuple(shape):
-            return () if self.same_bytes(Layout.row_major(shape)) else None
-        physical = [self.dims[p] for p in self.perm]
-        phys_strides = [int(np.prod(physical[i + 1:], dtype=np.int64)) * item_bytes
-                        for i in range(len(physical))]
-        strides = [0] * len(shape)
-        for i, axis in enumerate(self.perm):
-            strides[axis] = phys_strides[i]
-        return tuple(strides)
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """An activation buffer in DRAM (int8), named after the graph value that owns it."""
-
-    name: str
-    size_bytes: int
-
-
-@dataclass(frozen=True, eq=False)
-class ConvLayer:
-    """A convolution on the array: y = requant(conv(x - x_zp, w) + bias), channels-last."""
-
-    node: str
-    x: str
-    y: str
-    batch: int
-    in_hw: tuple[int, int]
-    out_hw: tuple[int, int]
-    in_channels: int
-    out_channels: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[int, int, int, int]  # top, left, bottom, right
-    x_zero_point: int
-    weights: np.ndarray  # (out, in, kh, kw) int8, dense (groups expanded block-diagonally)
-    bias: np.ndarray | None  # (out,) int32
-    multiplier: np.ndarray  # (out,) int64
-    shift: np.ndarray  # (out,) int64
-    out_zero_point: int
-    qclamp: tuple[int, int]
-
-    @property
-    def macs(self) -> int:
-        oh, ow = self.out_hw
-        nonzero = int(np.count_nonzero(np.any(self.weights != 0, axis=(2, 3))))
-        return self.batch * oh * ow * nonzero * self.kernel[0] * self.kernel[1]
-
-
-@dataclass(frozen=True, eq=False)
-class PoolLayer:
-    """MaxPool, or AveragePool with a single window size (params set), on the vector unit."""
-
-    node: str
-    x: str
-    y: str
-    batch: int
-    in_hw: tuple[int, int]
-    out_hw: tuple[int, int]
-    channels: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    pads: tuple[int, int, int, int]
-    pad_value: int
-    average: bool = False
-    multiplier: int = 0
-    shift: int = 0
-    out_zero_point: int = 0
-    qclamp: tuple[int, int] = (-128, 127)
-
-
-@dataclass(frozen=True, eq=False)
-class AddLayer:
-    """TFLite's quantized ADD over two tensors of the same layout (Sub negates b's rescale)."""
-
-    node: str
-    a: str
-    b: str
-    y: str
-    size: int
-    a_zero_point: int
-    b_zero_point: int
-    multipliers: tuple[int, int, int]
-    shifts: tuple[int, int, int]
-    out_zero_point: int
-    qclamp: tuple[int, int]
-
-
-@dataclass(frozen=True, eq=False)
-class LutLayer:
-    """y = table[x + 128] elementwise: any int8 → int8 map of one input."""
-
-    node: str
-    x: str
-    y: str
-    size: int
-    table: np.ndarray  # 256 int8
-
-
-Layer = ConvLayer | PoolLayer | AddLayer | LutLayer
-
-
-@dataclass(frozen=True)
-class Binding:
-    """A program input or output: the graph's float name, its DRAM tensor and quantization."""
-
-    name: str
-    tensor: str
-    shape: tuple[int, ...]
-    scale: float
-    zero_point: int
-    strides: tuple[int, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Lowered:
-    """The graph as accelerator layers: what tiling, memory planning and codegen consume."""
-
-    graph: str
-    layers: tuple[Layer, ...]
-    tensors: dict[str, Tensor]
-    inputs: tuple[Binding, ...]
-    outputs: tuple[Binding, ...]
-    views: dict[str, str] = field(default_factory=dict)  # view value → its buffer
 
 
 def _attrs(node: Node) -> dict:
@@ -302,8 +144,11 @@ class _Lowering:
     def lower_DequantizeLinear(self, node: Node) -> None:
         x, y = node.inputs[0], node.outputs[0]
         if y not in self.g.outputs:
-            raise CompileError(f"node {node.name!r} (DequantizeLinear) feeds fp32 nodes: host "
-                               f"segments are not implemented")
+            readers = [n.name for n in self.g.users().get(y, [])]
+            raise CompileError(f"fp32 node(s) {readers} (kept with --keep-fp32, or not "
+                               f"quantizable) read {x!r} through {node.name!r}: host segments "
+                               f"are not implemented, so the program cannot run them; compile "
+                               f"without --keep-fp32 for these nodes")
         params = self.quant(x)
         tensor = self.source(node, x)
         shape = self.shape(x)
@@ -339,7 +184,7 @@ class _Lowering:
             node.name, self.source(node, x), y_tensor,
             n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
             (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
-            *self._requant(node, cout)))
+            *self._requant(node, cout), group=group))
 
     def lower_Gemm(self, node: Node) -> None:
         a = _attrs(node)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.errors import CompileError
-from compiler.lower import AddLayer, Lowered
+from compiler.layers import AddLayer, Lowered
 
 ALIGN_BYTES = 64  # buffers start on a burst-sized boundary, so no burst straddles two tensors
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 from compiler.backend import (BackendOptions, Compiled, bindings, generate, packable,
                               summarize)
-from compiler.codegen import relocate
+from compiler.emit import relocate
 from compiler.graph.ir import Graph, verify
 from compiler.lower import lower
 from compiler.memory import plan_dram
@@ -72,4 +72,4 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta)
     io_bytes = sum(b.size_bytes for b in inputs + outputs)
-    return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes))
+    return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes, tiles))

@@ -7,7 +7,12 @@ weight tile), output pixels in rectangles of rows x columns chosen as large as t
 (whole rows first, then narrower), and the batch image by image. Sizes that are not multiples of
 the array leave a smaller last block, which the instructions' k and n fields describe.
 
-Every region has two buffers (ping and pong) so that the DMA of the next tile can overlap the
+A convolution has up to three plans: all weights loaded once with pixel tiles outermost (the
+input is read once), one output-channel block's weights loaded at a time, or one K slice's at a
+time; among those that fit, `_conv_cost` (DMA bytes and latencies against array time with its
+per-COMPUTE skew) picks one.
+
+Every streamed region has two buffers (ping and pong) so that the DMA of the next tile can overlap the
 work on this one; with double buffering off, codegen uses only the first, and the tiles stay the
 same so the two schedules compare like for like. The smallest tile is one output pixel of one
 channel block; only when even that does not fit is there a CompileError naming the layer, the
@@ -20,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler.errors import CompileError
-from compiler.lower import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer
+from compiler.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer
 from simulator.arch import Arch
 
 BUFFERS = 2  # ping-pong
@@ -53,6 +58,8 @@ class ConvTiles:
     in_block: int  # input channels per weight tile (K), <= array rows
     out_block: int  # output channels per tile (N), <= lanes
     resident_weights: bool  # a block of output channels keeps all its weights loaded
+    whole_layer: bool  # all weights and parameters stay loaded; pixel tiles outermost, so the
+    #                    input is read once (not once per output-channel block)
     blocked_input: bool  # 1x1, stride 1, unpadded, whole rows: one LOAD of all channel blocks
     packed_taps: int  # kernel columns packed into K (1: none); reads a zero-point-padded input
     weights: Region
@@ -157,33 +164,60 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
             return n_in * rows * cols
         return conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw)
 
-    for resident in (True, False):
-        weight_rows = max(resident_rows, 1) if resident else taps * in_block
-        if resident and BUFFERS * weight_rows > sp_rows // 2:
-            continue
+    packed = packed_taps(layer, arch) if packable and dense else 1
+    chunks = ceil_div(kw, packed) if packed > 1 else n_in  # K slices: input loads per tile
+    whole_rows = taps * sum(sum(min(in_block, layer.in_channels - ib * in_block) for ib in a)
+                            for a in active)
+    plans = []
+    for whole, resident in ((True, True), (False, True), (False, False)):
+        if whole:
+            weight_rows = whole_rows
+            if weight_rows > sp_rows // 2 or PARAM_ROWS * len(active) > acc_rows // 4:
+                continue
+            param_rows = PARAM_ROWS * len(active)
+        else:
+            weight_rows = BUFFERS * (max(resident_rows, 1) if resident else taps * in_block)
+            if resident and weight_rows > sp_rows // 2:
+                continue
+            param_rows = BUFFERS * PARAM_ROWS
         for blocked in ((True, False) if one_by_one and dense else (False,)):
+            slices = n_in if blocked else (chunks if whole else 1)
+
+            def in_rows(rows: int, cols: int) -> int:
+                return (n_in * rows * cols if blocked else
+                        slices * input_rows(rows, cols, False))
+
             def fits(rows, cols):
                 if blocked and cols != layer.out_hw[1]:
                     return False
                 pixels = rows * cols
                 if pixels > _MAX_FIELD:
                     return False
-                sp = BUFFERS * (weight_rows + input_rows(rows, cols, blocked) + pixels)
-                acc = BUFFERS * (pixels + PARAM_ROWS)
-                return sp <= sp_rows and acc <= acc_rows
+                sp = weight_rows + BUFFERS * (in_rows(rows, cols) + pixels)
+                return sp <= sp_rows and param_rows + BUFFERS * pixels <= acc_rows
             tile = _best_tile(layer.out_hw, fits)
             if tile is None:
                 continue
             rows, cols = tile
             pixels = rows * cols
-            weights = Region("scratchpad", 0, weight_rows)
-            inputs = Region("scratchpad", weights.end, input_rows(rows, cols, blocked))
+            weights = Region("scratchpad", 0, weight_rows, 1)
+            inputs = Region("scratchpad", weights.end, in_rows(rows, cols))
             outputs = Region("scratchpad", inputs.end, pixels)
-            params = Region("accumulator", 0, PARAM_ROWS)
+            params = Region("accumulator", 0, param_rows, 1)
             acc = Region("accumulator", params.end, pixels)
-            packed = packed_taps(layer, arch) if packable and dense and not blocked else 1
-            return ConvTiles(tile, in_block, out_block, resident, blocked, packed, weights,
-                             inputs, outputs, acc, params)
+            if not whole:  # per-block weights and parameters alternate between two buffers
+                weights = Region("scratchpad", 0, weight_rows // BUFFERS)
+                params = Region("accumulator", 0, PARAM_ROWS)
+            plans.append(ConvTiles(
+                tile_hw=tile, in_block=in_block, out_block=out_block,
+                resident_weights=resident, whole_layer=whole, blocked_input=blocked,
+                packed_taps=packed if not blocked else 1, weights=weights, inputs=inputs,
+                outputs=outputs, acc=acc, params=params))
+            break
+    if plans:
+        work = len(active) * chunks if packed > 1 else sum(len(a) for a in active)
+        return min(plans, key=lambda t: _conv_cost(layer, t, arch, work,
+                                                   2 if t.blocked_input else chunks))
     smallest_in = conv_input_extent(1, sh, kh, dh) * conv_input_extent(1, sw, kw, dw)
     need_sp = BUFFERS * (taps * in_block + smallest_in + 1)
     need_acc = BUFFERS * (1 + PARAM_ROWS)
@@ -191,6 +225,28 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
         raise _too_small(layer.node, "accumulator", need_acc, acc_rows, "one output pixel")
     raise _too_small(layer.node, "scratchpad", need_sp, sp_rows,
                      f"one output pixel of a {kh}x{kw} kernel over {in_block} input channels")
+
+
+def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: int) -> float:
+    """A plan's cycles if DMA and the array overlap perfectly: the larger of the load queue's
+    time (each LOAD pays the DMA latency, then its bytes: inputs, weights, bias rows) and the
+    array's (every COMPUTE pays the array's skew, which small tiles feel). `work` counts the
+    K slices computed per pixel tile, `slices` those loaded per tile by a whole-layer plan."""
+    (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
+    tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
+    blocks = ceil_div(layer.out_channels, t.out_block)
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
+    window = conv_input_extent(th, sh, kh, dh) * conv_input_extent(tw, sw, kw, dw)
+    input_bytes = tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
+    weight_bytes = layer.weights.size * (1 if t.resident_weights else tiles)
+    bias_bytes = tiles * blocks * th * tw * arch.accumulator.row_bytes
+    loads = tiles * ((slices if t.whole_layer else work) + blocks)
+    dma = ((input_bytes + weight_bytes + bias_bytes) / arch.dma.bytes_per_cycle
+           + loads * arch.dma.latency_cycles)
+    computes = tiles * work * (kh * kw if t.packed_taps == 1 else kh)
+    skew = arch.array.rows + arch.array.cols - 2
+    array = computes * (th * tw + skew)
+    return max(dma, array)
 
 
 def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:

@@ -10,9 +10,11 @@ from onnx import helper
 
 from compiler.backend import BackendOptions
 from compiler.errors import CompileError
-from compiler.lower import ConvLayer, lower
+from compiler.layers import ConvLayer
+from compiler.lower import lower
 from compiler.pipeline import compile_int8
 from compiler.schedule import Op, Step, schedule
+from quantizer.options import QuantOptions
 from compiler.tiling import active_blocks, ceil_div, tile
 from simulator import isa, machine
 from simulator.arch import Arch, Memory, Queues
@@ -157,3 +159,25 @@ def test_one_token_fifos_never_deadlock(double_buffer: bool) -> None:
               for i in proto.graph.input}
     check_bit_exact(qgraph, compile_int8(qgraph, arch, BackendOptions(double_buffer)),
                     samples(shapes, 1, 3))
+
+
+def test_nodes_kept_in_fp32_are_named_until_host_segments_exist() -> None:
+    proto = models.mobile_block()
+    shapes = {"x": [1, 12, 9, 11]}
+    qgraph = quantized(proto, samples(shapes, 3), QuantOptions(keep_fp32=("gap",)))
+    with pytest.raises(CompileError, match=r"\['gap'\].*host segments"):
+        compile_int8(qgraph, EDGE)
+
+
+def test_whole_layer_plan_reads_the_input_once() -> None:
+    """A 1x1 expansion to 5 output blocks on edge keeps all its weights loaded and reads each
+    input pixel once, instead of once per output-channel block."""
+    qgraph = _qgraph(models.mobile_block)
+    expand = next(layer for layer in lower(qgraph).layers if layer.node == "expand")
+    assert tile(expand, EDGE).whole_layer
+    program = compile_int8(qgraph, EDGE).program
+    read = sum(insn.op.work(EDGE, insn).dram_read
+               for insn, src in zip(program.instructions, program.source)
+               if src == "expand" and insn.op is isa.LOAD and insn.args["mem"] == 0
+               and insn.args["x_size"] > 1)  # pixels along x; weight loads have one column
+    assert read == expand.in_channels * expand.in_hw[0] * expand.in_hw[1]

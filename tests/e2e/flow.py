@@ -1,5 +1,5 @@
-"""The whole int8 flow for tests: profile → optimize → quantize → compile → simulate, and the
-oracle (`run_int8`) beside it, compared bit for bit on the raw int8 outputs."""
+"""The whole int8 flow for tests: profile → optimize → quantize → compile → simulate, and
+the oracle (`run_int8`) beside it, compared bit for bit on the raw int8 outputs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The digits CNN end to end (profile → optimize → quantize → compile → simulate) on all three
-presets: on every eval sample the program's int8 logits equal `run_int8`'s bit for bit."""
+"""The digits CNN end to end (profile → optimize → quantize → compile → simulate) on all
+three presets: on every eval sample the program's int8 logits equal `run_int8`'s bit for bit."""
 
 from __future__ import annotations
 

@@ -1,0 +1,330 @@
+"""Convolution codegen (Conv, Gemm, MatMul) on the array, with implicit im2col.
+
+A tile's input window is DMA'd once per K slice (input-channel block), channels-last, with the
+convolution's padding filled by the input zero point (`pad_value`); each kernel tap is one
+PRELOAD of a k x n weight tile plus one COMPUTE whose outer and inner strides walk the window at
+the convolution's stride and dilation. No im2col copy exists anywhere. The int32 bias is DMA'd
+into the tile's accumulator rows first (broadcast with a zero line stride), every COMPUTE
+accumulates, and one REQUANT per tile applies the node's own per-channel multipliers and shifts,
+output zero point and fused clamp before the STORE.
+
+Two loop orders (`ConvTiles.whole_layer` picks): output-channel blocks outermost, each block's
+weights loaded once (weight-stationary), then pixel tiles, K slices and taps; or, when the whole
+layer's weights fit, pixel tiles outermost, so the input is read once. A first layer with few
+input channels (RGB) packs several kernel columns into one K slice: its input is kept in DRAM
+with a zero-point border (the model input is written inside it), so overlapping DMA elements of
+kw x C bytes put neighbouring pixels side by side in the lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.emit import (Context, instruction, input_window, load_acc_rows, load_window,
+                           param_block, pixel_tile_grid)
+from compiler.layers import ConvLayer
+from compiler.memory import ImageBuilder
+from compiler.schedule import Op, Step
+from compiler.tiling import ConvTiles, active_blocks, conv_input_extent
+from simulator import isa
+
+
+@dataclass(frozen=True)
+class PaddedInput:
+    """A model input stored with its zero-point border already in DRAM: an image blob of
+    `batch` x height x width pixels, the real image at (top, left). Overlapping DMA elements can
+    then read several neighbouring pixels at once (tap packing) without leaving the row."""
+
+    address: int
+    height: int
+    width: int
+    top: int
+    left: int
+
+
+def padded_input(layer: ConvLayer, tiles: ConvTiles, image: ImageBuilder) -> PaddedInput:
+    """Reserve the zero-point-filled buffer a tap-packed convolution reads its input from."""
+    (h, w), (oh, ow) = layer.in_hw, layer.out_hw
+    (kh, kw), (sh, sw), (dh, _) = layer.kernel, layer.strides, layer.dilations
+    top, left = layer.pads[:2]
+    height = max(h + top, (oh - 1) * sh + (kh - 1) * dh + 1)
+    width = max(w + left, (ow - 1) * sw + kw)
+    size = layer.batch * height * width * layer.in_channels
+    address = image.add(np.full(size, layer.x_zero_point, np.int8).tobytes())
+    return PaddedInput(address, height, width, top, left)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One K slice of a convolution: k lanes of input rows, and its weight tiles with the
+    (row, column) offset of the input window each tile's COMPUTE starts at."""
+
+    key: int
+    first_channel: int
+    k: int
+    tiles: tuple[tuple[np.ndarray, int, int], ...]  # (k x n weights, dy, dx)
+    first_tap: int = 0  # packed: the kernel column of lane block 0
+
+
+def _chunks(layer: ConvLayer, tiles: ConvTiles, blocks: list[int], c0o: int,
+            n: int) -> list[_Chunk]:
+    (kh, kw), (dh, dw) = layer.kernel, layer.dilations
+    w = layer.weights[c0o:c0o + n]
+    cin = layer.in_channels
+    if tiles.packed_taps > 1:
+        # Lanes j * cin + c hold channel c of the pixel j columns to the right: one weight
+        # tile per kernel row covers packed_taps kernel columns.
+        g = tiles.packed_taps
+        out = []
+        for key, kx0 in enumerate(range(0, kw, g)):
+            gk = min(g, kw - kx0)
+            tiles_ = tuple((np.ascontiguousarray(w[:, :, ty, kx0:kx0 + gk].transpose(2, 1, 0)
+                                                 .reshape(gk * cin, n)), ty * dh, 0)
+                           for ty in range(kh))
+            out.append(_Chunk(key, 0, gk * cin, tiles_, kx0))
+        return out
+    kb = tiles.in_block
+    out = []
+    for ib in blocks:
+        c0i = ib * kb
+        k = min(kb, cin - c0i)
+        tiles_ = tuple((np.ascontiguousarray(w[:, c0i:c0i + k, ty, tx].T), ty * dh, tx * dw)
+                       for ty in range(kh) for tx in range(kw))
+        out.append(_Chunk(ib, c0i, k, tiles_))
+    return out
+
+
+def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row: int,
+                 image_index: int, y0: int, x0: int, ih: int, iw: int,
+                 padded: PaddedInput | None) -> Op:
+    """The input window of one K slice: from the padded copy (tap packing) or the tensor."""
+    (h, w), (sh, sw), cin = layer.in_hw, layer.strides, layer.in_channels
+    if padded is not None:
+        first_pixel = ((image_index * padded.height + y0 * sh) * padded.width + x0 * sw
+                       + chunk.first_tap)
+        return instruction(node, isa.LOAD, mem="scratchpad", sram=x_row,
+                   dram=padded.address + first_pixel * cin, y_size=ih, x_size=iw,
+                   elem_bytes=chunk.k, x_stride=cin, y_stride=padded.width * cin)
+    win = input_window((h, w), (y0 * sh, x0 * sw), (ih, iw), layer.pads[:2])
+    return load_window(node, ctx, layer.x, image_index * h * w, win, cin, chunk.first_channel,
+                        chunk.k, x_row, layer.x_zero_point, w)
+
+
+def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
+                     padded: PaddedInput | None = None) -> list[Step]:
+    """Every weight and parameter block loaded once; per pixel tile the input (all K slices)
+    is loaded once and every output-channel block computed from it."""
+    arch, node = ctx.arch, layer.node
+    kb, nb = tiles.in_block, tiles.out_block
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
+    (h, w), (oh, ow) = layer.in_hw, layer.out_hw
+    cout = layer.out_channels
+    active = active_blocks(layer, kb, nb)
+    bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
+    bias_addr = image.add(np.asarray(bias, "<i4").tobytes())
+    params_addr = image.add(b"".join(
+        param_block(arch, layer.multiplier[ob * nb:(ob + 1) * nb],
+                    layer.shift[ob * nb:(ob + 1) * nb]) for ob in range(len(active))))
+    pending = [load_acc_rows(node, arch, tiles.params.base, params_addr, 2 * len(active))]
+    per_block, blob, row, byte = [], [], 0, 0
+    weight_loads = []
+    for ob, blocks in enumerate(active):
+        c0o = ob * nb
+        n = min(nb, cout - c0o)
+        chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []
+        first_row, offsets = row, {}
+        for chunk in chunks:
+            offsets[chunk.key] = row
+            for weights, _, _ in chunk.tiles:
+                blob.append(weights.astype(np.int8).tobytes())
+                row += chunk.k
+        per_block.append((c0o, n, chunks, offsets))
+        if row > first_row:
+            weight_loads.append((first_row, byte, row - first_row, n))
+            byte += (row - first_row) * n
+    weights_addr = image.add(b"".join(blob))
+    for first_row, offset, rows, n in weight_loads:
+        pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.weights.base + first_row,
+                           dram=weights_addr + offset, y_size=rows, x_size=1, elem_bytes=n,
+                           x_stride=n, y_stride=n))
+    keys = sorted({c.key for _, _, chunks, _ in per_block for c in chunks})
+    slot = {key: i for i, key in enumerate(keys)}
+    any_chunk = {c.key: c for _, _, chunks, _ in per_block for c in chunks}
+    qmin, qmax = layer.qclamp
+    steps: list[Step] = []
+    count = 0
+    for tile_index, (image_index, y0, th, x0, tw) in enumerate(
+            pixel_tile_grid(layer.batch, layer.out_hw, tiles.tile_hw)):
+        pixels = th * tw
+        ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
+        in_row = ctx.buffer(tiles.inputs, tile_index)
+        if tiles.blocked_input:
+            inputs = _blocked_input(node, ctx, layer, kb, in_row, image_index * h * w + y0 * w,
+                                    pixels)
+            slot_rows = pixels
+        else:
+            slot_rows = ih * iw
+            inputs = [_slice_input(node, ctx, layer, any_chunk[key], in_row + slot[key] * slot_rows,
+                                   image_index, y0, x0, ih, iw, padded) for key in keys]
+        for ob, (c0o, n, chunks, offsets) in enumerate(per_block):
+            acc_row = ctx.buffer(tiles.acc, count)
+            out_row = ctx.buffer(tiles.outputs, count)
+            count += 1
+            loads = pending + (inputs if ob == 0 else [])
+            pending = []
+            if layer.bias is not None or not chunks:
+                loads.append(instruction(node, isa.LOAD, mem="accumulator", sram=acc_row,
+                                 dram=bias_addr + 4 * c0o, y_size=pixels, x_size=1,
+                                 elem_bytes=4 * n, x_stride=4 * n, y_stride=0))
+            body: list[Op] = []
+            first = True
+            for chunk in chunks:
+                k = chunk.k
+                x_row = in_row + (chunk.key if tiles.blocked_input else slot[chunk.key]) * slot_rows
+                stream = (dict(m_outer=1, m_inner=pixels) if tiles.blocked_input else
+                          dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw))
+                for t, (_, dy, dx) in enumerate(chunk.tiles):
+                    body.append(instruction(node, isa.PRELOAD,
+                                    sp=tiles.weights.base + offsets[chunk.key] + t * k, k=k))
+                    tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
+                    body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
+                                    accumulate=0 if first and layer.bias is None else 1,
+                                    **stream))
+                    first = False
+            body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
+                            param=tiles.params.base + 2 * ob, out_offset=layer.out_zero_point,
+                            qmin=qmin, qmax=qmax))
+            body.append(instruction(node, isa.STORE, ctx.access(layer.y, True), mem="scratchpad",
+                            sram=out_row, dram=((image_index * oh + y0) * ow + x0) * cout + c0o,
+                            y_size=th, x_size=tw, elem_bytes=n, x_stride=cout,
+                            y_stride=ow * cout))
+            steps.append(Step(tuple(loads), tuple(body)))
+    return steps
+
+
+def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
+               padded: PaddedInput | None = None) -> list[Step]:
+    """Output-channel blocks outermost: each block's weights (and parameters) are loaded once
+    and alternate between two buffers; its pixel tiles then stream the input K slice by K
+    slice. Used when the whole layer's weights do not fit, or cost more to keep."""
+    if tiles.whole_layer:
+        return conv_steps_whole(layer, tiles, ctx, image, padded)
+    arch, node = ctx.arch, layer.node
+    kb, nb = tiles.in_block, tiles.out_block
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
+    (h, w), (oh, ow) = layer.in_hw, layer.out_hw
+    cin, cout = layer.in_channels, layer.out_channels
+    active = active_blocks(layer, kb, nb)
+    bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
+    bias_addr = image.add(np.asarray(bias, "<i4").tobytes())
+    qmin, qmax = layer.qclamp
+    steps: list[Step] = []
+    weight_loads = input_loads = pixel_tiles = 0
+    for ob, blocks in enumerate(active):
+        c0o = ob * nb
+        n = min(nb, cout - c0o)
+        params_addr = image.add(param_block(arch, layer.multiplier[c0o:c0o + n],
+                                            layer.shift[c0o:c0o + n]))
+        # The weight tiles of this block, chunk (K slice) major; row r of a tile is the r-th
+        # lane of the input rows, for the n output channels (PRELOAD's layout): n bytes a row.
+        chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []
+        tile_rows, blob = {}, []
+        offset = 0
+        for chunk in chunks:
+            tile_rows[chunk.key] = offset
+            for weights, _, _ in chunk.tiles:
+                blob.append(weights.astype(np.int8).tobytes())
+                offset += chunk.k
+        weights_addr = image.add(b"".join(blob))
+        param_row = ctx.buffer(tiles.params, ob)
+        pending = [load_acc_rows(node, arch, param_row, params_addr, 2)]
+        if tiles.resident_weights and chunks:
+            resident_row = ctx.buffer(tiles.weights, weight_loads)
+            weight_loads += 1
+            pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=resident_row,
+                               dram=weights_addr, y_size=offset, x_size=1, elem_bytes=n,
+                               x_stride=n, y_stride=n))
+        for image_index, y0, th, x0, tw in pixel_tile_grid(layer.batch, layer.out_hw,
+                                                        tiles.tile_hw):
+            pixels = th * tw
+            acc_row = ctx.buffer(tiles.acc, pixel_tiles)
+            out_row = ctx.buffer(tiles.outputs, pixel_tiles)
+            pixel_tiles += 1
+            ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
+            first = True
+            bias_load = instruction(node, isa.LOAD, mem="accumulator", sram=acc_row,
+                            dram=bias_addr + 4 * c0o, y_size=pixels, x_size=1, elem_bytes=4 * n,
+                            x_stride=4 * n, y_stride=0)
+            in_row = None
+            for j, chunk in enumerate(chunks or [None]):
+                loads = pending
+                pending = []
+                if j == 0 and (layer.bias is not None or not chunks):
+                    loads.append(bias_load)
+                body: list[Op] = []
+                if chunk is not None:
+                    k = chunk.k
+                    if tiles.resident_weights:
+                        w_row = resident_row + tile_rows[chunk.key]
+                    else:
+                        w_row = ctx.buffer(tiles.weights, weight_loads)
+                        weight_loads += 1
+                        loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=w_row,
+                                         dram=weights_addr + tile_rows[chunk.key] * n,
+                                         y_size=len(chunk.tiles) * k, x_size=1, elem_bytes=n,
+                                         x_stride=n, y_stride=n))
+                    stream = dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw)
+                    if tiles.blocked_input:
+                        if j == 0:
+                            in_row = ctx.buffer(tiles.inputs, input_loads)
+                            input_loads += 1
+                            loads += _blocked_input(node, ctx, layer, kb, in_row,
+                                                    (image_index * h + y0) * w, pixels)
+                        x_row = in_row + chunk.key * pixels
+                        stream = dict(m_outer=1, m_inner=pixels)
+                    else:
+                        x_row = ctx.buffer(tiles.inputs, input_loads)
+                        input_loads += 1
+                        loads.append(_slice_input(node, ctx, layer, chunk, x_row, image_index,
+                                                  y0, x0, ih, iw, padded))
+                    for t, (_, dy, dx) in enumerate(chunk.tiles):
+                        body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
+                        tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
+                        body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
+                                        accumulate=0 if first and layer.bias is None else 1,
+                                        **stream))
+                        first = False
+                if j == max(len(chunks), 1) - 1:
+                    body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
+                                    param=param_row, out_offset=layer.out_zero_point, qmin=qmin,
+                                    qmax=qmax))
+                    dram = ((image_index * oh + y0) * ow + x0) * cout + c0o
+                    body.append(instruction(node, isa.STORE, ctx.access(layer.y, True),
+                                    mem="scratchpad", sram=out_row, dram=dram, y_size=th,
+                                    x_size=tw, elem_bytes=n, x_stride=cout, y_stride=ow * cout))
+                steps.append(Step(tuple(loads), tuple(body)))
+    return steps
+
+
+def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: int,
+                   first_pixel: int, pixels: int) -> list[Op]:
+    """A 1x1 convolution's contiguous pixels, all channel blocks: block b of pixel p goes to
+    row in_row + b * pixels + p, in one LOAD for the full blocks and one for the remainder."""
+    cin = layer.in_channels
+    full, rest = divmod(cin, kb)
+    base = first_pixel * cin
+    access = ctx.access(layer.x, False)
+    # One pixel's channels are contiguous: say so, so the DMA sees one run.
+    x_stride = cin if pixels > 1 else kb
+    ops = []
+    if full:
+        ops.append(instruction(node, isa.LOAD, access, mem="scratchpad", sram=in_row, dram=base,
+                       y_size=full, x_size=pixels, elem_bytes=kb, x_stride=x_stride,
+                       y_stride=kb))
+    if rest:
+        ops.append(instruction(node, isa.LOAD, access, mem="scratchpad", sram=in_row + full * pixels,
+                       dram=base + full * kb, y_size=1, x_size=pixels, elem_bytes=rest,
+                       x_stride=cin if pixels > 1 else rest, y_stride=cin))
+    return ops
