@@ -27,6 +27,7 @@ from compiler.pipeline import compile_int8, optimize
 from profiler.arrays import RandomData
 from profiler.images import ImageOptions
 from profiler.inputs import input_specs
+from examples.build import zoo_model_path
 from profiler.run import RunOptions, profile
 from profiler.sources import open_data
 from quantizer.quantize import quantize
@@ -36,9 +37,7 @@ from simulator.arch import Arch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"digits": ROOT / "examples" / "digits" / "model.onnx",
-          "mlp": ROOT / "examples" / "models" / "mlp.onnx",
-          "resnet18": ROOT / "examples" / "models" / "resnet18.onnx",
-          "mobilenetv2": ROOT / "examples" / "models" / "mobilenetv2.onnx"}
+          **{name: zoo_model_path(name) for name in ("mlp", "resnet18", "mobilenetv2")}}
 
 
 def quantized(name: str):

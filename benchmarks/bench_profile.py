@@ -30,12 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 from profiler.arrays import ArrayFile  # noqa: E402
 from profiler.inputs import input_specs  # noqa: E402
+from examples.build import zoo_model_path  # noqa: E402
 from profiler.run import RunOptions, profile  # noqa: E402
 
 MODELS = {
     "digits": ROOT / "examples/digits/model.onnx",
-    "resnet18": ROOT / "examples/models/resnet18.onnx",
-    "mobilenetv2": ROOT / "examples/models/mobilenetv2.onnx",
+    "resnet18": zoo_model_path("resnet18"),
+    "mobilenetv2": zoo_model_path("mobilenetv2"),
 }
 # (samples timed, memory at few samples, memory at many samples) per model. The big models
 # use far fewer samples than the digits CNN: onnxruntime's calibrators keep every

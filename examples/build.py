@@ -119,3 +119,12 @@ def _human_size(size_bytes: int) -> str:
     if size_bytes < 1_000_000:
         return f"{size_bytes / 1e3:.1f} kB"
     return f"{size_bytes / 1e6:.1f} MB"
+
+
+def zoo_model_path(name: str) -> Path:
+    """examples/models/NAME.onnx, built the first time it is asked for (it is not committed)."""
+    path = EXAMPLES_DIR / "models" / f"{name}.onnx"
+    if not path.is_file():
+        path.parent.mkdir(exist_ok=True)
+        build_zoo_model(name, EXAMPLES_DIR)
+    return path

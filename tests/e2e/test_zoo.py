@@ -3,10 +3,7 @@ on the default preset: profile with onnxruntime on random samples, quantize, com
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import onnx
 import pytest
 
 from compiler.frontend.onnx import import_model
@@ -16,15 +13,14 @@ from profiler.inputs import input_specs
 from profiler.run import RunOptions, profile
 from quantizer.quantize import quantize
 from simulator.arch import Arch
+from examples import zoo
 from tests.e2e.flow import check_bit_exact
-
-MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
 def test_zoo_model_is_bit_exact(name: str) -> None:
-    proto = onnx.load(MODELS / f"{name}.onnx")
+    proto = getattr(zoo, name)()  # built here: examples/models/ is generated, not committed
     specs = input_specs(proto, {})
     prof = profile(proto, RandomData(2, specs, 0), specs, RunOptions())
     qgraph = quantize(optimize(import_model(proto)), prof)
