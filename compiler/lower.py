@@ -27,9 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.errors import CompileError
-from compiler.graph.int8 import INT8_ROWS, NEW_OPS, defaults
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, REQUIRED
+from compiler.graph.ops import OPS, int8_attrs, is_integer_node
 from compiler.graph.reference import resolve_pads
 from compiler.layers import (AddLayer, Binding, ConvLayer, Layer, Layout, Lowered, LutLayer,
                              PoolLayer, Tensor)
@@ -39,12 +38,6 @@ VIEWS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 ELEMENTWISE = ("Relu", "Clip", "Rescale", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
                "LeakyRelu")
 _INT8_MIN = -128
-
-
-def _attrs(node: Node) -> dict:
-    base = ({k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
-            if node.op in OPS else defaults(node.op))
-    return {**base, **node.attrs}
 
 
 def _unsupported(node: Node, why: str) -> CompileError:
@@ -126,8 +119,7 @@ class _Lowering:
                        tuple(self.outputs), views)
 
     def _is_integer(self, node: Node) -> bool:
-        return node.op in NEW_OPS or any(self.g.type_of(o).quant is not None
-                                         for o in node.outputs)
+        return is_integer_node(self.g, node)
 
     def lower_QuantizeLinear(self, node: Node) -> None:
         x, y = node.inputs[0], node.outputs[0]
@@ -165,7 +157,7 @@ class _Lowering:
         self.buffer[node.outputs[0]] = self.source(node, node.inputs[0])
 
     def lower_Conv(self, node: Node) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         x, y = node.inputs[0], node.outputs[0]
         w = self.g.values[node.inputs[1]].const
         if w is None or w.ndim != 4:
@@ -187,7 +179,7 @@ class _Lowering:
             *self._requant(node, cout), group=group))
 
     def lower_Gemm(self, node: Node) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         if a["transA"]:
             raise _unsupported(node, "transA=1 is not supported")
         b = self.g.values[node.inputs[1]].const
@@ -244,7 +236,7 @@ class _Lowering:
         return flat[0].astype(np.int32)
 
     def _requant(self, node: Node, channels: int):
-        a = _attrs(node)
+        a = int8_attrs(node)
         if a.get("out_dtype", "int8") != "int8":
             raise _unsupported(node, f"output type {a['out_dtype']} (the scratchpad holds int8)")
         multiplier = np.broadcast_to(np.asarray(a["multiplier"], np.int64), (channels,)).copy() \
@@ -282,12 +274,12 @@ class _Lowering:
         return kernel, tuple(strides), (pads[0], pads[1], far[0], far[1])
 
     def lower_MaxPool(self, node: Node) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         kernel, strides, pads = self._window(node, a, a["ceil_mode"])
         self._pool(node, False, kernel, strides, pads, _INT8_MIN)
 
     def lower_AveragePool(self, node: Node) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         if len(a["counts"]) != 1:
             raise _unsupported(node, f"its windows have {len(a['counts'])} different sizes "
                                      f"{list(a['counts'])} (one multiplier per layer lowers)")
@@ -298,7 +290,7 @@ class _Lowering:
                    qclamp=qclamp)
 
     def lower_GlobalAveragePool(self, node: Node) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         h, w = self.shape(node.inputs[0])[2:]
         mult, shift, out_zp, qclamp = self._requant(node, 1)
         self._pool(node, True, (h, w), (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
@@ -320,7 +312,7 @@ class _Lowering:
         self._add(node, negate_b=True)
 
     def _add(self, node: Node, negate_b: bool) -> None:
-        a = _attrs(node)
+        a = int8_attrs(node)
         x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
         if self.shape(x) != self.shape(y) or self.shape(z) != self.shape(y):
             raise _unsupported(node, f"broadcasting {self.shape(x)} with {self.shape(z)}")
@@ -352,7 +344,7 @@ class _Lowering:
                 for i, n in enumerate(node.inputs)]
         while args and args[-1] is None:
             args.pop()
-        table = np.asarray(INT8_ROWS[node.op].run(*args, **_attrs(node)))
+        table = np.asarray(OPS[node.op].int8(*args, **int8_attrs(node)))
         if table.dtype != np.int8 or table.size != 256:
             raise _unsupported(node, "its int8 kernel is not an elementwise int8 map")
         tensor = self.source(node, x)

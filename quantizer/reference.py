@@ -16,20 +16,7 @@ from compiler.errors import CompileError
 from compiler.graph.evaluate import check_feeds
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, REQUIRED, run_fp32
-
-
-def is_integer_node(graph: Graph, node: Node) -> bool:
-    """Whether `node` runs its int8 kernel: it reads or writes quantized values."""
-    if OPS[node.op].quant in (Quant.QUANTIZE, Quant.DEQUANTIZE) or node.op == "Rescale":
-        return True
-    return any(graph.values[name].type.quant is not None for name in node.outputs)
-
-
-def int8_attrs(node: Node) -> dict:
-    """The node's attributes completed with their defaults from the table."""
-    base = {k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
-    return {**base, **node.attrs}
+from compiler.graph.ops import OPS, int8_attrs, is_integer_node, run_fp32
 
 
 def run_node(graph: Graph, node: Node, args: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:

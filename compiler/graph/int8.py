@@ -362,16 +362,3 @@ def dequantize_shape(xs, attrs):
 def rescale_shape(xs, attrs):
     return [Type(attrs.get("out_dtype") or xs[0].type.dtype, xs[0].type.shape)]
 
-
-def __getattr__(name: str):
-    """Transition shim: INT8_ROWS/NEW_OPS/defaults now live in the operator table's columns."""
-    from compiler.graph import ops
-    from collections import namedtuple
-    rule = namedtuple("Int8Rule", "kind run")
-    if name == "INT8_ROWS":
-        return {n: rule(op.quant, op.int8) for n, op in ops.OPS.items() if op.int8}
-    if name == "NEW_OPS":
-        return {n: ops.OPS[n] for n in ("QuantizeLinear", "DequantizeLinear", "Rescale")}
-    if name == "defaults":
-        return lambda op: dict(ops.OPS[op].attrs)
-    raise AttributeError(name)

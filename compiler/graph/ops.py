@@ -388,3 +388,18 @@ def run_fp32(node: Node, args: Sequence[np.ndarray | None]) -> tuple[np.ndarray,
     result = op.fp32(*args, **op.bind(node.name, node.attrs))
     results = result if isinstance(result, tuple) else (result,)
     return tuple(np.asarray(r) for r in results[:len(node.outputs)])
+
+
+def is_integer_node(graph: Graph, node: Node) -> bool:
+    """Whether `node` of a quantized graph runs its int8 kernel: it writes quantized values,
+    or it is one of the operators only quantized graphs hold."""
+    if node.op in QUANTIZED_ONLY:
+        return True
+    return any(graph.values[name].type.quant is not None for name in node.outputs)
+
+
+def int8_attrs(node: Node) -> dict[str, Any]:
+    """The node's attributes (ONNX ones and the quantizer's integer parameters) completed with
+    the table's defaults: the keywords its int8 kernel takes."""
+    base = {k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
+    return {**base, **node.attrs}
