@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -13,11 +14,12 @@ from rich.table import Table
 from compiler.backend import BackendOptions, Compiled
 from compiler.frontend.onnx import import_model, load_model
 from compiler.pipeline import compile_int8, optimize
-from ember.commands.options import json_option, model_argument
+from ember.commands.options import (json_option, model_argument, quant_options_from,
+                                    quantization_options)
 from ember.errors import EmberError
 from profiler import format as profile_format
-from quantizer import calibrate
-from quantizer.options import SCHEMAS, QuantOptions
+from quantizer.options import QuantOptions
+from quantizer.qdq import export_qdq
 from quantizer.quantize import quantize
 from simulator.arch import Arch
 
@@ -26,26 +28,19 @@ from simulator.arch import Arch
 @model_argument
 @click.option("--int8", "int8", is_flag=True, default=True,
               help="Quantize to int8 and compile for the accelerator (the only mode).")
-@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
-              help="The model's profile from `ember quantize-profile`.")
+@quantization_options
 @click.option("--target", default="default", show_default=True, metavar="PRESET|ARCH.toml",
               help="A preset (default, large, edge) or an architecture TOML file.")
-@click.option("--calibration", type=click.Choice(calibrate.METHODS), default="minmax",
-              show_default=True, help="How activation ranges are taken from the histograms.")
-@click.option("--per-channel/--per-tensor", default=True, show_default=True,
-              help="Weight scales per output channel, or one per tensor.")
-@click.option("--schema", type=click.Choice(SCHEMAS), default="affine", show_default=True,
-              help="affine scales, or power-of-two scales for shift-only hardware.")
-@click.option("--keep-fp32", "keep_fp32", multiple=True, metavar="NODE",
-              help="Leave this node in fp32 (repeatable; needs host segments).")
+@click.option("--emit-onnx", "emit_onnx", type=click.Path(dir_okay=False),
+              help="Also write the quantized model as standard QDQ ONNX (onnxruntime runs it, "
+                   "Netron shows each node's scale and zero point).")
 @click.option("--double-buffer/--no-double-buffer", default=True, show_default=True,
               help="Ping-pong local buffers so that DMA overlaps compute.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Program to write.  [default: MODEL with .ember]")
 @json_option
-def compile_(model: str, int8: bool, profile_path: str, target: str, calibration: str,
-             per_channel: bool, schema: str, keep_fp32: tuple[str, ...], double_buffer: bool,
-             output: str | None, as_json: bool) -> None:
+def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
+             output: str | None, as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -58,27 +53,28 @@ def compile_(model: str, int8: bool, profile_path: str, target: str, calibration
       ember compile model.onnx --int8 --profile model.profile.json --target edge -o model.ember
       ember simulate model.ember -i input.npz --report perf.json
     """
+    profile_path = quant_kwargs["profile_path"]
     out = Path(output) if output else Path(model).with_suffix(".ember")
-    if not out.parent.is_dir():
-        raise EmberError(f"{out}: directory {out.parent} does not exist")
+    for path in (out, Path(emit_onnx) if emit_onnx else out):
+        if not path.parent.is_dir():
+            raise EmberError(f"{path}: directory {path.parent} does not exist")
     proto = load_model(model)
     profile = profile_format.load(profile_path)
     profile_format.check_matches(profile, proto)
     arch = Arch.load(target)
-    options = QuantOptions(calibration=calibration, per_channel=per_channel, schema=schema,
-                           keep_fp32=keep_fp32)
+    options = quant_options_from(quant_kwargs)
     qgraph = quantize(optimize(import_model(proto)), profile, options)
     backend = BackendOptions(double_buffer=double_buffer)
     metadata = {
         "tool": {"name": "ember", "version": profile_format.tool_version()},
-        "options": {"target": arch.name, "calibration": calibration,
-                    "per_channel": per_channel, "schema": schema,
-                    "keep_fp32": list(keep_fp32), **backend.to_dict()},
+        "options": {"target": arch.name, **_record(options), **backend.to_dict()},
         "inputs": {"model_sha256": _sha256(Path(model).read_bytes()),
                    "model_fingerprint": profile.model.digest,
                    "profile_sha256": _sha256(Path(profile_path).read_bytes())},
     }
     compiled = compile_int8(qgraph, arch, backend, metadata)
+    if emit_onnx:
+        export_qdq(qgraph, emit_onnx)
     compiled.program.save(out)
     report = {"model": model, "program": str(out), "target": arch.name,
               **compiled.summary.to_dict()}
@@ -112,6 +108,12 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
                                     f"({s.bound_cycles / max(s.estimated_cycles, 1):.0%} of "
                                     f"the estimate)")
     Console().print(table)
+
+
+def _record(options: QuantOptions) -> dict:
+    """Every quantizer option, by QuantOptions' field names (ember accuracy rebuilds them)."""
+    return {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
+            for f in fields(QuantOptions)}
 
 
 def _sha256(data: bytes) -> str:

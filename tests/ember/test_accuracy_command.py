@@ -98,10 +98,13 @@ def test_a_non_classifier_output_omits_top1_and_says_so(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def digits_program(digits_profile, tmp_path_factory) -> Path:
+    # Non-default options: accuracy must take them from the program to stay bit-exact.
     path = tmp_path_factory.mktemp("prog") / "digits.ember"
     result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
-                    "-o", path)
+                    "--calibration", "percentile", "--per-tensor", "--emit-onnx",
+                    path.with_suffix(".qdq.onnx"), "-o", path)
     assert result.exit_code == 0, result.output
+    onnx.checker.check_model(onnx.load(path.with_suffix(".qdq.onnx")), full_check=True)
     return path
 
 
@@ -113,6 +116,8 @@ def test_the_program_equals_the_integer_reference_on_every_sample(digits_profile
     report = json.loads(result.output)
     assert report["bit_exact"] is True and report["first_difference"] is None
     assert report["options"]["program"] == str(digits_program)
+    assert report["options"]["calibration"] == "percentile"
+    assert report["options"]["per_channel"] is False
 
 
 def test_a_program_with_another_profile_is_rejected(digits_program, tmp_path) -> None:
