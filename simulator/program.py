@@ -71,9 +71,11 @@ class IOBinding:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        """Host-side input quantization: round half to even, as ONNX QuantizeLinear."""
+        """Host-side input quantization exactly as ONNX QuantizeLinear (and the quantizer's
+        reference) computes it: x / scale in float32, rounded half to even."""
         info = np.iinfo(self.dtype)
-        q = np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point
+        q = np.rint(np.asarray(x, np.float32) / np.float32(self.scale)) + np.float32(
+            self.zero_point)
         return np.clip(q, info.min, info.max).astype(self.dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:

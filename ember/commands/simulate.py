@@ -104,6 +104,8 @@ def _read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
                              f"use a .npz keyed by input name")
         arrays = {prog.inputs[0].name: arrays[""]}
     names = [b.name for b in prog.inputs]
+    if "labels" not in names:
+        arrays.pop("labels", None)  # ground truth beside the inputs, never an input
     if sorted(arrays) != sorted(names):
         raise EmberError(f"{path}: has arrays {sorted(arrays)}, the program takes {names}")
     batches = set()
@@ -113,6 +115,9 @@ def _read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
         if a.shape == b.shape:
             batches.add(0)
         elif a.shape[1:] == b.shape:
+            batches.add(a.shape[0])
+        elif b.shape and b.shape[0] == 1 and a.ndim == len(b.shape) and a.shape[1:] == b.shape[1:]:
+            a = a.reshape((a.shape[0],) + tuple(b.shape))  # samples on the model's batch axis
             batches.add(a.shape[0])
         else:
             raise EmberError(f"{path}: input {b.name!r} has shape {list(a.shape)}, expected "

@@ -128,3 +128,12 @@ def test_a_program_with_another_profile_is_rejected(digits_program, tmp_path) ->
                     "--data", DIGITS / "eval.npz", "--samples", "2")
     assert result.exit_code == 2
     assert "compiled with another profile" in result.output
+
+
+def test_simulate_takes_an_evaluation_file_with_labels(digits_program, tmp_path) -> None:
+    with np.load(DIGITS / "eval.npz") as data:
+        np.savez(tmp_path / "three.npz", input=data["input"][:3], labels=data["labels"][:3])
+    out = tmp_path / "out.npz"
+    result = invoke("simulate", digits_program, "-i", tmp_path / "three.npz", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert np.load(out)["logits"].shape == (3, 1, 10)
