@@ -5,10 +5,28 @@ on every machine; `HYPOTHESIS_PROFILE=dev pytest` explores new random examples i
 """
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+@pytest.fixture(scope="session")
+def digits_profile(tmp_path_factory) -> Path:
+    """The bundled digits CNN's profile over its calibration set, made once per test run
+    through the command a user types."""
+    from click.testing import CliRunner
+
+    from ember.cli import cli
+    path = tmp_path_factory.mktemp("digits") / "digits.profile.json"
+    result = CliRunner().invoke(cli, ["quantize-profile", str(DIGITS / "model.onnx"), "--data",
+                                      str(DIGITS / "calib.npz"), "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    return path

@@ -25,13 +25,9 @@ def invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-@pytest.fixture(scope="module")
-def profile(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("profile") / "digits.profile.json"
-    result = invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
-                    "-o", path)
-    assert result.exit_code == 0, result.output
-    return path
+@pytest.fixture
+def profile(digits_profile) -> Path:
+    return digits_profile
 
 
 def test_compile_writes_a_runnable_deterministic_program(tmp_path, profile) -> None:

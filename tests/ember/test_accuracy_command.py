@@ -21,15 +21,6 @@ def invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def digits_profile(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("acc") / "digits.profile.json"
-    result = invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
-                    "-o", path)
-    assert result.exit_code == 0, result.output
-    return path
-
-
 def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path) -> None:
     html, qdq = tmp_path / "report.html", tmp_path / "q.onnx"
     result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
