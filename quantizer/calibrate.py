@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import rel_entr
 
 from compiler.graph.ir import QuantParams
 from profiler.format import TensorStats
@@ -122,8 +123,7 @@ def entropy_threshold(counts: np.ndarray, width: float, name: str = "?") -> floa
         # Where P has mass Q lacks (only the tail bin, when it was empty), use a tiny floor so
         # the divergence stays finite, as TensorRT's smoothing does.
         q = np.where((p > 0) & (q == 0), 1e-12, q)
-        support = p > 0
-        kl = float(np.sum(p[support] * np.log(p[support] / q[support])))
+        kl = float(rel_entr(p, q).sum())  # KL(P || Q); terms with p = 0 are 0
         if kl < best_kl:
             best_i, best_kl = i, kl
     return best_i * width
