@@ -22,7 +22,7 @@ from ember import ort
 from ember.accuracy import Evaluation, measure
 from ember.compare import max_relative_error
 from ember.errors import EmberError
-from ember.files import write_text
+from ember.files import atomic_path, write_text
 from quantizer.options import QuantOptions
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
@@ -86,7 +86,6 @@ def run_demo(ctx: click.Context, out_dir: Path, console: Console | None = None) 
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    from ember.files import atomic_path
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)

@@ -9,10 +9,6 @@ from compiler.graph.ir import Graph
 from compiler.pipeline import optimize
 
 
-def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    return parse_input_shapes(specs)
-
-
 def load_graph(model_path: str, input_shapes: Sequence[str] = (), optimized: bool = True) -> Graph:
     graph = import_model(model_path, parse_input_shapes(input_shapes))
     return optimize(graph) if optimized else graph

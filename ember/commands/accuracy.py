@@ -9,11 +9,11 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
 from ember.commands.options import (input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options)
 from ember.files import write_text
-from ember.loading import parse_shapes
 
 EXIT_GATE_FAILED = 3
 
@@ -71,7 +71,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
                   disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task("eval", total=samples)
         report = measure(model, quant_kwargs["profile_path"], evaluation, options,
-                         parse_shapes(input_shapes),
+                         parse_input_shapes(input_shapes),
                          on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx)
     if html_path:
         write_text(html_path, report.html())
