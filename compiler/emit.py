@@ -36,8 +36,10 @@ class Context:
 
 
 def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
-    """An instruction of layer `node`; `access` names the activation tensor it touches."""
-    op = Op(row, args, node, access)
+    """An instruction of layer `node`; `access` names the activation tensor it touches
+    (`Context.access`), or is a tuple of them for an instruction touching several."""
+    accesses = () if access is None else (access,) if isinstance(access[0], str) else access
+    op = Op(row, args, node, tuple(accesses))
     try:
         op.insn  # check every field now, where the layer is known
     except SimulatorError as err:
@@ -107,10 +109,13 @@ def relocate(steps: list[Step], addresses: dict[str, int], sizes: dict[str, int]
     """Add each activation's DRAM base to the instructions that name it; their DRAM access
     becomes the tensor's byte interval, which the scheduler's hazard check compares."""
     def fix(op: Op) -> Op:
-        if op.dram is None:
+        if not op.dram:
             return op
-        tensor, write = op.dram
-        base = addresses[tensor]
-        return Op(op.row, {**op.args, "dram": op.args["dram"] + base}, op.source,
-                  (base, base + max(sizes[tensor], 1), write))
+        intervals = tuple((addresses[t], addresses[t] + max(sizes[t], 1), write)
+                          for t, write in op.dram)
+        args = op.args
+        if "dram" in args:  # a DMA names one tensor: its address becomes absolute
+            (tensor, _), = op.dram
+            args = {**args, "dram": args["dram"] + addresses[tensor]}
+        return Op(op.row, args, op.source, intervals)
     return [Step(tuple(map(fix, s.loads)), tuple(map(fix, s.body))) for s in steps]

@@ -40,13 +40,13 @@ _MEMORIES = ("scratchpad", "accumulator")
 @dataclass(frozen=True, eq=False)
 class Op:
     """One instruction before tokens: its row, its fields, the node it implements, and the
-    activation DRAM it reads or writes: (start, stop, write) bytes once relocated, (tensor,
-    write) from codegen before that, None for constants or nothing."""
+    activation DRAM it reads or writes, one access per tensor: (start, stop, write) bytes once
+    relocated, (tensor, write) from codegen before that; empty for constants or nothing."""
 
     row: isa.InsnDef
     args: dict
     source: str
-    dram: tuple | None = None
+    dram: tuple[tuple, ...] = ()
 
     @cached_property
     def insn(self) -> isa.Insn:
@@ -143,8 +143,7 @@ class _Tokens:
                 need[p] = max(need[p], int(last[p]))
                 if write:
                     need[p] = max(need[p], int(last[NQ + p]))
-        if op.dram is not None:
-            start, stop, write = op.dram
+        for start, stop, write in op.dram:
             for table in self._dram_tables((start, stop)):
                 for p in range(NQ):
                     need[p] = max(need[p], int(table[p]))
@@ -155,8 +154,7 @@ class _Tokens:
     def record(self, op: Op, q: int, index: int, accesses) -> None:
         for mem, start, stop, write in accesses:
             self.local[mem][start:stop, q if write else NQ + q] = index
-        if op.dram is not None:
-            start, stop, write = op.dram
+        for start, stop, write in op.dram:
             self.dram[(start, stop)][q if write else NQ + q] = index
 
     # -- tokens --
