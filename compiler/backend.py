@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from compiler.codegen import layer_steps
 from compiler.convolution import PaddedInput, padded_input
 from compiler.emit import Context
-from compiler.layers import ConvLayer, Lowered
+from compiler.layers import ConvLayer, HostLayer, Lowered
 from compiler.memory import DramPlan, ImageBuilder, reads
 from compiler.schedule import Scheduled
 from compiler.tiling import Region, Tiles
@@ -22,9 +22,10 @@ from simulator.program import IOBinding, Program
 @dataclass(frozen=True)
 class BackendOptions:
     double_buffer: bool = True  # ping-pong local buffers so DMA overlaps compute
+    allow_host: bool = False  # nodes the accelerator cannot run go to host segments
 
     def to_dict(self) -> dict:
-        return {"double_buffer": self.double_buffer}
+        return {"double_buffer": self.double_buffer, "allow_host": self.allow_host}
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Summary:
     estimated_cycles: int  # the busiest unit (or the DRAM port), overlap assumed perfect
     bound_cycles: int  # roofline: max(MACs / array size, compulsory bytes / DMA bandwidth)
     per_layer: tuple[dict, ...] = field(default=())
+    # What runs on the host: per segment its nodes, flops, DRAM bytes and HOST cycles.
+    host_segments: tuple[dict, ...] = field(default=())
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -68,7 +71,8 @@ def packable(lowered: Lowered) -> set[str]:
     outputs = {b.tensor for b in lowered.outputs}
     return {layers[0].node for tensor, layers in readers.items()
             if tensor in {b.tensor for b in lowered.inputs} and tensor not in outputs
-            and len(layers) == 1 and isinstance(layers[0], ConvLayer)}
+            and len(layers) == 1 and isinstance(layers[0], ConvLayer)
+            and layers[0].x_view is None}
 
 
 def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions):
@@ -93,8 +97,8 @@ def bindings(lowered: Lowered, plan: DramPlan,
             dram = p.address + (p.top * p.width + p.left) * c
             strides = (p.height * p.width * c, 1, p.width * c, c)
             return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8", strides)
-        return IOBinding(b.name, plan.addresses[b.tensor], b.shape, b.scale, b.zero_point,
-                         "int8", b.strides)
+        return IOBinding(b.name, plan.addresses[b.tensor] + b.offset, b.shape, b.scale,
+                         b.zero_point, b.dtype, b.strides)
     return (tuple(binding(b) for b in lowered.inputs),
             tuple(binding(b) for b in lowered.outputs))
 
@@ -120,6 +124,7 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
     busy = {q: 0 for q in isa.QUEUES}
     dram_moved = transfer = 0
     layer_macs: dict[str, int] = {}
+    host_cycles: dict[str, int] = {}
     for insn, source in zip(insns, scheduled.source):
         q = insn.queue
         per_queue[q] += 1
@@ -129,6 +134,9 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
         dram_moved += work.dram_read + work.dram_written
         if insn.op in (isa.LOAD, isa.STORE):
             transfer += cycles - arch.dma.latency_cycles
+        elif insn.op is isa.HOST:  # its inputs and outputs cross the same DRAM port
+            transfer += cycles - arch.dma.latency_cycles - insn.args["compute_cycles"]
+            host_cycles[source] = host_cycles.get(source, 0) + cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs
     array_macs = sum(layer_macs.values())
     macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
@@ -146,4 +154,9 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
         accumulator_peak_bytes=local_footprint(tiles, arch)[1],
         compulsory_dram_bytes=compulsory, dram_bytes_moved=dram_moved,
         estimated_cycles=max(max(busy.values()), transfer), bound_cycles=bound,
-        per_layer=per_layer)
+        per_layer=per_layer, host_segments=tuple(
+            {"name": layer.node, "nodes": list(layer.nodes), "flops": layer.flops,
+             "read_bytes": layer.read_bytes, "write_bytes": layer.write_bytes,
+             "compute_cycles": arch.host_cycles(layer.flops),
+             "cycles": host_cycles.get(layer.node, 0)}
+            for layer in lowered.layers if isinstance(layer, HostLayer)))

@@ -16,7 +16,8 @@ import numpy as np
 from compiler.convolution import PaddedInput, conv_steps
 from compiler.emit import (Context, instruction, input_window, load_acc_rows, load_window,
                            param_block, pixel_tile_grid)
-from compiler.layers import AddLayer, ConvLayer, LutLayer, PoolLayer
+from compiler.host import host_steps
+from compiler.layers import AddLayer, ConvLayer, HostLayer, LutLayer, PoolLayer, View, pixelwise
 from compiler.memory import ImageBuilder
 from compiler.schedule import Step
 from compiler.tiling import LUT_ENTRIES, ElementwiseTiles, PoolTiles, ceil_div, conv_input_extent
@@ -47,8 +48,8 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
             n = min(cb, c - c0)
             in_row, out_row = ctx.buffer(tiles.inputs, count), ctx.buffer(tiles.outputs, count)
             count += 1
-            loads = pending + [load_window(node, ctx, layer.x, image_index * h * w, win, c, c0,
-                                            n, in_row, layer.pad_value, w)]
+            loads = pending + [load_window(node, ctx, layer.x, layer.in_view, image_index, win,
+                                           c0, n, in_row, layer.pad_value)]
             pending = []
             window = dict(src=in_row, dst=out_row, in_h=ih, in_w=iw, kh=kh, kw=kw, sh=sh, sw=sw)
             if layer.average:
@@ -58,10 +59,11 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
                            qmin=qmin, qmax=qmax)
             else:
                 pool = instruction(node, isa.MAXPOOL, **window)
-            dram = ((image_index * oh + y0) * ow + x0) * c + c0
-            store = instruction(node, isa.STORE, ctx.access(layer.y, True), mem="scratchpad",
-                        sram=out_row, dram=dram, y_size=th, x_size=tw, elem_bytes=n,
-                        x_stride=c, y_stride=ow * c)
+            out = layer.out_view
+            store = instruction(node, isa.STORE, ctx.access(layer.y, True, layer.y_view),
+                                mem="scratchpad", sram=out_row,
+                                dram=out.at(image_index, y0, x0, c0), y_size=th, x_size=tw,
+                                elem_bytes=n, x_stride=out.pixel, y_stride=out.row)
             steps.append(Step(tuple(loads), (pool, store)))
     return steps
 
@@ -70,14 +72,14 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
 
 
 def _flat_rows(node: str, ctx: Context, row: isa.InsnDef, tensor: str, sram: int, r0: int,
-               rows: int, total_bytes: int, write: bool) -> list[Op]:
+               rows: int, total_bytes: int, write: bool, view: View | None = None) -> list[Op]:
     """Rows [r0, r0 + rows) of a tensor's bytes in lanes-wide rows: the full rows in one
-    transfer, a last partial row in another."""
+    transfer, a last partial row in another. `view`: a contiguous part of the tensor."""
     lanes = ctx.arch.lanes
-    base = r0 * lanes
+    base = r0 * lanes + (view.offset if view is not None else 0)
     full = min(rows, total_bytes // lanes - r0)
     rest = total_bytes - (r0 + full) * lanes if r0 + rows > total_bytes // lanes else 0
-    access = ctx.access(tensor, write)
+    access = ctx.access(tensor, write, view)
     ops = []
     if full > 0:
         ops.append(instruction(node, row, access, mem="scratchpad", sram=sram, dram=base, y_size=full,
@@ -107,16 +109,21 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
         pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.table.base, dram=addr,
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
                            y_stride=lanes))
+    if pixelwise(layer):
+        return _pixel_steps(layer, tiles, ctx, pending)
+    views = layer.views or (None, None, None)
     steps = []
     for count, r0 in enumerate(range(0, total_rows, tiles.tile_rows)):
         rows = min(tiles.tile_rows, total_rows - r0)
         a_row, out_row = ctx.buffer(tiles.a, count), ctx.buffer(tiles.outputs, count)
         x = layer.a if is_add else layer.x
-        loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False)
+        loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False,
+                                     views[0])
         pending = []
         if is_add:
             b_row = ctx.buffer(tiles.b, count)
-            loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row, r0, rows, layer.size, False)
+            loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row, r0, rows, layer.size, False,
+                                views[1])
             qmin, qmax = layer.qclamp
             work = instruction(node, isa.ADD, a=a_row, b=b_row, dst=out_row, rows=rows,
                        param=tiles.params.base, a_offset=layer.a_zero_point,
@@ -124,14 +131,57 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
                        qmin=qmin, qmax=qmax)
         else:
             work = instruction(node, isa.LUT, src=a_row, dst=out_row, rows=rows, table=tiles.table.base)
-        stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True)
+        stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True,
+                            views[-1])
         steps.append(Step(tuple(loads), (work, *stores)))
+    return steps
+
+
+def _pixel_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: Context,
+                 pending: list[Op]) -> list[Step]:
+    """Add or LUT over Views: one pixel's channel block per local row, so that each operand
+    is read (and the result written) at its own strides, as the pooling layers do."""
+    node, lanes = layer.node, ctx.arch.lanes
+    is_add = isinstance(layer, AddLayer)
+    operands = ((layer.a, tiles.a), (layer.b, tiles.b)) if is_add else ((layer.x, tiles.a),)
+    n, h, w, c = layer.views[-1].shape
+    cap = tiles.tile_rows
+    tile_hw = (max(1, min(h, cap // w)), w) if w <= cap else (1, ceil_div(w, ceil_div(w, cap)))
+    steps, count = [], 0
+    for image_index, y0, th, x0, tw in pixel_tile_grid(n, (h, w), tile_hw):
+        for c0 in range(0, c, lanes):
+            block = min(lanes, c - c0)
+            rows = ctx.buffer(tiles.outputs, count), [ctx.buffer(r, count) for _, r in operands]
+            count += 1
+
+            def dma(row, tensor, view, sram, write):
+                return instruction(node, row, ctx.access(tensor, write, view), mem="scratchpad",
+                                   sram=sram, dram=view.at(image_index, y0, x0, c0), y_size=th,
+                                   x_size=tw, elem_bytes=block, x_stride=view.pixel,
+                                   y_stride=view.row)
+            out_row, in_rows = rows
+            loads = pending + [dma(isa.LOAD, t, v, r, False) for (t, _), v, r in
+                               zip(operands, layer.views, in_rows)]
+            pending = []
+            if is_add:
+                qmin, qmax = layer.qclamp
+                work = instruction(node, isa.ADD, a=in_rows[0], b=in_rows[1], dst=out_row,
+                                   rows=th * tw, param=tiles.params.base,
+                                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
+                                   out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax)
+            else:
+                work = instruction(node, isa.LUT, src=in_rows[0], dst=out_row, rows=th * tw,
+                                   table=tiles.table.base)
+            store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
+            steps.append(Step(tuple(loads), (work, store)))
     return steps
 
 
 def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,
                 padded: PaddedInput | None = None) -> list[Step]:
     """One layer's constants (appended to `image`) and steps."""
+    if isinstance(layer, HostLayer):
+        return host_steps(layer, ctx)
     if isinstance(layer, ConvLayer):
         return conv_steps(layer, tiles, ctx, image, padded)
     if isinstance(layer, PoolLayer):

@@ -3,10 +3,11 @@
 A tile's input window is DMA'd once per K slice (input-channel block), channels-last, with the
 convolution's padding filled by the input zero point (`pad_value`); each kernel tap is one
 PRELOAD of a k x n weight tile plus one COMPUTE whose outer and inner strides walk the window at
-the convolution's stride and dilation. No im2col copy exists anywhere. The int32 bias is DMA'd
-into the tile's accumulator rows first (broadcast with a zero line stride), every COMPUTE
-accumulates, and one REQUANT per tile applies the node's own per-channel multipliers and shifts,
-output zero point and fused clamp before the STORE.
+the convolution's stride and dilation. No im2col copy exists anywhere. The first COMPUTE of a
+tile overwrites its accumulator rows, the others accumulate, and one REQUANT per tile adds the
+int32 bias (the third row of the parameter block, REQUANT bias=1: no DMA into every
+accumulator row) and applies the node's own per-channel multipliers and shifts, output zero
+point and fused clamp before the STORE.
 
 Two loop orders (`ConvTiles.whole_layer` picks): output-channel blocks outermost, each block's
 weights loaded once (weight-stationary), then pixel tiles, K slices and taps; or, when the whole
@@ -27,7 +28,7 @@ from compiler.emit import (Context, instruction, input_window, load_acc_rows, lo
 from compiler.layers import ConvLayer
 from compiler.memory import ImageBuilder
 from compiler.schedule import Op, Step
-from compiler.tiling import ConvTiles, active_blocks, conv_input_extent
+from compiler.tiling import CONV_PARAM_ROWS, ConvTiles, active_blocks, conv_input_extent
 from simulator import isa
 
 
@@ -108,14 +109,16 @@ def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row
                    dram=padded.address + first_pixel * cin, y_size=ih, x_size=iw,
                    elem_bytes=chunk.k, x_stride=cin, y_stride=padded.width * cin)
     win = input_window((h, w), (y0 * sh, x0 * sw), (ih, iw), layer.pads[:2])
-    return load_window(node, ctx, layer.x, image_index * h * w, win, cin, chunk.first_channel,
-                        chunk.k, x_row, layer.x_zero_point, w)
+    return load_window(node, ctx, layer.x, layer.in_view, image_index, win, chunk.first_channel,
+                       chunk.k, x_row, layer.x_zero_point)
 
 
 def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
                      padded: PaddedInput | None = None) -> list[Step]:
-    """Every weight and parameter block loaded once; per pixel tile the input (all K slices)
-    is loaded once and every output-channel block computed from it."""
+    """Pixel tiles outermost: per pixel tile the input (all K slices) is loaded once and every
+    output-channel block computed from it. Every parameter block is loaded once, and so is
+    every weight block when they all fit (`resident_weights`); otherwise each block's weights
+    stream in per tile, alternating between two buffers (small images with many channels)."""
     arch, node = ctx.arch, layer.node
     kb, nb = tiles.in_block, tiles.out_block
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
@@ -123,11 +126,13 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
     cout = layer.out_channels
     active = active_blocks(layer, kb, nb)
     bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
-    bias_addr = image.add(np.asarray(bias, "<i4").tobytes())
+    zeros_addr = _zeros(image, active, nb)
     params_addr = image.add(b"".join(
         param_block(arch, layer.multiplier[ob * nb:(ob + 1) * nb],
-                    layer.shift[ob * nb:(ob + 1) * nb]) for ob in range(len(active))))
-    pending = [load_acc_rows(node, arch, tiles.params.base, params_addr, 2 * len(active))]
+                    layer.shift[ob * nb:(ob + 1) * nb], bias[ob * nb:(ob + 1) * nb])
+        for ob in range(len(active))))
+    pending = [load_acc_rows(node, arch, tiles.params.base, params_addr,
+                             CONV_PARAM_ROWS * len(active))]
     per_block, blob, row, byte = [], [], 0, 0
     weight_loads = []
     for ob, blocks in enumerate(active):
@@ -140,15 +145,17 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
             for weights, _, _ in chunk.tiles:
                 blob.append(weights.astype(np.int8).tobytes())
                 row += chunk.k
-        per_block.append((c0o, n, chunks, offsets))
+        per_block.append((c0o, n, chunks, {key: r - first_row for key, r in offsets.items()}))
         if row > first_row:
-            weight_loads.append((first_row, byte, row - first_row, n))
+            weight_loads.append((ob, first_row, byte, row - first_row, n))
             byte += (row - first_row) * n
     weights_addr = image.add(b"".join(blob))
-    for first_row, offset, rows, n in weight_loads:
-        pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.weights.base + first_row,
-                           dram=weights_addr + offset, y_size=rows, x_size=1, elem_bytes=n,
-                           x_stride=n, y_stride=n))
+    # Resident weights: each block's load in the first tile's step of that block, so the first
+    # COMPUTE waits for its own weights only and the rest stream in behind it. Streamed
+    # weights: each block's, in every tile's step of that block, into alternating buffers.
+    block_rows = {ob: (first_row, offset, rows, n)
+                  for ob, first_row, offset, rows, n in weight_loads}
+    weight_count = 0
     keys = sorted({c.key for _, _, chunks, _ in per_block for c in chunks})
     slot = {key: i for i, key in enumerate(keys)}
     any_chunk = {c.key: c for _, _, chunks, _ in per_block for c in chunks}
@@ -172,12 +179,24 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
             acc_row = ctx.buffer(tiles.acc, count)
             out_row = ctx.buffer(tiles.outputs, count)
             count += 1
-            loads = pending + (inputs if ob == 0 else [])
+            loads = pending
             pending = []
-            if layer.bias is not None or not chunks:
-                loads.append(instruction(node, isa.LOAD, mem="accumulator", sram=acc_row,
-                                 dram=bias_addr + 4 * c0o, y_size=pixels, x_size=1,
-                                 elem_bytes=4 * n, x_stride=4 * n, y_stride=0))
+            w_base = tiles.weights.base
+            if ob in block_rows and (tile_index == 0 or not tiles.resident_weights):
+                first_row, offset, rows, _ = block_rows[ob]
+                if tiles.resident_weights:
+                    w_base += first_row
+                else:
+                    w_base = ctx.buffer(tiles.weights, weight_count)
+                    weight_count += 1
+                loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=w_base,
+                                         dram=weights_addr + offset, y_size=rows, x_size=1,
+                                         elem_bytes=n, x_stride=n, y_stride=n))
+            elif ob in block_rows:
+                w_base += block_rows[ob][0]
+            loads += inputs if ob == 0 else []
+            if not chunks:
+                loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
             body: list[Op] = []
             first = True
             for chunk in chunks:
@@ -187,19 +206,15 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
                           dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw))
                 for t, (_, dy, dx) in enumerate(chunk.tiles):
                     body.append(instruction(node, isa.PRELOAD,
-                                    sp=tiles.weights.base + offsets[chunk.key] + t * k, k=k))
+                                    sp=w_base + offsets[chunk.key] + t * k, k=k))
                     tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
                     body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
-                                    accumulate=0 if first and layer.bias is None else 1,
-                                    **stream))
+                                    accumulate=0 if first else 1, **stream))
                     first = False
             body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
-                            param=tiles.params.base + 2 * ob, out_offset=layer.out_zero_point,
-                            qmin=qmin, qmax=qmax))
-            body.append(instruction(node, isa.STORE, ctx.access(layer.y, True), mem="scratchpad",
-                            sram=out_row, dram=((image_index * oh + y0) * ow + x0) * cout + c0o,
-                            y_size=th, x_size=tw, elem_bytes=n, x_stride=cout,
-                            y_stride=ow * cout))
+                            param=tiles.params.base + CONV_PARAM_ROWS * ob,
+                            out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax, bias=1))
+            body.append(_store(node, ctx, layer, out_row, image_index, y0, x0, c0o, th, tw, n))
             steps.append(Step(tuple(loads), tuple(body)))
     return steps
 
@@ -218,7 +233,7 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
     cin, cout = layer.in_channels, layer.out_channels
     active = active_blocks(layer, kb, nb)
     bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
-    bias_addr = image.add(np.asarray(bias, "<i4").tobytes())
+    zeros_addr = _zeros(image, active, nb)
     qmin, qmax = layer.qclamp
     steps: list[Step] = []
     weight_loads = input_loads = pixel_tiles = 0
@@ -226,7 +241,7 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
         c0o = ob * nb
         n = min(nb, cout - c0o)
         params_addr = image.add(param_block(arch, layer.multiplier[c0o:c0o + n],
-                                            layer.shift[c0o:c0o + n]))
+                                            layer.shift[c0o:c0o + n], bias[c0o:c0o + n]))
         # The weight tiles of this block, chunk (K slice) major; row r of a tile is the r-th
         # lane of the input rows, for the n output channels (PRELOAD's layout): n bytes a row.
         chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []
@@ -239,7 +254,7 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                 offset += chunk.k
         weights_addr = image.add(b"".join(blob))
         param_row = ctx.buffer(tiles.params, ob)
-        pending = [load_acc_rows(node, arch, param_row, params_addr, 2)]
+        pending = [load_acc_rows(node, arch, param_row, params_addr, CONV_PARAM_ROWS)]
         if tiles.resident_weights and chunks:
             resident_row = ctx.buffer(tiles.weights, weight_loads)
             weight_loads += 1
@@ -254,15 +269,12 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
             pixel_tiles += 1
             ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
             first = True
-            bias_load = instruction(node, isa.LOAD, mem="accumulator", sram=acc_row,
-                            dram=bias_addr + 4 * c0o, y_size=pixels, x_size=1, elem_bytes=4 * n,
-                            x_stride=4 * n, y_stride=0)
             in_row = None
             for j, chunk in enumerate(chunks or [None]):
                 loads = pending
                 pending = []
-                if j == 0 and (layer.bias is not None or not chunks):
-                    loads.append(bias_load)
+                if not chunks:
+                    loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
                 body: list[Op] = []
                 if chunk is not None:
                     k = chunk.k
@@ -293,19 +305,38 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                         body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
                         tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
-                                        accumulate=0 if first and layer.bias is None else 1,
-                                        **stream))
+                                        accumulate=0 if first else 1, **stream))
                         first = False
                 if j == max(len(chunks), 1) - 1:
                     body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
                                     param=param_row, out_offset=layer.out_zero_point, qmin=qmin,
-                                    qmax=qmax))
-                    dram = ((image_index * oh + y0) * ow + x0) * cout + c0o
-                    body.append(instruction(node, isa.STORE, ctx.access(layer.y, True),
-                                    mem="scratchpad", sram=out_row, dram=dram, y_size=th,
-                                    x_size=tw, elem_bytes=n, x_stride=cout, y_stride=ow * cout))
+                                    qmax=qmax, bias=1))
+                    body.append(_store(node, ctx, layer, out_row, image_index, y0, x0, c0o, th,
+                                       tw, n))
                 steps.append(Step(tuple(loads), tuple(body)))
     return steps
+
+
+def _zeros(image: ImageBuilder, active: list[list[int]], nb: int) -> int | None:
+    """A zero row for the output-channel blocks whose weights are all zero (their accumulator
+    rows are cleared by a broadcast LOAD instead of a COMPUTE), or None when there are none."""
+    return image.add(bytes(4 * nb)) if not all(active) else None
+
+
+def _zero_acc(node: str, zeros_addr: int, acc_row: int, pixels: int, n: int) -> Op:
+    return instruction(node, isa.LOAD, mem="accumulator", sram=acc_row, dram=zeros_addr,
+                       y_size=pixels, x_size=1, elem_bytes=4 * n, x_stride=4 * n, y_stride=0)
+
+
+def _store(node: str, ctx: Context, layer: ConvLayer, out_row: int, image_index: int, y0: int,
+           x0: int, c0: int, th: int, tw: int, n: int) -> Op:
+    """The th x tw output tile's channels [c0, c0 + n) to the output (a view of its buffer when
+    the layer writes into its part of a Concat)."""
+    view = layer.out_view
+    return instruction(node, isa.STORE, ctx.access(layer.y, True, layer.y_view),
+                       mem="scratchpad", sram=out_row, dram=view.at(image_index, y0, x0, c0),
+                       y_size=th, x_size=tw, elem_bytes=n, x_stride=view.pixel,
+                       y_stride=view.row)
 
 
 def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: int,
@@ -314,6 +345,8 @@ def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: i
     row in_row + b * pixels + p, in one LOAD for the full blocks and one for the remainder."""
     cin = layer.in_channels
     full, rest = divmod(cin, kb)
+    if layer.x_view is not None:
+        return _blocked_view(node, ctx, layer, kb, in_row, first_pixel, pixels)
     base = first_pixel * cin
     access = ctx.access(layer.x, False)
     # One pixel's channels are contiguous: say so, so the DMA sees one run.
@@ -327,4 +360,20 @@ def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: i
         ops.append(instruction(node, isa.LOAD, access, mem="scratchpad", sram=in_row + full * pixels,
                        dram=base + full * kb, y_size=1, x_size=pixels, elem_bytes=rest,
                        x_stride=cin if pixels > 1 else rest, y_stride=cin))
+    return ops
+
+
+def _blocked_view(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: int,
+                  first_pixel: int, pixels: int) -> list[Op]:
+    """`_blocked_input` from a view (a slice, or a Concat input's part of its buffer): whole
+    rows of one image, one LOAD per channel block, rows and pixels at the view's strides."""
+    view, (h, w), cin = layer.in_view, layer.in_hw, layer.in_channels
+    image_index, y0 = divmod(first_pixel // w, h)
+    access = ctx.access(layer.x, False, view)
+    ops = []
+    for b, c0 in enumerate(range(0, cin, kb)):
+        ops.append(instruction(node, isa.LOAD, access, mem="scratchpad", sram=in_row + b * pixels,
+                               dram=view.at(image_index, y0, 0, c0), y_size=pixels // w,
+                               x_size=w, elem_bytes=min(kb, cin - c0), x_stride=view.pixel,
+                               y_stride=view.row))
     return ops

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.errors import CompileError
+from compiler.layers import View
 from compiler.schedule import Op, Step
 from simulator import isa
 from simulator.arch import Arch
@@ -31,8 +32,11 @@ class Context:
         return region.base + (i % (region.count if self.double_buffer else 1)) * region.rows
 
     @staticmethod
-    def access(tensor: str, write: bool) -> tuple[str, bool]:
-        return (tensor, write)
+    def access(tensor: str, write: bool, view: View | None = None) -> tuple:
+        """An access to activation `tensor`: the whole buffer, or only the bytes `view` spans
+        (so that writers of disjoint parts of one buffer, as Concat's producers, and readers
+        of disjoint slices are not ordered by false hazards)."""
+        return (tensor, write) if view is None else (tensor, write, *view.span())
 
 
 def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
@@ -47,11 +51,14 @@ def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
     return op
 
 
-def param_block(arch: Arch, multipliers, shifts) -> bytes:
-    """Two accumulator rows: per-lane Q31 multipliers, then shifts; unused lanes zero."""
-    block = np.zeros((2, arch.lanes), "<i4")
+def param_block(arch: Arch, multipliers, shifts, bias=None) -> bytes:
+    """Two accumulator rows: per-lane Q31 multipliers, then shifts; with `bias`, a third row of
+    int32 biases (REQUANT bias=1); unused lanes zero."""
+    block = np.zeros((2 if bias is None else 3, arch.lanes), "<i4")
     block[0, :len(multipliers)] = multipliers
     block[1, :len(shifts)] = shifts
+    if bias is not None:
+        block[2, :len(bias)] = bias
     return block.tobytes()
 
 
@@ -71,6 +78,8 @@ class Window:
     pads: tuple[int, int, int, int]  # top, bottom, left, right
     height: int
     width: int
+    y: int = 0  # the first real pixel's row and column in the image
+    x: int = 0
 
 
 def input_window(in_hw, origin, extent, pads_tl) -> Window:
@@ -82,18 +91,21 @@ def input_window(in_hw, origin, extent, pads_tl) -> Window:
     if y_hi <= y_lo or x_hi <= x_lo:  # the whole block is padding
         return Window(0, 0, 0, (ih, 0, iw, 0), ih, iw)
     pads = (y_lo - iy0, iy0 + ih - y_hi, x_lo - ix0, ix0 + iw - x_hi)
-    return Window(y_lo * w + x_lo, y_hi - y_lo, x_hi - x_lo, pads, ih, iw)
+    return Window(y_lo * w + x_lo, y_hi - y_lo, x_hi - x_lo, pads, ih, iw, y_lo, x_lo)
 
 
-def load_window(node: str, ctx: Context, tensor: str, image_offset: int, win: Window,
-                 channels: int, c0: int, block: int, sram: int, pad_value: int, width: int) -> Op:
+def load_window(node: str, ctx: Context, tensor: str, view: View, image: int, win: Window,
+                c0: int, block: int, sram: int, pad_value: int) -> Op:
+    """The window `win` of image `image`, channels [c0, c0 + block), of a feature map that is
+    `view` of buffer `tensor`, into pixel rows from `sram` with its padding filled."""
     if max(win.pads) > _PAD_MAX:
         raise CompileError(f"layer {node!r}: padding of {max(win.pads)} pixels exceeds the "
                            f"LOAD pad field ({_PAD_MAX})")
-    dram = (image_offset + win.dram_offset) * channels + c0
-    return instruction(node, isa.LOAD, ctx.access(tensor, False), mem="scratchpad", sram=sram, dram=dram,
-               y_size=win.y_size, x_size=win.x_size, elem_bytes=block, x_stride=channels,
-               y_stride=width * channels, pad_top=win.pads[0], pad_bottom=win.pads[1],
+    dram = view.at(image, win.y, win.x, c0)
+    return instruction(node, isa.LOAD, ctx.access(tensor, False, view), mem="scratchpad",
+               sram=sram, dram=dram,
+               y_size=win.y_size, x_size=win.x_size, elem_bytes=block, x_stride=view.pixel,
+               y_stride=view.row, pad_top=win.pads[0], pad_bottom=win.pads[1],
                pad_left=win.pads[2], pad_right=win.pads[3], pad_value=pad_value)
 
 
@@ -105,17 +117,35 @@ def pixel_tile_grid(batch: int, out_hw, tile_hw):
                 yield image, y0, min(th, oh - y0), x0, min(tw, ow - x0)
 
 
+def _dma_span(args: dict, write: bool) -> tuple:
+    """(start, stop, write, pattern): the DRAM bytes a strided LOAD or STORE touches, first to
+    last, and its (y_size, x_size, elem_bytes, x_stride, y_stride), so that the scheduler can
+    tell apart the interleaved channel blocks of one feature map."""
+    y, x, eb = args["y_size"], args["x_size"], args["elem_bytes"]
+    start = args["dram"]
+    if y * x * eb == 0:
+        return (start, start, write)
+    stop = start + (y - 1) * args["y_stride"] + (x - 1) * args["x_stride"] + eb
+    return (start, stop, write, (y, x, eb, args["x_stride"], args["y_stride"]))
+
+
 def relocate(steps: list[Step], addresses: dict[str, int], sizes: dict[str, int]) -> list[Step]:
     """Add each activation's DRAM base to the instructions that name it; their DRAM access
-    becomes the tensor's byte interval, which the scheduler's hazard check compares."""
+    becomes a byte interval, which the scheduler's hazard check compares: a DMA's own span,
+    any other instruction's whole tensor (or the part of it its view names)."""
     def fix(op: Op) -> Op:
         if not op.dram:
             return op
-        intervals = tuple((addresses[t], addresses[t] + max(sizes[t], 1), write)
-                          for t, write in op.dram)
         args = op.args
-        if "dram" in args:  # a DMA names one tensor: its address becomes absolute
-            (tensor, _), = op.dram
-            args = {**args, "dram": args["dram"] + addresses[tensor]}
+        if "dram" in args:  # a DMA names one tensor: its address becomes absolute, and its
+            #                 access the bytes it spans, so that the next layer's first loads
+            #                 wait only for the stores of the rows they read
+            (tensor, write, *_), = op.dram
+            base = addresses[tensor]
+            args = {**args, "dram": args["dram"] + base}
+            return Op(op.row, args, op.source, (_dma_span(args, write),))
+        intervals = tuple((addresses[t] + span[0], addresses[t] + span[1], write)
+                          if span else (addresses[t], addresses[t] + max(sizes[t], 1), write)
+                          for t, write, *span in op.dram)
         return Op(op.row, args, op.source, intervals)
     return [Step(tuple(map(fix, s.loads)), tuple(map(fix, s.body))) for s in steps]

@@ -57,8 +57,84 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class View:
+    """Where a block of elements sits in its buffer: element (n, y, x, c) of an N x H x W x C
+    block is the byte at offset + n * strides[0] + y * strides[1] + x * strides[2] + c.
+
+    A feature map N x C x H x W is the block (N, H, W, C); a row-major tensor of rank r < 4 is
+    its shape padded with leading ones, so an (M, K) matrix is M pixels of K channels. Slices
+    and Split outputs are views of their producer's buffer, and Concat inputs views of the
+    Concat's: channels stay contiguous (stride 1), everything else is a stride and an offset.
+    """
+
+    shape: tuple[int, int, int, int]
+    offset: int
+    strides: tuple[int, int, int]
+
+    @classmethod
+    def dense(cls, shape: tuple[int, int, int, int]) -> "View":
+        n, h, w, c = shape
+        return cls(tuple(shape), 0, (h * w * c, w * c, c))
+
+    @property
+    def pixel(self) -> int:
+        return self.strides[2]
+
+    @property
+    def row(self) -> int:
+        return self.strides[1]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def at(self, n: int, y: int, x: int, c: int = 0) -> int:
+        """Byte offset of element (n, y, x, c) in the buffer."""
+        return self.offset + n * self.strides[0] + y * self.strides[1] + x * self.strides[2] + c
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the block is one run of bytes in N, H, W, C order (from `offset`)."""
+        n, h, w, c = self.shape
+        dense = View.dense(self.shape).strides
+        return all(s == d or size == 1 for s, d, size in zip(self.strides, dense, (n, h, w)))
+
+    def span(self) -> tuple[int, int]:
+        """The bytes [lo, hi) the block touches, from the buffer's start."""
+        last = self.at(*(max(d - 1, 0) for d in self.shape))
+        return self.offset, last + 1
+
+    def sub(self, axis: int, start: int, count: int, step: int = 1) -> "View":
+        """Elements start, start + step, ... (count of them) along block axis `axis`."""
+        shape = list(self.shape)
+        shape[axis] = count
+        strides = list(self.strides)
+        offset = self.offset + start * (strides[axis] if axis < 3 else 1)
+        if axis < 3:
+            strides[axis] *= step
+        elif step != 1:
+            raise ValueError("channels are contiguous: a channel step must be 1")
+        return View(tuple(shape), offset, tuple(strides))
+
+
+def block_axis(rank: int, axis: int) -> int:
+    """The View axis of logical axis `axis` of a rank-`rank` tensor (NCHW → N, H, W, C for a
+    feature map; leading ones for a row-major tensor of lower rank)."""
+    return (0, 3, 1, 2)[axis] if rank == 4 else 4 - rank + axis
+
+
+def block_shape(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The (N, H, W, C) block of a logical shape (see `View`)."""
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return (n, h, w, c)
+    return tuple([1] * (4 - len(shape)) + list(shape))
+
+
+@dataclass(frozen=True)
 class Tensor:
-    """An activation buffer in DRAM (int8), named after the graph value that owns it."""
+    """An activation buffer in DRAM (int8; float32 for fp32 values that cross a host segment's
+    boundary), named after the graph value that owns it."""
 
     name: str
     size_bytes: int
@@ -88,6 +164,16 @@ class ConvLayer:
     out_zero_point: int
     qclamp: tuple[int, int]
     group: int = 1
+    x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
+    y_view: View | None = None
+
+    @property
+    def in_view(self) -> View:
+        return self.x_view or View.dense((self.batch, *self.in_hw, self.in_channels))
+
+    @property
+    def out_view(self) -> View:
+        return self.y_view or View.dense((self.batch, *self.out_hw, self.out_channels))
 
     @property
     def macs(self) -> int:
@@ -117,6 +203,16 @@ class PoolLayer:
     shift: int = 0
     out_zero_point: int = 0
     qclamp: tuple[int, int] = (-128, 127)
+    x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
+    y_view: View | None = None
+
+    @property
+    def in_view(self) -> View:
+        return self.x_view or View.dense((self.batch, *self.in_hw, self.channels))
+
+    @property
+    def out_view(self) -> View:
+        return self.y_view or View.dense((self.batch, *self.out_hw, self.channels))
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,6 +230,9 @@ class AddLayer:
     shifts: tuple[int, int, int]
     out_zero_point: int
     qclamp: tuple[int, int]
+    # Views of a, b and y in their buffers, all three or none (then each is its whole buffer,
+    # and the layer runs over flat bytes).
+    views: tuple[View, View, View] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,9 +244,67 @@ class LutLayer:
     y: str
     size: int
     table: np.ndarray  # 256 int8
+    views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
 
 
-Layer = ConvLayer | PoolLayer | AddLayer | LutLayer
+@dataclass(frozen=True)
+class HostPort:
+    """One value a host segment reads or writes in DRAM: the subgraph's value name, the DRAM
+    tensor holding it, and the shape, element type and byte strides it is accessed with there
+    (the tensor's own layout, so the host reads and writes logical arrays; a view's value is
+    its tensor's array reshaped, since views keep the logical order)."""
+
+    value: str
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+    strides: tuple[int, ...]
+    offset: int = 0  # bytes from the tensor's start (a part of a buffer: a slice, say)
+
+
+@dataclass(frozen=True, eq=False)
+class HostLayer:
+    """A host segment: consecutive nodes the accelerator does not run (kept in fp32, their
+    QuantizeLinear/DequantizeLinear wrappers, operators without a lowering), run on the host
+    CPU by `compiler.host.run_segment` between a read of its inputs from DRAM and a write of
+    its outputs (`graph` is the serialized subgraph, `compiler.graph.serialize`)."""
+
+    node: str  # the segment's name, the source of its instruction
+    index: int  # its position in the program's host_segments
+    nodes: tuple[str, ...]
+    inputs: tuple[HostPort, ...]
+    outputs: tuple[HostPort, ...]
+    graph: dict
+    flops: int  # the estimate that prices the segment (compiler.partition.flops)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.tensor for p in self.inputs))
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.tensor for p in self.outputs))
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(_port_bytes(p) for p in self.inputs)
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(_port_bytes(p) for p in self.outputs)
+
+
+def _port_bytes(port: HostPort) -> int:
+    return int(np.prod(port.shape, dtype=np.int64)) * np.dtype(port.dtype).itemsize
+
+
+Layer = ConvLayer | PoolLayer | AddLayer | LutLayer | HostLayer
+
+
+def pixelwise(layer: AddLayer | LutLayer) -> bool:
+    """Whether an Add or LUT layer runs pixel by pixel over its Views (an operand is strided:
+    a channel slice, or a part of a Concat's buffer) rather than over flat bytes."""
+    return layer.views is not None and not all(v.contiguous for v in layer.views)
 
 
 @dataclass(frozen=True)
@@ -160,6 +317,8 @@ class Binding:
     scale: float
     zero_point: int
     strides: tuple[int, ...]
+    dtype: str = "int8"  # float32 for a float value the host reads or writes (scale 1, zp 0)
+    offset: int = 0  # bytes from the tensor's start (an output that is a view of a buffer)
 
 
 @dataclass(frozen=True, eq=False)

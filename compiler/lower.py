@@ -11,6 +11,15 @@ so the program and the oracle read the same integers.
 its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes its
 weight rows to match a flattened channels-last map) or fails with a CompileError.
 
+**Slices and Concat without copies** (`compiler.layers.View`). Slice (constant starts, ends,
+axes; forward steps, 1 on channels) and Split outputs are views: an offset and strides over
+their producer's buffer, which convolutions, pools, Add/LUT (pixel by pixel) and output
+bindings read in place. Concat's inputs are planned before the walk (`_plan_concats`): one
+computed by a layer and read by the Concat alone is written by its producer straight into its
+part of the Concat's one buffer (copy elimination, as in Glow; nested Concats share the
+outermost's buffer); any other input (a model input, a view, a value read twice) is copied there
+by an identity LUT. A Reshape-like view of a slice is copied to a tensor of its own first.
+
 **Rules.** Conv, Gemm and MatMul with a constant weight run on the array as convolutions
 (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise convolutions
 expand to block-diagonal weight tiles whose all-zero blocks are skipped. MaxPool, AveragePool
@@ -19,19 +28,24 @@ elementwise integer map (Relu, Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mu
 constant operand) is a 256-entry LUT built by running the node's own int8 kernel on all 256
 codes, so it is bit-exact by construction.
 QuantizeLinear at a model input and DequantizeLinear at a model output stay on the host: the
-program's I/O bindings carry their scale and zero point.
+program's I/O bindings carry their scale and zero point. Every other node the accelerator cannot
+run is a CompileError naming it, or with `allow_host` joins a host segment (`compiler.partition`).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, int8_attrs, is_integer_node
+from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.reference import resolve_pads
+from compiler.graph.reference import slice_
 from compiler.layers import (AddLayer, Binding, ConvLayer, Layer, Layout, Lowered, LutLayer,
-                             PoolLayer, Tensor)
+                             PoolLayer, Tensor, View, block_axis, block_shape)
+from compiler.partition import HostSegments, host_only
 
 VIEWS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 # Single-input elementwise maps of int8 codes: each runs as a LUT of its own kernel.
@@ -40,21 +54,30 @@ ELEMENTWISE = ("Relu", "Clip", "Rescale", "Sigmoid", "Tanh", "HardSigmoid", "Har
 _INT8_MIN = -128
 
 
+class Unsupported(CompileError):
+    """A node the accelerator cannot run: with `allow_host` it runs on the host instead."""
+
+
 def _unsupported(node: Node, why: str) -> CompileError:
-    return CompileError(f"node {node.name!r} ({node.op}): {why}; the accelerator cannot run it. "
-                        f"Keep it in fp32 with --keep-fp32 {node.name} (needs host segments), or "
-                        f"change the model")
+    how = "" if node.op in ("QuantizeLinear", "DequantizeLinear") else \
+        f" (in int8, or in fp32 with --keep-fp32 {node.name})"
+    return Unsupported(f"node {node.name!r} ({node.op}): {why}; the accelerator cannot run it. "
+                       f"Compile with --allow-host to run it on the host{how}, or change the "
+                       f"model")
 
 
 class _Lowering:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, allow_host: bool = False):
         self.g = graph
+        self.allow_host = allow_host
         self.layers: list[Layer] = []
         self.tensors: dict[str, Tensor] = {}
         self.layouts: dict[str, Layout] = {}
         self.buffer: dict[str, str] = {}  # int value → the tensor holding its bytes
         self.inputs: list[Binding] = []
         self.outputs: list[Binding] = []
+        self.views: dict[str, View] = {}  # value → its part of its buffer (when not all of it)
+        self.into = _plan_concats(graph)  # Concat inputs their producers write in place
 
     # -- values --
 
@@ -89,43 +112,198 @@ class _Lowering:
         if len(shape) != 4:
             raise _unsupported(node, f"input {name!r} has rank {len(shape)}; expected "
                                      f"N x C x H x W")
-        if not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
+        if name not in self.views and \
+                not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
             raise _unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                      f"channels-last order (a layout copy is not implemented)")
+
+    # -- views: slices of a buffer, and the parts of a Concat's buffer --
+
+    def view_of(self, name: str) -> View | None:
+        """Where value `name` sits in its buffer, or None when its bytes are in an order no
+        View describes (a flattened channels-last map, a rank above 4)."""
+        if name in self.views:
+            return self.views[name]
+        shape = self.shape(name)
+        if not 1 <= len(shape) <= 4 or not self.layouts[self.buffer[name]].same_bytes(
+                Layout.channels_last(shape)):
+            return None
+        return View.dense(block_shape(shape))
+
+    def need_view(self, node: Node, name: str) -> View:
+        self.source(node, name)
+        view = self.view_of(name)
+        if view is None:
+            raise _unsupported(node, f"input {name!r} is a view whose bytes are in no strided "
+                                     f"order (a layout copy is not implemented)")
+        return view
+
+    def alias(self, name: str, buffer: str, view: View) -> None:
+        """Value `name` is `view` of `buffer`; a view that is the whole buffer in the value's
+        own order is the buffer itself."""
+        self.buffer[name] = buffer
+        if view == View.dense(block_shape(self.shape(name))) and \
+                view.size == self.tensors[buffer].size_bytes:
+            self.views.pop(name, None)
+        else:
+            self.views[name] = view
+
+    def place(self, name: str) -> tuple[str, View]:
+        """The buffer and View of a Concat's output, or of an input planned into its Concat's
+        buffer; the outermost Concat's buffer is created on first use."""
+        if name in self.into:
+            concat, axis, start = self.into[name]
+            buffer, view = self.place(concat)
+            shape = self.shape(name)
+            return buffer, view.sub(block_axis(len(shape), axis), start, shape[axis])
+        if name not in self.tensors:
+            self.new_tensor(name, Layout.channels_last(self.shape(name)))
+        return name, View.dense(block_shape(self.shape(name)))
+
+    def output(self, name: str, layout: Layout, in_place: bool = True) -> tuple[str, View | None]:
+        """Where a layer writes value `name`: a new tensor of `layout`, or (copy elimination)
+        its part of the Concat that reads it, when its order is the one Views describe."""
+        if in_place and name in self.into and \
+                layout.same_bytes(Layout.channels_last(self.shape(name))):
+            buffer, view = self.place(name)
+            self.alias(name, buffer, view)
+            return buffer, self.views.get(name)
+        return self.new_tensor(name, layout), None
+
+    def copy(self, node: Node, x: str, buffer: str, view: View) -> None:
+        """An identity LUT layer of `node`: value x (any view) → `view` of `buffer`."""
+        src = self.need_view(node, x)
+        codes = np.arange(-128, 128, dtype=np.int8)
+        self.layers.append(LutLayer(node.name, self.source(node, x), buffer, src.size, codes,
+                                    (src, view)))
+
+    def own_copy(self, node: Node, x: str) -> str:
+        """A tensor of its own holding view x densely (for a consumer that cannot read it in
+        place), made by an identity LUT of `node`."""
+        tensor = f"{node.name}/{x}"
+        self.tensors[tensor] = Tensor(tensor, self.views[x].size)
+        self.layouts[tensor] = Layout.channels_last(self.shape(x))
+        self.copy(node, x, tensor, View.dense(block_shape(self.shape(x))))
+        return tensor
+
+    def lower_Slice(self, node: Node) -> None:
+        x, y = node.inputs[0], node.outputs[0]
+        params = [self.g.values[n].const if n else None for n in node.inputs[1:]]
+        if any(n and p is None for n, p in zip(node.inputs[1:], params)):
+            raise _unsupported(node, "its starts, ends, axes and steps must be constants")
+        while params and params[-1] is None:
+            params.pop()
+        view, shape = self.need_view(node, x), self.shape(x)
+        for axis in range(len(shape)):
+            # The reference's own index arithmetic, run on this axis's coordinates.
+            grid = np.broadcast_to(np.arange(shape[axis]).reshape(
+                [-1 if a == axis else 1 for a in range(len(shape))]), shape)
+            picked = slice_(grid, *params)
+            if picked.size == 0:
+                raise _unsupported(node, f"it selects nothing from {x!r}")
+            coords = picked[tuple(slice(None) if a == axis else 0 for a in range(len(shape)))]
+            start, count = int(coords[0]), len(coords)
+            step = int(coords[1] - coords[0]) if count > 1 else 1
+            if step < 1 or not np.array_equal(coords, start + step * np.arange(count)):
+                raise _unsupported(node, f"its step {step} on axis {axis} is not forward")
+            if (start, count, step) == (0, shape[axis], 1):
+                continue
+            try:
+                view = view.sub(block_axis(len(shape), axis), start, count, step)
+            except ValueError:
+                raise _unsupported(node, f"a channel step of {step} (channels are contiguous "
+                                         f"in memory; a view cannot skip them)") from None
+        self.alias(y, self.source(node, x), view)
+
+    def lower_Split(self, node: Node) -> None:
+        x = node.inputs[0]
+        view, shape = self.need_view(node, x), self.shape(x)
+        axis = int(int8_attrs(node)["axis"]) % len(shape)
+        start = 0
+        for y in node.outputs:
+            count = self.shape(y)[axis]
+            self.alias(y, self.source(node, x),
+                       view.sub(block_axis(len(shape), axis), start, count))
+            start += count
+
+    def lower_Concat(self, node: Node) -> None:
+        """Inputs planned in place were written into their parts by their producers; the
+        others (model inputs, views, values read twice or by other nodes) are copied."""
+        y = node.outputs[0]
+        shape = self.shape(y)
+        if not 1 <= len(shape) <= 4:
+            raise _unsupported(node, f"its output has rank {len(shape)} (ranks 1 to 4 lower)")
+        axis = int(node.attrs["axis"]) % len(shape)
+        buffer, view = self.place(y)
+        self.alias(y, buffer, view)
+        start = 0
+        for x in node.inputs:
+            count = self.shape(x)[axis]
+            part = view.sub(block_axis(len(shape), axis), start, count)
+            start += count
+            if self.buffer.get(x) == buffer and self.view_of(x) == part:
+                continue
+            self.copy(node, x, buffer, part)
 
     # -- the walk --
 
     def run(self) -> Lowered:
+        host = HostSegments(self)
         for node in self.g.nodes:
             handler = getattr(self, f"lower_{node.op}", None)
             if node.op in ELEMENTWISE:
                 handler = self.lower_elementwise
             elif node.op in VIEWS:
                 handler = self.lower_view
-            if not self._is_integer(node):
-                raise CompileError(f"node {node.name!r} ({node.op}) runs in fp32: host segments "
-                                   f"are not implemented, so every node between the model's "
-                                   f"QuantizeLinear and DequantizeLinear must be int8")
+            why = host_only(self.g, node, host.users)
+            if why is not None and not self.allow_host:
+                instead = "" if node.op in ("QuantizeLinear", "DequantizeLinear") else \
+                    f", or without --keep-fp32 {node.name}"
+                raise CompileError(f"node {node.name!r} ({node.op}) cannot run on the "
+                                   f"accelerator: {why}; compile with --allow-host to run it "
+                                   f"on the host{instead}")
+            if why is not None or (handler is None and self.allow_host) or (
+                    node.op in VIEWS and host.produces(node.inputs[0])):
+                host.add(node)  # a view of a value the open segment computes stays with it
+                continue
             if handler is None:
                 raise _unsupported(node, "no lowering for this operator")
-            handler(node)
+            if not self.allow_host:
+                handler(node)
+                continue
+            # The open segment ends before this node, unless the node cannot lower either:
+            # then every table is rolled back to before the segment closed.
+            saved = self._state(host)
+            host.close()
+            try:
+                handler(node)
+            except Unsupported:
+                self._restore(host, saved)
+                host.add(node)
+        host.close()
         bound = {b.name for b in self.outputs}
         missing = [name for name in self.g.outputs if name not in bound]
         if missing:
-            raise CompileError(f"graph output(s) {missing} are not DequantizeLinear of an int8 "
-                               f"tensor: the program can only return quantized outputs")
+            raise CompileError(f"graph output(s) {missing} are neither DequantizeLinear of an "
+                               f"int8 tensor nor computed on the host (--allow-host): the "
+                               f"program cannot return them")
         views = {v: b for v, b in self.buffer.items() if v != b}
         return Lowered(self.g.name, tuple(self.layers), self.tensors, tuple(self.inputs),
                        tuple(self.outputs), views)
 
-    def _is_integer(self, node: Node) -> bool:
-        return is_integer_node(self.g, node)
+    def _state(self, host: HostSegments):
+        """A snapshot of every table of the walk (shallow copies: their entries are frozen)."""
+        tables = {k: copy.copy(v) for k, v in vars(self).items()
+                  if isinstance(v, (dict, list, set))}
+        return tables, host.state()
+
+    def _restore(self, host: HostSegments, state) -> None:
+        tables, open_segment = state
+        vars(self).update(tables)
+        host.restore(open_segment)
 
     def lower_QuantizeLinear(self, node: Node) -> None:
         x, y = node.inputs[0], node.outputs[0]
-        if x not in self.g.inputs:
-            raise CompileError(f"node {node.name!r} (QuantizeLinear) quantizes {x!r}, which is "
-                               f"not a model input: host segments are not implemented")
         params = self.quant(y)
         shape = self.shape(y)
         layout = Layout.channels_last(shape)
@@ -135,26 +313,29 @@ class _Lowering:
 
     def lower_DequantizeLinear(self, node: Node) -> None:
         x, y = node.inputs[0], node.outputs[0]
-        if y not in self.g.outputs:
-            readers = [n.name for n in self.g.users().get(y, [])]
-            raise CompileError(f"fp32 node(s) {readers} (kept with --keep-fp32, or not "
-                               f"quantizable) read {x!r} through {node.name!r}: host segments "
-                               f"are not implemented, so the program cannot run them; compile "
-                               f"without --keep-fp32 for these nodes")
         params = self.quant(x)
         tensor = self.source(node, x)
         shape = self.shape(x)
-        strides = self.layouts[tensor].strides(shape)
-        if strides is None:
-            raise CompileError(f"output {y!r} is a view of {tensor!r} whose byte order no "
-                               f"strided binding describes (a layout copy is not implemented)")
+        strides, offset = self.layouts[tensor].strides(shape), 0
+        if x in self.views:  # a part of a buffer: its View's strides, in logical axis order
+            view = self.views[x]
+            block = (*view.strides, 1)
+            strides = tuple(block[block_axis(len(shape), i)] for i in range(len(shape)))
+            offset = view.offset
+        if strides is None:  # with allow_host, the host dequantizes it (and reorders it)
+            raise _unsupported(node, f"output {y!r} is a view of {tensor!r} whose byte order "
+                                     f"no strided binding describes (a layout copy is not "
+                                     f"implemented)")
         self.outputs.append(Binding(y, tensor, shape, float(params.scale[0]),
-                                    int(params.zero_point[0]), strides))
+                                    int(params.zero_point[0]), strides, offset=offset))
 
     def lower_view(self, node: Node) -> None:
         # Same bytes, another logical shape: the layout (dims, perm) describes the flat logical
-        # order, which a view keeps, so it carries over unchanged.
-        self.buffer[node.outputs[0]] = self.source(node, node.inputs[0])
+        # order, which a view keeps, so it carries over unchanged. A part of a buffer (a slice)
+        # is first copied to a tensor of its own.
+        x = node.inputs[0]
+        self.buffer[node.outputs[0]] = self.own_copy(node, x) if x in self.views else \
+            self.source(node, x)
 
     def lower_Conv(self, node: Node) -> None:
         a = int8_attrs(node)
@@ -171,12 +352,12 @@ class _Lowering:
         group = int(a["group"])
         dense = _expand_groups(np.asarray(w, np.int8), group, cin)
         bias = self._bias(node, 2, cout)
-        y_tensor = self.new_tensor(y, Layout.channels_last((n, cout, oh, ow)))
+        y_tensor, y_view = self.output(y, Layout.channels_last((n, cout, oh, ow)))
         self.layers.append(ConvLayer(
             node.name, self.source(node, x), y_tensor,
             n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
             (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
-            *self._requant(node, cout), group=group))
+            *self._requant(node, cout), group=group, x_view=self.views.get(x), y_view=y_view))
 
     def lower_Gemm(self, node: Node) -> None:
         a = int8_attrs(node)
@@ -204,6 +385,8 @@ class _Lowering:
         m = int(np.prod(shape[:-1], dtype=np.int64))
         n_out = weights.shape[0]
         tensor = self.source(node, x)
+        if x in self.views:
+            return self._matmul_view(node, weights, bias_index)
         order = self.layouts[tensor].order().reshape(m, k)
         rows = order // k
         if not np.array_equal(rows, np.broadcast_to(np.arange(m)[:, None], (m, k))) or \
@@ -215,11 +398,35 @@ class _Lowering:
         perm = order[0] % k
         dense = weights[:, perm].reshape(n_out, k, 1, 1)
         bias = self._bias(node, bias_index, n_out)
-        out_shape = self.shape(y)
+        self._gemm_layer(node, tensor, None, m, k, dense, bias_index)
+
+    def _matmul_view(self, node: Node, weights: np.ndarray, bias_index: int) -> None:
+        """The rows of A are a slice or a Concat part: M pixels at the view's pixel stride."""
+        x = node.inputs[0]
+        view, k = self.views[x], self.shape(x)[-1]
+        n, h, w, _ = view.shape
+        m = n * h * w
+        dense = weights.reshape(weights.shape[0], k, 1, 1)
+        if (w > 1 and h > 1 and view.row != w * view.pixel) or \
+                (n > 1 and h * w > 1 and view.strides[0] != h * view.row):
+            # Rows not evenly spaced (a crop of a rank-3 value): copy them together first.
+            return self._gemm_layer(node, self.own_copy(node, x), None, m, k, dense, bias_index)
+        pixel = view.pixel if w > 1 else view.row if h > 1 else view.strides[0]
+        rows = View((1, 1, m, k), view.offset, (m * pixel, m * pixel, pixel))
+        self._gemm_layer(node, self.source(node, x), rows, m, k, dense, bias_index)
+
+    def _gemm_layer(self, node: Node, tensor: str, x_view: View | None, m: int, k: int,
+                    dense: np.ndarray, bias_index: int) -> None:
+        y = node.outputs[0]
+        n_out = dense.shape[0]
+        bias = self._bias(node, bias_index, n_out)
+        # A matrix product writes M rows of N: a part of a Concat only as a rank-2 value.
+        y_tensor, y_view = self.output(y, Layout.row_major(self.shape(y)),
+                                       len(self.shape(y)) <= 2)
         self.layers.append(ConvLayer(
-            node.name, tensor, self.new_tensor(y, Layout.row_major(out_shape)), 1, (1, m),
-            (1, m), k, n_out, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 0, dense, bias,
-            *self._requant(node, n_out)))
+            node.name, tensor, y_tensor, 1, (1, m), (1, m), k, n_out, (1, 1), (1, 1), (1, 1),
+            (0, 0, 0, 0), 0, dense, bias, *self._requant(node, n_out), x_view=x_view,
+            y_view=y_view))
 
     def _bias(self, node: Node, index: int, channels: int) -> np.ndarray | None:
         if len(node.inputs) <= index or not node.inputs[index]:
@@ -251,11 +458,11 @@ class _Lowering:
         self.need_channels_last(node, x)
         n, c, h, w = self.shape(x)
         _, _, oh, ow = self.shape(y)
-        y_tensor = self.new_tensor(y, Layout.channels_last((n, c, oh, ow)))
+        y_tensor, y_view = self.output(y, Layout.channels_last((n, c, oh, ow)))
         self.layers.append(PoolLayer(
             node.name, self.source(node, x), y_tensor,
             n, (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
-            average, **params))
+            average, **params, x_view=self.views.get(x), y_view=y_view))
 
     def _window(self, node: Node, a: dict, ceil_mode: int):
         x = node.inputs[0]
@@ -317,16 +524,24 @@ class _Lowering:
         if self.shape(x) != self.shape(y) or self.shape(z) != self.shape(y):
             raise _unsupported(node, f"broadcasting {self.shape(x)} with {self.shape(z)}")
         ta, tb = self.source(node, x), self.source(node, z)
-        if not self.layouts[ta].same_bytes(self.layouts[tb]):
+        parts = x in self.views or z in self.views
+        if not parts and not self.layouts[ta].same_bytes(self.layouts[tb]):
             raise _unsupported(node, "its inputs are stored in different orders")
+        ty, y_view = self.output(y, Layout.channels_last(self.shape(y)) if parts
+                                 else self.layouts[ta])
+        views = None
+        if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
+            views = (self.need_view(node, x), self.need_view(node, z),
+                     y_view or View.dense(block_shape(self.shape(y))))
         mult = list(a["multiplier"])
         if negate_b:  # sub_int8: an ADD whose b rescale is negated
             mult[1] = -mult[1]
         qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
         self.layers.append(AddLayer(
-            node.name, ta, tb, self.new_tensor(y, self.layouts[ta]), self.tensors[ta].size_bytes,
-            int(a["a_zero_point"]), int(a["b_zero_point"]), tuple(int(m) for m in mult),
-            tuple(int(s) for s in a["shift"]), int(a["out_zero_point"]), qclamp))
+            node.name, ta, tb, ty, self.tensors[ty].size_bytes if views is None else
+            views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
+            tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
+            int(a["out_zero_point"]), qclamp, views))
 
     def lower_elementwise(self, node: Node) -> None:
         """A LUT of the node's own int8 kernel run on all 256 codes of its one activation
@@ -348,8 +563,15 @@ class _Lowering:
         if table.dtype != np.int8 or table.size != 256:
             raise _unsupported(node, "its int8 kernel is not an elementwise int8 map")
         tensor = self.source(node, x)
-        self.layers.append(LutLayer(node.name, tensor, self.new_tensor(y, self.layouts[tensor]),
-                                    self.tensors[tensor].size_bytes, table.reshape(256)))
+        part = x in self.views
+        ty, y_view = self.output(y, Layout.channels_last(self.shape(y)) if part
+                                 else self.layouts[tensor])
+        views = None
+        if part or y_view is not None:  # a part of a buffer in or out: run over Views
+            views = (self.need_view(node, x), y_view or View.dense(block_shape(self.shape(y))))
+        self.layers.append(LutLayer(node.name, tensor, ty, self.tensors[tensor].size_bytes
+                                    if views is None else views[0].size, table.reshape(256),
+                                    views))
 
     def _scalar_operand(self, node: Node) -> bool:
         """Whether one operand is a one-element constant: then the op is a map of the other."""
@@ -374,7 +596,42 @@ def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
     return dense
 
 
-def lower(graph: Graph) -> Lowered:
-    """The accelerator layers of a quantized graph; CompileError names any node that cannot run."""
-    return _Lowering(graph).run()
+def lower(graph: Graph, allow_host: bool = False) -> Lowered:
+    """The accelerator layers of a quantized graph; CompileError names any node that cannot run
+    on the accelerator, unless `allow_host` gives such nodes to host segments
+    (`compiler.partition`)."""
+    return _Lowering(graph, allow_host).run()
 
+
+
+# Nodes whose output is not a fresh tensor a layer writes: views of their input, and the model's
+# inputs (written by the host, at their bindings).
+_NOT_IN_PLACE = VIEWS + ("Slice", "Split", "QuantizeLinear", "DequantizeLinear")
+
+
+def _plan_concats(graph: Graph) -> dict[str, tuple[str, int, int]]:
+    """Concat inputs whose producers write straight into the Concat's buffer (copy elimination,
+    as in Glow): value → (Concat output, axis, first index along it). Only a value the Concat
+    alone reads, once, that no output binds and that a layer computes qualifies."""
+    users, producers = graph.users(), graph.producers()
+    into = {}
+    for node in graph.nodes:
+        if node.op != "Concat":
+            continue
+        y = node.outputs[0]
+        rank = len(graph.type_of(y).shape)
+        # Only a Concat that will lower: int8, of activations (else the host may run it, and
+        # its producers must write tensors of their own).
+        if not 1 <= rank <= 4 or graph.type_of(y).quant is None or \
+                any(graph.values[x].is_const for x in node.inputs):
+            continue
+        axis = int(node.attrs["axis"]) % rank
+        start = 0
+        for x in node.inputs:
+            producer = producers.get(x)
+            if (producer is not None and producer.op not in _NOT_IN_PLACE
+                    and len(producer.outputs) == 1 and len(users.get(x, ())) == 1
+                    and x not in graph.outputs):
+                into[x] = (y, axis, start)
+            start += graph.type_of(x).shape[axis]
+    return into

@@ -5,8 +5,11 @@ the machine (`simulator.program`); activations live above it. Each activation te
 from the layer that writes it (the host, for a model input) to the last layer that reads it (the
 end, for a model output); a view is the same buffer, so its readers extend its source's life.
 Buffers are placed first-fit in address order among the ones still live, so a tensor reuses the
-bytes of tensors that died before it was written. The plan reports its peak beside the lower
-bound no placement can beat: the largest total size of tensors live at one time.
+bytes of tensors that died before it was written, or largest first (`greedy_by_size`) when that
+packs tighter (it reaches the bound on ResNet-18 and MobileNetV2, where first-fit is 13-15%
+above). The plan reports its peak beside the lower bound no placement can beat: the largest
+total size of tensors live at one time. The layers' order (`compiler.layer_order`) fixes the
+lives, and so the bound itself.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.errors import CompileError
-from compiler.layers import AddLayer, Lowered
+from compiler.layers import AddLayer, HostLayer, Lowered
 
 ALIGN_BYTES = 64  # buffers start on a burst-sized boundary, so no burst straddles two tensors
 
@@ -58,7 +61,15 @@ class DramPlan:
 def reads(layer) -> tuple[str, ...]:
     if isinstance(layer, AddLayer):
         return (layer.a, layer.b)
+    if isinstance(layer, HostLayer):
+        return layer.reads
     return (layer.x,)
+
+
+def writes(layer) -> tuple[str, ...]:
+    if isinstance(layer, HostLayer):
+        return layer.writes
+    return (layer.y,)
 
 
 def live_ranges(lowered: Lowered) -> dict[str, tuple[int, int]]:
@@ -67,13 +78,33 @@ def live_ranges(lowered: Lowered) -> dict[str, tuple[int, int]]:
     first = {b.tensor: -1 for b in lowered.inputs}
     last = {b.tensor: -1 for b in lowered.inputs}
     for i, layer in enumerate(lowered.layers):
-        first.setdefault(layer.y, i)
-        last[layer.y] = max(last.get(layer.y, i), i)
+        for name in writes(layer):
+            first.setdefault(name, i)
+            last[name] = max(last.get(name, i), i)
         for name in reads(layer):
             last[name] = max(last.get(name, i), i)
     for b in lowered.outputs:
         last[b.tensor] = end
     return {name: (first[name], last[name]) for name in first}
+
+
+def greedy_by_size(ranges: dict[str, tuple[int, int]],
+                   sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+    """TFLite's arena planner ("greedy by size"): the largest tensors first, each at the lowest
+    offset clear of the placed tensors whose lives overlap its own. Offsets and the peak."""
+    placed: list[tuple[int, int, int, int]] = []  # offset, end offset, first, last
+    offsets: dict[str, int] = {}
+    for name in sorted(ranges, key=lambda n: (-sizes[n], ranges[n][0], n)):
+        first, last = ranges[name]
+        size = align(max(sizes[name], 1))
+        offset = 0
+        for lo, hi in sorted((o, e) for o, e, f, l in placed if f <= last and first <= l):
+            if lo - offset >= size:
+                break
+            offset = max(offset, hi)
+        offsets[name] = offset
+        placed.append((offset, offset + size, first, last))
+    return offsets, max((end for _, end, _, _ in placed), default=0)
 
 
 def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str,
@@ -99,6 +130,9 @@ def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str,
         offsets[name] = offset
         live.append((offset, offset + size, name))
         peak = max(peak, offset + size)
+    by_size, by_size_peak = greedy_by_size(ranges, sizes)
+    if by_size_peak < peak:
+        offsets, peak = by_size, by_size_peak
     steps = range(-1, len(lowered.layers) + 1)
     lower_bound = max((sum(sizes[n] for n, (a, b) in ranges.items() if a <= t <= b)
                        for t in steps), default=0)

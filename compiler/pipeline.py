@@ -12,12 +12,16 @@ from compiler.backend import (BackendOptions, Compiled, bindings, generate, pack
                               summarize)
 from compiler.emit import relocate
 from compiler.graph.ir import Graph, verify
+from compiler.host import HostTiles, host_segments
+from compiler.layers import HostLayer
+from compiler.layer_order import order_for_memory
 from compiler.lower import lower
 from compiler.memory import plan_dram
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
+from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from compiler.schedule import schedule
 from compiler.tiling import alternate, tile
@@ -48,12 +52,20 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
                  metadata: dict | None = None) -> Compiled:
     """The backend plan: a quantized graph (`quantizer.quantize`) → a Program for `arch`."""
     # Lower first: views vanish and every integer node becomes one array or vector layer over
-    # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it.
-    lowered = lower(qgraph)
+    # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it, or
+    # with allow_host runs on the host (each run of such nodes one HostLayer, `partition`).
+    # uint8 activations run as int8 codes offset by -128 (the machine's memories hold int8);
+    # the program's bindings stay uint8, and the machine flips the top bit at its I/O.
+    lowered = lower(offset_uint8(qgraph), options.allow_host)
+    # Order the layers to keep little activation memory live (Glow's memory-size scheduler):
+    # before tiling and codegen, which follow the layers' order.
+    lowered = order_for_memory(lowered)
     # Tile each layer from the target's sizes, so every layer fits the local memories; a first
-    # convolution with few input channels may pack kernel taps into K.
+    # convolution with few input channels may pack kernel taps into K. Host segments use no
+    # local memory.
     sole_readers = packable(lowered)
-    tiles = [tile(layer, arch, layer.node in sole_readers) for layer in lowered.layers]
+    tiles = [HostTiles() if isinstance(layer, HostLayer) else
+             tile(layer, arch, layer.node in sole_readers) for layer in lowered.layers]
     # Alternate layers between the bottom and the top of the local memories, so that the next
     # layer's weights load while this one still computes.
     tiles = alternate(tiles, arch)
@@ -66,10 +78,12 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
     scheduled = schedule(steps, arch, options.double_buffer)
-    inputs, outputs = bindings(lowered, plan, padded)
+    inputs, outputs = (tuple(unsigned_io(b, qgraph) for b in side)
+                       for side in bindings(lowered, plan, padded))
     meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
             **(metadata or {})}
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
-                      inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta)
+                      inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,
+                      host_segments=host_segments(lowered, plan))
     io_bytes = sum(b.size_bytes for b in inputs + outputs)
     return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes, tiles))

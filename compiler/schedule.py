@@ -1,9 +1,9 @@
 """Scheduling: program order and dependency tokens, derived from the hazards on buffers.
 
 Codegen hands over each layer as a list of `Step`s (the loads of one tile, then the work on it).
-With double buffering, the loads of step t + 1 are placed before the work of step t, so the load
-queue fetches the next tile while the array computes this one (the buffers alternate, so they
-do not collide); without it, steps run one after another in one buffer. A layer's first loads
+With double buffering, the loads of the next step that loads are placed before the work of step
+t, so the load queue fetches the next tile while the array computes this one (the buffers
+alternate, so they do not collide); without it, steps run one after another in one buffer. A layer's first loads
 read what the previous layer stored, so layers never interleave.
 
 Tokens are then derived, not written by hand. Walking the program in order, every instruction's
@@ -34,6 +34,7 @@ from simulator import isa
 from simulator.arch import Arch
 
 NQ = len(isa.QUEUES)
+_DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
 _MEMORIES = ("scratchpad", "accumulator")
 
 
@@ -50,8 +51,19 @@ class Op:
 
     @cached_property
     def insn(self) -> isa.Insn:
-        """The instruction without dependency flags, built (and checked) once."""
-        return self.row(**self.args)
+        """The instruction without dependency flags, built (and checked) once: tiled layers
+        repeat the same instructions (a PRELOAD per tap, per tile), which share one Insn."""
+        key = (self.row, *self.args.items())
+        insn = _INSNS.get(key)
+        if insn is None:
+            if len(_INSNS) >= _INSN_CACHE_SIZE:
+                _INSNS.clear()
+            insn = _INSNS[key] = self.row(**self.args)
+        return insn
+
+
+_INSNS: dict[tuple, isa.Insn] = {}  # Insns are immutable, so equal ones may be shared
+_INSN_CACHE_SIZE = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -69,21 +81,52 @@ class Scheduled:
     syncs: int  # relay instructions the scheduler added
 
 
-def order(layers: list[list[Step]], double_buffer: bool) -> list[Op]:
-    """Program order: with double buffering, each step's loads one step ahead of its work."""
+def order(layers: list[list[Step]], double_buffer: bool, arch: Arch | None = None) -> list[Op]:
+    """Program order: with double buffering, the loads of the next step that loads anything
+    come before the work of this step. Steps without loads (the K slices of a resident
+    block's tile, the output-channel blocks of a pixel tile) do not shorten the lookahead: a
+    block's weights stream in while the whole previous block computes. Given `arch`, the
+    next layer's first loads of constants (parameters, weights: no activation DRAM) come
+    before this layer's last work when they touch none of its local rows, so they overlap it
+    too (the program still means the same)."""
     ops: list[Op] = []
-    for steps in layers:
+    hoisted: set[int] = set()  # ids of the loads placed with the previous layer
+    for i, steps in enumerate(layers):
         if not double_buffer:
             for step in steps:
                 ops += step.loads + step.body
             continue
-        if steps:
-            ops += steps[0].loads
+        loading = [t for t, step in enumerate(steps) if step.loads]
+        k = 0  # loading[k]: the first step whose loads are not placed yet
         for t, step in enumerate(steps):
-            if t + 1 < len(steps):
-                ops += steps[t + 1].loads
+            # place the loads of every step up to the first one after t that loads
+            while k < len(loading) and (loading[k] <= t or k == 0 or loading[k - 1] <= t):
+                ops += [op for op in steps[loading[k]].loads if id(op) not in hoisted]
+                k += 1
+            if t == len(steps) - 1 and arch is not None:
+                ops += _first_constant_loads(layers[i + 1:], step.body, arch, hoisted)
             ops += step.body
     return ops
+
+
+def _first_constant_loads(layers: list[list[Step]], body: tuple[Op, ...], arch: Arch,
+                          hoisted: set[int]) -> list[Op]:
+    """The leading loads of the next layer's first loading step that touch no activation DRAM
+    and none of the local rows `body` touches: moved before `body`, they change nothing but
+    the timing. Their ids go to `hoisted` (the previous ones are forgotten)."""
+    hoisted.clear()
+    step = next((s for s in (layers[0] if layers else []) if s.loads), None)
+    if step is None:
+        return []
+    busy = [a for op in body for a in op.row.access(arch, op.insn)]
+    moved = []
+    for op in step.loads:
+        if op.dram or any(a.mem == b.mem and a.start < b.stop and b.start < a.stop
+                          for a in op.row.access(arch, op.insn) for b in busy):
+            break
+        moved.append(op)
+    hoisted.update(map(id, moved))
+    return moved
 
 
 @dataclass
@@ -100,35 +143,27 @@ class _Entry:
 class _Tokens:
     """Builds the program, adding push/pop flags and relay SYNCs as hazards require."""
 
-    def __init__(self, arch: Arch):
+    def __init__(self, arch: Arch, dram_span: tuple[int, int] = (0, 0)):
         self.arch = arch
         self.entries: list[_Entry] = []
         self.latest = [-1] * NQ  # program index of each queue's latest instruction
         # Per local memory row: last writer per queue, then last reader per queue.
         self.local = [np.full((arch.scratchpad.rows, 2 * NQ), -1, np.int64),
                       np.full((arch.accumulator.rows, 2 * NQ), -1, np.int64)]
-        self.dram: dict[tuple[int, int], np.ndarray] = {}  # byte interval → (2 * NQ) table
-        self._overlaps: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        # Per DRAM block of _DRAM_BLOCK_BYTES bytes from dram_base: last writer per queue, then
+        # last reader per queue (a block is conservative: accesses sharing one are ordered).
+        self.dram_base = dram_span[0]
+        blocks = -(-(dram_span[1] - dram_span[0]) // _DRAM_BLOCK_BYTES)
+        self.dram = np.full((max(blocks, 1), 2 * NQ), -1, np.int64)
         self.syncs = 0
         self.pops: dict[tuple[int, int], list[int]] = {}  # (from, to) queue → popper indices
+        self._accesses: dict[int, tuple] = {}  # id(Insn) → its local accesses
 
     def queue_clock(self, q: int) -> list[int]:
         j = self.latest[q]
         return list(self.entries[j].clock) if j >= 0 else [-1] * NQ
 
     # -- hazards --
-
-    def _dram_tables(self, interval: tuple[int, int]) -> list[np.ndarray]:
-        """The tables of every recorded DRAM interval overlapping `interval` (reused buffers
-        overlap), creating its own on first sight."""
-        if interval not in self.dram:
-            self.dram[interval] = np.full(2 * NQ, -1, np.int64)
-            lo, hi = interval
-            self._overlaps[interval] = [k for k in self.dram if k[0] < hi and lo < k[1]]
-            for k in self._overlaps[interval]:
-                if k != interval:
-                    self._overlaps[k].append(interval)
-        return [self.dram[k] for k in self._overlaps[interval]]
 
     def needs(self, op: Op, q: int, accesses) -> dict[int, int]:
         """Other queue → the latest of its instructions this op must wait for."""
@@ -138,24 +173,37 @@ class _Tokens:
             stop = min(stop, table.shape[0])
             if start >= stop:
                 continue
-            last = table[start:stop].max(axis=0)
-            for p in range(NQ):
-                need[p] = max(need[p], int(last[p]))
-                if write:
-                    need[p] = max(need[p], int(last[NQ + p]))
-        for start, stop, write in op.dram:
-            for table in self._dram_tables((start, stop)):
-                for p in range(NQ):
-                    need[p] = max(need[p], int(table[p]))
-                    if write:
-                        need[p] = max(need[p], int(table[NQ + p]))
+            last = table[start:stop].max(axis=0).tolist()
+            need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
+        for start, stop, write, *pattern in op.dram:
+            if stop <= start:
+                continue
+            last = self.dram[self._blocks(start, stop, pattern)].max(axis=0).tolist()
+            need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
         return {p: j for p, j in enumerate(need) if p != q and j >= 0}
 
     def record(self, op: Op, q: int, index: int, accesses) -> None:
         for mem, start, stop, write in accesses:
             self.local[mem][start:stop, q if write else NQ + q] = index
-        for start, stop, write in op.dram:
-            self.dram[(start, stop)][q if write else NQ + q] = index
+        for start, stop, write, *pattern in op.dram:
+            if stop > start:
+                self.dram[self._blocks(start, stop, pattern), q if write else NQ + q] = index
+
+    def _blocks(self, start: int, stop: int, pattern=()):
+        """The DRAM blocks holding bytes [start, stop), or only those of the strided elements
+        of `pattern` (y_size, x_size, elem_bytes, x_stride, y_stride) from `start`."""
+        g, base = _DRAM_BLOCK_BYTES, self.dram_base
+        whole = slice((start - base) // g, (stop - 1 - base) // g + 1)
+        if not pattern:
+            return whole
+        (y, x, eb, xs, ys), = pattern
+        if (xs == eb or x == 1) and (ys == x * eb or y == 1) or max(xs, ys) <= g:
+            return whole  # contiguous, or gaps too small for a block
+        first = (start - base + np.add.outer(np.arange(y) * ys, np.arange(x) * xs)).ravel()
+        lo, hi = first // g, (first + eb - 1) // g
+        width = int((hi - lo).max()) + 1
+        blocks = (lo[:, None] + np.arange(width)).ravel()
+        return np.unique(blocks[blocks <= (stop - 1 - base) // g])
 
     # -- tokens --
 
@@ -225,7 +273,10 @@ class _Tokens:
         q = isa.QUEUES.index(op.row.queue)
         entry = _Entry(op.row, op.args, op.source, q, insn=op.insn)
         clock = self.queue_clock(q)
-        accesses = op.row.access(self.arch, op.insn)
+        insn = op.insn
+        accesses = self._accesses.get(id(insn))
+        if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
+            accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
         need = self.needs(op, q, accesses)
         # Farthest first on each side, so a relay SYNC also covers the nearer queues.
         for p in sorted(need, key=lambda p: -abs(p - q)):
@@ -234,14 +285,31 @@ class _Tokens:
         self.record(op, q, index, accesses)
 
 
+def _flagged(insn: isa.Insn, flags: set) -> isa.Insn:
+    """A checked instruction with dependency flags added (the scheduler adds only flags toward
+    a neighbouring queue, which `isa` accepts): no need to check every field again."""
+    deps = insn.deps
+    for flag in flags:
+        deps |= _FLAG_BITS[flag]
+    return isa.Insn(insn.op, insn.args, deps)
+
+
+_FLAG_BITS = {"pop_prev": isa.POP_PREV, "pop_next": isa.POP_NEXT, "push_prev": isa.PUSH_PREV,
+              "push_next": isa.PUSH_NEXT}
+
+
 def schedule(layers: list[list[Step]], arch: Arch, double_buffer: bool = True) -> Scheduled:
     """The instruction stream with its tokens, ending in END."""
-    tokens = _Tokens(arch)
-    for op in order(layers, double_buffer):
+    ops = order(layers, double_buffer, arch)
+    spans = [(access[0], access[1]) for op in ops for access in op.dram]
+    tokens = _Tokens(arch, (min(s for s, _ in spans), max(s for _, s in spans)) if spans
+                     else (0, 0))
+    for op in ops:
         if op.row.queue not in isa.QUEUES:
             raise CompileError(f"internal: {op.row.mnemonic} has no fixed queue")
         tokens.add(op)
     insns = [e.insn if e.insn is not None and not e.flags
-             else e.row(**e.args, **{flag: True for flag in e.flags}) for e in tokens.entries]
+             else e.row(**e.args, **{flag: True for flag in e.flags}) if e.insn is None
+             else _flagged(e.insn, e.flags) for e in tokens.entries]
     source = [e.source for e in tokens.entries]
     return Scheduled(tuple(insns) + (isa.END(),), tuple(source) + ("",), tokens.syncs)

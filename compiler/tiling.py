@@ -7,10 +7,11 @@ weight tile), output pixels in rectangles of rows x columns chosen as large as t
 (whole rows first, then narrower), and the batch image by image. Sizes that are not multiples of
 the array leave a smaller last block, which the instructions' k and n fields describe.
 
-A convolution has up to three plans: all weights loaded once with pixel tiles outermost (the
-input is read once), one output-channel block's weights loaded at a time, or one K slice's at a
-time; among those that fit, `_conv_cost` (DMA bytes and latencies against array time with its
-per-COMPUTE skew) picks one.
+A convolution has up to four plans: pixel tiles outermost (the input is read once) with all
+weights loaded once, or with each output-channel block's weights streamed per tile (an image of
+few pixels and many channels); output-channel blocks outermost with one block's weights loaded
+at a time, or one K slice's at a time; among those that fit, `_conv_cost` (DMA bytes and
+latencies against the array's COMPUTE time) picks one.
 
 Every streamed region has two buffers (ping and pong) so that the DMA of the next tile can overlap the
 work on this one; with double buffering off, codegen uses only the first, and the tiles stay the
@@ -25,11 +26,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler.errors import CompileError
-from compiler.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer
+from compiler.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer, pixelwise
+from simulator import isa
 from simulator.arch import Arch
 
 BUFFERS = 2  # ping-pong
 PARAM_ROWS = 2  # a parameter block: multipliers, then shifts (simulator.isa)
+CONV_PARAM_ROWS = 3  # a convolution's also holds its bias, which REQUANT adds (bias=1)
 LUT_ENTRIES = 256
 _MAX_FIELD = (1 << 16) - 1  # y_size, x_size, m_outer, m_inner, rows: 16-bit fields
 _ELEMENTWISE_TILE_ROWS = 4096  # enough rows per tile to amortise DMA latency, few enough to overlap
@@ -57,9 +60,10 @@ class ConvTiles:
     tile_hw: tuple[int, int]  # output rows x columns per tile
     in_block: int  # input channels per weight tile (K), <= array rows
     out_block: int  # output channels per tile (N), <= lanes
-    resident_weights: bool  # a block of output channels keeps all its weights loaded
-    whole_layer: bool  # all weights and parameters stay loaded; pixel tiles outermost, so the
-    #                    input is read once (not once per output-channel block)
+    resident_weights: bool  # a block of output channels keeps all its weights loaded (with
+    #                         whole_layer: every block's, for the whole layer)
+    whole_layer: bool  # pixel tiles outermost, so the input is read once (not once per
+    #                    output-channel block); all parameters stay loaded
     blocked_input: bool  # 1x1, stride 1, unpadded, whole rows: one LOAD of all channel blocks
     packed_taps: int  # kernel columns packed into K (1: none); reads a zero-point-padded input
     weights: Region
@@ -169,17 +173,17 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
     whole_rows = taps * sum(sum(min(in_block, layer.in_channels - ib * in_block) for ib in a)
                             for a in active)
     plans = []
-    for whole, resident in ((True, True), (False, True), (False, False)):
+    for whole, resident in ((True, True), (True, False), (False, True), (False, False)):
         if whole:
-            weight_rows = whole_rows
-            if weight_rows > sp_rows // 2 or PARAM_ROWS * len(active) > acc_rows // 4:
+            weight_rows = whole_rows if resident else BUFFERS * max(resident_rows, 1)
+            if weight_rows > sp_rows // 2 or CONV_PARAM_ROWS * len(active) > acc_rows // 4:
                 continue
-            param_rows = PARAM_ROWS * len(active)
+            param_rows = CONV_PARAM_ROWS * len(active)
         else:
             weight_rows = BUFFERS * (max(resident_rows, 1) if resident else taps * in_block)
             if resident and weight_rows > sp_rows // 2:
                 continue
-            param_rows = BUFFERS * PARAM_ROWS
+            param_rows = BUFFERS * CONV_PARAM_ROWS
         for blocked in ((True, False) if one_by_one and dense else (False,)):
             slices = n_in if blocked else (chunks if whole else 1)
 
@@ -205,9 +209,10 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
             outputs = Region("scratchpad", inputs.end, pixels)
             params = Region("accumulator", 0, param_rows, 1)
             acc = Region("accumulator", params.end, pixels)
-            if not whole:  # per-block weights and parameters alternate between two buffers
+            if not whole or not resident:  # per-block weights alternate between two buffers
                 weights = Region("scratchpad", 0, weight_rows // BUFFERS)
-                params = Region("accumulator", 0, PARAM_ROWS)
+            if not whole:  # and so do the parameters
+                params = Region("accumulator", 0, CONV_PARAM_ROWS)
             plans.append(ConvTiles(
                 tile_hw=tile, in_block=in_block, out_block=out_block,
                 resident_weights=resident, whole_layer=whole, blocked_input=blocked,
@@ -220,7 +225,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
                                                    2 if t.blocked_input else chunks))
     smallest_in = conv_input_extent(1, sh, kh, dh) * conv_input_extent(1, sw, kw, dw)
     need_sp = BUFFERS * (taps * in_block + smallest_in + 1)
-    need_acc = BUFFERS * (1 + PARAM_ROWS)
+    need_acc = BUFFERS * (1 + CONV_PARAM_ROWS)
     if need_acc > acc_rows:
         raise _too_small(layer.node, "accumulator", need_acc, acc_rows, "one output pixel")
     raise _too_small(layer.node, "scratchpad", need_sp, sp_rows,
@@ -229,9 +234,10 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
 
 def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: int) -> float:
     """A plan's cycles if DMA and the array overlap perfectly: the larger of the load queue's
-    time (each LOAD pays the DMA latency, then its bytes: inputs, weights, bias rows) and the
-    array's (every COMPUTE pays the array's skew, which small tiles feel). `work` counts the
-    K slices computed per pixel tile, `slices` those loaded per tile by a whole-layer plan."""
+    time (each LOAD pays the DMA latency, then its bytes: inputs and weights) and the array's
+    (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
+    `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
+    whole-layer plan."""
     (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
     tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
     blocks = ceil_div(layer.out_channels, t.out_block)
@@ -239,13 +245,15 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     window = conv_input_extent(th, sh, kh, dh) * conv_input_extent(tw, sw, kw, dw)
     input_bytes = tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
     weight_bytes = layer.weights.size * (1 if t.resident_weights else tiles)
-    bias_bytes = tiles * blocks * th * tw * arch.accumulator.row_bytes
-    loads = tiles * ((slices if t.whole_layer else work) + blocks)
-    dma = ((input_bytes + weight_bytes + bias_bytes) / arch.dma.bytes_per_cycle
+    loads = tiles * (slices if t.whole_layer else work)
+    if t.whole_layer and not t.resident_weights:
+        loads += tiles * blocks  # a weight block per tile and block
+    dma = ((input_bytes + weight_bytes) / arch.dma.bytes_per_cycle
            + loads * arch.dma.latency_cycles)
     computes = tiles * work * (kh * kw if t.packed_taps == 1 else kh)
-    skew = arch.array.rows + arch.array.cols - 2
-    array = computes * (th * tw + skew)
+    one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
+                      accumulate=1)
+    array = computes * isa.COMPUTE.cycles(arch, one)
     return max(dma, array)
 
 
@@ -278,6 +286,9 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
 def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles:
     sp_rows = arch.scratchpad.rows
     total_rows = ceil_div(layer.size, arch.lanes)
+    if pixelwise(layer):  # one pixel's channel block per row
+        n, h, w, c = layer.views[-1].shape
+        total_rows = n * h * w * ceil_div(c, arch.lanes)
     is_add = isinstance(layer, AddLayer)
     table_rows = 0 if is_add else ceil_div(LUT_ENTRIES, arch.lanes)
     operands = 3 if is_add else 2

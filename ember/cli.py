@@ -20,6 +20,7 @@ COMMANDS = [
     ("profile", "profile"),
     ("disasm", "disasm"),
     ("simulate", "simulate"),
+    ("report", "report"),
     ("compile", "compile_"),
 ]
 
@@ -60,6 +61,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       ember quantize-profile model.onnx --data calib.npz -o model.profile.json
       ember compile model.onnx --int8 --profile model.profile.json -o model.ember
       ember simulate model.ember -i input.npz --report perf.json --trace trace.json
+      ember report model.ember -i input.npz --html perf.html
       ember accuracy model.onnx model.ember --data eval.npz --per-layer
     """
     ctx.ensure_object(dict)

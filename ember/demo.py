@@ -23,6 +23,7 @@ from ember.accuracy import Evaluation, measure
 from ember.compare import max_relative_error
 from ember.errors import EmberError
 from ember.files import atomic_path, write_text
+from ember.reports.performance import PerformanceReport
 from quantizer.options import QuantOptions
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
@@ -57,7 +58,7 @@ def run_demo(ctx: click.Context, out_dir: Path, console: Console | None = None) 
                output=str(program_path))
     written.append(program_path)
 
-    console.rule("[bold]5. simulate one held-out image  (ember simulate --report --trace)")
+    console.rule("[bold]5. simulate one held-out image  (ember simulate, ember report --html)")
     from ember.commands.simulate import simulate
     sample_path = out_dir / "sample.npz"
     with np.load(eval_path) as data:
@@ -66,7 +67,10 @@ def run_demo(ctx: click.Context, out_dir: Path, console: Console | None = None) 
                                            out_dir / "outputs.npz")
     ctx.invoke(simulate, program=str(program_path), input_path=str(sample_path),
                output=str(outputs_path), report=str(perf_path), trace_path=str(trace_path))
-    written += [sample_path, outputs_path, perf_path, trace_path]
+    perf_html = out_dir / "perf.html"  # what `ember report perf.json --html perf.html` writes
+    write_text(perf_html, PerformanceReport.from_report(
+        json.loads(perf_path.read_text()), str(perf_path)).html())
+    written += [sample_path, outputs_path, perf_path, perf_html, trace_path]
 
     console.rule("[bold]6. int8 program against fp32 onnxruntime, every held-out image  "
                  "(ember accuracy --per-layer)")

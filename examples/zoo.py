@@ -115,6 +115,13 @@ class GraphBuilder:
         return Act(self._node("Add", [a.name, b.name], name), a.channels, a.mean + b.mean,
                    a.mean_square + b.mean_square + 2 * a.mean * b.mean)
 
+    def concat(self, xs: list[Act], name: str) -> Act:
+        """Channels side by side: the moments are the channel-weighted averages."""
+        c = sum(x.channels for x in xs)
+        return Act(self._node("Concat", [x.name for x in xs], name, axis=1), c,
+                   sum(x.mean * x.channels for x in xs) / c,
+                   sum(x.mean_square * x.channels for x in xs) / c)
+
     def maxpool(self, x: Act, name: str, kernel: int, stride: int) -> Act:
         """Follows a ReLU of N(0, s^2): the max of nine of those is about N(1.49 s, (0.6 s)^2)."""
         out = self._node("MaxPool", [x.name], name, kernel_shape=[kernel, kernel],
@@ -209,6 +216,41 @@ def mobilenetv2(seed: int = 0) -> onnx.ModelProto:
                    f"MobileNetV2 with random He-normal weights (seed {seed}), for benchmarking.")
 
 
+# SqueezeNet 1.1 (Iandola et al. 2016; torchvision's squeezenet1_1): the fire modules' squeeze
+# and expand widths, with a max-pool after the second and the fourth.
+SQUEEZENET_FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256),
+                    (64, 256))
+
+
+def _fire(b: GraphBuilder, x: Act, name: str, squeeze: int, expand: int) -> Act:
+    """A 1x1 squeeze, then 1x1 and 3x3 expands side by side: the Concat the compiler removes
+    (both expands write straight into its buffer)."""
+    s = _conv_bn_relu(b, x, f"{name}.squeeze", squeeze, 1)
+    e1 = _conv_bn_relu(b, s, f"{name}.expand1x1", expand, 1)
+    e3 = _conv_bn_relu(b, s, f"{name}.expand3x3", expand, 3)
+    return b.concat([e1, e3], f"{name}.cat")
+
+
+def _conv_bn_relu(b: GraphBuilder, x: Act, name: str, channels: int, kernel: int,
+                  stride: int = 1) -> Act:
+    h = b.batchnorm(b.conv(x, name, channels, kernel, stride), f"{name}.bn")
+    return b.relu(h, f"{name}.relu")
+
+
+def squeezenet(seed: int = 0) -> onnx.ModelProto:
+    """SqueezeNet 1.1 with a BatchNormalization after each conv (folded away) and the
+    classifier of the other models, 1x3x224x224 -> logits 1x1000."""
+    b = GraphBuilder(seed)
+    x = _conv_bn_relu(b, Act("input", IMAGE_SHAPE[1], 0.0, 1.0), "features.0", 64, 3, stride=2)
+    x = b.maxpool(x, "features.2", kernel=3, stride=2)
+    for index, (squeeze, expand) in enumerate(SQUEEZENET_FIRES):
+        x = _fire(b, x, f"fire{index + 2}", squeeze, expand)
+        if index in (1, 3):
+            x = b.maxpool(x, f"pool{index + 2}", kernel=3, stride=2)
+    return b.model("squeezenet", IMAGE_SHAPE, b.classifier(x),
+                   f"SqueezeNet 1.1 with random He-normal weights (seed {seed}), for benchmarking.")
+
+
 def mlp(seed: int = 0, features: tuple[int, ...] = (784, 512, 256, 10)) -> onnx.ModelProto:
     """Gemm layers of the given widths with ReLU between them: small enough to trace whole."""
     b = GraphBuilder(seed)
@@ -224,4 +266,4 @@ def mlp(seed: int = 0, features: tuple[int, ...] = (784, 512, 256, 10)) -> onnx.
                    f"MLP {widths} with random He-normal weights (seed {seed}), for benchmarking.")
 
 
-MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "mlp": mlp}
+MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp}

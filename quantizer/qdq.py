@@ -57,9 +57,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import INT8_ATTRS
 from compiler.graph.ir import Graph, Node, QuantParams, Type
-from compiler.graph.ops import OPS
+from compiler.graph.ops import OPS, is_integer_node
 from quantizer.errors import QuantizeError
-from quantizer.reference import is_integer_node
 from simulator.numerics import RANGES
 
 # Opset 21: the newest forms the importer normalizes to (ReduceMean/Pad axes as inputs, Split's

@@ -3,7 +3,8 @@
 It is the oracle the compiled program must match bit for bit. Quantized nodes run their int8
 kernels (the operator table's int8 column), which use integer arithmetic only; floats appear only
 in QuantizeLinear and DequantizeLinear (ONNX semantics) and in nodes kept in fp32, which run
-their fp32 references.
+their fp32 references. The node step, `compiler.graph.evaluate.run_node`, is shared with the
+host segments of compiled programs.
 """
 
 from __future__ import annotations
@@ -12,34 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from compiler.errors import CompileError
-from compiler.graph.evaluate import check_feeds
-from compiler.graph.int8 import Quant
-from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, int8_attrs, is_integer_node, run_fp32
-
-
-def run_node(graph: Graph, node: Node, args: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:
-    """One node's results: the int8 kernel for integer nodes, else the fp32 reference."""
-    if not is_integer_node(graph, node):
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return run_fp32(node, args)
-    op = OPS[node.op]
-    if op.int8 is None:
-        raise CompileError(f"node {node.name!r}: operator {node.op!r} has no int8 kernel")
-    while args and args[-1] is None:
-        args = args[:-1]
-    result = op.int8(*args, **int8_attrs(node))
-    results = result if isinstance(result, tuple) else (result,)
-    outs = []
-    for name, value in zip(node.outputs, results):
-        want = graph.values[name].type.dtype
-        value = np.asarray(value)
-        if op.quant is not Quant.DEQUANTIZE and value.dtype != np.dtype(want):
-            raise CompileError(f"node {node.name!r} ({node.op}): the int8 kernel gave "
-                               f"{value.dtype} for {name!r}, typed {want}")
-        outs.append(value)
-    return tuple(outs)
+from compiler.graph.evaluate import check_feeds, run_node
+from compiler.graph.ir import Graph
 
 
 def run_int8(qgraph: Graph, feeds: Mapping[str, np.ndarray],

@@ -6,10 +6,16 @@ expected. The compiler reads every size from here and hard-codes none.
 
 Energy figures (pJ per int8 MAC, per local-memory byte, per DRAM byte) follow M. Horowitz,
 "Computing's energy problem (and what we can do about it)", ISSCC 2014.
+
+`[host]` describes the CPU that runs host segments (nodes kept in fp32, operators the
+accelerator lacks): `flops_per_cycle` is its sustained fp32 FLOPs per accelerator cycle, from
+which the compiler prices a segment (`Arch.host_cycles`). A file without `[host]` (an older
+preset or program header) gets `DEFAULT_HOST_FLOPS_PER_CYCLE`.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +25,10 @@ from simulator.errors import SimulatorError
 PRESETS = Path(__file__).parent / "presets"
 DATAFLOWS = ("weight_stationary", "output_stationary")
 VECTOR_OPS = ("REQUANT", "ADD", "MAXPOOL", "AVGPOOL", "LUT")
+# The default preset's host: one x86 core with AVX2 (two 256-bit FMA pipes, 32 fp32 FLOP per
+# core cycle at peak) at about 2 GHz, sustaining a quarter of peak on the small, memory-bound
+# operators that fall back to the host: 32 * 2 GHz / 1 GHz * 0.25 = 16 per accelerator cycle.
+DEFAULT_HOST_FLOPS_PER_CYCLE = 16.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,11 @@ class Vector:
 @dataclass(frozen=True)
 class Queues:
     token_depth: int
+
+
+@dataclass(frozen=True)
+class Host:
+    flops_per_cycle: float  # sustained fp32 FLOPs of the host CPU per accelerator cycle
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,11 @@ _SCHEMA = [
     ("energy.mac_pj", _nonnegative_number, "a non-negative number"),
     ("energy.local_byte_pj", _nonnegative_number, "a non-negative number"),
     ("energy.dram_byte_pj", _nonnegative_number, "a non-negative number"),
+    ("host.flops_per_cycle", lambda v: _nonnegative_number(v) and 0 < v < math.inf,
+     "a positive, finite number"),
 ]
+# Keys a file may omit (added after the first presets): their values when missing.
+_DEFAULTS = {"host.flops_per_cycle": DEFAULT_HOST_FLOPS_PER_CYCLE}
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,7 @@ class Arch:
     vector: Vector
     queues: Queues
     energy: Energy
+    host: Host = Host(DEFAULT_HOST_FLOPS_PER_CYCLE)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> "Arch":
@@ -149,6 +169,9 @@ class Arch:
             node = data
             for part in key.split("."):
                 if not isinstance(node, dict) or part not in node:
+                    if key in _DEFAULTS and isinstance(node, dict):
+                        node = _DEFAULTS[key]
+                        break
                     raise SimulatorError(f"{source}: missing key {key!r} (expected {expected})")
                 node = node[part]
             if not check(node):
@@ -169,7 +192,8 @@ class Arch:
             accumulator=Memory(**section("memory.accumulator")),
             dram=Dram(**section("dram")), dma=Dma(**section("dma")),
             vector=Vector(lanes=values["vector.lanes"], ops=tuple(values["vector.ops"])),
-            queues=Queues(**section("queues")), energy=Energy(**section("energy")))
+            queues=Queues(**section("queues")), energy=Energy(**section("energy")),
+            host=Host(**section("host")))
         arch._check_consistency(source)
         return arch
 
@@ -205,6 +229,12 @@ class Arch:
         d["memory"] = {"scratchpad": d.pop("scratchpad"), "accumulator": d.pop("accumulator")}
         d["vector"]["ops"] = list(d["vector"]["ops"])
         return d
+
+    def host_cycles(self, flops: int) -> int:
+        """Accelerator cycles the host CPU takes for `flops` fp32 operations (rounded up)."""
+        if flops < 0:
+            raise SimulatorError(f"host_cycles: flops = {flops}: expected a non-negative count")
+        return math.ceil(flops / self.host.flops_per_cycle)
 
     @property
     def macs_per_cycle(self) -> int:

@@ -17,7 +17,7 @@ row-major (pixel (y, x) of an H x W tile at row base + y * W + x), one region pe
 
 **Queues and tokens.** Instructions are dispatched in program order to four in-order queues,
 chained load -> compute -> vector -> store; "prev"/"next" name the neighbouring queue in that
-chain (LOAD, STORE, PRELOAD/COMPUTE and the vector instructions have fixed queues; SYNC names
+chain (LOAD, STORE, HOST, PRELOAD/COMPUTE and the vector instructions have fixed queues; SYNC names
 its own). Each adjacent pair has two token FIFOs, one per direction, of depth
 `arch.queues.token_depth`. An instruction starts only after popping one token from each queue
 its pop flags name, and pushes one token to each queue its push flags name when it ends. Use
@@ -51,7 +51,10 @@ store -> vector -> compute -> load.
   kernel tap of a strided convolution to a whole output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
   `numerics.requantize` per lane, with the parameter block at `param`, then + out_offset and the
-  clamp [qmin, qmax] (qmin = the zero point fuses a ReLU).
+  clamp [qmin, qmax] (qmin = the zero point fuses a ReLU). With bias=1 the parameter block has a
+  third row, per-lane int32 biases added (wrapping) to each accumulator row first, so a
+  convolution's bias costs no DMA into every accumulator row (its integers are unchanged:
+  int32 addition is associative).
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax].
@@ -63,11 +66,20 @@ store -> vector -> compute -> load.
 - LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
   table stored in the ceil(256 / L) scratchpad rows from `table`.
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
+- HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
+  CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
+  runner given to `machine.run`, checks the returned arrays against the output bindings and
+  writes them to DRAM (`simulator.units.host`). It takes dma latency + ceil((read_bytes +
+  write_bytes) / dma bytes_per_cycle) + compute_cycles, the transfer on the shared DRAM port;
+  compute_cycles is the compiler's price of the segment (`Arch.host_cycles`). Order it after the
+  STOREs that write its inputs (same queue, in order) and before the LOADs of its outputs with
+  tokens relayed store -> vector -> compute -> load, as for any STORE.
 - END: the end of the program; exactly one, last.
 
 A **parameter block** is two accumulator rows at `param`: per-lane Q31 multipliers, then per-lane
-shifts (`numerics.quantize_multiplier`); every lane read must hold a shift in [-31, 31]. Load it
-with a LOAD into the accumulator.
+shifts (`numerics.quantize_multiplier`), and for REQUANT with bias=1 a third row of per-lane
+int32 biases; every lane read must hold a shift in [-31, 31]. Load it with a LOAD into the
+accumulator.
 """
 
 from __future__ import annotations
@@ -77,7 +89,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from simulator.errors import SimulatorError
-from simulator.units import Work, array, dma, vector
+from simulator.units import Work, array, dma, host, vector
 
 WORD_BITS = 256
 WORD_BYTES = WORD_BITS // 8
@@ -152,6 +164,10 @@ class InsnDef:
     cycles: Callable = _free
     work: Callable = _no_work
     access: Callable = _no_access
+    # Cycles after the unit is free again until the results are visible (tokens pushed): a
+    # pipelined unit's drain. 0 for all but COMPUTE on a weight-stationary array with
+    # preload_overlap (`simulator.units.array`).
+    latency: Callable = _free
 
     def __call__(self, *, pop_prev=False, pop_next=False, push_prev=False, push_next=False,
                  **values) -> Insn:
@@ -237,9 +253,10 @@ COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
                    F("outer_stride", _ROW, default=0), F("inner_stride", 8, default=1),
                    F("k", 16), F("n", 16), F("accumulate", 1, default=0)),
                   run=array.compute, cycles=array.compute_cycles, work=array.compute_work,
-                  access=array.compute_access)
+                  access=array.compute_access, latency=array.compute_latency)
 REQUANT = InsnDef("REQUANT", 0x05, "vector",
-                  (F("acc", _ROW), F("sp", _ROW), F("rows", 16), F("param", _ROW), *_CLAMP),
+                  (F("acc", _ROW), F("sp", _ROW), F("rows", 16), F("param", _ROW), *_CLAMP,
+                   F("bias", 1, default=0)),
                   run=vector.requant, cycles=vector.row_cycles, work=vector.requant_work,
                   access=vector.requant_access)
 ADD = InsnDef("ADD", 0x06, "vector",
@@ -260,9 +277,14 @@ LUT = InsnDef("LUT", 0x09, "vector",
               run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
               access=vector.lut_access)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
+# On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
+HOST = InsnDef("HOST", 0x0B, "store",
+               (F("segment", 16), F("compute_cycles", 32), F("read_bytes", 32),
+                F("write_bytes", 32)),
+               run=host.run, cycles=host.cycles, work=host.work)
 END = InsnDef("END", 0x1F, "end", ())
 
-TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MAXPOOL, AVGPOOL, LUT, SYNC, END)
+TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MAXPOOL, AVGPOOL, LUT, SYNC, HOST, END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}
 

@@ -21,17 +21,22 @@ still queued at END are an error too. Tokens also order memory: each instruction
 clock, and a cross-queue conflict on a local row that no token chain orders is reported as a race
 (`simulator.hazards`; `run(..., check_hazards=False)` skips the check).
 
-**Timing.** An instruction occupies its queue's unit for `row.cycles(arch, insn)` cycles. LOAD and
+**Timing.** An instruction occupies its queue's unit for `row.cycles(arch, insn)` cycles; its
+tokens are pushed `row.latency(arch, insn)` cycles later (a pipelined unit's drain: the array's
+skew with preload_overlap), and never before the tokens of the queue's earlier instructions. LOAD and
 STORE also share one DRAM port: after the latency, a transfer waits for the port, so the sum of all
-transfers (and hence the DRAM roofline) is a lower bound on the total. Gaps before an instruction
-starts are stalls, attributed to the constraint that set its start: `token` (waiting for a
-producer), `token_full` (waiting for room to push); a wait for the DRAM port is `dram_port`.
+transfers (and hence the DRAM roofline) is a lower bound on the total. HOST (on the store queue)
+moves its segment's bytes over the same port after the latency, then computes for its
+compute_cycles with the port free. Gaps before an instruction starts are stalls, attributed
+to the constraint that set its start: `token` (waiting for a producer), `token_full` (waiting for
+room to push); a wait for the DRAM port is `dram_port`.
 Timing depends on the program alone, never on the data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -39,7 +44,7 @@ from simulator import isa
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
 from simulator.hazards import Hazards
-from simulator.program import IOBinding, Program
+from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
 
 NQ = len(isa.QUEUES)
@@ -50,6 +55,10 @@ class State:
 
     def __init__(self, arch: Arch):
         self.arch = arch
+        # HOST's view of the program: (segment, input bindings, output bindings) per segment,
+        # and the runner; set by `run`.
+        self.host_segments: tuple = ()
+        self.host: HostRunner | None = None
         self.dram = np.zeros(arch.dram.size_bytes, np.uint8)
         self.scratchpad = np.zeros((arch.scratchpad.rows, arch.lanes), np.int8)
         self.accumulator = np.zeros((arch.accumulator.rows, arch.lanes), np.int32)
@@ -66,12 +75,18 @@ class State:
         if value.shape != binding.shape or value.dtype != np.dtype(binding.dtype):
             raise SimulatorError(f"input {binding.name!r}: expected {binding.dtype} of shape "
                                  f"{binding.shape}, got {value.dtype} of shape {value.shape}")
-        raw = value.astype(np.dtype(binding.dtype).newbyteorder("<")).view(np.uint8)
+        little = np.dtype(binding.dtype).newbyteorder("<")
+        raw = np.ascontiguousarray(value, little).reshape(-1).view(np.uint8)
+        if binding.dtype == "uint8":  # the machine holds int8 codes: q - 128 (`IOBinding`)
+            raw = raw ^ np.uint8(0x80)
         self._tensor(binding)[...] = raw.reshape(binding.shape + (-1,))
 
     def read(self, binding: IOBinding) -> np.ndarray:
         little = np.dtype(binding.dtype).newbyteorder("<")
-        raw = np.ascontiguousarray(self._tensor(binding)).view(little)
+        raw = np.ascontiguousarray(self._tensor(binding))
+        if binding.dtype == "uint8":
+            raw = raw ^ np.uint8(0x80)
+        raw = raw.view(little)
         return raw.reshape(binding.shape).astype(binding.dtype)
 
 
@@ -83,14 +98,28 @@ class Result:
     state: State
 
 
+# The host runner: (segment record, its inputs by value name) -> its outputs by value name.
+HostRunner = Callable[[dict, dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
 def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
-        check_hazards: bool = True) -> Result:
+        check_hazards: bool = True, host: HostRunner | None = None) -> Result:
     """Run `program` on quantized `inputs` (keyed by input name): outputs, stats, timeline.
 
     With `check_hazards` (the default) a cross-queue access to a local memory that no token
-    orders is an error (see `simulator.hazards`), however the timing happened to fall."""
+    orders is an error (see `simulator.hazards`), however the timing happened to fall. `host`
+    runs the program's host segments (see `simulator.units.host`); a program with HOST
+    instructions needs one."""
     inputs = dict(inputs or {})
     state = State(program.arch)
+    if program.host_segments:
+        if host is None and any(insn.op is isa.HOST for insn in program.instructions):
+            names = [segment["name"] for segment in program.host_segments]
+            raise SimulatorError(f"program has host segment(s) {names}: run it with a host "
+                                 f"runner (ember simulate supplies one)")
+        state.host = host
+        state.host_segments = tuple((segment, *segment_bindings(segment))
+                                    for segment in program.host_segments)
     state.dram[:len(program.dram_image)] = np.frombuffer(program.dram_image, np.uint8)
     missing = [b.name for b in program.inputs if b.name not in inputs]
     unknown = sorted(set(inputs) - {b.name for b in program.inputs})
@@ -122,7 +151,10 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
     channel = _channels()
     name_of = {v: f"{isa.QUEUES[a]}->{isa.QUEUES[b]}" for (a, b), v in channel.items()}
     vector_q = isa.QUEUES.index("vector")
+    # is_dma[i]: None for an instruction that does not use the DRAM port, else the cycles it
+    # spends after its transfer (0 for LOAD/STORE, compute_cycles for HOST)
     queue_of, pops, pushes, wakes, cycles, is_dma = [], [], [], [], [], []
+    drain = []  # cycles after the unit frees until the results are visible (`InsnDef.latency`)
     for i in range(n):
         insn = insns[i]
         row, q, d = insn.op, isa.QUEUES.index(insn.queue), insn.deps
@@ -143,7 +175,9 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
             wake.append(q + 1)
         wakes.append(tuple(wake))
         cycles.append(row.cycles(arch, insn))
-        is_dma.append(row is isa.LOAD or row is isa.STORE)
+        drain.append(row.latency(arch, insn))
+        is_dma.append(0 if row is isa.LOAD or row is isa.STORE else
+                      insn.args["compute_cycles"] if row is isa.HOST else None)
     queues = [[i for i in range(n) if queue_of[i] == q] for q in range(NQ)]
     nchan = len(channel)
     push_times = [[] for _ in range(nchan)]
@@ -158,6 +192,8 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
 
     head = [0] * NQ
     free = [0] * NQ
+    done = [0] * NQ  # when the queue's latest results are visible: in order, so a later
+    #                  instruction's tokens (a relaying SYNC's too) never overtake them
     port_free = 0
     start = [0] * n
     end = [0] * n
@@ -210,19 +246,21 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
             insns[i].op.run(state, insns[i])
         except SimulatorError as err:
             raise SimulatorError(f"{_where(program, i)}: {err}") from None
-        if is_dma[i]:
-            transfer = cycles[i] - latency
+        tail = is_dma[i]
+        if tail is not None:
+            transfer = cycles[i] - latency - tail
             begin = max(s + latency, port_free) if transfer else s + latency
             stall[(q, "dram_port")] += begin - (s + latency)
-            e = begin + transfer
             if transfer:
-                port_free = e
+                port_free = begin + transfer
+            e = begin + transfer + tail
         else:
             e = s + cycles[i]
         for ch in pops[i]:
             pop_times[ch].append(s)
+        done[q] = max(done[q], e + drain[i])
         for ch in pushes[i]:
-            push_times[ch].append(e)
+            push_times[ch].append(done[q])
             push_by[ch].append(i)
             push_clocks[ch].append(tuple(clock))
         start[i], end[i] = s, e

@@ -47,7 +47,11 @@ class IOBinding:
     """A program input or output: where it lives in DRAM and how it is quantized.
 
     The tensor is stored at byte address `dram` with byte strides `strides` (row-major
-    contiguous when empty); real = scale * (q - zero_point).
+    contiguous when empty); real = scale * (q - zero_point). A "float32" binding (a value a
+    host segment reads or writes in fp32) holds real values: scale and zero_point are unused.
+    The machine's memories hold int8 codes, so a uint8 tensor is stored as the int8 code q - 128
+    (its top bit flipped): the same real value with zero point zero_point - 128, as the compiler
+    lowers uint8 activations (`compiler.passes.offset_uint8`).
     """
 
     name: str
@@ -72,13 +76,18 @@ class IOBinding:
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """Host-side input quantization exactly as ONNX QuantizeLinear (and the quantizer's
-        reference) computes it: x / scale in float32, rounded half to even."""
+        reference) computes it: x / scale in float32, rounded half to even. A float32 binding
+        takes the values as they are."""
+        if self.dtype == "float32":
+            return np.asarray(x, np.float32)
         info = np.iinfo(self.dtype)
         q = np.rint(np.asarray(x, np.float32) / np.float32(self.scale)) + np.float32(
             self.zero_point)
         return np.clip(q, info.min, info.max).astype(self.dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
+        if self.dtype == "float32":
+            return np.asarray(q, np.float32)
         return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
 
     def to_dict(self) -> dict:
@@ -92,10 +101,26 @@ class IOBinding:
                    zero_point=d["zero_point"], dtype=d["dtype"], strides=tuple(d["strides"]))
 
 
+BINDING_DTYPES = ("int8", "uint8", "float32")
+# What a host segment record must hold (the runner may add keys; "graph" is its business).
+_SEGMENT_KEYS = {"name": str, "nodes": list, "inputs": list, "outputs": list, "flops": int}
+
+
+def segment_bindings(segment: dict) -> tuple[tuple[IOBinding, ...], tuple[IOBinding, ...]]:
+    """The input and output bindings of a host segment record."""
+    return (tuple(IOBinding.from_dict(d) for d in segment["inputs"]),
+            tuple(IOBinding.from_dict(d) for d in segment["outputs"]))
+
+
 @dataclass(frozen=True)
 class Program:
     """Everything the machine needs. `source[i]` names the graph node instruction i implements
-    ("" for none); per-layer reports group by it."""
+    ("" for none); per-layer reports group by it.
+
+    `host_segments` are the subgraphs the host CPU runs (HOST instructions name them by
+    index): JSON-serializable dicts with "name", "nodes" (graph node names), "inputs" and
+    "outputs" (IOBinding records: where each value lives in DRAM), "graph" (the host runner's
+    business) and "flops"."""
 
     arch: Arch
     instructions: tuple[isa.Insn, ...]
@@ -119,14 +144,52 @@ class Program:
             raise SimulatorError(f"program: expected exactly one END, as the last instruction "
                                  f"(found {where} among {len(self.instructions)} instructions)")
         for binding in self.inputs + self.outputs:
-            last = binding.dram + sum((n - 1) * s for n, s in
-                                      zip(binding.shape, binding.byte_strides))
-            if binding.dram < 0 or last >= self.arch.dram.size_bytes:
-                raise SimulatorError(f"program: I/O {binding.name!r} at DRAM {binding.dram} "
-                                     f"does not fit in {self.arch.dram.size_bytes} bytes")
+            self._check_binding(binding, f"I/O {binding.name!r}")
+        object.__setattr__(self, "host_segments", tuple(self.host_segments))
+        for k, segment in enumerate(self.host_segments):
+            self._check_segment(k, segment)
+        count = len(self.host_segments)
+        for i, insn in enumerate(self.instructions):
+            if insn.op is isa.HOST and insn.args["segment"] >= count:
+                raise SimulatorError(f"program: instruction {i} ({isa.disassemble(insn)}) names "
+                                     f"host segment {insn.args['segment']}, but the program has "
+                                     f"{count} host segment(s)")
         if len(self.dram_image) > self.arch.dram.size_bytes:
             raise SimulatorError(f"program: DRAM image of {len(self.dram_image)} bytes exceeds "
                                  f"DRAM of {self.arch.dram.size_bytes} bytes")
+
+    def _check_binding(self, binding: IOBinding, what: str) -> None:
+        last = binding.dram + sum((n - 1) * s for n, s in
+                                  zip(binding.shape, binding.byte_strides))
+        if binding.dram < 0 or last >= self.arch.dram.size_bytes:
+            raise SimulatorError(f"program: {what} at DRAM {binding.dram} does not fit in "
+                                 f"{self.arch.dram.size_bytes} bytes")
+
+    def _check_segment(self, k: int, segment) -> None:
+        where = f"program: host segment {k}"
+        if not isinstance(segment, dict):
+            raise SimulatorError(f"{where}: expected a dict, got {type(segment).__name__}")
+        if isinstance(segment.get("name"), str):
+            where += f" ({segment['name']!r})"
+        for key, kind in _SEGMENT_KEYS.items():
+            if not isinstance(segment.get(key), kind) or isinstance(segment.get(key), bool):
+                raise SimulatorError(f"{where}: key {key!r} = {segment.get(key)!r}: expected "
+                                     f"a {kind.__name__}")
+        if "graph" not in segment:
+            raise SimulatorError(f"{where}: missing key 'graph'")
+        if segment["flops"] < 0:
+            raise SimulatorError(f"{where}: flops = {segment['flops']}: expected >= 0")
+        try:
+            inputs, outputs = segment_bindings(segment)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise SimulatorError(f"{where}: a malformed input or output binding ({err!r}): "
+                                 f"expected IOBinding records") from None
+        for kind, bindings in (("input", inputs), ("output", outputs)):
+            for b in bindings:
+                if b.dtype not in BINDING_DTYPES:
+                    raise SimulatorError(f"{where}: {kind} {b.name!r} has dtype {b.dtype!r}: "
+                                         f"expected one of {', '.join(BINDING_DTYPES)}")
+                self._check_binding(b, f"host segment {k} {kind} {b.name!r}")
 
     def to_bytes(self) -> bytes:
         nodes = list(dict.fromkeys(name for name in self.source if name))
@@ -189,15 +252,19 @@ class Program:
             instructions = isa.decode_words(words)
         except SimulatorError as err:
             raise SimulatorError(f"{name}: corrupt instruction stream: {err}") from None
-        return cls(
-            arch=Arch.from_dict(header["arch"], source=f"{name} (header)"),
-            instructions=tuple(instructions),
-            dram_image=data[offset:offset + image_len],
-            inputs=tuple(IOBinding.from_dict(d) for d in header["inputs"]),
-            outputs=tuple(IOBinding.from_dict(d) for d in header["outputs"]),
-            source=tuple(nodes[i] if i != _NO_NODE else "" for i in node_ids.tolist()),
-            metadata=header["metadata"],
-            host_segments=tuple(header["host_segments"]))
+        arch = Arch.from_dict(header["arch"], source=f"{name} (header)")
+        try:
+            return cls(
+                arch=arch,
+                instructions=tuple(instructions),
+                dram_image=data[offset:offset + image_len],
+                inputs=tuple(IOBinding.from_dict(d) for d in header["inputs"]),
+                outputs=tuple(IOBinding.from_dict(d) for d in header["outputs"]),
+                source=tuple(nodes[i] if i != _NO_NODE else "" for i in node_ids.tolist()),
+                metadata=header["metadata"],
+                host_segments=tuple(header["host_segments"]))
+        except SimulatorError as err:
+            raise SimulatorError(f"{name}: {err}") from None
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:

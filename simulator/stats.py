@@ -7,8 +7,10 @@ array does at most rows * cols MACs per cycle and the DRAM port moves at most by
 The DRAM term uses the compulsory bytes (DRAM image + inputs + outputs), capped by the bytes
 actually moved. Per layer (grouped by the program's source node names), `cycles` is the layer's
 span on the timeline (first start to last end over its instructions; pipelined layers overlap),
-and its bound uses the layer's own DRAM traffic. Peak local-memory occupancy is the high-water mark
-of rows written, in bytes.
+and its bound uses the layer's own DRAM traffic and, as a third roof, its vector-unit cycles
+(elements / lanes: the vector unit's own peak). Per layer and unit, `busy_cycles` and
+`unit_spans` ([first start, last end]) say where the layer's time went. Peak local-memory
+occupancy is the high-water mark of rows written, in bytes.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator import isa
+from simulator.units import host as host_unit
 
 UNITS = {"load": "load", "compute": "array", "vector": "vector", "store": "store"}
+# HOST instructions sit on the store queue but run on the host CPU: their time counts there.
+HOST_UNIT = len(UNITS)
 REPORT_VERSION = 1
 
 
@@ -43,6 +48,9 @@ class Layer:
     dram_bytes: int
     bound_cycles: int
     bound_by: str
+    busy: dict  # unit -> busy cycles of this layer's instructions
+    spans: dict  # unit -> (first start, last end) of this layer's instructions on it
+    unit: str = "accelerator"  # "host" when the layer ran on the host CPU (a HOST instruction)
 
     @property
     def cycles(self) -> int:
@@ -65,6 +73,9 @@ class Stats:
     energy_uj: float
     layers: tuple[Layer, ...]
     macs_per_cycle: int
+    dram_bytes_per_cycle: int
+    compulsory_dram_bytes: int
+    host_segments: tuple[dict, ...] = ()  # per host segment: where its HOST time went
 
     @classmethod
     def collect(cls, program, timeline: Timeline) -> "Stats":
@@ -73,10 +84,13 @@ class Stats:
         macs, read, written, local, sp_end, acc_end = work_columns(arch, insns)
         duration = timeline.end - timeline.start
         total = int(timeline.end.max()) if len(insns) else 0
-        busy = {unit: int(duration[timeline.queue == q].sum())
-                for q, unit in enumerate(UNITS.values())}
+        units = unit_ids(program, timeline)
+        busy = {unit: int(duration[units == q].sum())
+                for q, unit in enumerate((*UNITS.values(), "host"))}
+        hosts = [insn for insn in insns if insn.op is isa.HOST] if program.host_segments else []
         busy["dram"] = sum(insn.op.cycles(arch, insn) - arch.dma.latency_cycles
-                           for insn in insns if insn.op is isa.LOAD or insn.op is isa.STORE)
+                           for insn in insns if insn.op is isa.LOAD or insn.op is isa.STORE) \
+            + sum(host_unit.transfer_cycles(arch, insn) for insn in hosts)
         compulsory = len(program.dram_image) + sum(b.size_bytes for b in program.inputs) \
             + sum(b.size_bytes for b in program.outputs)
         traffic = int(read.sum() + written.sum())
@@ -85,14 +99,22 @@ class Stats:
         return cls(
             arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
             instructions=len(program.instructions), macs=int(macs.sum()),
-            bound_cycles=_bound(arch, int(macs.sum()), min(compulsory, traffic))[0],
+            bound_cycles=_bound(arch, int(macs.sum()), min(compulsory, traffic),
+                                host_cycles=_host_roof(arch, hosts))[0],
             busy=busy, stall=dict(timeline.stall),
             dram_bytes_read=int(read.sum()), dram_bytes_written=int(written.sum()),
             peak_bytes={"scratchpad": int(sp_end.max(initial=0)) * arch.scratchpad.row_bytes,
                         "accumulator": int(acc_end.max(initial=0)) * arch.accumulator.row_bytes},
             energy_uj=float(energy_pj) / 1e6,
-            layers=_layers(program, timeline, macs, read + written),
-            macs_per_cycle=arch.macs_per_cycle)
+            layers=_layers(program, timeline, macs, read + written, units),
+            macs_per_cycle=arch.macs_per_cycle, dram_bytes_per_cycle=arch.dma.bytes_per_cycle,
+            compulsory_dram_bytes=compulsory,
+            host_segments=_host_segments(program, timeline, units))
+
+    @property
+    def host_cycles(self) -> int:
+        """Cycles HOST instructions were busy (the host CPU and its transfers)."""
+        return self.busy.get("host", 0)
 
     @property
     def utilization(self) -> dict:
@@ -109,6 +131,8 @@ class Stats:
             "bound_cycles": self.bound_cycles,
             "instructions": self.instructions,
             "macs": self.macs,
+            "peak_macs_per_cycle": self.macs_per_cycle,
+            "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
             "mac_utilization": (self.macs / (self.macs_per_cycle * self.cycles)
                                 if self.cycles else 0.0),
             "utilization": self.utilization,
@@ -116,11 +140,16 @@ class Stats:
             "stall_cycles": self.stall,
             "dram_bytes_read": self.dram_bytes_read,
             "dram_bytes_written": self.dram_bytes_written,
+            "compulsory_dram_bytes": self.compulsory_dram_bytes,
             "peak_local_bytes": self.peak_bytes,
             "energy_uj": self.energy_uj,
+            "host_cycles": self.host_cycles,
+            "host_segments": [dict(segment) for segment in self.host_segments],
             "layers": [{"name": layer.name, "cycles": layer.cycles, "start_cycle": layer.start,
                         "macs": layer.macs, "dram_bytes": layer.dram_bytes,
-                        "bound_cycles": layer.bound_cycles, "bound_by": layer.bound_by}
+                        "bound_cycles": layer.bound_cycles, "bound_by": layer.bound_by,
+                        "busy_cycles": layer.busy, "unit": layer.unit,
+                        "unit_spans": {u: list(span) for u, span in layer.spans.items()}}
                        for layer in self.layers],
         }
 
@@ -135,22 +164,70 @@ def work_columns(arch, insns) -> list[np.ndarray]:
     return [np.array(column, np.int64) for column in zip(*rows)]
 
 
-def _bound(arch, macs: int, dram_bytes: int) -> tuple[int, str]:
-    array = -(-macs // arch.macs_per_cycle)
-    dram = -(-dram_bytes // arch.dma.bytes_per_cycle)
-    return (array, "array") if array >= dram else (dram, "dram")
+def unit_ids(program, timeline: Timeline) -> np.ndarray:
+    """Per instruction, the index of the unit it ran on in (*UNITS.values(), "host"): its
+    queue's, or HOST_UNIT for HOST."""
+    if not program.host_segments:  # no HOST without segments (`Program` checks)
+        return timeline.queue
+    is_host = np.array([insn.op is isa.HOST for insn in program.instructions[:-1]], bool)
+    return np.where(is_host, HOST_UNIT, timeline.queue).astype(timeline.queue.dtype)
 
 
-def _layers(program, timeline: Timeline, macs, dram) -> tuple[Layer, ...]:
+def _host_roof(arch, hosts) -> int:
+    """HOSTs run one at a time on the store queue, each moving its bytes and then computing:
+    the sum of their transfer and compute cycles is a lower bound."""
+    return sum(host_unit.transfer_cycles(arch, insn) + insn.args["compute_cycles"]
+               for insn in hosts)
+
+
+def _host_segments(program, timeline: Timeline, units) -> tuple[dict, ...]:
+    """Per host segment: its name and nodes, and the busy cycles, DRAM bytes and compute cycles
+    of the HOST instructions that ran it."""
+    if not program.host_segments:
+        return ()
+    out = [{"name": segment["name"], "nodes": list(segment["nodes"]), "cycles": 0,
+            "read_bytes": 0, "write_bytes": 0, "compute_cycles": 0}
+           for segment in program.host_segments]
+    insns = program.instructions
+    for i in np.flatnonzero(units == HOST_UNIT).tolist():
+        a = insns[i].args
+        record = out[a["segment"]]
+        record["cycles"] += int(timeline.end[i] - timeline.start[i])
+        record["read_bytes"] += a["read_bytes"]
+        record["write_bytes"] += a["write_bytes"]
+        record["compute_cycles"] += a["compute_cycles"]
+    return tuple(out)
+
+
+def _bound(arch, macs: int, dram_bytes: int, vector_cycles: int = 0,
+           host_cycles: int = 0) -> tuple[int, str]:
+    roofs = {"array": -(-macs // arch.macs_per_cycle),
+             "dram": -(-dram_bytes // arch.dma.bytes_per_cycle), "vector": vector_cycles,
+             "host": host_cycles}
+    by = max(roofs, key=roofs.get)  # ties go to the first: array, then DRAM
+    return roofs[by], by
+
+
+def _layers(program, timeline: Timeline, macs, dram, units) -> tuple[Layer, ...]:
     names = program.source[:-1]
     order = list(dict.fromkeys(n for n in names if n))
     index = {name: k for k, name in enumerate(order)}
     ids = np.array([index.get(n, -1) for n in names], np.int64)
+    duration = timeline.end - timeline.start
     layers = []
     for k, name in enumerate(order):
         mask = ids == k
         layer_macs, layer_dram = int(macs[mask].sum()), int(dram[mask].sum())
-        bound, by = _bound(program.arch, layer_macs, layer_dram)
+        busy, spans = {}, {}
+        for q, unit in enumerate((*UNITS.values(), "host")):
+            on = mask & (units == q)
+            busy[unit] = int(duration[on].sum())
+            if on.any():
+                spans[unit] = (int(timeline.start[on].min()), int(timeline.end[on].max()))
+        hosts = [program.instructions[i] for i in np.flatnonzero(mask & (units == HOST_UNIT))]
+        bound, by = _bound(program.arch, layer_macs, layer_dram, busy["vector"],
+                           _host_roof(program.arch, hosts))
         layers.append(Layer(name, int(timeline.start[mask].min()), int(timeline.end[mask].max()),
-                            layer_macs, layer_dram, bound, by))
+                            layer_macs, layer_dram, bound, by, busy, spans,
+                            "host" if hosts else "accelerator"))
     return tuple(layers)

@@ -1,6 +1,7 @@
 """Chrome trace-event JSON of a run, which Perfetto and chrome://tracing open.
 
-One thread (tid) per unit, named by `thread_name` metadata events. On each, a slice per run of
+One thread (tid) per unit, named by `thread_name` metadata events (a "host" thread for the HOST
+instructions of a program with host segments). On each, a slice per run of
 consecutive instructions of the same layer (source node), and at level "instruction" a slice per
 instruction nested inside it. Times are microseconds from the arch clock, rounded to the
 nanosecond so that nesting survives float rounding; the cycle counts are kept in `args`.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import isa
-from simulator.stats import UNITS, Timeline, work_columns
+from simulator.stats import UNITS, Timeline, unit_ids, work_columns
 
 LEVELS = ("layer", "instruction")
 _PID = 1
@@ -31,13 +32,15 @@ def chrome_trace(program, timeline: Timeline, level: str = "layer") -> dict:
 
     events = [{"ph": "M", "name": "process_name", "pid": _PID, "tid": 0,
                "args": {"name": f"ember {arch.name} @ {arch.clock_mhz} MHz"}}]
-    for q, unit in enumerate(UNITS.values()):
+    tracks = (*UNITS.values(), "host") if program.host_segments else tuple(UNITS.values())
+    units = unit_ids(program, timeline)
+    for q, unit in enumerate(tracks):
         events.append({"ph": "M", "name": "thread_name", "pid": _PID, "tid": q + 1,
                        "args": {"name": unit}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": _PID, "tid": q + 1,
                        "args": {"sort_index": q}})
-    for q in range(len(UNITS)):
-        members = np.flatnonzero(timeline.queue == q)
+    for q in range(len(tracks)):
+        members = np.flatnonzero(units == q)
         for run in _runs(members, program.source):
             first, last = run[0], run[-1]
             s, e = timeline.start[first], timeline.end[last]

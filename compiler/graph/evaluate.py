@@ -1,4 +1,10 @@
-"""The fp32 reference interpreter: runs a Graph node by node with the table's references."""
+"""The reference interpreters' node step and the fp32 interpreter: runs a Graph node by node
+with the operator table's references.
+
+`run_node` is the one definition of what a node of a quantized graph computes: its int8 kernel
+for integer nodes, its fp32 reference otherwise. The integer reference
+(`quantizer.reference.run_int8`) and the host segments of a compiled program
+(`compiler.host.run_segment`) both call it, so the host runs exactly what the oracle runs."""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ from typing import Mapping
 import numpy as np
 
 from compiler.errors import CompileError
-from compiler.graph.ir import Graph
-from compiler.graph.ops import run_fp32
+from compiler.graph.int8 import Quant
+from compiler.graph.ir import Graph, Node
+from compiler.graph.ops import OPS, int8_attrs, is_integer_node, run_fp32
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -44,3 +51,26 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray],
     if keep_all:
         return env
     return {name: env[name] for name in graph.outputs}
+
+
+def run_node(graph: Graph, node: Node, args: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:
+    """One node's results: the int8 kernel for integer nodes, else the fp32 reference."""
+    if not is_integer_node(graph, node):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return run_fp32(node, args)
+    op = OPS[node.op]
+    if op.int8 is None:
+        raise CompileError(f"node {node.name!r}: operator {node.op!r} has no int8 kernel")
+    while args and args[-1] is None:
+        args = args[:-1]
+    result = op.int8(*args, **int8_attrs(node))
+    results = result if isinstance(result, tuple) else (result,)
+    outs = []
+    for name, value in zip(node.outputs, results):
+        want = graph.values[name].type.dtype
+        value = np.asarray(value)
+        if op.quant is not Quant.DEQUANTIZE and value.dtype != np.dtype(want):
+            raise CompileError(f"node {node.name!r} ({node.op}): the int8 kernel gave "
+                               f"{value.dtype} for {name!r}, typed {want}")
+        outs.append(value)
+    return tuple(outs)

@@ -36,16 +36,21 @@ from simulator.arch import Arch
                    "Netron shows each node's scale and zero point).")
 @click.option("--double-buffer/--no-double-buffer", default=True, show_default=True,
               help="Ping-pong local buffers so that DMA overlaps compute.")
+@click.option("--allow-host/--no-allow-host", default=False, show_default=True,
+              help="Run what the accelerator cannot (nodes kept with --keep-fp32, operators "
+                   "it lacks) on the host CPU, in host segments; without it they are errors.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Program to write.  [default: MODEL with .ember]")
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
-             output: str | None, as_json: bool, **quant_kwargs) -> None:
+             allow_host: bool, output: str | None, as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
     outputs stay float at the program's boundary: their scale and zero point are in the
-    program header, and `ember simulate` quantizes float inputs with them.
+    program header, and `ember simulate` quantizes float inputs with them. With --allow-host,
+    what the accelerator cannot run runs on the host in host segments (still bit-exact); the
+    summary lists each segment's nodes and cost.
 
     \b
     Example:
@@ -64,7 +69,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     arch = Arch.load(target)
     options = quant_options_from(quant_kwargs)
     qgraph = quantize(optimize(import_model(proto)), profile, options)
-    backend = BackendOptions(double_buffer=double_buffer)
+    backend = BackendOptions(double_buffer=double_buffer, allow_host=allow_host)
     metadata = {
         "tool": {"name": "ember", "version": profile_format.tool_version()},
         "options": {"target": arch.name, **_record(options), **backend.to_dict()},
@@ -107,6 +112,11 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
     table.add_row("roofline bound", f"{s.bound_cycles:,} cycles "
                                     f"({s.bound_cycles / max(s.estimated_cycles, 1):.0%} of "
                                     f"the estimate)")
+    for segment in s.host_segments:
+        table.add_row(f"host segment {segment['name']}",
+                      f"{segment['cycles']:,} cycles ({segment['flops']:,} FLOPs, "
+                      f"{segment['read_bytes'] + segment['write_bytes']:,} B): "
+                      + ", ".join(segment["nodes"]))
     Console().print(table)
 
 

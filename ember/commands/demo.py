@@ -23,8 +23,9 @@ def demo(ctx: click.Context, out_dir: str) -> None:
       2. ember's fp32 reference interpreter against onnxruntime (ember run);
       3. profile the calibration set (ember quantize-profile);
       4. quantize and compile for the default target (ember compile --int8);
-      5. simulate one image with a performance report and a Perfetto
-         timeline (ember simulate --report --trace);
+      5. simulate one image with a performance report (JSON, and HTML with a
+         roofline: ember report) and a Perfetto timeline (ember simulate
+         --report --trace);
       6. run the program on every held-out image against fp32 onnxruntime and,
          bit for bit, against the integer reference (ember accuracy), with an
          HTML report.

@@ -11,10 +11,11 @@ from pathlib import Path
 import click
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
+from compiler.host import run_segment
 from ember.commands.options import json_option
 from ember.errors import EmberError
+from ember.reports.performance import PerformanceReport
 from simulator import machine, trace
 from simulator.program import Program, write_atomic
 
@@ -29,7 +30,8 @@ from simulator.program import Program, write_atomic
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
 @click.option("--report", type=click.Path(dir_okay=False),
-              help="Write the performance report (JSON) here.")
+              help="Write the performance report here: JSON, or the HTML page (roofline, "
+                   "where the cycles go, per-layer table) when the name ends in .html.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
 @click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
@@ -45,16 +47,23 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
 
     \b
     The report's keys: cycles, time_ms, bound_cycles (roofline: max of MACs / array size and
-    compulsory DRAM bytes / DMA bandwidth), utilization (per unit), dram_bytes_read,
-    dram_bytes_written, energy_uj, layers (name, cycles, macs, bound_cycles, ...).
+    compulsory DRAM bytes / DMA bandwidth), peak_macs_per_cycle, dram_bytes_per_cycle,
+    utilization (per unit; "host" for host segments), busy_cycles, stall_cycles,
+    dram_bytes_read, dram_bytes_written, compulsory_dram_bytes, energy_uj, host_cycles,
+    host_segments (name, nodes, cycles, read_bytes, write_bytes, compute_cycles), layers (name,
+    unit: accelerator|host, cycles, start_cycle, macs, dram_bytes, bound_cycles, bound_by:
+    array|dram|vector|host, busy_cycles and unit_spans per unit), run.
+    `ember report perf.json` renders a saved report again.
 
     \b
     Example:
       ember simulate model.ember -i input.npz -o out.npz --report perf.json --trace trace.json
+      ember simulate model.ember -i input.npz --report perf.html
     """
     prog = Program.load(program)
-    samples, batch = _read_inputs(prog, input_path)
-    results = [machine.run(prog, sample, check_hazards=check_hazards) for sample in samples]
+    samples, batch = read_inputs(prog, input_path)
+    results = [machine.run(prog, sample, check_hazards=check_hazards, host=run_segment)
+               for sample in samples]
     first = results[0]
     if output:
         outputs = {}
@@ -65,17 +74,13 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
         buffer = io.BytesIO()
         np.savez(buffer, **outputs)
         write_atomic(output, buffer.getvalue())
-    perf = first.stats.to_report()
-    perf["run"] = {
-        "tool": {"name": "ember", "version": _version()},
-        "program": {"path": program, "sha256": _sha256(Path(program).read_bytes())},
-        "inputs": {"path": input_path, "batch": batch or 1,
-                   "sha256": {name: _sha256(np.ascontiguousarray(a).tobytes())
-                              for name, a in sorted(samples[0].items())}},
-        "options": {"raw": raw, "trace_level": trace_level, "check_hazards": check_hazards},
-    }
+    perf = performance_doc(program, input_path, samples, batch, first,
+                           {"raw": raw, "trace_level": trace_level,
+                            "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
-    if report:
+    if report and Path(report).suffix.lower() in (".html", ".htm"):
+        write_atomic(report, PerformanceReport.from_report(perf, program).html().encode())
+    elif report:
         write_atomic(report, (text + "\n").encode())
     if trace_path:
         events = trace.chrome_trace(prog, first.timeline, trace_level)
@@ -83,10 +88,25 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     if as_json:
         click.echo(text)
     else:
-        _print_summary(perf)
+        PerformanceReport.from_report(perf, program).print(Console())
 
 
-def _read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
+def performance_doc(program: str, input_path: str, samples: list[dict], batch: int,
+                    result: machine.Result, options: dict) -> dict:
+    """The JSON performance report of one run, with what reproduces it under "run"."""
+    perf = result.stats.to_report()
+    perf["run"] = {
+        "tool": {"name": "ember", "version": _version()},
+        "program": {"path": program, "sha256": _sha256(Path(program).read_bytes())},
+        "inputs": {"path": input_path, "batch": batch or 1,
+                   "sha256": {name: _sha256(np.ascontiguousarray(a).tobytes())
+                              for name, a in sorted(samples[0].items())}},
+        "options": options,
+    }
+    return perf
+
+
+def read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
     """Quantized samples keyed by input name, and the batch size (0: no batch axis)."""
     try:
         loaded = np.load(path, allow_pickle=False)
@@ -135,33 +155,6 @@ def _read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
     if not batch:
         return [quantized], 0
     return [{name: a[n] for name, a in quantized.items()} for n in range(batch)], batch
-
-
-def _print_summary(perf: dict) -> None:
-    console = Console()
-    table = Table(title=f"ember simulate: {perf['arch']} at {perf['clock_mhz']} MHz")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("cycles", f"{perf['cycles']:,}")
-    table.add_row("time", f"{perf['time_ms']:.4f} ms")
-    table.add_row("roofline bound", f"{perf['bound_cycles']:,} cycles "
-                  f"({perf['bound_cycles'] / max(perf['cycles'], 1):.0%} of actual)")
-    table.add_row("MACs", f"{perf['macs']:,} ({perf['mac_utilization']:.1%} of peak)")
-    for unit, value in perf["utilization"].items():
-        table.add_row(f"{unit} busy", f"{value:.1%}")
-    table.add_row("DRAM read / written", f"{perf['dram_bytes_read']:,} / "
-                  f"{perf['dram_bytes_written']:,} B")
-    table.add_row("energy", f"{perf['energy_uj']:.3f} µJ")
-    console.print(table)
-    if perf["layers"]:
-        layers = Table(title="per layer (cycles: span on the timeline)")
-        for column in ("layer", "cycles", "MACs", "DRAM bytes", "bound", "bound by"):
-            layers.add_column(column, justify="left" if column == "layer" else "right")
-        for layer in perf["layers"]:
-            layers.add_row(layer["name"], f"{layer['cycles']:,}", f"{layer['macs']:,}",
-                           f"{layer['dram_bytes']:,}", f"{layer['bound_cycles']:,}",
-                           layer["bound_by"])
-        console.print(layers)
 
 
 def _sha256(data: bytes) -> str:

@@ -51,6 +51,9 @@ class AccuracyReport:
     notes: tuple[str, ...] = ()
     bit_exact: bool | None = None
     first_difference: dict[str, Any] | None = None
+    # The program's host segments (name, nodes): what ran on the host instead of the
+    # accelerator. Reported with bit_exact, when a program was checked.
+    host_segments: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Stable keys; the top-level metrics are those of the first output."""
@@ -70,6 +73,7 @@ class AccuracyReport:
         if self.bit_exact is not None:
             doc["bit_exact"] = self.bit_exact
             doc["first_difference"] = self.first_difference
+            doc["host_segments"] = [dict(s) for s in self.host_segments]
         return doc
 
     def worst_layers(self) -> list[LayerAccuracy]:
@@ -104,6 +108,9 @@ class AccuracyReport:
             console.print("simulator vs integer reference: " + (
                 "[green]bit-exact[/]" if self.bit_exact else
                 f"[red]DIFFERS[/] first at {self.first_difference}"))
+            for segment in self.host_segments:
+                console.print(f"ran on the host: {segment['name']} "
+                              f"({', '.join(segment['nodes'])})", highlight=False)
         for note in self.notes:
             console.print(f"note: {note}")
 

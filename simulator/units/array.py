@@ -7,9 +7,15 @@ Scalability of DNN Accelerators using SCALE-Sim", ISPASS 2020, and its code, sca
 array's skew for a partial tile. benchmarks/bench_sim_scalesim.py checks both against it.
 
 - weight_stationary: a fold costs 2R + C + M - 2: R cycles to load the weights, then M input
-  rows stream with R + C - 2 cycles of skew. PRELOAD costs the R (0 with preload_overlap: the
-  weights shift into a shadow buffer while the previous COMPUTE streams, which lasts
-  M + R + C - 2 >= R cycles); COMPUTE costs M + R + C - 2.
+  rows stream with R + C - 2 cycles of skew. PRELOAD costs the R and COMPUTE M + R + C - 2, as
+  in SCALE-Sim. With preload_overlap the weights are double-buffered in the PEs (Gemmini's
+  WS mesh, the TPU's weight double-buffering, Jouppi et al. ISCA 2017): the next tile's
+  weights shift into a shadow buffer while this COMPUTE streams, and the next COMPUTE's
+  inputs enter right behind this one's, the weight switch travelling with them. PRELOAD then
+  costs nothing, and COMPUTE occupies the array for max(M, R) cycles (R: the shift-in of the
+  next weights); its skew is a latency, not throughput: its results land R + C - 2 cycles
+  (M + R + C - 2 in all) after it starts streaming (`compute_latency`), which only the
+  instructions waiting for them (its tokens) see.
 - output_stationary: the weights stream with the inputs, so PRELOAD costs nothing, and a fold of
   at most R output rows costs R + C + K - 2. A COMPUTE costs ceil(M / R) folds of its k, except
   that an accumulating COMPUTE of at most R rows continues the previous one's outputs, which stay
@@ -93,13 +99,26 @@ def preload_cycles(arch, insn) -> int:
 
 
 def compute_cycles(arch, insn) -> int:
+    """Cycles the array is busy: the next COMPUTE may start after these."""
     a = insn.args
     r, c, m = arch.array.rows, arch.array.cols, a["m_outer"] * a["m_inner"]
     if arch.array.dataflow == "weight_stationary":
+        if arch.array.preload_overlap:
+            return max(m, r)
         return m + r + c - 2
     if a["accumulate"] and m <= r:
         return a["k"]
     return ceil_div(m, r) * (r + c + a["k"] - 2)
+
+
+def compute_latency(arch, insn) -> int:
+    """Cycles from the end of `compute_cycles` until the last result lands in the accumulator:
+    with preload_overlap, the skew of a weight-stationary COMPUTE drains while the next one
+    streams, so it delays only the instructions that wait for this one's results."""
+    if arch.array.dataflow != "weight_stationary" or not arch.array.preload_overlap:
+        return 0
+    r, c, m = arch.array.rows, arch.array.cols, insn.args["m_outer"] * insn.args["m_inner"]
+    return m + r + c - 2 - max(m, r)
 
 
 def preload_work(arch, insn) -> Work:

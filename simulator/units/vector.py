@@ -6,6 +6,7 @@ Parameter blocks live in the accumulator (int32) as two consecutive rows at `par
 row 0 holds multipliers, row 1 shifts. REQUANT and AVGPOOL read them per lane (per channel);
 ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of `numerics.add`. Every lane that is read
 must hold a valid shift (in [-31, 31]; zero-filled lanes are valid), unused channels included.
+REQUANT with bias=1 reads a third row, per-lane int32 biases added (wrapping) before rescaling.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def requant(state, insn) -> None:
     a = insn.args
     src = state.accumulator[rows(state.accumulator, a["acc"], a["rows"], "accumulator")]
     multiplier, shift = _params(state, a)
+    if a["bias"]:
+        bias = state.accumulator[rows(state.accumulator, a["param"], 3, "accumulator (params)")][2]
+        src = src + bias  # int32, wrapping, as the accumulator's own additions
     dst = rows(state.scratchpad, a["sp"], a["rows"], "scratchpad")
     state.scratchpad[dst] = numerics.requantize(src, multiplier, shift, a["out_offset"],
                                                 a["qmin"], a["qmax"], axis=1)
@@ -111,7 +115,7 @@ def pool_cycles(arch, insn) -> int:
 def requant_work(arch, insn) -> Work:
     a = insn.args
     acc_row, sp_row = arch.accumulator.row_bytes, arch.scratchpad.row_bytes
-    return Work(local_bytes=(a["rows"] + 2) * acc_row + a["rows"] * sp_row,
+    return Work(local_bytes=(a["rows"] + 2 + a["bias"]) * acc_row + a["rows"] * sp_row,
                 scratchpad_end=a["sp"] + a["rows"] if a["rows"] else 0)
 
 
@@ -142,7 +146,8 @@ def _param_access(a: dict) -> Access:
 
 def requant_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    return (Access(ACCUMULATOR, a["acc"], a["acc"] + a["rows"], False), _param_access(a),
+    return (Access(ACCUMULATOR, a["acc"], a["acc"] + a["rows"], False),
+            Access(ACCUMULATOR, a["param"], a["param"] + 2 + a["bias"], False),
             Access(SCRATCHPAD, a["sp"], a["sp"] + a["rows"], True))
 
 

@@ -161,11 +161,11 @@ def test_one_token_fifos_never_deadlock(double_buffer: bool) -> None:
                     samples(shapes, 1, 3))
 
 
-def test_nodes_kept_in_fp32_are_named_until_host_segments_exist() -> None:
+def test_nodes_kept_in_fp32_are_named_and_need_allow_host() -> None:
     proto = models.mobile_block()
     shapes = {"x": [1, 12, 9, 11]}
     qgraph = quantized(proto, samples(shapes, 3), QuantOptions(keep_fp32=("gap",)))
-    with pytest.raises(CompileError, match=r"\['gap'\].*host segments"):
+    with pytest.raises(CompileError, match=r"\['gap'\].*--allow-host"):
         compile_int8(qgraph, EDGE)
 
 

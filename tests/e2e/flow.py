@@ -11,6 +11,7 @@ import onnx
 from compiler.backend import BackendOptions, Compiled
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Graph
+from compiler.host import run_segment
 from compiler.pipeline import compile_int8, optimize
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
@@ -33,21 +34,31 @@ def quantized(proto: onnx.ModelProto, calibration: list[dict],
 
 
 def check_bit_exact(qgraph: Graph, compiled: Compiled, feeds: list[dict]) -> machine.Result:
-    """Run every sample on the simulator from the oracle's own quantized inputs; the raw
-    int8 outputs must be equal. Returns the last run."""
+    """Run every sample on the simulator (host segments by `compiler.host.run_segment`) from
+    the oracle's own quantized inputs; the raw int8 outputs, and float32 ones the host
+    computes, must be equal bit for bit. Returns the last run."""
     program = compiled.program
     result = None
     for sample in feeds:
         env = run_int8(qgraph, sample, keep_all=True)
         inputs = {}
         for b in program.inputs:
+            if b.dtype == "float32":  # read by the host as it is
+                inputs[b.name] = env[b.name]
+                continue
             node = next(n for n in qgraph.nodes if n.op == "QuantizeLinear"
                         and n.inputs[0] == b.name)
             inputs[b.name] = env[node.outputs[0]]
-        result = machine.run(program, inputs)
+        result = machine.run(program, inputs, host=run_segment)
         for b in program.outputs:
             node = next(n for n in qgraph.nodes if n.outputs[0] == b.name)
-            np.testing.assert_array_equal(result.outputs[b.name], env[node.inputs[0]],
+            expected = env[b.name] if b.dtype == "float32" else env[node.inputs[0]]
+            got = np.ascontiguousarray(result.outputs[b.name])
+            expected = np.ascontiguousarray(expected).reshape(got.shape)
+            assert got.dtype == expected.dtype, (b.name, got.dtype, expected.dtype)
+            if got.dtype.kind == "f":  # bit for bit: the bytes, so -0.0 and NaNs count too
+                got, expected = got.view(np.uint8), expected.view(np.uint8)
+            np.testing.assert_array_equal(got, expected,
                                           err_msg=f"output {b.name!r} differs from run_int8")
     return result
 

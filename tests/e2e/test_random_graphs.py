@@ -5,11 +5,15 @@ Each graph is a chain with skip connections (residual Add/Sub of an earlier tens
 shape) of convolutions (random kernel, stride, asymmetric pads, dilation, groups up to
 depthwise, optional bias, fused Relu/Clip), pools (max with ceil_mode, average with one window
 size), global pools, lookup-table maps and scalar Add/Sub/Mul, optionally ending in a dense tail
-(Flatten or Reshape, then Gemm/MatMul). Channel counts and planes are drawn past the edge
-preset's 8x8 array and 32 KiB scratchpad, so tiling happens on every dimension; the target is
-drawn among the presets, with double buffering on or off. Only graphs the compiler lowers are
-drawn: no Concat, Transpose, Pad, Softmax, ...; average pools whose windows all hold the same
-number of counted elements; MatMul only on rank-2 activations.
+(Flatten or Reshape, then Gemm/MatMul), and views: channel Splits into branches concatenated
+again (a value twice included), Slices (crops, row and column steps, channel ranges) and
+Concats with earlier tensors (the model input included), so that producers write into their
+Concat's buffer, consumers read views in place, and what cannot be in place is copied. Channel
+counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchpad, so tiling
+happens on every dimension; the target is drawn among the presets, with double buffering on or
+off. Only graphs the compiler lowers are drawn: no Transpose, Pad, Softmax, ...; average pools
+whose windows all hold the same number of counted elements; MatMul only on rank-2
+activations.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from simulator.arch import Arch
 from tests.e2e.flow import check_bit_exact, quantized
 from tests.onnx_builder import model
 
-# int8 schemes the accelerator runs: affine (default), per-tensor weights, symmetric
-# activations (zero point 0), power-of-two scales (ties on half steps are common).
+# Schemes the accelerator runs: affine int8 (default), per-tensor weights, symmetric
+# activations (zero point 0), power-of-two scales (ties on half steps are common), uint8
+# activations (run as int8 codes offset by -128).
 SCHEMES = (QuantOptions(), QuantOptions(per_channel=False),
            QuantOptions(symmetric_activations=True),
-           QuantOptions(schema="power2", per_channel=False), QuantOptions(calibration="percentile"))
+           QuantOptions(schema="power2", per_channel=False), QuantOptions(calibration="percentile"),
+           QuantOptions(activation_dtype="uint8"))
 PRESETS = ("edge", "default", "edge", "large")  # edge twice: its small memories tile most
 
 Pick = Callable[[int, int], int]  # an integer in [lo, hi]
@@ -87,6 +93,54 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
             if pick(0, 1):
                 add(("Relu", "Tanh", "Sigmoid")[pick(0, 2)], [current], shapes[current])
 
+    def views(n: int, c: int, h: int, w: int) -> None:
+        nonlocal current
+        kind = pick(0, 2)
+        if kind == 0 and c >= 2:  # a channel Split into a conv branch and a LUT branch, joined
+            first = pick(1, c - 1)
+            parts = [f"t{len(nodes)}a", f"t{len(nodes)}b"]
+            nodes.append(helper.make_node("Split", [current, const(np.array([first, c - first]))],
+                                          parts, name=f"split{len(nodes)}", axis=1))
+            shapes[parts[0]], shapes[parts[1]] = (n, first, h, w), (n, c - first, h, w)
+            k, out = (1, 3)[pick(0, 1)], pick(1, 24)
+            add("Conv", [parts[0], weight(out, first, k, k, fan_in=first * k * k)],
+                (n, out, h, w), kernel_shape=[k, k], pads=[k // 2] * 4)
+            branches = [current, parts[1]]
+            if pick(0, 1):
+                add(("Relu", "Sigmoid", "Tanh")[pick(0, 2)], [parts[1]], shapes[parts[1]])
+                branches[1] = current
+            if pick(0, 1):
+                branches.reverse()
+            if pick(0, 3) == 0:
+                branches.append(branches[0])  # a value twice: not in place, copied
+            add("Concat", branches, (n, sum(shapes[b][1] for b in branches), h, w), axis=1)
+        elif kind == 1:  # a Slice: a crop (row and column steps), a channel range, or both
+            axes, starts, ends, steps, shape = [], [], [], [], [n, c, h, w]
+            for axis, size in ((1, c), (2, h), (3, w)):
+                if size < 2 or pick(0, 1) == 0:
+                    continue
+                start = pick(0, size - 1)
+                end = pick(start + 1, size)
+                step = 1 if axis == 1 else pick(1, 2)
+                axes.append(axis)
+                starts.append(start)
+                ends.append(end - size if end < size and pick(0, 1) else end)  # negative ends
+                steps.append(step)
+                shape[axis] = len(range(start, end, step))
+            if axes:
+                add("Slice", [current, const(np.array(starts)), const(np.array(ends)),
+                              const(np.array(axes)), const(np.array(steps))], tuple(shape))
+        else:  # a Concat with an earlier tensor of the same plane (the model input included)
+            axis = pick(1, 2)
+            same = [t for t, s in shapes.items() if t != current and len(s) == 4
+                    and all(s[a] == (n, c, h, w)[a] for a in range(4) if a != axis)]
+            if same:
+                other = same[pick(0, len(same) - 1)]
+                operands = [current, other] if pick(0, 1) else [other, current]
+                shape = [n, c, h, w]
+                shape[axis] += shapes[other][axis]
+                add("Concat", operands, tuple(shape), axis=axis)
+
     if pick(0, 5) == 0:  # a 2-D input straight into a dense stack
         shapes["x"] = (pick(1, 300), pick(1, 100)) if pick(0, 1) else (pick(1, 40), pick(1, 40))
         dense_tail(shapes["x"][1])
@@ -96,7 +150,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                        pick(17, 32) if big else pick(1, 12), pick(17, 32) if big else pick(1, 12))
         for _ in range(pick(1, 6)):
             n, c, h, w = shapes[current]
-            choice = pick(0, 10)
+            choice = pick(0, 11)
             if choice <= 2:  # Conv, perhaps with a fused Relu or Clip
                 divisors = [g for g in range(1, c + 1) if c % g == 0]
                 groups = (1, c, divisors[pick(0, len(divisors) - 1)])[pick(0, 2)]
@@ -181,6 +235,8 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     add("Relu", [current], shapes[current])
                 operands = [block, current] if pick(0, 1) else [current, block]
                 add(("Add", "Sub")[pick(0, 1)], operands, shapes[current])
+            elif choice == 11:  # views: Split into branches, Slice, Concat
+                views(n, c, h, w)
             elif choice == 9 and pick(0, 1):  # a Reshape view of a 1x1 plane, read by what follows
                 if h * w != 1:
                     continue

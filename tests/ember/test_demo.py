@@ -13,7 +13,7 @@ def test_demo_runs_the_flow_and_writes_its_files(tmp_path) -> None:
     result = CliRunner().invoke(cli, ["demo", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
     for name in ("digits.ir.txt", "digits.profile.json", "digits.ember", "perf.json",
-                 "trace.json", "accuracy.html", "accuracy.json"):
+                 "perf.html", "trace.json", "accuracy.html", "accuracy.json"):
         assert (tmp_path / name).is_file(), name
         assert str(tmp_path / name) in result.output
     report = json.loads((tmp_path / "accuracy.json").read_text())
@@ -21,3 +21,4 @@ def test_demo_runs_the_flow_and_writes_its_files(tmp_path) -> None:
     assert report["bit_exact"] is True
     perf = json.loads((tmp_path / "perf.json").read_text())
     assert perf["cycles"] >= perf["bound_cycles"] > 0
+    assert 'class="point"' in (tmp_path / "perf.html").read_text()  # the roofline

@@ -16,7 +16,8 @@ from examples import build, zoo
 from examples.digits import train
 
 DIGITS_DIR = build.EXAMPLES_DIR / "digits"
-EXPECTED_OUTPUT_SHAPES = {"resnet18": (1, 1000), "mobilenetv2": (1, 1000), "mlp": (1, 10)}
+EXPECTED_OUTPUT_SHAPES = {"resnet18": (1, 1000), "mobilenetv2": (1, 1000), "squeezenet": (1, 1000),
+                          "mlp": (1, 10)}
 
 
 def _session(model: onnx.ModelProto, every_tensor: bool = False) -> ort.InferenceSession:
@@ -59,6 +60,7 @@ def test_zoo_models_have_the_expected_operators() -> None:
     groups = [a.i for n in zoo.mobilenetv2().graph.node for a in n.attribute if a.name == "group"]
     assert sum(group > 1 for group in groups) == 17  # one depthwise conv per inverted residual
     assert ops["mobilenetv2"].count("Add") == 10 and "Clip" in ops["mobilenetv2"]
+    assert ops["squeezenet"].count("Concat") == 8 and ops["squeezenet"].count("Conv") == 25
     assert ops["mlp"] == ["Gemm", "Relu", "Gemm", "Relu", "Gemm"]
 
 

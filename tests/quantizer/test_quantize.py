@@ -16,12 +16,13 @@ from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import conv_int8
 from compiler.graph.ir import Graph
+from compiler.graph.ops import is_integer_node
 from compiler.pipeline import optimize
 from profiler.format import Profile
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError
 from quantizer.quantize import QuantOptions, quantize
-from quantizer.reference import dequantized, is_integer_node, run_int8
+from quantizer.reference import dequantized, run_int8
 from simulator import numerics
 from tests.onnx_builder import conv_bn_relu, model
 from tests.quantizer.util import profile_of

@@ -21,15 +21,25 @@ def test_report_keys(run):
     _, result = run
     report = json.loads(json.dumps(result.stats.to_report()))
     for key, kind in [("cycles", int), ("time_ms", float), ("bound_cycles", int),
+                      ("peak_macs_per_cycle", int), ("dram_bytes_per_cycle", int),
+                      ("compulsory_dram_bytes", int),
                       ("utilization", dict), ("dram_bytes_read", int),
                       ("dram_bytes_written", int), ("energy_uj", float), ("layers", list)]:
         assert isinstance(report[key], kind), key
-    assert set(report["utilization"]) == set(UNITS.values()) | {"dram"}
+    assert set(report["utilization"]) == set(UNITS.values()) | {"dram", "host"}
+    assert report["host_cycles"] == 0 and report["host_segments"] == []
     assert all(0 <= v <= 1 for v in report["utilization"].values())
     assert report["time_ms"] == pytest.approx(report["cycles"] / 1e6)
     for layer in report["layers"]:
         assert {"name", "cycles", "macs", "bound_cycles"} <= set(layer)
+        assert layer["unit"] == "accelerator"
         assert layer["bound_cycles"] <= layer["cycles"]
+        # Each unit's busy time and span lie inside the layer's span; the vector unit is a roof.
+        end = layer["start_cycle"] + layer["cycles"]
+        for unit, (start, stop) in layer["unit_spans"].items():
+            assert layer["start_cycle"] <= start <= stop <= end
+            assert layer["busy_cycles"][unit] <= stop - start
+        assert layer["bound_cycles"] >= layer["busy_cycles"]["vector"]
     assert report["bound_cycles"] <= report["cycles"]
 
 

@@ -144,6 +144,23 @@ def test_requant_per_lane():
     np.testing.assert_array_equal(state.scratchpad[50:59], want)
 
 
+def test_requant_adds_the_bias_row_wrapping():
+    state = fresh()
+    mult = rng.integers(2**30, 2**31, L)
+    shift = rng.integers(-2, 12, L)
+    _params(state, 500, mult, shift)
+    bias = rng.integers(-2**31, 2**31, L).astype(np.int32)
+    state.accumulator[502] = bias
+    acc = state.accumulator[0:9].copy()
+    run(state, isa.REQUANT(acc=0, sp=50, rows=9, param=500, qmin=-100, qmax=100, bias=1))
+    summed = (acc.astype(np.int64) + bias + 2**31) % 2**32 - 2**31  # int32, wrapping
+    want = numerics.requantize(summed, mult, shift, 0, -100, 100, axis=1)
+    np.testing.assert_array_equal(state.scratchpad[50:59], want)
+    np.testing.assert_array_equal(state.accumulator[0:9], acc)  # the accumulator is unchanged
+    assert isa.REQUANT.access(ARCH, isa.REQUANT(acc=0, sp=50, rows=9, param=500, bias=1))[1] \
+        == (1, 500, 503, False)  # the bias row is read: the race check and the scheduler see it
+
+
 def test_add_matches_numerics():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in (0.4, 0.5, 1 / (2**20 * 0.6))]
@@ -206,10 +223,18 @@ def test_cycle_formulas():
         == lat + 3 * 4 + 1                                             # bursts of 64 B
     r, c = ARCH.array.rows, ARCH.array.cols
     compute = isa.COMPUTE(sp=0, acc=0, m_outer=3, m_inner=10, k=16, n=16)
-    assert isa.COMPUTE.cycles(ARCH, compute) == 30 + r + c - 2
+    # default (preload_overlap): busy for the 30 rows, the skew drains behind the next COMPUTE
+    assert isa.COMPUTE.cycles(ARCH, compute) == 30
+    assert isa.COMPUTE.latency(ARCH, compute) == r + c - 2
+    few = isa.COMPUTE(sp=0, acc=0, m_inner=5, k=16, n=16)  # the next weights take r to shift in
+    assert isa.COMPUTE.cycles(ARCH, few) == r
+    assert isa.COMPUTE.cycles(ARCH, few) + isa.COMPUTE.latency(ARCH, few) == 5 + r + c - 2
     assert isa.PRELOAD.cycles(ARCH, isa.PRELOAD(sp=0, k=16)) == 0    # overlapped in default
     edge = Arch.load("edge")
     assert isa.PRELOAD.cycles(edge, isa.PRELOAD(sp=0, k=8)) == edge.array.rows
+    re, ce = edge.array.rows, edge.array.cols  # no overlap: SCALE-Sim's fold, no latency
+    assert isa.COMPUTE.cycles(edge, compute) == 30 + re + ce - 2
+    assert isa.COMPUTE.latency(edge, compute) == 0
     assert isa.REQUANT.cycles(ARCH, isa.REQUANT(acc=0, sp=0, rows=5, param=0)) == 5 * L // 16
     pool = isa.MAXPOOL(src=0, dst=0, in_h=5, in_w=5, kh=3, kw=3)
     assert isa.MAXPOOL.cycles(ARCH, pool) == 9 * 9 * L // ARCH.vector.lanes

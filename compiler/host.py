@@ -1,0 +1,85 @@
+"""The host CPU's part of a program: each host segment's HOST instruction, the segment records
+the program carries (`Program.host_segments`), and the runner that executes one.
+
+A segment (`compiler.layers.HostLayer`, made by `compiler.partition`) is one HOST instruction on
+the store queue that names every DRAM tensor it reads and writes, so the scheduler orders it
+after the instructions that write its inputs and before those that read its outputs, from the
+same hazards as any other access. Its record lists the nodes, the input and output bindings
+(raw values: int8 codes for quantized values, float32 for fp32 ones, scale 1 and zero point 0),
+the serialized subgraph and the flop estimate. `run_segment` is the runner `machine.run` calls
+at HOST: it runs the subgraph with `compiler.graph.evaluate.run_node`, the same node step as the
+integer reference, so the program stays bit-exact with `quantizer.reference.run_int8`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from compiler.emit import Context, instruction
+from compiler.errors import CompileError
+from compiler.graph.evaluate import run_node
+from compiler.graph.serialize import graph_from_dict
+from compiler.layers import HostLayer, HostPort, Lowered
+from compiler.memory import DramPlan
+from compiler.schedule import Step
+from simulator import isa
+from simulator.program import IOBinding
+
+
+@dataclass(frozen=True)
+class HostTiles:
+    """A host segment uses no local memory: it has no regions to tile."""
+
+
+def host_steps(layer: HostLayer, ctx: Context) -> list[Step]:
+    """One HOST instruction touching every tensor the segment reads and writes."""
+    accesses = tuple(ctx.access(t, False) for t in layer.reads) + \
+        tuple(ctx.access(t, True) for t in layer.writes)
+    op = instruction(layer.node, isa.HOST, accesses or None, segment=layer.index,
+                     compute_cycles=ctx.arch.host_cycles(layer.flops),
+                     read_bytes=layer.read_bytes, write_bytes=layer.write_bytes)
+    return [Step((), (op,))]
+
+
+def _binding(port: HostPort, plan: DramPlan) -> dict:
+    if port.tensor not in plan.addresses:
+        raise CompileError(f"internal: host tensor {port.tensor!r} has no DRAM address")
+    return IOBinding(port.value, plan.addresses[port.tensor] + port.offset, port.shape, 1.0, 0,
+                     port.dtype, port.strides).to_dict()
+
+
+def host_segments(lowered: Lowered, plan: DramPlan) -> tuple[dict, ...]:
+    """The program's record of each host segment, in segment order."""
+    layers = sorted((layer for layer in lowered.layers if isinstance(layer, HostLayer)),
+                    key=lambda layer: layer.index)
+    return tuple({"name": layer.node, "nodes": list(layer.nodes),
+                  "inputs": [_binding(p, plan) for p in layer.inputs],
+                  "outputs": [_binding(p, plan) for p in layer.outputs],
+                  "graph": layer.graph, "flops": layer.flops} for layer in layers)
+
+
+def run_segment(segment: dict, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run host segment `segment` (a `Program.host_segments` record) on its input values (by
+    binding name, as read from DRAM): its output values, shaped and typed as its bindings."""
+    graph = graph_from_dict(segment["graph"])
+    env: dict[str, np.ndarray] = {n: v.const for n, v in graph.values.items() if v.is_const}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise CompileError(f"host segment {segment['name']!r}: input {name!r} missing")
+        # A port may read a view through its source's tensor: the logical order is the same.
+        env[name] = np.asarray(inputs[name]).reshape(graph.type_of(name).shape)
+    for node in graph.nodes:
+        args = [env[name] if name else None for name in node.inputs]
+        for name, result in zip(node.outputs, run_node(graph, node, args)):
+            env[name] = result
+    outputs = {}
+    for b in segment["outputs"]:
+        value = np.asarray(env[b["name"]])
+        if value.dtype != np.dtype(b["dtype"]):
+            raise CompileError(f"host segment {segment['name']!r}: output {b['name']!r} is "
+                               f"{value.dtype}, its binding {b['dtype']}")
+        outputs[b["name"]] = value.reshape(b["shape"])
+    return outputs

@@ -1,0 +1,208 @@
+"""Host partitioning: the nodes the accelerator does not run become host segments.
+
+As Glow partitions a graph between devices, lowering (with `allow_host`) walks the quantized
+graph in order and gives every node it cannot lower to the host CPU: nodes kept in fp32
+(`--keep-fp32`, or not quantizable), the QuantizeLinear/DequantizeLinear that wrap them (those
+not at a model boundary, where the program's I/O bindings quantize), and integer nodes whose
+operator has no lowering or whose handler finds a case the accelerator lacks. Each maximal run
+of such nodes in topological order is one segment, a `HostLayer`: it reads its inputs from
+DRAM, runs its subgraph with the reference kernels (`compiler.graph.evaluate.run_node`, so the
+program stays bit-exact with `quantizer.reference.run_int8`) and writes its outputs to DRAM.
+
+**DRAM.** Values internal to a segment get no buffer. A value crossing a segment's boundary is a
+DRAM tensor: int8 for quantized values, in the layout the accelerator's layers use
+(channels-last for 4-D maps, else row-major, so neighbouring layers read it without a copy);
+float32 (row-major, 4 bytes per element) for fp32 values, such as a model input that a
+kept-fp32 first node reads, or a model output an fp32 node produces (those program bindings are
+float32 with scale 1 and zero point 0). A host port accesses a tensor with its own layout's
+strides, so the host sees logical arrays.
+
+**Cost.** `flops` is a simple estimate: 2 x MACs for Conv, Gemm and MatMul, and for every other
+node the larger of its activation input and output element counts; the target prices it with
+`Arch.host_cycles`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.errors import CompileError
+from compiler.graph.ir import Graph, Node
+from compiler.graph.ops import is_integer_node
+from compiler.graph.serialize import graph_to_dict
+from compiler.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
+
+# The element types a host port may carry (those a program binding describes).
+PORT_DTYPES = ("int8", "uint8", "float32")
+_WRAPPERS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | None:
+    """Why `node` can only run on the host whatever its lowering, or None: it runs in fp32, or
+    it is a QuantizeLinear/DequantizeLinear that is not at a model boundary."""
+    if node.op == "QuantizeLinear":
+        x = node.inputs[0]
+        if x not in graph.inputs:
+            return f"it quantizes {x!r}, which an fp32 node computes (not a model input)"
+        fp32 = [n.name for n in users.get(x, []) if n.op != "QuantizeLinear"]
+        if fp32:
+            return f"model input {x!r} is also read in fp32 by node(s) {fp32}"
+        return None
+    if node.op == "DequantizeLinear":
+        y = node.outputs[0]
+        readers = [n.name for n in users.get(y, [])]
+        if readers:
+            return f"fp32 node(s) {readers} read its output {y!r}"
+        if y not in graph.outputs:
+            return f"its output {y!r} is not a model output"
+        return None
+    if not is_integer_node(graph, node):
+        return "it runs in fp32 (kept with --keep-fp32, or not quantizable)"
+    return None
+
+
+def flops(graph: Graph, node: Node) -> int:
+    """The estimate of one node's work: 2 x MACs for Conv/Gemm/MatMul, else the larger of its
+    activation input and output element counts."""
+    out = sum(graph.type_of(name).size for name in node.outputs if name)
+    if node.op in ("Conv", "Gemm", "MatMul"):
+        a = graph.type_of(node.inputs[0]).shape
+        if node.op == "Conv":  # C/group x kernel taps per output
+            k = int(np.prod(graph.type_of(node.inputs[1]).shape[1:], dtype=np.int64))
+        else:
+            k = a[-2] if node.attrs.get("transA", 0) else a[-1]
+        return 2 * out * int(k)
+    ins = [graph.type_of(name).size for name in node.inputs
+           if name and not graph.values[name].is_const]
+    return max([out, *ins])
+
+
+class HostSegments:
+    """The open segment of a lowering walk (`compiler.lower`), and how each one closes into a
+    HostLayer over DRAM tensors that the walk's tables (tensors, layouts, buffers, bindings)
+    then know."""
+
+    def __init__(self, lowering):
+        self.lw = lowering
+        self.g: Graph = lowering.g
+        self.users = self.g.users()
+        self.nodes: list[Node] = []  # the open segment
+        self.count = 0
+
+    def add(self, node: Node) -> None:
+        self.nodes.append(node)
+
+    def produces(self, name: str) -> bool:
+        """Whether the open segment computes value `name` (so it has no DRAM tensor yet)."""
+        return any(name in node.outputs for node in self.nodes)
+
+    def state(self):
+        return list(self.nodes), self.count
+
+    def restore(self, state) -> None:
+        nodes, self.count = state
+        self.nodes = list(nodes)
+
+    def close(self) -> None:
+        """Turn the open segment (if any) into a HostLayer after the layers so far."""
+        if not self.nodes:
+            return
+        nodes, self.nodes = self.nodes, []
+        inside = {node.name for node in nodes}
+        produced = [name for node in nodes for name in node.outputs if name]
+        reads = [name for node in nodes for name in node.inputs
+                 if name and not self.g.values[name].is_const and name not in produced]
+        inputs = tuple(self._input(name) for name in dict.fromkeys(reads))
+        crossing = [name for name in produced if name in self.g.outputs or any(
+            reader.name not in inside for reader in self.users.get(name, []))]
+        outputs = tuple(self._output(name) for name in crossing)
+        name = _segment_name(self.count, nodes)
+        sub = self._subgraph(name, nodes, inputs, outputs)
+        work = sum(flops(self.g, node) for node in nodes)
+        self.lw.layers.append(HostLayer(name, self.count, tuple(n.name for n in nodes), inputs,
+                                        outputs, graph_to_dict(sub), work))
+        self.count += 1
+
+    # -- ports --
+
+    def _input(self, name: str) -> HostPort:
+        lw = self.lw
+        if name not in lw.buffer:
+            if name not in self.g.inputs:
+                raise CompileError(f"internal: host segment input {name!r} has no DRAM tensor")
+            # A model input the host reads as it is (fp32): the program takes it unquantized.
+            tensor = self._tensor(name)
+            shape = self.g.type_of(name).shape
+            lw.inputs.append(Binding(name, tensor, shape, 1.0, 0,
+                                     lw.layouts[tensor].strides(shape, 4), dtype="float32"))
+        return self._port(name)
+
+    def _output(self, name: str) -> HostPort:
+        lw = self.lw
+        t = self.g.type_of(name)
+        if t.dtype == "int8":
+            # Channels-last for maps, or straight into its part of the Concat that reads it
+            # (copy elimination): what the accelerator's layers read without a copy.
+            lw.output(name, Layout.channels_last(t.shape))
+        else:
+            self._tensor(name)
+        if name in self.g.outputs:
+            if t.dtype != "float32":
+                raise CompileError(f"model output {name!r} is {t.dtype}: expected float32")
+            tensor = lw.buffer[name]
+            lw.outputs.append(Binding(name, tensor, t.shape, 1.0, 0,
+                                      lw.layouts[tensor].strides(t.shape, 4), dtype="float32"))
+        return self._port(name)
+
+    def _port(self, name: str) -> HostPort:
+        """How the host accesses value `name` in its DRAM tensor: a part of it (a slice, a
+        Split output, a Concat input) through the View's strides and offset; a whole tensor
+        in its own layout, which a view's value is a reshape of (views keep the logical
+        order)."""
+        lw = self.lw
+        tensor = lw.buffer[name]
+        dtype = self.g.type_of(tensor).dtype
+        view = lw.views.get(name)
+        if view is not None:
+            shape = self.g.type_of(name).shape
+            block = (*view.strides, 1)  # bytes per step of N, H, W, C (int8)
+            strides = tuple(block[block_axis(len(shape), a)] for a in range(len(shape)))
+            return HostPort(name, tensor, shape, dtype, strides, view.offset)
+        dims = tuple(lw.layouts[tensor].dims)
+        strides = lw.layouts[tensor].strides(dims, np.dtype(dtype).itemsize)
+        if int(np.prod(dims, dtype=np.int64)) != self.g.type_of(name).size or strides is None:
+            raise CompileError(f"value {name!r}, on the host, is a view of {tensor!r} that no "
+                               f"strided access describes")
+        return HostPort(name, tensor, dims, dtype, strides)
+
+    def _tensor(self, name: str) -> str:
+        """A DRAM tensor for value `name`, in the layout the accelerator's layers expect."""
+        t = self.g.type_of(name)
+        if t.dtype not in PORT_DTYPES:
+            raise CompileError(f"value {name!r} is {t.dtype}: a host segment's inputs and "
+                               f"outputs must be one of {list(PORT_DTYPES)}")
+        if t.dtype == "float32":
+            layout = Layout.row_major(t.shape)
+        else:
+            layout = Layout.channels_last(t.shape)
+        lw = self.lw
+        lw.tensors[name] = Tensor(name, t.size * np.dtype(t.dtype).itemsize)
+        lw.layouts[name] = layout
+        lw.buffer[name] = name
+        return name
+
+    def _subgraph(self, name: str, nodes: list[Node], inputs, outputs) -> Graph:
+        names = [n for node in nodes for n in node.inputs + node.outputs if n]
+        values = {n: self.g.values[n] for n in dict.fromkeys(names)}
+        origin = {n: self.g.origin[n] for n in values if n in self.g.origin}
+        return Graph(name, tuple(dict.fromkeys(p.value for p in inputs)),
+                     tuple(p.value for p in outputs), tuple(nodes), values, self.g.opset,
+                     origin)
+
+
+def _segment_name(index: int, nodes: list[Node]) -> str:
+    """host<i>:<first node> (or <first>..<last>), naming the nodes that are not only the
+    QuantizeLinear/DequantizeLinear wrappers when there are such."""
+    core = [n.name for n in nodes if n.op not in _WRAPPERS] or [n.name for n in nodes]
+    label = core[0] if len(core) == 1 else f"{core[0]}..{core[-1]}"
+    return f"host{index}:{label}"

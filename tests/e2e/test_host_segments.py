@@ -1,0 +1,282 @@
+"""Host segments: nodes kept in fp32 and operators the accelerator lacks run on the host CPU
+(`--allow-host`), inside a program that stays bit-exact with the integer reference; without
+`--allow-host` they are errors that name the node and suggest the option."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+
+from compiler.backend import BackendOptions
+from compiler.errors import CompileError
+from compiler.graph.evaluate import run_node
+from compiler.graph.serialize import graph_from_dict, graph_to_dict
+from compiler.layers import HostLayer, PoolLayer
+from compiler.lower import _Lowering, _unsupported, lower
+from compiler.frontend.onnx import import_model
+from compiler.pipeline import compile_int8, optimize
+from ember.cli import cli
+from profiler import format as profile_format
+from quantizer.options import QuantOptions
+from quantizer.quantize import quantize
+from quantizer.reference import run_int8
+from simulator import isa
+from simulator.arch import Arch
+from simulator.program import Program
+from tests.e2e.flow import check_bit_exact, quantized, samples
+from tests.onnx_builder import model
+
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+HOST = BackendOptions(allow_host=True)
+
+
+@lru_cache(maxsize=None)
+def digits(*keep: str):
+    proto = onnx.load(DIGITS / "model.onnx")
+    calib = np.load(DIGITS / "calib.npz")["input"]
+    return quantized(proto, [{"input": calib[i:i + 1]} for i in range(len(calib))],
+                     QuantOptions(keep_fp32=keep))
+
+
+def eval_feeds(count: int) -> list[dict]:
+    images = np.load(DIGITS / "eval.npz")["input"]
+    return [{"input": images[i:i + 1]} for i in range(0, 15 * count, 15)]
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_a_middle_conv_kept_in_fp32_runs_on_the_host_bit_exactly(preset: str) -> None:
+    qgraph = digits("conv2")
+    compiled = compile_int8(qgraph, Arch.load(preset), HOST)
+    program = compiled.program
+    (segment,) = program.host_segments
+    # The fp32 conv with the DequantizeLinear/QuantizeLinear that wrap it: one segment.
+    assert segment["nodes"] == ["relu1/DequantizeLinear", "conv2", "bn2/QuantizeLinear"]
+    assert [b["dtype"] for b in segment["inputs"] + segment["outputs"]] == ["int8", "int8"]
+    # 2 x MACs of the 3x3 conv, and one per element of the DequantizeLinear/QuantizeLinear
+    assert segment["flops"] == 2 * (32 * 8 * 8) * (16 * 3 * 3) + 16 * 8 * 8 + 32 * 8 * 8
+    hosts = [insn for insn in program.instructions if insn.op is isa.HOST]
+    assert len(hosts) == 1 and hosts[0].args["segment"] == 0
+    assert hosts[0].args["compute_cycles"] == program.arch.host_cycles(segment["flops"])
+    (summary,) = compiled.summary.host_segments
+    assert summary["nodes"] == segment["nodes"] and summary["cycles"] > \
+        summary["compute_cycles"]
+    assert compiled.summary.estimated_cycles >= summary["cycles"]
+    assert program.metadata["compiler"]["options"]["allow_host"] is True
+    assert not any(layer["name"] == "conv2" for layer in compiled.summary.per_layer)
+    check_bit_exact(qgraph, compiled, eval_feeds(4))
+
+
+def test_kept_fp32_nodes_need_allow_host() -> None:
+    with pytest.raises(CompileError, match=r"\['conv2'\].*--allow-host"):
+        compile_int8(digits("conv2"), Arch.load("edge"))
+
+
+def test_fp32_model_input_and_output_cross_the_program_boundary_as_float32() -> None:
+    """The first conv kept in fp32 reads the model input as it is, and the last (fc) writes the
+    model output: both program bindings are float32, scale 1, zero point 0."""
+    qgraph = digits("conv1", "fc")
+    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
+    (x,), (y,) = compiled.program.inputs, compiled.program.outputs
+    assert (x.name, x.dtype, x.scale, x.zero_point) == ("input", "float32", 1.0, 0)
+    assert (y.name, y.dtype, y.scale, y.zero_point) == ("logits", "float32", 1.0, 0)
+    assert [s["nodes"] for s in compiled.program.host_segments] == [
+        ["conv1", "bn1/QuantizeLinear"], ["flatten/DequantizeLinear", "fc"]]
+    result = check_bit_exact(qgraph, compiled, eval_feeds(3))
+    assert result.outputs["logits"].dtype == np.float32
+
+
+def _transpose_model() -> onnx.ModelProto:
+    """conv → Transpose (no lowering) → conv → ReduceMean (no lowering) → Softmax."""
+    rng = np.random.default_rng(1)
+    inits = {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+             "w2": rng.standard_normal((8, 8, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Transpose", ["r1"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Conv", ["t", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["c2"], ["m"], name="mean", axes=[2], keepdims=0),
+             helper.make_node("Softmax", ["m"], ["y"], name="probabilities")]
+    return model(nodes, {"x": [1, 3, 6, 7]}, {"y": [1, 8, 6]}, inits)
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_operators_without_a_lowering_run_on_the_host_only_when_allowed(preset: str) -> None:
+    shapes = {"x": [1, 3, 6, 7]}
+    qgraph = quantized(_transpose_model(), samples(shapes, 8))
+    with pytest.raises(CompileError, match=r"'transpose' \(Transpose\).*--allow-host"):
+        compile_int8(qgraph, Arch.load(preset))
+    compiled = compile_int8(qgraph, Arch.load(preset), HOST)
+    assert [s["nodes"] for s in compiled.program.host_segments] == [
+        ["transpose"], ["mean", "probabilities"]]
+    kinds = [layer["kind"] for layer in compiled.summary.per_layer]
+    assert kinds == ["Conv", "Host", "Conv", "Host"]
+    check_bit_exact(qgraph, compiled, samples(shapes, 3, 1))
+
+
+def test_a_host_output_is_written_into_the_concat_that_reads_it() -> None:
+    """Copy elimination across the boundary: the host writes its output straight into its part
+    of the Concat's buffer, so the accelerator's Concat needs no copy layer."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["c"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["u"], name="transpose2", perm=[0, 1, 3, 2]),
+             helper.make_node("Concat", ["t", "u"], ["cat"], name="cat", axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2")]
+    proto = model(nodes, {"x": [1, 3, 5, 5]}, {"y": [1, 4, 5, 5]},
+                  {"w1": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                   "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32)})
+    shapes = {"x": [1, 3, 5, 5]}
+    qgraph = quantized(proto, samples(shapes, 8))
+    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
+    assert [layer["name"] for layer in compiled.summary.per_layer] == [
+        "conv1", "host0:transpose", "relu", "host1:transpose2", "conv2"]
+    cat = [s["outputs"][0] for s in compiled.program.host_segments]
+    assert cat[1]["dram"] - cat[0]["dram"] == 4 and cat[0]["strides"] == [200, 1, 40, 8]
+    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
+
+
+def test_an_output_no_binding_describes_is_dequantized_on_the_host() -> None:
+    """Flatten of a channels-last map is in no strided order of its logical shape: the host
+    reads the map and writes the float32 output in row-major order."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c"], ["y"], name="flat")]
+    proto = model(nodes, {"x": [1, 3, 4, 5]}, {"y": [1, 80]},
+                  {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    shapes = {"x": [1, 3, 4, 5]}
+    qgraph = quantized(proto, samples(shapes, 8))
+    with pytest.raises(CompileError, match=r"'y/DequantizeLinear'.*--allow-host"):
+        compile_int8(qgraph, Arch.load("edge"))
+    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
+    assert [s["nodes"] for s in compiled.program.host_segments] == [["y/DequantizeLinear"]]
+    assert compiled.program.outputs[0].dtype == "float32"
+    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
+
+
+def test_a_case_the_handler_refuses_runs_on_the_host() -> None:
+    """Mul has a lowering (a LUT, by a scalar constant) that refuses activation x activation."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="conv"),
+             helper.make_node("Mul", ["a", "a"], ["y"], name="square")]
+    proto = model(nodes, {"x": [1, 3, 5, 6]}, {"y": [1, 4, 5, 6]},
+                  {"w": rng.standard_normal((4, 3, 1, 1)).astype(np.float32)})
+    shapes = {"x": [1, 3, 5, 6]}
+    qgraph = quantized(proto, samples(shapes, 8))
+    with pytest.raises(CompileError, match=r"'square' \(Mul\).*--allow-host"):
+        compile_int8(qgraph, Arch.load("edge"))
+    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
+    assert [s["nodes"] for s in compiled.program.host_segments] == [["square"]]
+    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
+
+
+def test_a_handler_that_fails_midway_leaves_no_partial_state(monkeypatch) -> None:
+    """A lowering that adds a layer and a tensor and then finds it cannot run the node: the
+    node runs on the host, and nothing of the failed attempt remains."""
+    original = _Lowering.lower_MaxPool
+
+    def half_then_fail(self, node):
+        original(self, node)
+        raise _unsupported(node, "a test refuses it after lowering it")
+
+    monkeypatch.setattr(_Lowering, "lower_MaxPool", half_then_fail)
+    qgraph = digits()
+    lowered = lower(qgraph, allow_host=True)
+    assert not any(isinstance(layer, PoolLayer) for layer in lowered.layers)
+    (host,) = [layer for layer in lowered.layers if isinstance(layer, HostLayer)]
+    assert host.nodes == ("pool", "flatten")  # the view of its output stays with it
+    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
+    check_bit_exact(qgraph, compiled, eval_feeds(2))
+
+
+def test_serialized_graph_round_trips_exactly() -> None:
+    qgraph = digits("conv2")
+    text = json.dumps(graph_to_dict(qgraph))
+    back = graph_from_dict(json.loads(text))
+    assert (back.name, back.inputs, back.outputs, back.opset) == \
+        (qgraph.name, qgraph.inputs, qgraph.outputs, qgraph.opset)
+    assert dict(back.origin) == dict(qgraph.origin)
+    assert list(back.values) == list(qgraph.values)
+    for name, value in qgraph.values.items():
+        assert back.values[name].type == value.type, name
+        if value.is_const:
+            assert back.values[name].const.dtype == value.const.dtype
+            np.testing.assert_array_equal(back.values[name].const, value.const)
+    for a, b in zip(qgraph.nodes, back.nodes):
+        assert (a.op, a.name, a.inputs, a.outputs) == (b.op, b.name, b.inputs, b.outputs)
+        assert set(a.attrs) == set(b.attrs)
+        for key, value in a.attrs.items():
+            assert type(b.attrs[key]) is type(value), (a.name, key)
+            np.testing.assert_array_equal(b.attrs[key], value)
+    feeds = eval_feeds(1)[0]
+    for name, value in run_int8(qgraph, feeds).items():
+        np.testing.assert_array_equal(run_int8(back, feeds)[name], value)
+    assert json.dumps(graph_to_dict(back)) == text
+
+
+def test_run_node_is_the_integer_references_own() -> None:
+    import quantizer.reference
+    assert quantizer.reference.run_node is run_node
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_cli_compile_simulate_and_accuracy_with_host_segments(tmp_path, digits_profile) -> None:
+    onnx_path, program = DIGITS / "model.onnx", tmp_path / "m.ember"
+    common = ("--profile", digits_profile, "--keep-fp32", "conv2", "--target", "edge")
+    refused = invoke("compile", onnx_path, *common, "-o", program)
+    assert refused.exit_code == 2 and "--allow-host" in refused.output
+    assert "\n" not in refused.output.strip() and not program.exists()
+    result = invoke("compile", onnx_path, *common, "--allow-host", "-o", program, "--json")
+    assert result.exit_code == 0, result.output
+    (segment,) = json.loads(result.output)["host_segments"]
+    assert "conv2" in segment["nodes"] and segment["cycles"] > 0
+    table = invoke("compile", onnx_path, *common, "--allow-host", "-o", tmp_path / "t.ember")
+    assert "host segment host0:conv2" in table.output
+    assert (tmp_path / "t.ember").read_bytes() == program.read_bytes()  # deterministic
+    assert Program.load(program).metadata["options"]["allow_host"] is True
+    sample = tmp_path / "sample.npz"
+    np.savez(sample, input=np.load(DIGITS / "eval.npz")["input"][:2])
+    simulated = invoke("simulate", program, "-i", sample, "-o", tmp_path / "out.npz", "--json")
+    assert simulated.exit_code == 0, simulated.output
+    with np.load(tmp_path / "out.npz") as out:
+        assert out["logits"].shape == (2, 1, 10)
+    accuracy = invoke("accuracy", onnx_path, program, "--profile", digits_profile, "--data",
+                      DIGITS / "eval.npz", "--samples", "6", "--json")
+    assert accuracy.exit_code == 0, accuracy.output
+    doc = json.loads(accuracy.output)
+    assert doc["bit_exact"] is True and doc["first_difference"] is None
+    assert [s["name"] for s in doc["host_segments"]] == ["host0:conv2"]
+
+
+def test_cli_float32_program_input_and_output(tmp_path, digits_profile) -> None:
+    """A program whose input and output are fp32 on the host: `ember simulate` passes the float
+    input as it is and writes the float output, equal to the integer reference's, and `ember
+    accuracy` finds it bit-exact."""
+    onnx_path, program = DIGITS / "model.onnx", tmp_path / "m.ember"
+    result = invoke("compile", onnx_path, "--profile", digits_profile, "--keep-fp32", "conv1",
+                    "--keep-fp32", "fc", "--allow-host", "-o", program)
+    assert result.exit_code == 0, result.output
+    images = np.load(DIGITS / "eval.npz")["input"][:2]
+    np.savez(tmp_path / "x.npz", input=images)
+    simulated = invoke("simulate", program, "-i", tmp_path / "x.npz", "-o", tmp_path / "y.npz")
+    assert simulated.exit_code == 0, simulated.output
+    qgraph = quantize(optimize(import_model(onnx_path)), profile_format.load(digits_profile),
+                      QuantOptions(keep_fp32=("conv1", "fc")))
+    with np.load(tmp_path / "y.npz") as out:
+        for i in range(2):
+            expected = run_int8(qgraph, {"input": images[i:i + 1]})["logits"]
+            np.testing.assert_array_equal(out["logits"][i], expected)
+    accuracy = invoke("accuracy", onnx_path, program, "--profile", digits_profile, "--data",
+                      DIGITS / "eval.npz", "--samples", "3", "--json")
+    assert accuracy.exit_code == 0, accuracy.output
+    assert json.loads(accuracy.output)["bit_exact"] is True
