@@ -48,7 +48,8 @@ def format_graph(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def _type_json(t: Type) -> dict[str, Any]:
+def type_json(t: Type) -> dict[str, Any]:
+    """A Type as JSON: dtype, shape, and the quantization when it has one."""
     out: dict[str, Any] = {"dtype": t.dtype, "shape": list(t.shape)}
     if t.quant is not None:
         out["quant"] = {"scale": list(t.quant.scale), "zero_point": list(t.quant.zero_point),
@@ -71,12 +72,12 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
     return {
         "name": graph.name,
         "opset": graph.opset,
-        "inputs": [{"name": n, **_type_json(graph.type_of(n))} for n in graph.inputs],
-        "outputs": [{"name": n, **_type_json(graph.type_of(n))} for n in graph.outputs],
-        "constants": [{"name": n, **_type_json(v.type)} for n, v in graph.constants.items()],
+        "inputs": [{"name": n, **type_json(graph.type_of(n))} for n in graph.inputs],
+        "outputs": [{"name": n, **type_json(graph.type_of(n))} for n in graph.outputs],
+        "constants": [{"name": n, **type_json(v.type)} for n, v in graph.constants.items()],
         "nodes": [{"name": node.name, "op": node.op, "inputs": list(node.inputs),
                    "outputs": list(node.outputs),
                    "attrs": {k: _jsonable(v) for k, v in node.attrs.items() if v is not None},
-                   "types": [_type_json(graph.type_of(o)) for o in node.outputs]}
+                   "types": [type_json(graph.type_of(o)) for o in node.outputs]}
                   for node in graph.nodes],
     }

@@ -17,6 +17,7 @@ import numpy as np
 
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
+from compiler.graph.printer import type_json
 
 FORMAT = "ember.graph"
 VERSION = 1
@@ -73,14 +74,6 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _type(t: Type) -> dict:
-    d: dict[str, Any] = {"dtype": t.dtype, "shape": list(t.shape)}
-    if t.quant is not None:
-        d["quant"] = {"scale": list(t.quant.scale), "zero_point": list(t.quant.zero_point),
-                      "axis": t.quant.axis}
-    return d
-
-
 def _from_type(d: dict) -> Type:
     q = d.get("quant")
     quant = None if q is None else QuantParams(tuple(float(s) for s in q["scale"]),
@@ -94,7 +87,7 @@ def graph_to_dict(graph: Graph) -> dict:
     return {
         "format": FORMAT, "version": VERSION, "name": graph.name, "opset": graph.opset,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
-        "values": [{"name": v.name, "type": _type(v.type),
+        "values": [{"name": v.name, "type": type_json(v.type),
                     **({"const": _array(v.const)} if v.is_const else {})}
                    for v in graph.values.values()],
         "nodes": [{"op": n.op, "name": n.name, "inputs": list(n.inputs),
