@@ -3,8 +3,11 @@
 Codegen hands over each layer as a list of `Step`s (the loads of one tile, then the work on it).
 With double buffering, the loads of the next step that loads are placed before the work of step
 t, so the load queue fetches the next tile while the array computes this one (the buffers
-alternate, so they do not collide); without it, steps run one after another in one buffer. A layer's first loads
-read what the previous layer stored, so layers never interleave.
+alternate, so they do not collide); without it, steps run one after another in one buffer. A
+layer's first loads of activations follow the previous layer's work in program order, but wait
+only for the stores of the DRAM blocks they read (a DMA's access is the elements it touches,
+`compiler.emit.relocate`), so a layer may start on rows its predecessor has already stored; its
+first loads of constants may come before the previous layer's last work (`order`).
 
 Tokens are then derived, not written by hand. Walking the program in order, every instruction's
 local-memory accesses (`InsnDef.access`, the function the machine's race check uses) and every
@@ -14,8 +17,9 @@ earlier instruction to finish first. A vector clock per queue (as in `simulator.
 which requirements already hold through earlier tokens and in-order queues; each one that does
 not gets one token, from the producer itself when the queues are neighbours, or relayed by a SYNC
 on each queue in between (load -> compute -> vector -> store). An instruction pops at most one
-token per side: requirements on one side are satisfied farthest first, and the relay SYNC
-(placed just before the instruction) then covers the nearer ones by queue order. Because every
+token per side: when it needs queues beyond its neighbour, the token comes from the neighbour's
+latest instruction if that one already follows all of them, else from a relay SYNC placed there
+just before the instruction and made to follow them all (`_Tokens.make_after`). Because every
 dependency points backwards in program order, and no token FIFO ever holds more than
 `arch.queues.token_depth` tokens when the program runs in program order, program order is always
 a valid execution: no deadlock, and every pushed token is popped.
@@ -35,6 +39,7 @@ from simulator.arch import Arch
 
 NQ = len(isa.QUEUES)
 _DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
+_DRAM_MAX_BLOCKS = 1 << 22
 _MEMORIES = ("scratchpad", "accumulator")
 
 
@@ -109,6 +114,23 @@ def order(layers: list[list[Step]], double_buffer: bool, arch: Arch | None = Non
     return ops
 
 
+def _dram_blocks(start: int, stop: int, pattern, base: int, g: int):
+    """The blocks of g bytes from `base` holding bytes [start, stop), or only those of the
+    strided elements of `pattern` (y_size, x_size, elem_bytes, x_stride, y_stride) from start."""
+    whole = slice((start - base) // g, (stop - 1 - base) // g + 1)
+    if not pattern:
+        return whole
+    (y, x, eb, xs, ys), = pattern
+    if (xs == eb or x == 1) and (ys == x * eb or y == 1) or max(xs, ys) <= g:
+        return whole  # contiguous, or gaps too small for a block
+    first = (start - base + np.add.outer(np.arange(y) * ys, np.arange(x) * xs)).ravel()
+    lo, hi = first // g, (first + eb - 1) // g
+    width = int((hi - lo).max()) + 1
+    blocks = (lo[:, None] + np.arange(width)).ravel()
+    return np.unique(blocks[blocks <= (stop - 1 - base) // g])
+
+
+
 def _first_constant_loads(layers: list[list[Step]], body: tuple[Op, ...], arch: Arch,
                           hoisted: set[int]) -> list[Op]:
     """The leading loads of the next layer's first loading step that touch no activation DRAM
@@ -150,10 +172,14 @@ class _Tokens:
         # Per local memory row: last writer per queue, then last reader per queue.
         self.local = [np.full((arch.scratchpad.rows, 2 * NQ), -1, np.int64),
                       np.full((arch.accumulator.rows, 2 * NQ), -1, np.int64)]
-        # Per DRAM block of _DRAM_BLOCK_BYTES bytes from dram_base: last writer per queue, then
-        # last reader per queue (a block is conservative: accesses sharing one are ordered).
+        # Per DRAM block of `dram_block` bytes from dram_base: last writer per queue, then last
+        # reader per queue (a block is conservative: accesses sharing one are ordered). Blocks
+        # grow past _DRAM_BLOCK_BYTES only for a span too large for the table.
         self.dram_base = dram_span[0]
-        blocks = -(-(dram_span[1] - dram_span[0]) // _DRAM_BLOCK_BYTES)
+        self.dram_block = _DRAM_BLOCK_BYTES
+        while (dram_span[1] - dram_span[0]) // self.dram_block > _DRAM_MAX_BLOCKS:
+            self.dram_block *= 2
+        blocks = -(-(dram_span[1] - dram_span[0]) // self.dram_block)
         self.dram = np.full((max(blocks, 1), 2 * NQ), -1, np.int64)
         self.syncs = 0
         self.pops: dict[tuple[int, int], list[int]] = {}  # (from, to) queue → popper indices
@@ -190,20 +216,7 @@ class _Tokens:
                 self.dram[self._blocks(start, stop, pattern), q if write else NQ + q] = index
 
     def _blocks(self, start: int, stop: int, pattern=()):
-        """The DRAM blocks holding bytes [start, stop), or only those of the strided elements
-        of `pattern` (y_size, x_size, elem_bytes, x_stride, y_stride) from `start`."""
-        g, base = _DRAM_BLOCK_BYTES, self.dram_base
-        whole = slice((start - base) // g, (stop - 1 - base) // g + 1)
-        if not pattern:
-            return whole
-        (y, x, eb, xs, ys), = pattern
-        if (xs == eb or x == 1) and (ys == x * eb or y == 1) or max(xs, ys) <= g:
-            return whole  # contiguous, or gaps too small for a block
-        first = (start - base + np.add.outer(np.arange(y) * ys, np.arange(x) * xs)).ravel()
-        lo, hi = first // g, (first + eb - 1) // g
-        width = int((hi - lo).max()) + 1
-        blocks = (lo[:, None] + np.arange(width)).ravel()
-        return np.unique(blocks[blocks <= (stop - 1 - base) // g])
+        return _dram_blocks(start, stop, pattern, self.dram_base, self.dram_block)
 
     # -- tokens --
 
@@ -240,23 +253,28 @@ class _Tokens:
         entry.flags.add(pop)
         clock[:] = map(max, clock, src.clock)
 
-    def make_after(self, entry: _Entry, clock: list[int], p: int, j: int) -> None:
-        """Ensure `entry` (not yet appended) starts after instruction j of queue p."""
+    def make_after(self, entry: _Entry, clock: list[int], need: dict[int, int]) -> None:
+        """Ensure `entry` (not yet appended) starts after instruction need[p] of each queue p,
+        with at most one token per side: from the neighbouring queue's latest instruction when
+        that one already follows every requirement on its side, else from a relay SYNC placed
+        there now, itself made to follow them (recursively, toward the far queues)."""
         q = entry.queue
-        if clock[p] >= j:
-            return
-        r = q - 1 if p < q else q + 1
-        if r == p:
-            self._token(j, entry, clock)
-            return
-        y = self.latest[r]
-        if y < 0 or self.entries[y].clock[p] < j:
-            sync = _Entry(isa.SYNC, {"queue": isa.QUEUES[r]}, entry.source, r)
-            sync_clock = self.queue_clock(r)
-            self.make_after(sync, sync_clock, p, j)
-            y = self.append(sync, sync_clock)
-            self.syncs += 1
-        self._token(y, entry, clock)
+        for side in (-1, 1):
+            pending = {p: j for p, j in need.items() if (p - q) * side > 0 and clock[p] < j}
+            if not pending:
+                continue
+            r = q + side
+            if list(pending) == [r]:  # the neighbour alone: its producing instruction pushes
+                self._token(pending[r], entry, clock)
+                continue
+            y = self.latest[r]
+            if y < 0 or any(self.entries[y].clock[p] < j for p, j in pending.items()):
+                sync = _Entry(isa.SYNC, {"queue": isa.QUEUES[r]}, entry.source, r)
+                sync_clock = self.queue_clock(r)
+                self.make_after(sync, sync_clock, {p: j for p, j in pending.items() if p != r})
+                y = self.append(sync, sync_clock)
+                self.syncs += 1
+            self._token(y, entry, clock)
 
     def append(self, entry: _Entry, clock: list[int]) -> int:
         index = len(self.entries)
@@ -278,9 +296,7 @@ class _Tokens:
         if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
             accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
         need = self.needs(op, q, accesses)
-        # Farthest first on each side, so a relay SYNC also covers the nearer queues.
-        for p in sorted(need, key=lambda p: -abs(p - q)):
-            self.make_after(entry, clock, p, need[p])
+        self.make_after(entry, clock, need)
         index = self.append(entry, clock)
         self.record(op, q, index, accesses)
 
