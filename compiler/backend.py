@@ -76,11 +76,13 @@ def packable(lowered: Lowered) -> set[str]:
             and layers[0].x_view is None}
 
 
-def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions):
+def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions,
+             on_chip: dict | None = None):
     """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
-    model inputs that live pre-padded in the image (by tensor)."""
+    model inputs that live pre-padded in the image (by tensor). `on_chip`: the tensors kept
+    in the scratchpad (`compiler.reuse`)."""
     image = ImageBuilder()
-    ctx = Context(arch, options.double_buffer)
+    ctx = Context(arch, options.double_buffer, dict(on_chip or {}))
     steps, padded = [], {}
     for layer, t in zip(lowered.layers, tiles):
         if isinstance(layer, ConvLayer) and t.packed_taps > 1:

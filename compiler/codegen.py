@@ -48,8 +48,12 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
             n = min(cb, c - c0)
             in_row, out_row = ctx.buffer(tiles.inputs, count), ctx.buffer(tiles.outputs, count)
             count += 1
-            loads = pending + [load_window(node, ctx, layer.x, layer.in_view, image_index, win,
-                                           c0, n, in_row, layer.pad_value)]
+            kept = ctx.on_chip.get(layer.x)
+            if kept is not None:  # its producer left the whole input in these rows
+                in_row = kept.row(-kept.top, -kept.left, c0)
+            loads = pending + ([] if kept is not None else
+                               [load_window(node, ctx, layer.x, layer.in_view, image_index, win,
+                                            c0, n, in_row, layer.pad_value)])
             pending = []
             window = dict(src=in_row, dst=out_row, in_h=ih, in_w=iw, kh=kh, kw=kw, sh=sh, sw=sw)
             if layer.average:

@@ -175,6 +175,8 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
             slot_rows = ih * iw
             inputs = [_slice_input(node, ctx, layer, any_chunk[key], in_row + slot[key] * slot_rows,
                                    image_index, y0, x0, ih, iw, padded) for key in keys]
+        if layer.x in ctx.on_chip:  # its producer left the whole input in these rows
+            inputs = []
         for ob, (c0o, n, chunks, offsets) in enumerate(per_block):
             acc_row = ctx.buffer(tiles.acc, count)
             out_row = ctx.buffer(tiles.outputs, count)
@@ -211,12 +213,11 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
                     body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
                                     accumulate=0 if first else 1, **stream))
                     first = False
-            body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
-                            param=tiles.params.base + CONV_PARAM_ROWS * ob,
-                            out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax, bias=1))
-            body.append(_store(node, ctx, layer, out_row, image_index, y0, x0, c0o, th, tw, n))
+            body += _output(node, ctx, layer, acc_row, out_row,
+                            tiles.params.base + CONV_PARAM_ROWS * ob, image_index, y0, x0, c0o,
+                            th, tw, n)
             steps.append(Step(tuple(loads), tuple(body)))
-    return steps
+    return _fill_kept(ctx, layer, steps)
 
 
 def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
@@ -308,13 +309,10 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                                         accumulate=0 if first else 1, **stream))
                         first = False
                 if j == max(len(chunks), 1) - 1:
-                    body.append(instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=pixels,
-                                    param=param_row, out_offset=layer.out_zero_point, qmin=qmin,
-                                    qmax=qmax, bias=1))
-                    body.append(_store(node, ctx, layer, out_row, image_index, y0, x0, c0o, th,
-                                       tw, n))
+                    body += _output(node, ctx, layer, acc_row, out_row, param_row,
+                                    image_index, y0, x0, c0o, th, tw, n)
                 steps.append(Step(tuple(loads), tuple(body)))
-    return steps
+    return _fill_kept(ctx, layer, steps)
 
 
 def _zeros(image: ImageBuilder, active: list[list[int]], nb: int) -> int | None:
@@ -326,6 +324,40 @@ def _zeros(image: ImageBuilder, active: list[list[int]], nb: int) -> int | None:
 def _zero_acc(node: str, zeros_addr: int, acc_row: int, pixels: int, n: int) -> Op:
     return instruction(node, isa.LOAD, mem="accumulator", sram=acc_row, dram=zeros_addr,
                        y_size=pixels, x_size=1, elem_bytes=4 * n, x_stride=4 * n, y_stride=0)
+
+
+def _output(node: str, ctx: Context, layer: ConvLayer, acc_row: int, out_row: int, param: int,
+            image_index: int, y0: int, x0: int, c0: int, th: int, tw: int, n: int) -> list[Op]:
+    """The th x tw output tile's REQUANT and STORE; or, when the output stays on chip
+    (`compiler.reuse`), REQUANTs straight into the consumer's input rows: one for the tile when
+    its rows are whole rows there, else one per tile row (pixels outside the consumer's window
+    are dropped)."""
+    qmin, qmax = layer.qclamp
+
+    def requant(acc: int, sp: int, rows: int) -> Op:
+        return instruction(node, isa.REQUANT, acc=acc, sp=sp, rows=rows, param=param,
+                           out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax, bias=1)
+    kept = ctx.on_chip.get(layer.y)
+    if kept is None:
+        return [requant(acc_row, out_row, th * tw),
+                _store(node, ctx, layer, out_row, image_index, y0, x0, c0, th, tw, n)]
+    rows = min(th, kept.height - kept.top - y0)
+    cols = min(tw, kept.width - kept.left - x0)
+    if rows <= 0 or cols <= 0:
+        return []
+    if cols == tw == kept.width:
+        return [requant(acc_row, kept.row(y0, x0, c0), rows * tw)]
+    return [requant(acc_row + r * tw, kept.row(y0 + r, x0, c0), cols) for r in range(rows)]
+
+
+def _fill_kept(ctx: Context, layer: ConvLayer, steps: list[Step]) -> list[Step]:
+    """With the output kept on chip, the padding of the consumer's block is filled (a LOAD of
+    only padding) with the first step's loads, before any REQUANT writes into the block."""
+    kept = ctx.on_chip.get(layer.y)
+    fill = kept.fill(layer.node, ctx.arch.lanes) if kept is not None else []
+    if not fill or not steps:
+        return steps
+    return [Step(steps[0].loads + tuple(fill), steps[0].body), *steps[1:]]
 
 
 def _store(node: str, ctx: Context, layer: ConvLayer, out_row: int, image_index: int, y0: int,

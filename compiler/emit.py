@@ -3,7 +3,7 @@ blocks, input windows with their padding, pixel tiles, and relocation of DRAM ad
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,10 +23,13 @@ class Context:
 
     The DRAM address of an activation is not known yet (the image grows as layers are
     generated, and activations live above it): an instruction touching one carries the
-    address relative to the tensor and names the tensor; `relocate` adds the bases."""
+    address relative to the tensor and names the tensor; `relocate` adds the bases. A tensor
+    kept in the scratchpad (`on_chip`) is written there by its producer and read in place by
+    its consumer, with no DMA."""
 
     arch: Arch
     double_buffer: bool
+    on_chip: dict = field(default_factory=dict)  # tensor → its `compiler.reuse.OnChip` rows
 
     def buffer(self, region, i: int) -> int:
         return region.base + (i % (region.count if self.double_buffer else 1)) * region.rows

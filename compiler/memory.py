@@ -109,8 +109,9 @@ def greedy_by_size(ranges: dict[str, tuple[int, int]],
 
 def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str,
               in_image: set[str] = frozenset()) -> DramPlan:
-    """Place every activation tensor but those already `in_image` (pre-padded inputs);
-    CompileError when image + arena exceed the DRAM."""
+    """Place every activation tensor but those `in_image` (pre-padded inputs live in the
+    image; tensors kept in the scratchpad, `compiler.reuse`, need no DRAM), which the lower
+    bound leaves out too; CompileError when image + arena exceed the DRAM."""
     ranges = {name: r for name, r in live_ranges(lowered).items() if name not in in_image}
     sizes = {name: lowered.tensors[name].size_bytes for name in ranges}
     base = align(image_bytes)

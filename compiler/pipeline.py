@@ -23,6 +23,7 @@ from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
+from compiler.reuse import keep_on_chip
 from compiler.schedule import schedule
 from compiler.tiling import alternate, tile
 from simulator.arch import Arch
@@ -66,14 +67,19 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     sole_readers = packable(lowered)
     tiles = [HostTiles() if isinstance(layer, HostLayer) else
              tile(layer, arch, layer.node in sole_readers) for layer in lowered.layers]
+    # Keep in the scratchpad an activation only the next layer reads, when that layer loads it
+    # whole and the rows fit beside both layers' own (the producer re-tiled around them): it
+    # then never goes to DRAM. Before alternating, which must leave the shared rows in place.
+    tiles, on_chip, reserved = keep_on_chip(lowered, tiles, arch, sole_readers)
     # Alternate layers between the bottom and the top of the local memories, so that the next
     # layer's weights load while this one still computes.
-    tiles = alternate(tiles, arch)
+    tiles = alternate(tiles, arch, reserved)
     # Codegen before DRAM planning: it packs the constants (and pre-padded inputs), so it fixes
     # the image size; DRAM addresses stay relative to each activation until the plan places them.
-    image, steps, padded = generate(lowered, tiles, arch, options)
-    # Place activations above the image, reusing buffers by liveness.
-    plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name, set(padded))
+    image, steps, padded = generate(lowered, tiles, arch, options, on_chip)
+    # Place activations above the image, reusing buffers by liveness; kept tensors get none.
+    plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name,
+                     set(padded) | set(on_chip))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
     steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).

@@ -23,7 +23,10 @@ memory and the sizes.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass
+
+import numpy as np
 
 from compiler.errors import CompileError
 from compiler.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer, pixelwise
@@ -46,6 +49,7 @@ class Region:
     base: int
     rows: int
     count: int = BUFFERS
+    fixed: bool = False  # rows shared with a neighbouring layer (`compiler.reuse`): never moved
 
     def buffer(self, i: int) -> int:
         return self.base + (i % self.count) * self.rows
@@ -106,17 +110,26 @@ def conv_input_extent(out: int, stride: int, kernel: int, dilation: int) -> int:
     return (out - 1) * stride + (kernel - 1) * dilation + 1
 
 
+_NONZERO: "weakref.WeakKeyDictionary[ConvLayer, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _nonzero(layer: ConvLayer) -> np.ndarray:
+    """(out, in): whether any tap of the weight is nonzero, once per layer (tiling asks often)."""
+    found = _NONZERO.get(layer)
+    if found is None:
+        found = _NONZERO[layer] = (layer.weights != 0).any(axis=(2, 3))
+    return found
+
+
 def active_blocks(layer: ConvLayer, in_block: int, out_block: int) -> list[list[int]]:
     """Per output-channel block, the input-channel blocks whose weights are not all zero
     (grouped and depthwise convolutions skip the rest)."""
     n_in = ceil_div(layer.in_channels, in_block)
-    nonzero = (layer.weights != 0).any(axis=(2, 3))
-    out = []
-    for ob in range(ceil_div(layer.out_channels, out_block)):
-        rows = nonzero[ob * out_block:(ob + 1) * out_block]
-        out.append([ib for ib in range(n_in)
-                    if rows[:, ib * in_block:(ib + 1) * in_block].any()])
-    return out
+    n_out = ceil_div(layer.out_channels, out_block)
+    nonzero = np.zeros((n_out * out_block, n_in * in_block), bool)
+    nonzero[:layer.out_channels, :layer.in_channels] = _nonzero(layer)
+    blocks = nonzero.reshape(n_out, out_block, n_in, in_block).any(axis=(1, 3))
+    return [np.flatnonzero(row).tolist() for row in blocks]
 
 
 def _too_small(layer_name: str, memory: str, need: int, have: int, what: str) -> CompileError:
@@ -148,10 +161,12 @@ def packed_taps(layer: ConvLayer, arch: Arch) -> int:
     return g if g >= 2 else 1
 
 
-def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles:
+def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
+              reserve: int = 0) -> ConvTiles:
     """`packable`: the input is a model input that this layer alone reads, so it may be stored
-    pre-padded for tap packing."""
-    sp_rows, acc_rows = arch.scratchpad.rows, arch.accumulator.rows
+    pre-padded for tap packing. `reserve`: scratchpad rows at the top kept for an activation
+    that stays on chip (`compiler.reuse`)."""
+    sp_rows, acc_rows = arch.scratchpad.rows - reserve, arch.accumulator.rows
     in_block = min(arch.array.rows, layer.in_channels)
     out_block = min(arch.lanes, layer.out_channels)
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
@@ -230,6 +245,16 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False) -> ConvTiles
         raise _too_small(layer.node, "accumulator", need_acc, acc_rows, "one output pixel")
     raise _too_small(layer.node, "scratchpad", need_sp, sp_rows,
                      f"one output pixel of a {kh}x{kw} kernel over {in_block} input channels")
+
+
+def conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch) -> float:
+    """`_conv_cost` of plan `t` (its K slices counted as `tile_conv` does)."""
+    active = active_blocks(layer, t.in_block, t.out_block)
+    n_in = ceil_div(layer.in_channels, t.in_block)
+    packed = t.packed_taps
+    chunks = ceil_div(layer.kernel[1], packed) if packed > 1 else n_in
+    work = len(active) * chunks if packed > 1 else sum(len(a) for a in active)
+    return _conv_cost(layer, t, arch, work, 2 if t.blocked_input else chunks)
 
 
 def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: int) -> float:
@@ -318,14 +343,17 @@ def tile(layer: Layer, arch: Arch, packable: bool = False) -> Tiles:
 def _shifted(tiles: Tiles, shift: dict[str, int]) -> Tiles:
     changes = {f.name: dataclasses.replace(value, base=value.base + shift[value.mem])
                for f in dataclasses.fields(tiles)
-               if isinstance(value := getattr(tiles, f.name), Region)}
+               if isinstance(value := getattr(tiles, f.name), Region) and not value.fixed}
     return dataclasses.replace(tiles, **changes)
 
 
-def alternate(tiles: list[Tiles], arch: Arch) -> list[Tiles]:
+def alternate(tiles: list[Tiles], arch: Arch, reserved: list[int] | None = None) -> list[Tiles]:
     """Place every other layer's regions at the top of the local memories instead of the
     bottom, so the next layer's parameters and weights can load while this layer still works
-    (they would otherwise overwrite its buffers, and wait for it)."""
+    (they would otherwise overwrite its buffers, and wait for it). `reserved[i]`: the scratchpad
+    rows at the top that layer i shares with a neighbour (`compiler.reuse`); they stay put
+    (`Region.fixed`), and the layer's own regions go below them (and below those of layer i - 1
+    when they fit)."""
     out = []
     for i, t in enumerate(tiles):
         if i % 2 == 0:
@@ -334,7 +362,29 @@ def alternate(tiles: list[Tiles], arch: Arch) -> list[Tiles]:
         regions = [getattr(t, f.name) for f in dataclasses.fields(t)
                    if isinstance(getattr(t, f.name), Region)]
         top = {"scratchpad": arch.scratchpad.rows, "accumulator": arch.accumulator.rows}
-        shift = {mem: top[mem] - max((r.end for r in regions if r.mem == mem), default=0)
-                 for mem in top}
+        regions = [r for r in regions if not r.fixed]
+        own = reserved[i] if reserved else 0
+        before = reserved[i - 1] if reserved else 0
+        end = max((r.end for r in regions if r.mem == "scratchpad"), default=0)
+        # Below the previous layer's shared rows too when there is room, so that this layer's
+        # weights still load while that layer works.
+        top["scratchpad"] -= before if before > own and end <= top["scratchpad"] - before else own
+        if i >= 2:  # below layer i - 2's regions too, when that leaves layers i ± 1 clear
+            for mem in top:
+                low = min((r.base for r in _own(out[i - 2]) if r.mem == mem), default=top[mem])
+                floor = max(_end(tiles[j], mem) for j in (i - 1, i + 1) if j < len(tiles))
+                if low < top[mem] and _end(t, mem) <= low - floor:
+                    top[mem] = low
+        shift = {mem: top[mem] - _end(t, mem) for mem in top}
         out.append(_shifted(t, shift))
     return out
+
+
+def _own(tiles: Tiles) -> list[Region]:
+    """A layer's regions but the rows it shares with a neighbour."""
+    return [r for f in dataclasses.fields(tiles)
+            if isinstance(r := getattr(tiles, f.name), Region) and not r.fixed]
+
+
+def _end(tiles: Tiles, mem: str) -> int:
+    return max((r.end for r in _own(tiles) if r.mem == mem), default=0)
