@@ -13,7 +13,7 @@ from compiler.backend import (BackendOptions, Compiled, bindings, generate, pack
 from compiler.emit import relocate
 from compiler.graph.ir import Graph, verify
 from compiler.host import HostTiles, host_segments
-from compiler.layers import HostLayer
+from compiler.layers import ConvLayer, HostLayer
 from compiler.layer_order import order_for_memory
 from compiler.lower import lower
 from compiler.memory import plan_dram
@@ -86,7 +86,10 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     scheduled = schedule(steps, arch, options.double_buffer)
     inputs, outputs = (tuple(unsigned_io(b, qgraph) for b in side)
                        for side in bindings(lowered, plan, padded))
-    meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
+    # The model's MACs (a grouped convolution's zero blocks excluded): the roofline's MAC term.
+    model_macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
+    meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers),
+                         "model_macs": model_macs},
             **(metadata or {})}
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,

@@ -4,6 +4,8 @@ performance report built from them.
 The totals are explainable from the architecture: `bound_cycles` is the roofline
 max(MACs / (rows * cols), DRAM bytes / bytes_per_cycle), which the machine can never beat (the
 array does at most rows * cols MACs per cycle and the DRAM port moves at most bytes_per_cycle).
+Its MACs are the model's when the program records them (`model_macs`); `macs` counts those
+issued to the array, zero blocks of block-diagonal grouped convolutions included.
 The DRAM term uses the compulsory bytes (DRAM image + inputs + outputs), capped by the bytes
 actually moved. Per layer (grouped by the program's source node names), `cycles` is the layer's
 span on the timeline (first start to last end over its instructions; pipelined layers overlap),
@@ -26,6 +28,13 @@ UNITS = {"load": "load", "compute": "array", "vector": "vector", "store": "store
 # HOST instructions sit on the store queue but run on the host CPU: their time counts there.
 HOST_UNIT = len(UNITS)
 REPORT_VERSION = 1
+
+
+def model_macs(program, issued: int) -> int:
+    """The MACs the roofline counts: the model's, as the compiler records them in the program's
+    metadata (a grouped convolution's block-diagonal zero blocks excluded), else those issued."""
+    recorded = program.metadata.get("compiler", {}).get("model_macs")
+    return int(recorded) if isinstance(recorded, int) else issued
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,8 @@ class Stats:
         return cls(
             arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
             instructions=len(program.instructions), macs=int(macs.sum()),
-            bound_cycles=_bound(arch, int(macs.sum()), min(compulsory, traffic),
+            bound_cycles=_bound(arch, model_macs(program, int(macs.sum())),
+                                min(compulsory, traffic),
                                 host_cycles=_host_roof(arch, hosts))[0],
             busy=busy, stall=dict(timeline.stall),
             dram_bytes_read=int(read.sum()), dram_bytes_written=int(written.sum()),
