@@ -1,6 +1,7 @@
 """ResNet-18, MobileNetV2 and SqueezeNet 1.1 (examples/zoo.py, seeded random weights) compile
-and run bit-exact on the default preset: profile with onnxruntime on random samples, quantize,
-compile, simulate. SqueezeNet's eight Concats cost no copy: the expands write into them."""
+and run bit-exact on the default and large presets (on edge, where ResNet-18 is 783K
+instructions and a minute to compile, `benchmarks/bench_compile.py --presets edge` checks it):
+profile with onnxruntime on random samples, quantize, compile, simulate. SqueezeNet's eight Concats cost no copy: the expands write into them."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from tests.e2e.flow import check_bit_exact
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("preset", ["default", "large"])
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "squeezenet"])
-def test_zoo_model_is_bit_exact(name: str) -> None:
+def test_zoo_model_is_bit_exact(name: str, preset: str) -> None:
     proto = getattr(zoo, name)()  # built here: examples/models/ is generated, not committed
     specs = input_specs(proto, {})
     prof = profile(proto, RandomData(2, specs, 0), specs, RunOptions())
     qgraph = quantize(optimize(import_model(proto)), prof)
-    compiled = compile_int8(qgraph, Arch.load("default"))
+    compiled = compile_int8(qgraph, Arch.load(preset))
     rng = np.random.default_rng(1)
     sample = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs}
     result = check_bit_exact(qgraph, compiled, [sample])
