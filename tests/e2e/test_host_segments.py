@@ -143,6 +143,20 @@ def test_a_host_output_is_written_into_the_concat_that_reads_it() -> None:
     check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
 
 
+def only_with_allow_host(proto, shapes: dict, error: str, preset: str = "edge",
+                         segments: list | None = None):
+    """The model fails to compile with an error matching `error`, compiles with --allow-host
+    into `segments` (node names per host segment) and runs bit-exact; returns the program."""
+    qgraph = quantized(proto, samples(shapes, 8))
+    with pytest.raises(CompileError, match=error):
+        compile_int8(qgraph, Arch.load(preset))
+    compiled = compile_int8(qgraph, Arch.load(preset), HOST)
+    if segments is not None:
+        assert [s["nodes"] for s in compiled.program.host_segments] == segments
+    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
+    return compiled
+
+
 def test_an_output_no_binding_describes_is_dequantized_on_the_host() -> None:
     """Flatten of a channels-last map is in no strided order of its logical shape: the host
     reads the map and writes the float32 output in row-major order."""
@@ -151,14 +165,10 @@ def test_an_output_no_binding_describes_is_dequantized_on_the_host() -> None:
              helper.make_node("Flatten", ["c"], ["y"], name="flat")]
     proto = model(nodes, {"x": [1, 3, 4, 5]}, {"y": [1, 80]},
                   {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)})
-    shapes = {"x": [1, 3, 4, 5]}
-    qgraph = quantized(proto, samples(shapes, 8))
-    with pytest.raises(CompileError, match=r"'y/DequantizeLinear'.*--allow-host"):
-        compile_int8(qgraph, Arch.load("edge"))
-    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
-    assert [s["nodes"] for s in compiled.program.host_segments] == [["y/DequantizeLinear"]]
+    compiled = only_with_allow_host(proto, {"x": [1, 3, 4, 5]},
+                                    r"'y/DequantizeLinear'.*--allow-host",
+                                    segments=[["y/DequantizeLinear"]])
     assert compiled.program.outputs[0].dtype == "float32"
-    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
 
 
 def test_a_case_the_handler_refuses_runs_on_the_host() -> None:
@@ -168,13 +178,8 @@ def test_a_case_the_handler_refuses_runs_on_the_host() -> None:
              helper.make_node("Mul", ["a", "a"], ["y"], name="square")]
     proto = model(nodes, {"x": [1, 3, 5, 6]}, {"y": [1, 4, 5, 6]},
                   {"w": rng.standard_normal((4, 3, 1, 1)).astype(np.float32)})
-    shapes = {"x": [1, 3, 5, 6]}
-    qgraph = quantized(proto, samples(shapes, 8))
-    with pytest.raises(CompileError, match=r"'square' \(Mul\).*--allow-host"):
-        compile_int8(qgraph, Arch.load("edge"))
-    compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
-    assert [s["nodes"] for s in compiled.program.host_segments] == [["square"]]
-    check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
+    only_with_allow_host(proto, {"x": [1, 3, 5, 6]}, r"'square' \(Mul\).*--allow-host",
+                         segments=[["square"]])
 
 
 def test_a_handler_that_fails_midway_leaves_no_partial_state(monkeypatch) -> None:
