@@ -62,8 +62,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       ember compile model.onnx --int8 --profile model.profile.json -o model.ember
       ember simulate model.ember -i input.npz --report perf.json --trace trace.json
       ember report model.ember -i input.npz --html perf.html
-      ember accuracy model.onnx model.ember --profile model.profile.json \
-        --data eval.npz --per-layer
+      ember accuracy model.onnx model.ember --profile model.profile.json --data eval.npz
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
