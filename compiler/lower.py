@@ -94,7 +94,7 @@ class _Lowering:
         dtype = self.g.type_of(name).dtype
         if dtype != "int8":
             raise CompileError(f"value {name!r} is {dtype}: the accelerator's local memories "
-                               f"hold int8 activations only (quantize with int8 activations)")
+                               f"hold 8-bit activations only (quantize with int8 or uint8 activations)")
         self.tensors[name] = Tensor(name, int(np.prod(self.shape(name), dtype=np.int64)))
         self.layouts[name] = layout
         self.buffer[name] = name
