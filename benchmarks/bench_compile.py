@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from compiler.backend import BackendOptions
+from compiler.backend.program import BackendOptions
 from compiler.frontend.onnx import import_model
 from compiler.pipeline import compile_int8, optimize
+from examples.build import zoo_model_path
 from profiler.arrays import RandomData
 from profiler.images import ImageOptions
 from profiler.inputs import input_specs
-from examples.build import zoo_model_path
 from profiler.run import RunOptions, profile
 from profiler.sources import open_data
 from quantizer.quantize import quantize

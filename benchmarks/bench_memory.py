@@ -5,18 +5,17 @@ Concat-in-place lowering buy, on the zoo models (seeded, untrained weights).
     python benchmarks/bench_memory.py --models squeezenet --presets default,edge
 
 Table 1, per model: the DRAM activation arena of first-fit placement in the graph's layer order,
-then after `compiler.layer_order.order_for_memory` and with the planner's choice of first fit
-or greedy-by-size (`compiler.memory.plan_dram`), each beside the lower bound (the most bytes
+then after `compiler.backend.layer_order.order_for_memory` and with the planner's choice of first fit
+or greedy-by-size (`compiler.backend.memory.plan_dram`), each beside the lower bound (the most bytes
 live at one layer). Table 2, per model with Concats and preset: the program with each Concat
 input written in place by its producer against the same program with every input copied
-(`compiler.lower._plan_concats` returning nothing), simulated bit-exact on one sample:
+(`compiler.backend.lower._plan_concats` returning nothing), simulated bit-exact on one sample:
 layers, cycles and DRAM bytes moved.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -25,10 +24,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import compiler.lower as lowering  # noqa: E402
-import compiler.memory as memory  # noqa: E402
+import compiler.backend.lower as lowering  # noqa: E402
+import compiler.backend.memory as memory  # noqa: E402
+from compiler.backend.layer_order import order_for_memory  # noqa: E402
 from compiler.frontend.onnx import import_model  # noqa: E402
-from compiler.layer_order import order_for_memory  # noqa: E402
 from compiler.pipeline import compile_int8, optimize  # noqa: E402
 from examples import zoo  # noqa: E402
 from profiler.arrays import RandomData  # noqa: E402

@@ -8,24 +8,24 @@ from __future__ import annotations
 
 from typing import Callable
 
-from compiler.backend import (BackendOptions, Compiled, bindings, generate, packable,
-                              summarize)
-from compiler.emit import relocate
+from compiler.backend.codegen.emit import relocate
+from compiler.backend.codegen.generate import generate
+from compiler.backend.codegen.host import HostTiles, host_segments
+from compiler.backend.layer_order import order_for_memory
+from compiler.backend.layers import ConvLayer, HostLayer
+from compiler.backend.lower import lower
+from compiler.backend.memory import plan_dram
+from compiler.backend.program import BackendOptions, Compiled, bindings, packable, summarize
+from compiler.backend.reuse import keep_on_chip
+from compiler.backend.schedule import schedule
+from compiler.backend.tiling import alternate, tile
 from compiler.graph.ir import Graph, verify
-from compiler.host import HostTiles, host_segments
-from compiler.layers import ConvLayer, HostLayer
-from compiler.layer_order import order_for_memory
-from compiler.lower import lower
-from compiler.memory import plan_dram
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
-from compiler.reuse import keep_on_chip
-from compiler.schedule import schedule
-from compiler.tiling import alternate, tile
 from simulator.arch import Arch
 from simulator.program import Program
 

@@ -4,7 +4,7 @@ with the operator table's references.
 `run_node` is the one definition of what a node of a quantized graph computes: its int8 kernel
 for integer nodes, its fp32 reference otherwise. The integer reference
 (`quantizer.reference.run_int8`) and the host segments of a compiled program
-(`compiler.host.run_segment`) both call it, so the host runs exactly what the oracle runs."""
+(`compiler.backend.codegen.host.run_segment`) both call it, so the host runs exactly what the oracle runs."""
 
 from __future__ import annotations
 

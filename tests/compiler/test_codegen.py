@@ -8,14 +8,15 @@ import dataclasses
 import pytest
 from onnx import helper
 
-from compiler.backend import BackendOptions
+from compiler.backend.layers import ConvLayer
+from compiler.backend.lower import lower
+from compiler.backend.program import BackendOptions
+from compiler.backend.schedule import schedule
+from compiler.backend.steps import Op, Step
+from compiler.backend.tiling import active_blocks, ceil_div, tile
 from compiler.errors import CompileError
-from compiler.layers import ConvLayer
-from compiler.lower import lower
 from compiler.pipeline import compile_int8
-from compiler.schedule import Op, Step, schedule
 from quantizer.options import QuantOptions
-from compiler.tiling import active_blocks, ceil_div, tile
 from simulator import isa, machine
 from simulator.arch import Arch, Memory, Queues
 from simulator.program import Program

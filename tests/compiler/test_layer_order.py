@@ -1,14 +1,14 @@
-"""The layer order that keeps little memory live (`compiler.layer_order`), and the DRAM
-placement that packs the arena to its bound (`compiler.memory.greedy_by_size`)."""
+"""The layer order that keeps little memory live (`compiler.backend.layer_order`), and the DRAM
+placement that packs the arena to its bound (`compiler.backend.memory.greedy_by_size`)."""
 
 from __future__ import annotations
 
 import numpy as np
 from onnx import helper
 
-from compiler.layer_order import depth_first, order_for_memory
-from compiler.lower import lower
-from compiler.memory import greedy_by_size, live_ranges, plan_dram
+from compiler.backend.layer_order import depth_first, order_for_memory
+from compiler.backend.lower import lower
+from compiler.backend.memory import greedy_by_size, live_ranges, plan_dram
 from compiler.pipeline import compile_int8
 from simulator.arch import Arch
 from tests.e2e.flow import compile_and_check, quantized, samples

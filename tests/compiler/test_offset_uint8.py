@@ -55,7 +55,7 @@ def test_int8_graphs_are_left_alone() -> None:
 def test_uint8_models_compile_bit_exact(preset: str) -> None:
     """The program's bindings are uint8 (zero points as quantized) and its raw outputs equal
     the uint8 reference's codes."""
-    from compiler.backend import BackendOptions
+    from compiler.backend.program import BackendOptions
     from compiler.pipeline import compile_int8
     from simulator.arch import Arch
     from tests.e2e.flow import check_bit_exact

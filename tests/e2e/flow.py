@@ -8,10 +8,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
-from compiler.backend import BackendOptions, Compiled
+from compiler.backend.codegen.host import run_segment
+from compiler.backend.program import BackendOptions, Compiled
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Graph
-from compiler.host import run_segment
 from compiler.pipeline import compile_int8, optimize
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
@@ -34,7 +34,7 @@ def quantized(proto: onnx.ModelProto, calibration: list[dict],
 
 
 def check_bit_exact(qgraph: Graph, compiled: Compiled, feeds: list[dict]) -> machine.Result:
-    """Run every sample on the simulator (host segments by `compiler.host.run_segment`) from
+    """Run every sample on the simulator (host segments by `compiler.backend.codegen.host.run_segment`) from
     the oracle's own quantized inputs; the raw int8 outputs, and float32 ones the host
     computes, must be equal bit for bit. Returns the last run."""
     program = compiled.program

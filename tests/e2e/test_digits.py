@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from compiler.backend import BackendOptions
+from compiler.backend.program import BackendOptions
 from compiler.pipeline import compile_int8
 from simulator.arch import Arch
 from tests.e2e.flow import check_bit_exact, quantized

@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 from onnx import helper
 
-from compiler.backend import BackendOptions
+from compiler.backend.layers import HostLayer, PoolLayer
+from compiler.backend.lower import _Lowering, _unsupported, lower
+from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
+from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import run_node
 from compiler.graph.serialize import graph_from_dict, graph_to_dict
-from compiler.layers import HostLayer, PoolLayer
-from compiler.lower import _Lowering, _unsupported, lower
-from compiler.frontend.onnx import import_model
 from compiler.pipeline import compile_int8, optimize
 from ember.cli import cli
 from profiler import format as profile_format

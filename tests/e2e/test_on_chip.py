@@ -1,4 +1,4 @@
-"""On-chip reuse (`compiler.reuse`): an activation only the next layer reads stays in the
+"""On-chip reuse (`compiler.backend.reuse`): an activation only the next layer reads stays in the
 scratchpad when that layer loads it whole. The producer's STOREs and the consumer's LOADs of it
 disappear, it gets no DRAM buffer, and the program stays bit-exact on every preset, with double
 buffering on and off; a tensor read twice, or a model output, still goes to DRAM."""
@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 import compiler.pipeline
-from compiler.reuse import keep_on_chip
+from compiler.backend.reuse import keep_on_chip
 from simulator import isa
 from tests.e2e.flow import compile_and_check
 from tests.onnx_builder import model
@@ -107,8 +107,8 @@ def test_a_tensor_read_twice_or_a_model_output_stays_in_dram(preset: str) -> Non
 
 
 def test_keep_on_chip_reserves_the_rows_in_both_plans() -> None:
-    from compiler.lower import lower
-    from compiler.tiling import Region, alternate, tile
+    from compiler.backend.lower import lower
+    from compiler.backend.tiling import Region, alternate, tile
     from simulator.arch import Arch
     from tests.e2e.flow import quantized, samples
     qgraph = quantized(chain(), samples({"x": [1, 5, 10, 12]}, 4))
@@ -124,8 +124,8 @@ def test_keep_on_chip_reserves_the_rows_in_both_plans() -> None:
 
 
 def test_digits_keeps_conv1_conv2_and_pool_input_on_chip() -> None:
-    from tests.e2e.test_digits import compiled, digits
     from tests.e2e.flow import check_bit_exact
+    from tests.e2e.test_digits import compiled, digits
     program = compiled("default")
     assert _dma(program, "conv1", isa.STORE) == _dma(program, "conv2", isa.STORE) == 0
     assert _dma(program, "pool", isa.LOAD) == 0  # max-pool: no parameters either

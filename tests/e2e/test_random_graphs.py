@@ -28,7 +28,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from compiler.backend import BackendOptions
+from compiler.backend.program import BackendOptions
 from compiler.graph.reference import resolve_pads
 from compiler.pipeline import compile_int8
 from quantizer.errors import QuantizeError
@@ -301,7 +301,7 @@ def test_random_graphs_are_bit_exact(data) -> None:
 def test_seeds_that_once_failed(seed: int) -> None:
     """1233: a LOAD needing both the store and the vector queue, whose compute neighbour
     already followed the store but not the vector: the relay needed a SYNC after the token
-    was taken (fixed in `compiler.schedule._Tokens.make_after`). The seed draws through this
+    was taken (fixed in `compiler.backend.schedule._Tokens.make_after`). The seed draws through this
     generator, so it stays a random graph when the generator changes."""
     rng = np.random.default_rng(seed)
     check_random(lambda lo, hi: int(rng.integers(lo, hi + 1)))

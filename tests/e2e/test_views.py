@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from compiler.emit import Context, relocate
+from compiler.backend.codegen.emit import Context, relocate
+from compiler.backend.layers import LutLayer, View
+from compiler.backend.lower import lower
+from compiler.backend.steps import Op, Step
 from compiler.errors import CompileError
-from compiler.layers import ConvLayer, LutLayer, View
-from compiler.lower import lower
 from compiler.pipeline import compile_int8
-from compiler.schedule import Op, Step
 from simulator import isa
 from simulator.arch import Arch
 from tests.e2e.flow import compile_and_check, quantized, samples

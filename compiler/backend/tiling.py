@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.backend.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer, pixelwise
 from compiler.errors import CompileError
-from compiler.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer, pixelwise
 from simulator import isa
 from simulator.arch import Arch
 
@@ -49,7 +49,7 @@ class Region:
     base: int
     rows: int
     count: int = BUFFERS
-    fixed: bool = False  # rows shared with a neighbouring layer (`compiler.reuse`): never moved
+    fixed: bool = False  # rows shared with a neighbouring layer (`compiler.backend.reuse`): never moved
 
     def buffer(self, i: int) -> int:
         return self.base + (i % self.count) * self.rows
@@ -165,7 +165,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
               reserve: int = 0) -> ConvTiles:
     """`packable`: the input is a model input that this layer alone reads, so it may be stored
     pre-padded for tap packing. `reserve`: scratchpad rows at the top kept for an activation
-    that stays on chip (`compiler.reuse`)."""
+    that stays on chip (`compiler.backend.reuse`)."""
     sp_rows, acc_rows = arch.scratchpad.rows - reserve, arch.accumulator.rows
     in_block = min(arch.array.rows, layer.in_channels)
     out_block = min(arch.lanes, layer.out_channels)
@@ -351,7 +351,7 @@ def alternate(tiles: list[Tiles], arch: Arch, reserved: list[int] | None = None)
     """Place every other layer's regions at the top of the local memories instead of the
     bottom, so the next layer's parameters and weights can load while this layer still works
     (they would otherwise overwrite its buffers, and wait for it). `reserved[i]`: the scratchpad
-    rows at the top that layer i shares with a neighbour (`compiler.reuse`); they stay put
+    rows at the top that layer i shares with a neighbour (`compiler.backend.reuse`); they stay put
     (`Region.fixed`), and the layer's own regions go below them (and below those of layer i - 1
     when they fit)."""
     out = []

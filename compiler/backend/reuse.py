@@ -24,12 +24,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from compiler.emit import instruction
+from compiler.backend.codegen.emit import instruction
+from compiler.backend.layers import ConvLayer, Lowered, PoolLayer
+from compiler.backend.memory import reads
+from compiler.backend.tiling import (
+    ConvTiles,
+    PoolTiles,
+    Region,
+    Tiles,
+    active_blocks,
+    ceil_div,
+    conv_cost,
+    conv_input_extent,
+    tile_conv,
+)
 from compiler.errors import CompileError
-from compiler.layers import ConvLayer, Lowered, PoolLayer
-from compiler.memory import reads
-from compiler.tiling import (ConvTiles, PoolTiles, Region, Tiles, active_blocks, ceil_div,
-                             conv_cost, conv_input_extent, tile_conv)
 from simulator import isa
 from simulator.arch import Arch
 

@@ -1,19 +1,17 @@
-"""The int8 backend's pieces that join the steps: options, codegen over all layers, I/O
-bindings, the program's metadata and the summary the compile command prints. The steps run in
-the order `compiler.pipeline.compile_int8` lists them."""
+"""The backend's options and what joins its steps into a Program: the I/O bindings, the
+convolutions that may read a pre-padded model input, and the summary the compile command
+prints. The steps run in the order `compiler.pipeline.compile_int8` lists them."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from compiler.codegen import layer_steps
-from compiler.convolution import PaddedInput, padded_input
-from compiler.emit import Context
-from compiler.layers import ConvLayer, HostLayer, Lowered
-from compiler.memory import DramPlan, ImageBuilder, reads
-from compiler.schedule import Scheduled
-from compiler.tiling import Region, Tiles
+from compiler.backend.codegen.convolution import PaddedInput
+from compiler.backend.layers import ConvLayer, HostLayer, Lowered
+from compiler.backend.memory import DramPlan, reads
+from compiler.backend.schedule import Scheduled
+from compiler.backend.tiling import Region, Tiles
 from simulator import isa
 from simulator.arch import Arch
 from simulator.program import IOBinding, Program
@@ -74,21 +72,6 @@ def packable(lowered: Lowered) -> set[str]:
             if tensor in {b.tensor for b in lowered.inputs} and tensor not in outputs
             and len(layers) == 1 and isinstance(layers[0], ConvLayer)
             and layers[0].x_view is None}
-
-
-def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions,
-             on_chip: dict | None = None):
-    """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
-    model inputs that live pre-padded in the image (by tensor). `on_chip`: the tensors kept
-    in the scratchpad (`compiler.reuse`)."""
-    image = ImageBuilder()
-    ctx = Context(arch, options.double_buffer, dict(on_chip or {}))
-    steps, padded = [], {}
-    for layer, t in zip(lowered.layers, tiles):
-        if isinstance(layer, ConvLayer) and t.packed_taps > 1:
-            padded[layer.x] = padded_input(layer, t, image)
-        steps.append(layer_steps(layer, t, ctx, image, padded.get(getattr(layer, "x", None))))
-    return image, steps, padded
 
 
 def bindings(lowered: Lowered, plan: DramPlan,

@@ -8,7 +8,7 @@ Buffers are placed first-fit in address order among the ones still live, so a te
 bytes of tensors that died before it was written, or largest first (`greedy_by_size`) when that
 packs tighter (it reaches the bound on ResNet-18 and MobileNetV2, where first-fit is 13-15%
 above). The plan reports its peak beside the lower bound no placement can beat: the largest
-total size of tensors live at one time. The layers' order (`compiler.layer_order`) fixes the
+total size of tensors live at one time. The layers' order (`compiler.backend.layer_order`) fixes the
 lives, and so the bound itself.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.backend.layers import AddLayer, HostLayer, Lowered
 from compiler.errors import CompileError
-from compiler.layers import AddLayer, HostLayer, Lowered
 
 ALIGN_BYTES = 64  # buffers start on a burst-sized boundary, so no burst straddles two tensors
 
@@ -110,7 +110,7 @@ def greedy_by_size(ranges: dict[str, tuple[int, int]],
 def plan_dram(lowered: Lowered, image_bytes: int, dram_bytes: int, model: str,
               in_image: set[str] = frozenset()) -> DramPlan:
     """Place every activation tensor but those `in_image` (pre-padded inputs live in the
-    image; tensors kept in the scratchpad, `compiler.reuse`, need no DRAM), which the lower
+    image; tensors kept in the scratchpad, `compiler.backend.reuse`, need no DRAM), which the lower
     bound leaves out too; CompileError when image + arena exceed the DRAM."""
     ranges = {name: r for name, r in live_ranges(lowered).items() if name not in in_image}
     sizes = {name: lowered.tensors[name].size_bytes for name in ranges}

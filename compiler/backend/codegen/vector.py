@@ -1,7 +1,4 @@
-"""Codegen: each tiled layer → its constants in the DRAM image and its steps of instructions.
-
-Instructions are built only through the rows of `simulator.isa` (`compiler.emit.instruction`).
-Convolutions (Conv, Gemm, MatMul) are `compiler.convolution`; here are the vector unit's layers:
+"""Code generation for the vector unit's layers:
 
 - **Pooling**: the padded window block is loaded (padding -128 for max, the zero point for
   average) and one MAXPOOL/AVGPOOL produces the tile.
@@ -13,16 +10,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.convolution import PaddedInput, conv_steps
-from compiler.emit import (Context, instruction, input_window, load_acc_rows, load_window,
-                           param_block, pixel_tile_grid)
-from compiler.host import host_steps
-from compiler.layers import AddLayer, ConvLayer, HostLayer, LutLayer, PoolLayer, View, pixelwise
-from compiler.memory import ImageBuilder
-from compiler.schedule import Step
-from compiler.tiling import LUT_ENTRIES, ElementwiseTiles, PoolTiles, ceil_div, conv_input_extent
+from compiler.backend.codegen.emit import (
+    Context,
+    input_window,
+    instruction,
+    load_acc_rows,
+    load_window,
+    param_block,
+    pixel_tile_grid,
+)
+from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwise
+from compiler.backend.memory import ImageBuilder
+from compiler.backend.steps import Step
+from compiler.backend.tiling import (
+    LUT_ENTRIES,
+    ElementwiseTiles,
+    PoolTiles,
+    ceil_div,
+    conv_input_extent,
+)
 from simulator import isa
-
 
 # --- pooling --------------------------------------------------------------------------------
 
@@ -179,15 +186,3 @@ def _pixel_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: Conte
             store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
             steps.append(Step(tuple(loads), (work, store)))
     return steps
-
-
-def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,
-                padded: PaddedInput | None = None) -> list[Step]:
-    """One layer's constants (appended to `image`) and steps."""
-    if isinstance(layer, HostLayer):
-        return host_steps(layer, ctx)
-    if isinstance(layer, ConvLayer):
-        return conv_steps(layer, tiles, ctx, image, padded)
-    if isinstance(layer, PoolLayer):
-        return pool_steps(layer, tiles, ctx, image)
-    return elementwise_steps(layer, tiles, ctx, image)

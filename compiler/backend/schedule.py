@@ -6,7 +6,7 @@ t, so the load queue fetches the next tile while the array computes this one (th
 alternate, so they do not collide); without it, steps run one after another in one buffer. A
 layer's first loads of activations follow the previous layer's work in program order, but wait
 only for the stores of the DRAM blocks they read (a DMA's access is the elements it touches,
-`compiler.emit.relocate`), so a layer may start on rows its predecessor has already stored; its
+`compiler.backend.codegen.emit.relocate`), so a layer may start on rows its predecessor has already stored; its
 first loads of constants may come before the previous layer's last work (`order`).
 
 Tokens are then derived, not written by hand. Walking the program in order, every instruction's
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
+from compiler.backend.steps import Op, Step
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
@@ -41,42 +41,6 @@ NQ = len(isa.QUEUES)
 _DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
 _DRAM_MAX_BLOCKS = 1 << 22
 _MEMORIES = ("scratchpad", "accumulator")
-
-
-@dataclass(frozen=True, eq=False)
-class Op:
-    """One instruction before tokens: its row, its fields, the node it implements, and the
-    activation DRAM it reads or writes, one access per tensor: (start, stop, write) bytes once
-    relocated, (tensor, write) from codegen before that; empty for constants or nothing."""
-
-    row: isa.InsnDef
-    args: dict
-    source: str
-    dram: tuple[tuple, ...] = ()
-
-    @cached_property
-    def insn(self) -> isa.Insn:
-        """The instruction without dependency flags, built (and checked) once: tiled layers
-        repeat the same instructions (a PRELOAD per tap, per tile), which share one Insn."""
-        key = (self.row, *self.args.items())
-        insn = _INSNS.get(key)
-        if insn is None:
-            if len(_INSNS) >= _INSN_CACHE_SIZE:
-                _INSNS.clear()
-            insn = _INSNS[key] = self.row(**self.args)
-        return insn
-
-
-_INSNS: dict[tuple, isa.Insn] = {}  # Insns are immutable, so equal ones may be shared
-_INSN_CACHE_SIZE = 1 << 18
-
-
-@dataclass(frozen=True)
-class Step:
-    """The unit of overlap: the loads of one tile, then the work that consumes them."""
-
-    loads: tuple[Op, ...]
-    body: tuple[Op, ...]
 
 
 @dataclass(frozen=True)

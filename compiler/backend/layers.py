@@ -266,7 +266,7 @@ class HostPort:
 class HostLayer:
     """A host segment: consecutive nodes the accelerator does not run (kept in fp32, their
     QuantizeLinear/DequantizeLinear wrappers, operators without a lowering), run on the host
-    CPU by `compiler.host.run_segment` between a read of its inputs from DRAM and a write of
+    CPU by `compiler.backend.codegen.host.run_segment` between a read of its inputs from DRAM and a write of
     its outputs (`graph` is the serialized subgraph, `compiler.graph.serialize`)."""
 
     node: str  # the segment's name, the source of its instruction
@@ -275,7 +275,7 @@ class HostLayer:
     inputs: tuple[HostPort, ...]
     outputs: tuple[HostPort, ...]
     graph: dict
-    flops: int  # the estimate that prices the segment (compiler.partition.flops)
+    flops: int  # the estimate that prices the segment (compiler.backend.partition.flops)
 
     @property
     def reads(self) -> tuple[str, ...]:

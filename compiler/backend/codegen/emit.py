@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compiler.backend.layers import View
+from compiler.backend.steps import Op, Step
 from compiler.errors import CompileError
-from compiler.layers import View
-from compiler.schedule import Op, Step
 from simulator import isa
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
@@ -29,7 +29,7 @@ class Context:
 
     arch: Arch
     double_buffer: bool
-    on_chip: dict = field(default_factory=dict)  # tensor → its `compiler.reuse.OnChip` rows
+    on_chip: dict = field(default_factory=dict)  # tensor → its `compiler.backend.reuse.OnChip` rows
 
     def buffer(self, region, i: int) -> int:
         return region.base + (i % (region.count if self.double_buffer else 1)) * region.rows

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.backend.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import is_integer_node
 from compiler.graph.serialize import graph_to_dict
-from compiler.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
 
 # The element types a host port may carry (those a program binding describes).
 PORT_DTYPES = ("int8", "uint8", "float32")
@@ -78,7 +78,7 @@ def flops(graph: Graph, node: Node) -> int:
 
 
 class HostSegments:
-    """The open segment of a lowering walk (`compiler.lower`), and how each one closes into a
+    """The open segment of a lowering walk (`compiler.backend.lower`), and how each one closes into a
     HostLayer over DRAM tensors that the walk's tables (tensors, layouts, buffers, bindings)
     then know."""
 

@@ -1,7 +1,7 @@
 """The host CPU's part of a program: each host segment's HOST instruction, the segment records
 the program carries (`Program.host_segments`), and the runner that executes one.
 
-A segment (`compiler.layers.HostLayer`, made by `compiler.partition`) is one HOST instruction on
+A segment (`compiler.backend.layers.HostLayer`, made by `compiler.backend.partition`) is one HOST instruction on
 the store queue that names every DRAM tensor it reads and writes, so the scheduler orders it
 after the instructions that write its inputs and before those that read its outputs, from the
 same hazards as any other access. Its record lists the nodes, the input and output bindings
@@ -18,13 +18,13 @@ from typing import Mapping
 
 import numpy as np
 
-from compiler.emit import Context, instruction
+from compiler.backend.codegen.emit import Context, instruction
+from compiler.backend.layers import HostLayer, HostPort, Lowered
+from compiler.backend.memory import DramPlan
+from compiler.backend.steps import Step
 from compiler.errors import CompileError
 from compiler.graph.evaluate import run_node
 from compiler.graph.serialize import graph_from_dict
-from compiler.layers import HostLayer, HostPort, Lowered
-from compiler.memory import DramPlan
-from compiler.schedule import Step
 from simulator import isa
 from simulator.program import IOBinding
 

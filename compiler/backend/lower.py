@@ -7,11 +7,11 @@ per-channel multipliers and shifts, tables) is taken from the quantized node's o
 the ones the quantizer computed and the integer reference (`quantizer.reference.run_int8`) runs,
 so the program and the oracle read the same integers.
 
-**Layout** (`compiler.layers`): feature maps are channels-last, the rest row-major; a view keeps
+**Layout** (`compiler.backend.layers`): feature maps are channels-last, the rest row-major; a view keeps
 its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes its
 weight rows to match a flattened channels-last map) or fails with a CompileError.
 
-**Slices and Concat without copies** (`compiler.layers.View`). Slice (constant starts, ends,
+**Slices and Concat without copies** (`compiler.backend.layers.View`). Slice (constant starts, ends,
 axes; forward steps, 1 on channels) and Split outputs are views: an offset and strides over
 their producer's buffer, which convolutions, pools, Add/LUT (pixel by pixel) and output
 bindings read in place. Concat's inputs are planned before the walk (`_plan_concats`): one
@@ -29,7 +29,7 @@ constant operand) is a 256-entry LUT built by running the node's own int8 kernel
 codes, so it is bit-exact by construction.
 QuantizeLinear at a model input and DequantizeLinear at a model output stay on the host: the
 program's I/O bindings carry their scale and zero point. Every other node the accelerator cannot
-run is a CompileError naming it, or with `allow_host` joins a host segment (`compiler.partition`).
+run is a CompileError naming it, or with `allow_host` joins a host segment (`compiler.backend.partition`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,25 @@ import copy
 
 import numpy as np
 
+from compiler.backend.layers import (
+    AddLayer,
+    Binding,
+    ConvLayer,
+    Layer,
+    Layout,
+    Lowered,
+    LutLayer,
+    PoolLayer,
+    Tensor,
+    View,
+    block_axis,
+    block_shape,
+)
+from compiler.backend.partition import HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, int8_attrs
-from compiler.graph.reference import resolve_pads
-from compiler.graph.reference import slice_
-from compiler.layers import (AddLayer, Binding, ConvLayer, Layer, Layout, Lowered, LutLayer,
-                             PoolLayer, Tensor, View, block_axis, block_shape)
-from compiler.partition import HostSegments, host_only
+from compiler.graph.reference import resolve_pads, slice_
 
 VIEWS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 # Single-input elementwise maps of int8 codes: each runs as a LUT of its own kernel.
@@ -599,7 +610,7 @@ def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
 def lower(graph: Graph, allow_host: bool = False) -> Lowered:
     """The accelerator layers of a quantized graph; CompileError names any node that cannot run
     on the accelerator, unless `allow_host` gives such nodes to host segments
-    (`compiler.partition`)."""
+    (`compiler.backend.partition`)."""
     return _Lowering(graph, allow_host).run()
 
 

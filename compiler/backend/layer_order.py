@@ -7,7 +7,7 @@ before the first one ends, keeping both branches' large intermediates alive toge
 layers are ordered depth first from the outputs: before a layer, the layers producing its
 inputs, the operand whose subgraph needs the most memory first, so each branch finishes (and
 its intermediates die) before the next starts, and what a branch leaves behind is only its
-result. Both orders go through the DRAM planner (`compiler.memory.plan_dram`) and the one with
+result. Both orders go through the DRAM planner (`compiler.backend.memory.plan_dram`) and the one with
 the smaller arena wins, the graph's own on a tie: the pass never makes the plan worse, and it
 is deterministic (a function of the layers alone).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.layers import HostLayer, Lowered
-from compiler.memory import plan_dram, reads, writes
+from compiler.backend.layers import HostLayer, Lowered
+from compiler.backend.memory import plan_dram, reads, writes
 
 _NO_LIMIT = 1 << 62
 

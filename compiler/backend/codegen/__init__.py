@@ -1,0 +1,1 @@
+"""Code generation: tiled layers → DRAM image and steps of instructions (`generate`)."""

@@ -1,0 +1,43 @@
+"""Code generation over all layers: each tiled layer's constants go into the DRAM image and its
+instructions into steps; convolutions are `convolution`, the vector unit's layers `vector`,
+host segments `host`. Instructions are built only through the rows of `simulator.isa`
+(`emit.instruction`)."""
+
+from __future__ import annotations
+
+from compiler.backend.codegen.convolution import PaddedInput, conv_steps, padded_input
+from compiler.backend.codegen.emit import Context
+from compiler.backend.codegen.host import host_steps
+from compiler.backend.codegen.vector import elementwise_steps, pool_steps
+from compiler.backend.layers import ConvLayer, HostLayer, Lowered, PoolLayer
+from compiler.backend.memory import ImageBuilder
+from compiler.backend.steps import Step
+from compiler.backend.tiling import Tiles
+from simulator.arch import Arch
+
+
+def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions,
+             on_chip: dict | None = None):
+    """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
+    model inputs that live pre-padded in the image (by tensor). `on_chip`: the tensors kept
+    in the scratchpad (`compiler.backend.reuse`)."""
+    image = ImageBuilder()
+    ctx = Context(arch, options.double_buffer, dict(on_chip or {}))
+    steps, padded = [], {}
+    for layer, t in zip(lowered.layers, tiles):
+        if isinstance(layer, ConvLayer) and t.packed_taps > 1:
+            padded[layer.x] = padded_input(layer, t, image)
+        steps.append(layer_steps(layer, t, ctx, image, padded.get(getattr(layer, "x", None))))
+    return image, steps, padded
+
+
+def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,
+                padded: PaddedInput | None = None) -> list[Step]:
+    """One layer's constants (appended to `image`) and steps."""
+    if isinstance(layer, HostLayer):
+        return host_steps(layer, ctx)
+    if isinstance(layer, ConvLayer):
+        return conv_steps(layer, tiles, ctx, image, padded)
+    if isinstance(layer, PoolLayer):
+        return pool_steps(layer, tiles, ctx, image)
+    return elementwise_steps(layer, tiles, ctx, image)
