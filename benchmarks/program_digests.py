@@ -49,8 +49,8 @@ def model_path(name: str) -> Path:
 
 def profile(name: str, out: Path) -> Path:
     path = out / f"{name}.profile.json"
-    data = (["--data", str(ROOT / "examples" / "digits" / "calib.npz")] if name == "digits"
-            else ["--random", "4"])
+    data = (["--data", "examples/digits/calib.npz"] if name == "digits"
+            else ["--random", "4"])  # relative: the profile records the path
     ember("quantize-profile", str(model_path(name)), *data, "-o", str(path))
     return path
 

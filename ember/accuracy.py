@@ -8,20 +8,18 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
-
-import hashlib
-from dataclasses import fields
 
 import numpy as np
 import onnx
 
+from compiler.backend.codegen.host import run_segment
 from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph, QuantParams
-from compiler.host import run_segment
 from compiler.pipeline import optimize
 from ember import ort
 from ember.errors import EmberError

@@ -11,11 +11,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from compiler.backend import BackendOptions, Compiled
+from compiler.backend.program import BackendOptions, Compiled
 from compiler.frontend.onnx import import_model, load_model
 from compiler.pipeline import compile_int8, optimize
-from ember.commands.options import (json_option, model_argument, quant_options_from,
-                                    quantization_options)
+from ember.commands.options import (
+    json_option,
+    model_argument,
+    quant_options_from,
+    quantization_options,
+)
 from ember.errors import EmberError
 from profiler import format as profile_format
 from quantizer.options import QuantOptions

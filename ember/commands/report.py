@@ -10,7 +10,7 @@ import click
 import numpy as np
 from rich.console import Console
 
-from compiler.host import run_segment
+from compiler.backend.codegen.host import run_segment
 from ember.commands.options import json_option
 from ember.commands.simulate import performance_doc, read_inputs
 from ember.errors import EmberError

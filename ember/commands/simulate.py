@@ -12,7 +12,7 @@ import click
 import numpy as np
 from rich.console import Console
 
-from compiler.host import run_segment
+from compiler.backend.codegen.host import run_segment
 from ember.commands.options import json_option
 from ember.errors import EmberError
 from ember.reports.performance import PerformanceReport
