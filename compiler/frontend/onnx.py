@@ -175,6 +175,11 @@ class _GraphBuilder:
         for vi in g.input:
             if vi.name in self.values:
                 continue  # pre-IR-4 models list initializers among the inputs
+            kind = vi.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):
+                raise CompileError(f"{self.label}: input {vi.name!r} is a "
+                                   f"{kind.removesuffix('_type').replace('_', ' ')}, not a "
+                                   "tensor; ember takes tensors only")
             tt = vi.type.tensor_type
             dtype = _elem_dtype(tt.elem_type, f"{self.label}: input {vi.name!r}")
             shape = tuple(d.dim_value for d in tt.shape.dim)
