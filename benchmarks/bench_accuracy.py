@@ -62,9 +62,9 @@ from ember.accuracy import quantize_model  # noqa: E402
 from ember.reports.metrics import ErrorStats, Top1  # noqa: E402
 from examples import zoo  # noqa: E402
 from profiler import format as profile_format  # noqa: E402
-from profiler.arrays import ArrayFile  # noqa: E402
-from profiler.inputs import input_specs  # noqa: E402
+from profiler.model_inputs import input_specs  # noqa: E402
 from profiler.run import RunOptions, profile  # noqa: E402
+from profiler.sources.arrays import ArrayFile  # noqa: E402
 from quantizer.options import QuantOptions  # noqa: E402
 from quantizer.reference import run_int8  # noqa: E402
 

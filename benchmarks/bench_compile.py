@@ -31,11 +31,11 @@ from compiler.backend.program import BackendOptions
 from compiler.frontend.onnx import import_model
 from compiler.pipeline import compile_int8, optimize
 from examples.build import zoo_model_path
-from profiler.arrays import RandomData
-from profiler.images import ImageOptions
-from profiler.inputs import input_specs
+from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources import open_data
+from profiler.sources.arrays import RandomData
+from profiler.sources.images import ImageOptions
 from quantizer.quantize import quantize
 from quantizer.reference import run_int8
 from simulator import isa, machine

@@ -30,9 +30,9 @@ from compiler.backend.layer_order import order_for_memory  # noqa: E402
 from compiler.frontend.onnx import import_model  # noqa: E402
 from compiler.pipeline import compile_int8, optimize  # noqa: E402
 from examples import zoo  # noqa: E402
-from profiler.arrays import RandomData  # noqa: E402
-from profiler.inputs import input_specs  # noqa: E402
+from profiler.model_inputs import input_specs  # noqa: E402
 from profiler.run import RunOptions, profile  # noqa: E402
+from profiler.sources.arrays import RandomData  # noqa: E402
 from quantizer.quantize import quantize  # noqa: E402
 from simulator.arch import Arch  # noqa: E402
 from tests.e2e.flow import check_bit_exact  # noqa: E402

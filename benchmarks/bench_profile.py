@@ -28,8 +28,8 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler.arrays import ArrayFile  # noqa: E402
-from profiler.inputs import input_specs  # noqa: E402
+from profiler.model_inputs import input_specs  # noqa: E402
+from profiler.sources.arrays import ArrayFile  # noqa: E402
 from examples.build import zoo_model_path  # noqa: E402
 from profiler.run import RunOptions, profile  # noqa: E402
 

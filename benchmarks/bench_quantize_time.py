@@ -44,9 +44,9 @@ from compiler.frontend.onnx import fix_input_shapes, import_model, load_model  #
 from compiler.pipeline import optimize  # noqa: E402
 from examples import zoo  # noqa: E402
 from profiler import format as profile_format  # noqa: E402
-from profiler.arrays import ArrayFile  # noqa: E402
-from profiler.inputs import input_specs  # noqa: E402
+from profiler.model_inputs import input_specs  # noqa: E402
 from profiler.run import RunOptions, profile  # noqa: E402
+from profiler.sources.arrays import ArrayFile  # noqa: E402
 from quantizer.options import QuantOptions  # noqa: E402
 from quantizer.quantize import quantize  # noqa: E402
 

@@ -25,11 +25,11 @@ from ember import ort
 from ember.errors import EmberError
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
-from profiler import data as datasets
+from profiler import batching
 from profiler import format as profile_format
-from profiler.images import ImageOptions
-from profiler.inputs import input_specs
+from profiler.model_inputs import input_specs
 from profiler.sources import open_data
+from profiler.sources.images import ImageOptions
 from quantizer.options import QuantOptions
 from quantizer.qdq import export_qdq
 from quantizer.quantize import quantize
@@ -158,9 +158,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     layer_own: dict[str, ErrorStats] = {}
     layer_acc: dict[str, ErrorStats] = {}
     params = _params_by_name(qgraph)
-    tally = datasets.Tally()
+    tally = batching.Tally()
     seen = 0
-    for feeds in datasets.stream(source, specs, batch, True, evaluation.samples, False, tally):
+    for feeds in batching.stream(source, specs, batch, True, evaluation.samples, False, tally):
         reference = ort.run(session, feeds)
         env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
         if exactness is not None:

@@ -16,13 +16,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from profiler import data, parallel
+from profiler import batching, parallel
 from profiler.accumulate import Accumulator
 from profiler.errors import ProfileError
 from profiler.fingerprint import fingerprint
 from profiler.format import Profile, TensorStats, tool_version
 from profiler.histogram import Binner
-from profiler.inputs import InputSpec
+from profiler.model_inputs import InputSpec
 from profiler.session import Plan, Runner, expose_all, make_session, probe, same_values
 
 
@@ -49,14 +49,14 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     return model
 
 
-def profile(model: onnx.ModelProto, source: data.Source, specs: list[InputSpec],
+def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSpec],
             options: RunOptions, on_samples: Callable[[int], None] = lambda n: None) -> Profile:
     """Run the data through the model; `on_samples(n)` reports progress as batches finish."""
     fixed = _fixed_batch(specs)
     whole = fixed not in (None, 1)  # a fixed batch above 1 takes exactly that many samples
     run_batch = fixed if whole else _batch_size(specs, options.batch)
-    tally = data.Tally()
-    batches = data.stream(source, specs, run_batch, whole, options.samples,
+    tally = batching.Tally()
+    batches = batching.stream(source, specs, run_batch, whole, options.samples,
                           options.allow_nonfinite, tally)
     first = next(batches, None)
     if first is None:
@@ -123,7 +123,7 @@ def _in_graph_order(model: onnx.ModelProto, stats: dict[str, TensorStats]) -> di
     return {name: stats[name] for name in dict.fromkeys(names) if name in stats}
 
 
-def _no_samples(source: data.Source, tally: data.Tally, batch: int) -> str:
+def _no_samples(source: batching.Source, tally: batching.Tally, batch: int) -> str:
     where = source.describe().get("path") or source.describe().get("hook") or "--data"
     if tally.skipped_nonfinite:
         return (f"{where}: no samples left: all {tally.skipped_nonfinite} had NaN or Inf "

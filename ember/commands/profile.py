@@ -15,11 +15,11 @@ from rich.table import Table
 
 from ember.commands.options import input_shape_option, json_option, model_argument
 from profiler import format as profile_format
-from profiler.arrays import RandomData
-from profiler.images import ImageOptions
-from profiler.inputs import input_specs, parse_input_shape
+from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, load_model, profile as run_profile
 from profiler.sources import open_data
+from profiler.sources.arrays import RandomData
+from profiler.sources.images import ImageOptions
 
 
 def _floats(text: str) -> tuple[float, ...]:

@@ -10,9 +10,9 @@ import pytest
 
 from compiler.frontend.onnx import import_model
 from compiler.pipeline import compile_int8, optimize
-from profiler.arrays import RandomData
-from profiler.inputs import input_specs
+from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
+from profiler.sources.arrays import RandomData
 from quantizer.quantize import quantize
 from simulator.arch import Arch
 from examples import zoo

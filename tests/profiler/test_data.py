@@ -7,10 +7,10 @@ import pytest
 from PIL import Image
 
 from profiler.errors import ProfileError
-from profiler.images import ImageOptions
-from profiler.inputs import input_specs, parse_input_shape
+from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, profile
 from profiler.sources import open_data
+from profiler.sources.images import ImageOptions
 
 from .conftest import conv_model, samples
 
@@ -107,7 +107,7 @@ def test_unreadable_image(tmp_path):
 
 
 def test_random_data_is_marked_synthetic():
-    from profiler.arrays import RandomData
+    from profiler.sources.arrays import RandomData
     model = conv_model()
     specs = input_specs(model, {})
     p = profile(model, RandomData(9, specs, seed=3), specs, RunOptions())

@@ -10,10 +10,10 @@ import pytest
 from onnx import numpy_helper
 
 from profiler import format as pf
-from profiler.arrays import ArrayFile
 from profiler.errors import ProfileError
-from profiler.inputs import input_specs
+from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
+from profiler.sources.arrays import ArrayFile
 
 from .conftest import conv_model, samples
 

@@ -294,8 +294,8 @@ def _top1(run, graph: Graph) -> float:
 def test_digits_from_the_profilers_own_run_and_file(tmp_path: Path) -> None:
     """The profile as `ember quantize-profile` makes it: onnxruntime, written, read back."""
     from profiler import format as profile_format
-    from profiler.arrays import ArrayFile
-    from profiler.inputs import input_specs
+    from profiler.sources.arrays import ArrayFile
+    from profiler.model_inputs import input_specs
     from profiler.run import RunOptions, load_model, profile
 
     proto = load_model(DIGITS / "model.onnx")

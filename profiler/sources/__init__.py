@@ -1,19 +1,21 @@
-"""Which source `--data` names, decided from the text and what the path holds."""
+"""Where calibration data comes from: one module per kind of source (`arrays`: .npz/.npy files
+or random samples, `images`: a folder of images, `python_hook`: the user's function), and here
+which one `--data` names, decided from the text and what the path holds."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from profiler import arrays, hooks, images
-from profiler.data import Source
+from profiler.batching import Source
 from profiler.errors import ProfileError
-from profiler.inputs import InputSpec
+from profiler.model_inputs import InputSpec
+from profiler.sources import arrays, images, python_hook
 
 
 def open_data(data: str, specs: list[InputSpec], image_options: images.ImageOptions) -> Source:
     """The source `--data` names: a hook, an .npz/.npy file, or a folder of arrays or images."""
-    if hooks.is_hook(data):
-        return hooks.Hook(data)
+    if python_hook.is_hook(data):
+        return python_hook.Hook(data)
     path = Path(data)
     if path.is_file():
         if path.suffix not in (".npz", ".npy"):

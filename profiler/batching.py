@@ -1,4 +1,4 @@
-"""Calibration data: the forms users have, checked against the model and cut into batches.
+"""Calibration data from any source, checked against the model and cut into batches.
 
 A source yields chunks: `(origin, {input name: array with samples on the first axis})`, where
 origin names the file or hook for error messages. `stream` checks every chunk against the
@@ -15,7 +15,7 @@ from typing import Iterator, Protocol
 import numpy as np
 
 from profiler.errors import ProfileError
-from profiler.inputs import InputSpec
+from profiler.model_inputs import InputSpec
 
 LABELS = "labels"  # ground truth beside the inputs: ignored unless the model has such an input
 

@@ -8,9 +8,9 @@ from typing import Iterator
 
 import numpy as np
 
-from profiler.data import LABELS, Chunk
+from profiler.batching import LABELS, Chunk
 from profiler.errors import ProfileError
-from profiler.inputs import InputSpec
+from profiler.model_inputs import InputSpec
 
 _CHUNK_SAMPLES = 64
 _CHUNK_BYTES = 4 << 20  # read at most this much at a time, so big samples come a few at once

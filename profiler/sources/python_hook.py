@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
 
-from profiler.data import Chunk
+from profiler.batching import Chunk
 from profiler.errors import ProfileError
 
 

@@ -12,9 +12,9 @@ from typing import Iterator
 
 import numpy as np
 
-from profiler.data import Chunk
+from profiler.batching import Chunk
 from profiler.errors import ProfileError
-from profiler.inputs import InputSpec
+from profiler.model_inputs import InputSpec
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
