@@ -34,7 +34,7 @@ from quantizer.options import QuantOptions
 from quantizer.qdq import export_qdq
 from quantizer.quantize import quantize
 from quantizer.reference import dequantized, run_int8
-from simulator import machine
+from simulator import machine, numerics
 from simulator.program import Program
 
 
@@ -131,10 +131,11 @@ def quantize_model(model_path: str, profile_path: str, options: QuantOptions,
 
 
 def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
-    """x rounded onto its quantization grid and clamped: the tensor's own quantization error."""
-    lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
-    q = np.clip(np.round(x / params.scale[0]) + params.zero_point[0], lo, hi)
-    return ((q - params.zero_point[0]) * params.scale[0]).astype(np.float32)
+    """x rounded onto its quantization grid and clamped: the tensor's own quantization error
+    (in the evaluation's own float type)."""
+    scale, zero_point = params.scale[0], params.zero_point[0]
+    q = numerics.quantize(x, scale, zero_point, dtype=dtype, arithmetic=x.dtype)
+    return numerics.dequantize(q, scale, zero_point, arithmetic=x.dtype).astype(np.float32)
 
 
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,

@@ -17,6 +17,7 @@ import numpy as np
 
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from quantizer.requant import ratio
+from simulator import numerics
 from simulator.numerics import RANGES
 
 # Requantizing producers and which of their multiplier entries scale to the output (Add/Sub:
@@ -113,11 +114,12 @@ def _translate(qclamp, t_from: Type, to: QuantParams, dtype: str) -> tuple[int, 
     The saturation at t_from's own range counts as a clamp too: a ReLU fused into a producer
     whose range starts at 0 is nothing but that saturation, and must survive the retyping.
     """
-    lo_full, hi_full = RANGES[dtype]
     src = t_from.quant
     lo, hi = qclamp if qclamp is not None else RANGES[t_from.dtype]
-    new_lo, new_hi = (int(np.clip(np.rint(src.scale[0] * (q - src.zero_point[0]) / to.scale[0])
-                                  + to.zero_point[0], lo_full, hi_full)) for q in (lo, hi))
+    real = (numerics.dequantize(q, src.scale[0], src.zero_point[0], arithmetic=np.float64)
+            for q in (lo, hi))
+    new_lo, new_hi = (int(numerics.quantize(r, to.scale[0], to.zero_point[0], dtype=dtype,
+                                            arithmetic=np.float64)) for r in real)
     return new_lo, max(new_lo, new_hi)
 
 

@@ -59,6 +59,7 @@ from compiler.graph.int8 import INT8_ATTRS
 from compiler.graph.ir import Graph, Node, QuantParams, Type
 from compiler.graph.ops import OPS, is_integer_node
 from quantizer.errors import QuantizeError
+from simulator import numerics
 from simulator.numerics import RANGES
 
 # Opset 21: the newest forms the importer normalizes to (ReduceMean/Pad axes as inputs, Split's
@@ -340,7 +341,8 @@ class _Exporter:
             code = self.g.values[names[2]].const
             params = self.g.type_of(node.inputs[0]).quant
             if code.dtype.kind in "iu" and self.g.type_of(names[2]).quant is None:
-                real = np.float32((int(code) - params.zero_point[0]) * params.scale[0])
+                real = np.float32(numerics.dequantize(int(code), params.scale[0],
+                                                      params.zero_point[0], arithmetic=np.float64))
                 inputs[2] = self._init(names[2], real)
         return node.op, inputs, attrs
 
@@ -408,7 +410,7 @@ class _Exporter:
             if code == edge:
                 bounds.append("")
                 continue
-            real = np.float32((code - zero) * scale)
+            real = np.float32(numerics.dequantize(code, scale, zero, arithmetic=np.float64))
             bounds.append(self._init(f"{node.name}/clamp_{which}", real))
         while bounds and not bounds[-1]:
             bounds.pop()

@@ -29,6 +29,7 @@ from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
 from quantizer.requant import ratio, ratios
 from quantizer.verify import verify_int8
+from simulator import numerics
 from simulator.numerics import ADD_LEFT_SHIFT, RANGES
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
@@ -224,8 +225,8 @@ class _Rewriter:
         w = self.g.values[name].const.astype(np.float64)
         scales = calibrate.weight_scales(w, axis, self.opts.schema == "power2")
         params = QuantParams(scales, (0,) * len(scales), axis)
-        shaped = np.asarray(scales).reshape(_channel_shape(w.ndim, axis))
-        q = np.clip(np.rint(w / shaped), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+        q = numerics.quantize(w, scales, 0, -WEIGHT_QMAX, WEIGHT_QMAX, axis=axis,
+                              arithmetic=np.float64)
         # The int8 weight keeps the initializer's name unless an fp32 node still reads the float
         # weight, or the same weight is quantized along another axis for another node.
         shared = name in self.fp32_consts or any(k[0] == name for k in self.weights)
@@ -266,10 +267,9 @@ class _Rewriter:
             bounds = [self.g.values[n].const if n else None for n in clamp.inputs[1:3]]
             bounds += [None] * (2 - len(bounds))
             lo, hi = (None if b is None else float(b) for b in bounds)
-        scale, zero = params.scale[0], params.zero_point[0]
         # The nearest code to each bound: a clamp then errs by at most half a step.
-        q_lo = qmin if lo is None else int(np.clip(np.rint(lo / scale) + zero, qmin, qmax))
-        q_hi = qmax if hi is None else int(np.clip(np.rint(hi / scale) + zero, qmin, qmax))
+        q_lo = qmin if lo is None else int(_quantize_array(lo, params, self.dtype))
+        q_hi = qmax if hi is None else int(_quantize_array(hi, params, self.dtype))
         return q_lo, max(q_lo, q_hi)
 
     def _requant_attrs(self, out: QuantParams, qclamp, multipliers, shifts) -> dict:
@@ -513,17 +513,8 @@ class _Rewriter:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _channel_shape(ndim: int, axis: int | None) -> tuple[int, ...]:
-    if axis is None:
-        return ()
-    shape = [1] * ndim
-    shape[axis] = -1
-    return tuple(shape)
-
-
 def _quantize_array(array, params: QuantParams, dtype: str) -> np.ndarray:
-    """Per-tensor quantization of a constant (float64 arithmetic, round half to even)."""
-    lo, hi = RANGES[dtype]
-    q = np.rint(np.asarray(array, np.float64) / params.scale[0]) + params.zero_point[0]
-    return np.clip(q, lo, hi).astype(dtype)
+    """A constant or a clamp's bound in per-tensor `params`, computed in float64."""
+    return numerics.quantize(array, params.scale[0], params.zero_point[0], dtype=dtype,
+                             arithmetic=np.float64)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from compiler.graph.evaluate import check_feeds, run_node
 from compiler.graph.ir import Graph
+from simulator import numerics
 
 
 def run_int8(qgraph: Graph, feeds: Mapping[str, np.ndarray],
@@ -46,6 +47,7 @@ def dequantized(qgraph: Graph, env: Mapping[str, np.ndarray]) -> dict[str, np.nd
         params = value.type.quant
         if value.is_const or params is None or params.axis is not None or name not in env:
             continue
-        real = (np.asarray(env[name], np.float64) - params.zero_point[0]) * params.scale[0]
+        real = numerics.dequantize(env[name], params.scale[0], params.zero_point[0],
+                                   arithmetic=np.float64)
         out[qgraph.origin.get(name, name)] = real.astype(np.float32)
     return out

@@ -2,7 +2,9 @@
 and the quantizer's integer reference, so the two can never differ by one LSB.
 
 Everything here is exact integer arithmetic on numpy int64 (no float reaches a result, except
-`int_matmul`, whose float64 BLAS products are proven exact below). The rules, chosen once:
+`int_matmul`, whose float64 BLAS products are proven exact below, and the affine map between
+real values and codes, `quantize` and `dequantize`, which is float by definition). The rules,
+chosen once:
 
 - **Accumulators wrap** modulo 2^32 (two's complement), as hardware adders do. Wrapping is
   associative, so an accumulation gives the same int32 however the compiler splits K into
@@ -13,6 +15,10 @@ Everything here is exact integer arithmetic on numpy int64 (no float reaches a r
 - **Requantization rounds once**: out = clamp(round(acc * multiplier / 2^(31 + shift)) + offset).
   This is the exact real rescale to within the multiplier's own error; gemmlowp and TFLite
   round twice (a doubling high multiply, then a shift), which can differ by one LSB.
+- **Quantization rounds half to even** and saturates, as ONNX QuantizeLinear:
+  q = clamp(rint(x / scale) + zero_point), real = (q - zero_point) * scale. The float type of
+  that arithmetic is a parameter, not a choice made here: the program's boundary quantizes in
+  float32 exactly as QuantizeLinear, the quantizer computes its constants in float64.
 """
 
 from __future__ import annotations
@@ -104,9 +110,9 @@ def rounding_shift(x, shift) -> np.ndarray:
     return (x >> shift) + (remainder > threshold)
 
 
-def _along(values, ndim: int, axis: int | None) -> np.ndarray:
+def _along(values, ndim: int, axis: int | None, dtype=np.int64) -> np.ndarray:
     """Shape per-channel `values` to broadcast along `axis` of an ndim array."""
-    values = np.asarray(values, dtype=np.int64)
+    values = np.asarray(values, dtype=dtype)
     if axis is None or values.ndim == 0:
         return values
     shape = [1] * ndim
@@ -140,7 +146,39 @@ def requantize(acc, multiplier, shift, out_offset=0, qmin=None, qmax=None, *,
     return np.clip(out, qmin, qmax).astype(dtype)
 
 
-def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=-128, qmax=127):
+def _affine(values, ndim: int, axis: int | None, dtype) -> np.ndarray:
+    """A scale or zero point as `dtype`, laid along `axis`; a single value is a scalar."""
+    values = np.asarray(values, dtype=dtype)
+    return values.reshape(()) if values.size == 1 else _along(values, ndim, axis, dtype)
+
+
+def quantize(x, scale, zero_point=0, qmin=None, qmax=None, *, axis: int | None = None,
+             dtype: str = "int8", arithmetic=np.float32) -> np.ndarray:
+    """Real values -> `dtype` codes: clamp(rint(x / scale) + zero_point), ties to even.
+
+    The division, rounding and addition run in `arithmetic` (float32 is ONNX QuantizeLinear's),
+    so each caller states the exact bits it wants. `scale` and `zero_point` are scalars or
+    per-channel vectors laid along `axis` of x; qmin/qmax default to the range of `dtype`.
+    """
+    lo, hi = RANGES[dtype]
+    qmin = lo if qmin is None else qmin
+    qmax = hi if qmax is None else qmax
+    x = np.asarray(x, dtype=arithmetic)
+    scale = _affine(scale, x.ndim, axis, arithmetic)
+    q = np.rint(x / scale) + _affine(zero_point, x.ndim, axis, arithmetic)
+    return np.clip(q, qmin, qmax).astype(dtype)
+
+
+def dequantize(q, scale, zero_point=0, *, axis: int | None = None,
+               arithmetic=np.float32) -> np.ndarray:
+    """Codes -> real values (q - zero_point) * scale, as ONNX DequantizeLinear: the difference
+    exact in int64, the product in `arithmetic`, which is also the result's type."""
+    q = np.asarray(q, dtype=np.int64)
+    centred = q - _affine(zero_point, q.ndim, axis, np.int64)
+    return centred.astype(arithmetic) * _affine(scale, q.ndim, axis, arithmetic)
+
+
+def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None):
     """Quantized elementwise add of int8 tensors with their own scales, as TFLite's ADD.
 
     multipliers/shifts = (x, y, out): the input rescales map each input to a common scale

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator import isa
+from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
 
@@ -80,15 +80,14 @@ class IOBinding:
         takes the values as they are."""
         if self.dtype == "float32":
             return np.asarray(x, np.float32)
-        info = np.iinfo(self.dtype)
-        q = np.rint(np.asarray(x, np.float32) / np.float32(self.scale)) + np.float32(
-            self.zero_point)
-        return np.clip(q, info.min, info.max).astype(self.dtype)
+        return numerics.quantize(x, self.scale, self.zero_point, dtype=self.dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """Host-side output dequantization: the product in float64, rounded once to float32."""
         if self.dtype == "float32":
             return np.asarray(q, np.float32)
-        return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
+        return numerics.dequantize(q, self.scale, self.zero_point,
+                                   arithmetic=np.float64).astype(np.float32)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "dram": self.dram, "shape": list(self.shape),

@@ -9,7 +9,8 @@ A kernel takes its inputs positionally and its attributes as keywords: the ONNX 
 `INT8_ATTRS`. Everything a kernel needs is in its inputs and attributes, so the quantizer's
 reference interpreter and the compiler's lowering read the same numbers. Kernels use integer
 arithmetic only, through `simulator.numerics`; the float code here builds tables at compile
-time (`lookup_table`, `softmax_table`) or is the definition of QuantizeLinear/DequantizeLinear.
+time (`lookup_table`, `softmax_table`) or is QuantizeLinear/DequantizeLinear (numerics' affine
+map in float32).
 
 Conventions of the integer parameters, for an output of scale s_out and zero point z_out:
 - a requantizing kernel (Quant.REQUANT_OUTPUT) accumulates exactly in int32 (wrapping, as
@@ -211,10 +212,10 @@ def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: f
     """
     lo, hi = RANGES[dtype]
     codes = np.arange(lo, hi + 1, dtype=np.int64)
-    real_in = ((codes - in_zero_point) * in_scale).astype(np.float32)
-    real_out = np.asarray(fp32(real_in, **attrs), dtype=np.float64)
-    q = np.rint(real_out / out_scale) + out_zero_point
-    return np.clip(q, lo, hi).astype(dtype)
+    real_in = numerics.dequantize(codes, in_scale, in_zero_point, arithmetic=np.float64)
+    real_out = fp32(real_in.astype(np.float32), **attrs)
+    return numerics.quantize(real_out, out_scale, out_zero_point, dtype=dtype,
+                             arithmetic=np.float64)
 
 
 def softmax_table(in_scale: float) -> np.ndarray:
@@ -316,34 +317,19 @@ def reduce_axes(rank: int, axes, noop_with_empty_axes=0) -> tuple[int, ...]:
 # --- QuantizeLinear and DequantizeLinear (ONNX semantics) ------------------------------------
 
 
-def _along_axis(values, ndim: int, axis: int) -> np.ndarray:
-    values = np.asarray(values)
-    if values.ndim == 0 or values.size == 1:
-        return values.reshape(())
-    shape = [1] * ndim
-    shape[axis] = -1
-    return values.reshape(shape)
-
-
 def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=0,
                     precision=0, saturate=1):
-    """ONNX QuantizeLinear: saturate(round_half_even(x / scale) + zero_point), in float32."""
-    dtype = np.dtype(np.uint8) if y_zero_point is None else np.asarray(y_zero_point).dtype
+    """ONNX QuantizeLinear: `numerics.quantize` in float32; uint8 without a zero point."""
+    dtype = "uint8" if y_zero_point is None else str(np.asarray(y_zero_point).dtype)
     zero_point = 0 if y_zero_point is None else y_zero_point
-    scale = _along_axis(np.asarray(y_scale, np.float32), np.ndim(x), axis)
-    zp = _along_axis(np.asarray(zero_point, np.float32), np.ndim(x), axis)
-    lo, hi = RANGES[str(dtype)]
-    q = np.rint(np.asarray(x, np.float32) / scale) + zp
-    return np.clip(q, lo, hi).astype(dtype)
+    return numerics.quantize(x, y_scale, zero_point, axis=axis, dtype=dtype)
 
 
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                       output_dtype=0):
-    """ONNX DequantizeLinear: (x - zero_point) * scale as float32."""
+    """ONNX DequantizeLinear: `numerics.dequantize` in float32."""
     zero_point = 0 if x_zero_point is None else x_zero_point
-    scale = _along_axis(np.asarray(x_scale, np.float32), np.ndim(x), axis)
-    zp = _along_axis(np.asarray(zero_point, np.int32), np.ndim(x), axis)
-    return ((np.asarray(x, np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
+    return numerics.dequantize(x, x_scale, zero_point, axis=axis)
 
 
 # --- shape rules of the operators only quantized graphs hold ---------------------------------

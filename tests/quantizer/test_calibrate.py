@@ -13,6 +13,7 @@ from profiler.histogram import Binner
 from quantizer import calibrate
 from quantizer.calibrate import activation_params, tensor_range, weight_scales
 from quantizer.errors import QuantizeError
+from simulator import numerics
 
 CI = settings(derandomize=True, max_examples=200, deadline=None)
 
@@ -32,8 +33,9 @@ def gaussian_with_outliers(seed: int = 0) -> np.ndarray:
 def quantization_mse(values: np.ndarray, lo: float, hi: float) -> float:
     params = activation_params(lo, hi)
     scale, zero = params.scale[0], params.zero_point[0]
-    q = np.clip(np.rint(values / scale) + zero, -128, 127)
-    return float(np.mean(((q - zero) * scale - values) ** 2))
+    q = numerics.quantize(values, scale, zero, arithmetic=np.float64)
+    real = numerics.dequantize(q, scale, zero, arithmetic=np.float64)
+    return float(np.mean((real - values) ** 2))
 
 
 def test_minmax_keeps_outliers_and_the_others_clip_them() -> None:

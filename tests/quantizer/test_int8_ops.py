@@ -26,6 +26,7 @@ INT8_OPS = {name for name, op in OPS.items() if op.int8 is not None}
 from compiler.graph.ir import Graph, QuantParams, Value
 from quantizer.quantize import QuantOptions, quantize
 from quantizer.reference import run_int8
+from simulator import numerics
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -155,13 +156,8 @@ def _samples(case: Case, count: int = 12) -> list[dict[str, np.ndarray]]:
 
 
 def _dequantize(q: np.ndarray, params: QuantParams) -> np.ndarray:
-    scale = np.asarray(params.scale, np.float64)
-    zero = np.asarray(params.zero_point, np.float64)
-    if params.axis is not None:
-        shape = [1] * q.ndim
-        shape[params.axis] = -1
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return ((q.astype(np.float64) - zero) * scale).astype(np.float32)
+    return numerics.dequantize(q, params.scale, params.zero_point, axis=params.axis,
+                               arithmetic=np.float64).astype(np.float32)
 
 
 def _fp32_on_dequantized(graph: Graph, qgraph: Graph, env: dict) -> Graph:

@@ -48,6 +48,7 @@ from quantizer.errors import QuantizeError
 from quantizer.qdq import export_qdq
 from quantizer.quantize import QuantOptions, quantize
 from quantizer.reference import run_int8
+from simulator import numerics
 from tests.onnx_builder import conv_bn_relu, model
 from tests.quantizer.test_int8_ops import CASES, Case, _samples
 from tests.quantizer.util import profile_of
@@ -115,10 +116,10 @@ def agreement(qgraph: Graph, proto: onnx.ModelProto, samples: Iterable[Mapping[s
                 np.testing.assert_allclose(got[out], env[out], rtol=1e-5, atol=1e-6)
                 continue
             t = qgraph.type_of(codes[out])
-            lo, hi = np.iinfo(t.dtype).min, np.iinfo(t.dtype).max
             # The export's output is DequantizeLinear of its integer code: exactly invertible.
-            code = np.rint(got[out] / np.float32(t.quant.scale[0])) + t.quant.zero_point[0]
-            result.add(np.clip(code, lo, hi).astype(np.int64) - env[codes[out]].astype(np.int64))
+            code = numerics.quantize(got[out], t.quant.scale[0], t.quant.zero_point[0],
+                                     dtype=t.dtype)
+            result.add(code.astype(np.int64) - env[codes[out]].astype(np.int64))
     return result
 
 

@@ -131,3 +131,71 @@ def test_lookup_and_window_sum():
     assert numerics.lookup(np.array([-128, 0, 127], np.int8), table).tolist() == [0, -128, -1]
     w = np.array([[[1, 2], [3, 4]]], np.int8)
     assert numerics.window_sum(w, 1).tolist() == [6]
+
+
+# --- the affine map between real values and codes ---------------------------------------------
+
+code_dtype = st.sampled_from(["int8", "uint8"])
+arithmetic = st.sampled_from([np.float32, np.float64])
+float32_scale = st.floats(1e-4, 1e4).map(lambda s: float(np.float32(s)))
+
+
+@CI
+@given(st.lists(st.integers(-(2**20), 2**20), min_size=1, max_size=20), st.integers(-20, 10),
+       st.integers(-128, 255), code_dtype, arithmetic)
+def test_quantize_matches_fraction(halves, exponent, zero_point, dtype, arithmetic):
+    # x = k/2 * 2^e: exact in either float type, and so is x / scale, so rint is the only
+    # rounding: ties to even, then the zero point and saturation.
+    scale = 2.0**exponent
+    x = np.asarray(halves, arithmetic) / 2 * scale
+    got = numerics.quantize(x, scale, zero_point, dtype=dtype, arithmetic=arithmetic)
+    lo, hi = numerics.RANGES[dtype]
+    assert got.dtype == np.dtype(dtype)
+    assert got.tolist() == [min(max(round(Fraction(k, 2)) + zero_point, lo), hi) for k in halves]
+
+
+def test_quantize_ties_to_even_and_bounds():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 1e9, -1e9])
+    assert numerics.quantize(x, 1.0).tolist() == [0, 2, 2, 0, -2, 127, -128]
+    assert numerics.quantize(x, 1.0, dtype="uint8").tolist() == [0, 2, 2, 0, 0, 255, 0]
+    # Symmetric weights keep -128 unused, so negating a code never overflows.
+    assert numerics.quantize(x, 1.0, 0, -127, 127).tolist() == [0, 2, 2, 0, -2, 127, -127]
+
+
+@CI
+@given(int8, int8, float32_scale, arithmetic)
+def test_dequantize_matches_fraction(q, zero_point, scale, arithmetic):
+    # |q - z| < 2^9 and a float32 scale: the exact product has at most 33 significant bits,
+    # so float(Fraction) is exact and the one rounding is to the arithmetic's type.
+    got = numerics.dequantize(np.array([q], np.int8), scale, zero_point, arithmetic=arithmetic)
+    assert got.dtype == np.dtype(arithmetic)
+    assert got[0] == arithmetic(float(Fraction(q - zero_point) * Fraction(scale)))
+
+
+@CI
+@given(st.lists(st.integers(0, 255), min_size=1, max_size=16), st.integers(0, 255),
+       float32_scale, code_dtype, arithmetic)
+def test_dequantize_then_quantize_gives_the_codes_back(codes, zero_point, scale, dtype,
+                                                       arithmetic):
+    lo, _ = numerics.RANGES[dtype]
+    q = (np.asarray(codes) + lo).astype(dtype)
+    zero_point += lo
+    real = numerics.dequantize(q, scale, zero_point, arithmetic=arithmetic)
+    back = numerics.quantize(real, scale, zero_point, dtype=dtype, arithmetic=arithmetic)
+    np.testing.assert_array_equal(back, q)
+
+
+@CI
+@given(st.lists(st.tuples(float32_scale, int8), min_size=2, max_size=6),
+       st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=5), arithmetic)
+def test_per_channel_is_per_tensor_on_each_slice(channels, values, arithmetic):
+    scales = [s for s, _ in channels]
+    zeros = [z for _, z in channels]
+    x = np.array([[v * (c + 1) for c in range(len(channels))] for v in values])
+    q = numerics.quantize(x, scales, zeros, axis=1, arithmetic=arithmetic)
+    real = numerics.dequantize(q, scales, zeros, axis=1, arithmetic=arithmetic)
+    for c, (s, z) in enumerate(channels):
+        column = numerics.quantize(x[:, c], s, z, arithmetic=arithmetic)
+        np.testing.assert_array_equal(q[:, c], column)
+        np.testing.assert_array_equal(
+            real[:, c], numerics.dequantize(column, s, z, arithmetic=arithmetic))
