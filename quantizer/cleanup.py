@@ -61,7 +61,7 @@ def _merged(graph: Graph, first: Node, second: Node) -> Node:
     """One Rescale from first's input to second's output type."""
     source = graph.type_of(first.inputs[0]).quant
     target = graph.type_of(second.outputs[0]).quant
-    m, s = ratio(source.scale[0] / target.scale[0], f"node {second.name!r} (Rescale)")
+    m, s = ratio(source.scale[0] / target.scale[0], f"node {second.name!r} ({second.op})")
     dtype = graph.type_of(second.outputs[0]).dtype
     clamp = _intersect(_translate(first.attrs.get("qclamp"), graph.type_of(first.outputs[0]),
                                   target, dtype), second.attrs.get("qclamp"), dtype)
