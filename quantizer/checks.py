@@ -41,29 +41,24 @@ def check_quantizable(graph: Graph, options: QuantOptions) -> None:
 
 def _unquantizable(graph: Graph, node: Node) -> str | None:
     """Why `node` has no int8 form, or None when it has one."""
-    if OPS[node.op].int8 is None or OPS[node.op].quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
-        hint = " (BN folding removes it)" if node.op == "BatchNormalization" else ""
+    row = OPS[node.op]
+    if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
+        hint = " (BN folding removes it)" if row.folds_into_producer else ""
         return f"has no int8 implementation{hint}"
     const = [bool(n) and graph.values[n].is_const for n in node.inputs]
     data = [n for n, c in zip(node.inputs, const) if n and not c]
-    for name in data[:1] if OPS[node.op].quant is not Quant.RESCALE_INPUTS else data:
+    for name in data[:1] if row.quant is not Quant.RESCALE_INPUTS else data:
         if graph.type_of(name).dtype != "float32":
             return f"input {name!r} is {graph.type_of(name).dtype}, not float32"
-    if node.op == "Conv" and not const[1]:
-        return f"weight {node.inputs[1]!r} is not a constant"
-    if node.op in ("Gemm", "MatMul") and all(const[:2]):
+    operands = row.run_time_inputs
+    if operands == 2 and all(const[:2]):
         return "both operands are constants (constant folding removes it)"
-    if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] and not const[2]:
-        return f"bias {node.inputs[2]!r} is not a constant"
-    if node.op == "Clip" and not all(const[1:]):
-        return "min/max are not constants"
-    if node.op in ("Add", "Sub", "Mul") and all(const):
-        return "both operands are constants (constant folding removes it)"
-    if node.op == "Resize" and node.attrs.get("mode", "nearest") != "nearest":
-        return f"Resize mode {node.attrs['mode']!r}: only 'nearest' keeps the scale"
-    if node.op == "Pad" and len(node.inputs) > 2 and node.inputs[2] and not const[2]:
-        return "its constant_value is not a constant"
-    if node.op not in ("Concat", "Add", "Sub", "Mul", "Gemm", "MatMul") and any(
-            not c for n, c in zip(node.inputs[1:], const[1:]) if n):
-        return "a parameter input is computed at run time, not a constant"
+    if row.int8_refuses is not None and (refusal := row.int8_refuses(
+            row.bind(node.name, node.attrs))):
+        return refusal
+    for name, slot, is_const in zip(node.inputs[operands:], row.inputs[operands:],
+                                    const[operands:]):
+        if name and not is_const:
+            return (f"its {slot.rstrip('?')} input {name!r} is computed at run time, not a "
+                    "constant")
     return None

@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
+from compiler.graph.ops import OPS
 from quantizer.requant import ratio
 from simulator import numerics
 from simulator.numerics import RANGES
-
-# Requantizing producers and which of their multiplier entries scale to the output (Add/Sub:
-# only the last, the output rescale; the others rescale the inputs).
-_REQUANTIZING = {"Conv": None, "Gemm": None, "MatMul": None, "Mul": None, "AveragePool": None,
-                 "GlobalAveragePool": None, "ReduceMean": None, "Rescale": None, "Add": (2,),
-                 "Sub": (2,)}
 
 
 def cleanup(graph: Graph) -> Graph:
@@ -41,7 +37,7 @@ def _rewrite_one(graph: Graph) -> Graph | None:
     users = graph.users()
     producers = graph.producers()
     for node in graph.nodes:
-        if node.op != "Rescale":
+        if OPS[node.op].quant is not Quant.RESCALE:
             continue
         x, y = node.inputs[0], node.outputs[0]
         t_in, t_out = graph.type_of(x), graph.type_of(y)
@@ -52,11 +48,12 @@ def _rewrite_one(graph: Graph) -> Graph | None:
         producer = producers.get(x)
         if producer is None or x in graph.outputs or len(users.get(x, [])) != 1:
             continue
-        if producer.op == "Rescale":
+        kind = OPS[producer.op].quant
+        if kind is Quant.RESCALE:
             return _replace(graph, producer, [_merged(graph, producer, node)], {}, drop=node)
-        if producer.op in _REQUANTIZING:
+        if kind is not None and kind.requantizes:
             return _fold_into(graph, producer, node)
-        if producer.op == "QuantizeLinear":
+        if kind is Quant.QUANTIZE:
             return _fold_into_quantize(graph, producer, node)
     return None
 
@@ -65,7 +62,7 @@ def _merged(graph: Graph, first: Node, second: Node) -> Node:
     """One Rescale from first's input to second's output type."""
     source = graph.type_of(first.inputs[0]).quant
     target = graph.type_of(second.outputs[0]).quant
-    m, s = ratio(source.scale[0] / target.scale[0], f"node {second.name!r} (Rescale)")
+    m, s = ratio(source.scale[0] / target.scale[0], f"node {second.name!r} ({second.op})")
     dtype = graph.type_of(second.outputs[0]).dtype
     clamp = _intersect(_translate(first.attrs.get("qclamp"), graph.type_of(first.outputs[0]),
                                   target, dtype), second.attrs.get("qclamp"), dtype)
@@ -79,9 +76,9 @@ def _fold_into(graph: Graph, producer: Node, rescale: Node) -> Graph:
     old, new = graph.type_of(x).quant, graph.type_of(y).quant
     factor = old.scale[0] / new.scale[0]
     where = f"node {producer.name!r} ({producer.op})"
-    indices = _REQUANTIZING[producer.op]
     multipliers, shifts = list(producer.attrs["multiplier"]), list(producer.attrs["shift"])
-    for i in range(len(multipliers)) if indices is None else indices:
+    # Only the entries that scale to the output (ADD's first two rescale its inputs).
+    for i in range(len(multipliers))[OPS[producer.op].quant.output_multipliers]:
         real = multipliers[i] * 2.0**-(31 + shifts[i]) * factor
         multipliers[i], shifts[i] = ratio(real, where)
     dtype = graph.type_of(y).dtype

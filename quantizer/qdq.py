@@ -22,8 +22,8 @@ How each integer semantics is expressed so that onnxruntime reproduces it:
 - weights are int8 initializers with a DequantizeLinear (per channel along the type's axis);
   biases are int32 initializers at scale s_x * s_w with a DequantizeLinear. The quantizer
   folds an activation's zero point into the bias (bias - z_x * sum(w)); DequantizeLinear
-  subtracts it from x already, so the export unfolds it (the inverse of
-  `quantize._Rewriter._zero_point_fold`, which it must follow). Gemm's beta is in the bias;
+  subtracts it from x already, so the export unfolds it (`zero_point_fold` again). Gemm's
+  beta is in the bias;
   alpha is kept;
 - lookup-table operators (Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu) and Softmax are
   their fp32 operators between DequantizeLinear and QuantizeLinear: the table is the fp32
@@ -55,9 +55,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from compiler.graph.int8 import INT8_ATTRS
+from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
-from compiler.graph.ops import OPS, is_integer_node
+from compiler.graph.ops import (ADD, CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RELU,
+                                int8_attrs, is_integer_node)
 from quantizer.errors import QuantizeError
 from simulator import numerics
 from simulator.numerics import RANGES
@@ -126,7 +127,7 @@ class _Exporter:
         # The quantized graph's own DequantizeLinear of an integer value, emitted early when
         # an integer node reads the value first, so its float output serves both.
         self.own_dq = {node.inputs[0]: node for node in qgraph.nodes
-                       if node.op == "DequantizeLinear" and self._params_match(node)}
+                       if _kind(node) is Quant.DEQUANTIZE and self._params_match(node)}
 
     def run(self, producer_name: str) -> onnx.ModelProto:
         for name in self.g.inputs:
@@ -134,7 +135,7 @@ class _Exporter:
         for node in self.g.nodes:
             if node.name in self.emitted:
                 continue
-            if node.op in ("QuantizeLinear", "DequantizeLinear"):
+            if _kind(node) in (Quant.QUANTIZE, Quant.DEQUANTIZE):
                 self._boundary(node)
             elif is_integer_node(self.g, node):
                 self._integer(node)
@@ -232,7 +233,7 @@ class _Exporter:
         scale, zero = self._params(name, t.quant, t.dtype)
         out = self._unique(f"{name}/dq")
         self.types[out] = Type("float32", t.shape)
-        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"),
+        self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{name}/{DEQUANTIZE_LINEAR.name}"),
                    (name, scale, zero), (out,), metadata=_quant_metadata(t))
         self.dq[name] = out
         return out
@@ -247,7 +248,7 @@ class _Exporter:
         out = self._unique(f"{name}/dq")
         self.types[out] = Type("float32", t.shape)
         axis = {"axis": t.quant.axis} if t.quant.axis is not None else {}
-        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"),
+        self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{name}/{DEQUANTIZE_LINEAR.name}"),
                    (stored, scale, zero), (out,), axis, _quant_metadata(t))
         self.dq[name] = out
         return out
@@ -263,8 +264,9 @@ class _Exporter:
             attrs = {"axis": params.axis}
         out = self._unique(f"{name}/dq")
         self.types[out] = Type("float32", codes.shape)
-        self._emit("DequantizeLinear", self._unique(f"{name}/DequantizeLinear"), (stored, scale),
-                   (out,), attrs, {"precision": "int32", **_scale_metadata(params)})
+        self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{name}/{DEQUANTIZE_LINEAR.name}"),
+                   (stored, scale), (out,), attrs,
+                   {"precision": "int32", **_scale_metadata(params)})
         return out
 
     def _quantize(self, source: str, out: str, name: str, metadata: Mapping[str, Any]) -> None:
@@ -272,7 +274,7 @@ class _Exporter:
         t = self.g.type_of(out)
         scale, zero = self._params(out, t.quant, t.dtype)
         self.types[out] = t
-        self._emit("QuantizeLinear", name, (source, scale, zero), (out,), metadata=metadata)
+        self._emit(QUANTIZE_LINEAR.name, name, (source, scale, zero), (out,), metadata=metadata)
 
     # -- the three kinds of node --
 
@@ -282,11 +284,11 @@ class _Exporter:
         inputs = [self._const(n) if n and self.g.values[n].is_const else n for n in node.inputs]
         for out in node.outputs:
             self.types[out] = self.g.type_of(out)
-        side = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
+        side = node.outputs[0] if _kind(node) is Quant.QUANTIZE else node.inputs[0]
         metadata = {**_quant_metadata(self.g.type_of(side)), "ember_node": node.name}
         metadata.update(self._sqnr(side) or self._sqnr(node.outputs[0]))
         self._emit(node.op, node.name, inputs, node.outputs, _onnx_attrs(node), metadata)
-        if node.op == "DequantizeLinear" and self.own_dq.get(node.inputs[0]) is node:
+        if _kind(node) is Quant.DEQUANTIZE and self.own_dq.get(node.inputs[0]) is node:
             self.dq.setdefault(node.inputs[0], node.outputs[0])
 
     def _float(self, node: Node) -> None:
@@ -307,13 +309,13 @@ class _Exporter:
         if clamp is not None:
             metadata["qclamp"] = list(clamp)
         metadata.update(self.extra.get(node.name, {}))
-        if node.op == "Rescale":
+        if _kind(node) is Quant.RESCALE:
             result = self._dequantize(node.inputs[0])
             result = self._clamped(node, result, clamp)
             self._quantize(result, node.outputs[0], node.name, metadata)
             return
         op, inputs, attrs = self._float_form(node)
-        if node.op in ("Relu", "Clip"):
+        if _kind(node) is Quant.CLAMP:
             op, inputs, attrs = self._clamp_form(node, inputs[0])
             clamp = None
         results = [self._unique(f"{out}/float") for out in node.outputs]
@@ -322,28 +324,30 @@ class _Exporter:
         self._emit(op, node.name, inputs, results, attrs, metadata)
         for result, out in zip(results, node.outputs):
             result = self._clamped(node, result, clamp)
-            self._quantize(result, out, self._unique(f"{out}/QuantizeLinear"),
+            self._quantize(result, out, self._unique(f"{out}/{QUANTIZE_LINEAR.name}"),
                            {**_quant_metadata(self.g.type_of(out)), "ember_node": node.name})
 
     # -- the fp32 form of an integer node --
 
     def _float_form(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
         attrs = _onnx_attrs(node)
-        if node.op in ("Conv", "Gemm", "MatMul"):
+        row = OPS[node.op]
+        if row.weight is not None:
             return self._linear(node, attrs)
         names = list(node.inputs)
-        if not OPS[node.op].variadic:
+        if not row.variadic:
             # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
             # Tanh... and Softmax, which the fp32 operator itself replaces.
-            names = names[:len(OPS[node.op].inputs)]
+            names = names[:len(row.inputs)]
         inputs = [self._operand(n) for n in names]
-        if node.op == "Pad" and len(names) > 2 and names[2]:
-            code = self.g.values[names[2]].const
+        fill = row.fill_input(int8_attrs(node)) if row.fill_input else None
+        if fill is not None and len(names) > fill and names[fill]:
+            code = self.g.values[names[fill]].const
             params = self.g.type_of(node.inputs[0]).quant
-            if code.dtype.kind in "iu" and self.g.type_of(names[2]).quant is None:
+            if code.dtype.kind in "iu" and self.g.type_of(names[fill]).quant is None:
                 real = np.float32(numerics.dequantize(int(code), params.scale[0],
                                                       params.zero_point[0], arithmetic=np.float64))
-                inputs[2] = self._init(names[2], real)
+                inputs[fill] = self._init(names[fill], real)
         return node.op, inputs, attrs
 
     def _operand(self, name: str) -> str:
@@ -363,12 +367,13 @@ class _Exporter:
         a, b = node.inputs[0], node.inputs[1]
         inputs = [self._operand(a), self._operand(b)]
         bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-        if node.op == "Gemm":
-            attrs.pop("beta", None)  # beta is in the int32 bias already
+        attrs.pop("beta", None)  # Gemm's beta is in the int32 bias already
         if bias is None:
             return node.op, inputs, attrs
         codes = self.g.values[bias].const.astype(np.int64)
-        codes = codes - _zero_point_fold(self.g, node)
+        fold = zero_point_fold(OPS[node.op].weight, int8_attrs(node),
+                               *(self.g.values[n] for n in node.inputs[:2]))
+        codes = codes - (np.int64(0) if fold is None else fold)
         lo, hi = RANGES["int32"]
         if np.any(codes < lo) or np.any(codes > hi):
             raise QuantizeError(f"node {node.name!r} ({node.op}): bias {bias!r} without its "
@@ -378,14 +383,14 @@ class _Exporter:
             return node.op, inputs, attrs
         params = self.g.type_of(bias).quant
         dq = self._dequantize_bias(bias, codes, params)
-        if node.op in ("Conv", "Gemm"):
+        if len(OPS[node.op].inputs) > 2:
             return node.op, inputs + [dq], attrs
         # MatMul has no bias input in ONNX (the quantizer only gives it one for the fold).
         product = self._unique(f"{node.outputs[0]}/matmul")
         self.types[product] = Type("float32", self.g.type_of(node.outputs[0]).shape)
-        self._emit("MatMul", self._unique(f"{node.name}/matmul"), inputs, (product,),
+        self._emit(node.op, self._unique(f"{node.name}/matmul"), inputs, (product,),
                    metadata={"precision": "int8", "ember_node": node.name})
-        return "Add", [product, dq], {}
+        return ADD.name, [product, dq], {}
 
     # -- clamps --
 
@@ -404,7 +409,7 @@ class _Exporter:
         scale, zero = t.quant.scale[0], t.quant.zero_point[0]
         qmin, qmax = RANGES[t.dtype]
         if clamp[0] == zero and clamp[1] == qmax:
-            return "Relu", {}, []
+            return RELU.name, {}, []
         bounds = []
         for which, code, edge in (("min", clamp[0], qmin), ("max", clamp[1], qmax)):
             if code == edge:
@@ -414,15 +419,13 @@ class _Exporter:
             bounds.append(self._init(f"{node.name}/clamp_{which}", real))
         while bounds and not bounds[-1]:
             bounds.pop()
-        return "Clip", {}, bounds
+        return CLIP.name, {}, bounds
 
     def _clamp_form(self, node: Node, x: str) -> tuple[str, list[str], dict]:
         """An unfused Relu or Clip: its qclamp, in its input's (= output's) parameters."""
         qmin, qmax = RANGES[self.g.type_of(node.outputs[0]).dtype]
         clamp = self._clamp_of(node) or (qmin, qmax)
         op, attrs, bounds = self._bounds(node, clamp)
-        if node.op == "Relu" and op == "Clip" and clamp == (qmin, qmax):
-            op, bounds = "Relu", []  # zero point at the lowest code: the Relu clamps nothing
         return op, [x] + bounds, attrs
 
     def _clamped(self, node: Node, value: str, clamp: tuple[int, int] | None) -> str:
@@ -446,28 +449,8 @@ class _Exporter:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _zero_point_fold(g: Graph, node: Node) -> np.ndarray:
-    """The -z * sum(w) term the quantizer added to the node's int32 bias (0 when none).
-
-    Mirrors `quantize._Rewriter._zero_point_fold`: an activation operand's zero point times the
-    constant operand's sum over the reduced axis, when the other operand is constant.
-    """
-    a, b = (g.values[n] for n in node.inputs[:2])
-    if a.is_const == b.is_const:
-        return np.int64(0)
-    if b.is_const:
-        zero = a.type.quant.zero_point[0]
-        w = b.const.astype(np.int64)
-        if node.op == "Conv":
-            return -zero * w.reshape(w.shape[0], -1).sum(axis=1)
-        if node.op == "Gemm":
-            return -zero * w.sum(axis=1 if node.attrs.get("transB", 0) else 0)
-        return -zero * np.expand_dims(w.sum(axis=-2), -2) if w.ndim > 1 else -zero * w.sum()
-    zero = b.type.quant.zero_point[0]
-    w = a.const.astype(np.int64)
-    if node.op == "Gemm":
-        return -zero * w.sum(axis=0 if node.attrs.get("transA", 0) else 1).reshape(-1, 1)
-    return -zero * np.expand_dims(w.sum(axis=-1), -1)
+def _kind(node: Node) -> Quant | None:
+    return OPS[node.op].quant
 
 
 def _onnx_attrs(node: Node) -> dict[str, Any]:

@@ -13,7 +13,7 @@ time (`lookup_table`, `softmax_table`) or is QuantizeLinear/DequantizeLinear (nu
 map in float32).
 
 Conventions of the integer parameters, for an output of scale s_out and zero point z_out:
-- a requantizing kernel (Quant.REQUANT_OUTPUT) accumulates exactly in int32 (wrapping, as
+- a requantizing kernel (`Quant.requantizes`) accumulates exactly in int32 (wrapping, as
   numerics' accumulators do) and then applies `numerics.requantize` with `multiplier` and
   `shift` (tuples: one entry, or one per output channel) from `numerics.quantize_multiplier`
   of the real ratio (accumulator scale / s_out), adds `out_zero_point` and clamps to `qclamp`
@@ -24,28 +24,114 @@ Conventions of the integer parameters, for an output of scale s_out and zero poi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from compiler.graph import reference as ref
-from compiler.graph.ir import Type
+from compiler.graph.ir import Type, Value
 from simulator import numerics
 from simulator.numerics import RANGES
 
 
 class Quant(Enum):
-    """How the quantizer treats an operator (a column of the operator table)."""
+    """How the quantizer treats an operator (a column of the operator table): each kind is one
+    rule of the quantizer (`quantizer.quantize.RULES`)."""
 
     KEEP_PARAMS = "keep_params"        # data movement and max: output type = input type
     CLAMP = "clamp"                    # Relu, Clip: fold into the producer's qclamp, else clamp
     RESCALE_INPUTS = "rescale_inputs"  # Concat: inputs rescaled (Rescale nodes) to the output's
-    REQUANT_OUTPUT = "requant_output"  # int32 arithmetic requantized to the profiled output type
+    LINEAR = "linear"                  # int8 x int8 products summed in int32, requantized
+    ADD = "add"                        # both inputs rescaled to a common scale (TFLite's ADD)
+    MUL = "mul"                        # the int32 product of the centred inputs, requantized
+    AVERAGE = "average"                # int32 window sums, one requantization per window size
+    RESCALE = "rescale"                # ember's own Rescale: the same values in another scale
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
+
+    @property
+    def requantizes(self) -> bool:
+        """Whether the kernel ends in `numerics.requantize` to its output type (multiplier,
+        shift, out_zero_point, qclamp): a Rescale after it can fold into it."""
+        return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.AVERAGE, Quant.RESCALE)
+
+    @property
+    def output_multipliers(self) -> slice:
+        """The entries of `multiplier`/`shift` that scale to the output (ADD's first two
+        rescale its inputs)."""
+        return slice(2, 3) if self is Quant.ADD else slice(None)
+
+    @property
+    def fuses_clamp(self) -> bool:
+        """Whether a Relu or Clip reading the output folds into the requantization's qclamp
+        (every requantizing kind of an fp32 model's operators)."""
+        return self.requantizes and self is not Quant.RESCALE
+
+    @property
+    def profiled_output(self) -> bool:
+        """Whether the output's parameters come from the profile (the others keep or fix
+        theirs)."""
+        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.RESCALE_INPUTS)
+
+    @property
+    def quantized_only(self) -> bool:
+        """Whether only quantized graphs hold the operator (the importer rejects it)."""
+        return self in (Quant.QUANTIZE, Quant.DEQUANTIZE, Quant.RESCALE)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """Which operand of a linear operator (Conv, Gemm, MatMul) is the constant weight, and its
+    axes (the operator table's `weight` column).
+
+    The weight is B (input 1); when `a_sum` is given, A (input 0) may be the constant instead,
+    against an activation B. The sums are of the constant operand over the axes the operator
+    reduces, shaped to broadcast against the output: what an activation's zero point multiplies
+    when it is folded into the int32 bias (`zero_point_fold`).
+    """
+
+    # B's output-channel axis (per-channel weight scales), from B's rank and the attributes;
+    # None: per tensor.
+    out_axis: Callable[[int, Mapping[str, Any]], int | None]
+    b_sum: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]
+    a_sum: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
+    # The kernel pads its input with the activation's zero point (`x_zero_point`), so the
+    # fold stays exact at the borders.
+    padded: bool = False
+
+
+CONV_WEIGHT = Weight(out_axis=lambda rank, attrs: 0,
+                     b_sum=lambda w, attrs: w.reshape(w.shape[0], -1).sum(axis=1), padded=True)
+GEMM_WEIGHT = Weight(
+    out_axis=lambda rank, attrs: 0 if attrs["transB"] else 1,
+    b_sum=lambda w, attrs: w.sum(axis=1 if attrs["transB"] else 0),
+    a_sum=lambda w, attrs: w.sum(axis=0 if attrs["transA"] else 1).reshape(-1, 1))
+MATMUL_WEIGHT = Weight(
+    out_axis=lambda rank, attrs: rank - 1 if rank >= 2 else None,
+    b_sum=lambda w, attrs: np.expand_dims(w.sum(axis=-2), -2) if w.ndim > 1 else w.sum(),
+    a_sum=lambda w, attrs: np.expand_dims(w.sum(axis=-1), -1))
+
+
+def zero_point_fold(weight: Weight, attrs: Mapping[str, Any], a: Value, b: Value,
+                    zero: int | None = None) -> np.ndarray | None:
+    """-z * (the constant operand summed over the reduced axes), in int64 and shaped like the
+    int32 bias: the term that folds the activation operand's zero point z (or `zero`) into the
+    bias. None unless exactly one of the two operands `a`, `b` is constant.
+
+    The quantizer adds it to the bias, the QDQ export subtracts it again, and the uint8 offset
+    pass adds the term of the -128 shift of the codes.
+    """
+    if a.is_const == b.is_const:
+        return None
+    if b.is_const:
+        z = a.type.quant.zero_point[0] if zero is None else zero
+        return -z * weight.b_sum(b.const.astype(np.int64), attrs)
+    z = b.type.quant.zero_point[0] if zero is None else zero
+    return -z * weight.a_sum(a.const.astype(np.int64), attrs)
 
 
 # The attributes the quantizer adds to nodes beside their ONNX ones (the binder must accept them
@@ -198,6 +284,11 @@ def clamp_int8(x, *_bounds, qclamp):
     return np.clip(x, lo, hi).astype(x.dtype)
 
 
+def clip_bounds(lo=None, hi=None) -> tuple[float | None, float | None]:
+    """Clip's real bounds from its constant min and max inputs (None: unbounded)."""
+    return tuple(None if b is None else float(b) for b in (lo, hi))
+
+
 def lookup_int8(x, table, **_baked):
     """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table."""
     return lookup_any(x, table)
@@ -270,6 +361,17 @@ def pool_counts(spatial, *, kernel_shape, strides=None, pads=None, auto_pad="NOT
     return win.sum(axis=tuple(range(ones.ndim, win.ndim)))
 
 
+def average_pool_sizes(shape, attrs) -> list[int]:
+    """The distinct window sizes of AveragePool over an input of `shape`, ascending."""
+    window = {k: attrs[k] for k in ("kernel_shape", "strides", "pads", "auto_pad", "ceil_mode",
+                                    "dilations", "count_include_pad")}
+    return sorted({int(c) for c in np.unique(pool_counts(shape[2:], **window))})
+
+
+def global_pool_sizes(shape, attrs) -> list[int]:
+    return [int(np.prod(shape[2:]))]
+
+
 def average_pool_int8(x, *, counts, multiplier, shift, x_zero_point=0, out_zero_point=0,
                       qclamp=None, out_dtype="int8", auto_pad="NOTSET", ceil_mode=0,
                       count_include_pad=0, dilations=None, kernel_shape=None, pads=None,
@@ -305,6 +407,11 @@ def reduce_mean_int8(x, axes=None, *, counts, multiplier, shift, x_zero_point=0,
     axes = reduce_axes(x.ndim, axes, noop_with_empty_axes)
     total = (np.asarray(x, np.int64) - x_zero_point).sum(axis=axes, keepdims=bool(keepdims))
     return _requant(total, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+
+
+def reduce_mean_sizes(shape, attrs, axes=None) -> list[int]:
+    axes = reduce_axes(len(shape), axes, attrs["noop_with_empty_axes"])
+    return [int(np.prod([shape[a] for a in axes]))]
 
 
 def reduce_axes(rank: int, axes, noop_with_empty_axes=0) -> tuple[int, ...]:
@@ -343,6 +450,12 @@ def quantize_shape(xs, attrs):
 
 def dequantize_shape(xs, attrs):
     return [Type("float32", xs[0].type.shape)]
+
+
+def resize_refuses(attrs) -> str | None:
+    if attrs["mode"] != "nearest":
+        return f"Resize mode {attrs['mode']!r}: only 'nearest' keeps the scale"
+    return None
 
 
 def rescale_shape(xs, attrs):

@@ -18,7 +18,7 @@ import numpy as np
 from compiler.errors import CompileError
 from compiler.graph import int8
 from compiler.graph import reference as ref
-from compiler.graph.int8 import INT8_ATTRS, Quant
+from compiler.graph.int8 import INT8_ATTRS, Quant, Weight
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
 
 
@@ -49,6 +49,19 @@ class OpDef:
     # None for ops that are never quantized (they only exist before constant folding).
     quant: Quant | None = None
     int8: Callable[..., Any] | None = None
+    # The quantizer's per-operator details, each read by its rule kind: the linear operators'
+    # weight operand and axes (Quant.LINEAR); a clamp's real bounds from its constant inputs
+    # (Quant.CLAMP); the distinct window sizes an average divides by, from the input's shape,
+    # the attributes and the constant inputs (Quant.AVERAGE); the input holding a real fill
+    # value, quantized in the data's parameters (None: the attributes use none).
+    weight: Weight | None = None
+    clamp_bounds: Callable[..., tuple[float | None, float | None]] | None = None
+    window_sizes: Callable[..., list[int]] | None = None
+    fill_input: Callable[[Mapping[str, Any]], int | None] | None = None
+    # Why the int8 kernel cannot take these attributes, or None when it can.
+    int8_refuses: Callable[[Mapping[str, Any]], str | None] | None = None
+    # A per-channel affine map that the folding pass merges into the op that feeds it.
+    folds_into_producer: bool = False
 
     @property
     def min_inputs(self) -> int:
@@ -57,6 +70,15 @@ class OpDef:
     @property
     def variadic(self) -> bool:
         return any(i.endswith("*") for i in self.inputs)
+
+    @property
+    def run_time_inputs(self) -> int:
+        """How many leading input slots the int8 form lets be computed at run time (the rest
+        must be constants): both operands of an elementwise binary op or of a linear op whose
+        A may be the constant, else the first (a variadic slot, all its inputs)."""
+        two = self.quant in (Quant.ADD, Quant.MUL) or (
+            self.weight is not None and self.weight.a_sum is not None)
+        return 2 if two else 1
 
     def bind(self, node_name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """The node's attributes completed with ONNX defaults; unknown or missing ones fail."""
@@ -245,19 +267,22 @@ _ROWS = (
     OpDef("Conv", ("X", "W", "B?"),
           {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
            "pads": None, "strides": None}, conv_shape, ref.conv,
-          quant=Q.REQUANT_OUTPUT, int8=int8.conv_int8),
+          quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
-          gemm_shape, ref.gemm, quant=Q.REQUANT_OUTPUT, int8=int8.gemm_int8),
+          gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT),
     OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul,
-          quant=Q.REQUANT_OUTPUT, int8=int8.matmul_int8),  # int8: an int32 bias input too
+          quant=Q.LINEAR, int8=int8.matmul_int8,  # int8: an int32 bias input too
+          weight=int8.MATMUL_WEIGHT),
     OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
           {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, batchnorm_shape,
-          ref.batch_normalization),  # folded into Conv/Gemm before quantization
+          ref.batch_normalization,  # folded into Conv/Gemm before quantization
+          folds_into_producer=True),
     # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
     # nonlinearities become 256-entry tables (an int8 `table` input).
-    OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8),
+    OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8,
+          clamp_bounds=lambda *params: (0.0, None)),
     OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip,
-          quant=Q.CLAMP, int8=int8.clamp_int8),
+          quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
           quant=Q.LOOKUP, int8=int8.lookup_int8),
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8),
@@ -266,9 +291,9 @@ _ROWS = (
     OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish,
           quant=Q.LOOKUP, int8=int8.lookup_int8),
     OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8),
-    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.REQUANT_OUTPUT, int8=int8.add_int8),
-    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.REQUANT_OUTPUT, int8=int8.sub_int8),
-    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.REQUANT_OUTPUT, int8=int8.mul_int8),
+    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8),
+    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8),
+    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8),
     OpDef("Div", ("A", "B"), {}, broadcast, ref.div),  # not quantized yet: named in an error
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
           quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8),
@@ -281,16 +306,19 @@ _ROWS = (
     OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool,
           quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8),
     OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
-          ref.average_pool, quant=Q.REQUANT_OUTPUT, int8=int8.average_pool_int8),
+          ref.average_pool, quant=Q.AVERAGE, int8=int8.average_pool_int8,
+          window_sizes=int8.average_pool_sizes),
     OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool,
-          quant=Q.REQUANT_OUTPUT, int8=int8.global_average_pool_int8),
+          quant=Q.AVERAGE, int8=int8.global_average_pool_int8,
+          window_sizes=int8.global_pool_sizes),
     OpDef("GlobalMaxPool", ("X",), {}, global_pool_shape, ref.global_max_pool,
           quant=Q.KEEP_PARAMS, int8=ref.global_max_pool),
     OpDef("ReduceMean", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
           _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
-          quant=Q.REQUANT_OUTPUT, int8=int8.reduce_mean_int8),
+          quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
-          ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize),  # int8: nearest only
+          ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize,  # int8: nearest only
+          int8_refuses=int8.resize_refuses),
     # Data movement: views and copies; integers move as they are, keeping the scale.
     OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten,
           quant=Q.KEEP_PARAMS, int8=ref.flatten),
@@ -310,7 +338,8 @@ _ROWS = (
     OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat,
           quant=Q.RESCALE_INPUTS, int8=ref.concat),
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
-          _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad),
+          _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad,
+          fill_input=lambda attrs: 2 if attrs["mode"] == "constant" else None),
     # The boundary between float and integer, and the quantizer's own rescale: only quantized
     # graphs hold these. Their "fp32" reference is their definition (ONNX semantics).
     OpDef("QuantizeLinear", ("x", "y_scale", "y_zero_point?"),
@@ -321,7 +350,7 @@ _ROWS = (
     OpDef("Rescale", ("x",), {"multiplier": None, "shift": None, "x_zero_point": 0,
                               "out_zero_point": 0, "qclamp": None, "out_dtype": "int8"},
           int8.rescale_shape, int8.rescale_int8,
-          quant=Q.REQUANT_OUTPUT, int8=int8.rescale_int8),  # ember's: int8 → int8, new scale
+          quant=Q.RESCALE, int8=int8.rescale_int8),  # ember's: int8 → int8, new scale
     # Constants and shape arithmetic: constant folding removes them before compilation.
     OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
                            "value_int": None, "value_ints": None, "sparse_value": None,
@@ -343,8 +372,14 @@ OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
 
 # Operators only the quantizer writes: ember takes fp32 models, so the importer rejects them.
 QUANTIZED_ONLY = frozenset(name for name, op in OPS.items()
-                           if op.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE) or name == "Rescale")
+                           if op.quant is not None and op.quant.quantized_only)
 IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY
+
+
+# The rows of the operators the quantizer and the QDQ export write nodes of, for their names.
+QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
+    OPS["QuantizeLinear"], OPS["DequantizeLinear"], OPS["Rescale"])
+RELU, CLIP, ADD = OPS["Relu"], OPS["Clip"], OPS["Add"]
 
 
 def supported_ops() -> str:
@@ -363,7 +398,7 @@ def infer_types(graph: Graph, node: Node) -> list[Type]:
 
 def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
     op = OPS[node.op]
-    attrs = node.attrs if node.op == "Rescale" else {
+    attrs = node.attrs if op.quant is Quant.RESCALE else {
         k: v for k, v in node.attrs.items() if k not in INT8_ATTRS}
     try:
         types = op.shape(inputs, op.bind(node.name, attrs))

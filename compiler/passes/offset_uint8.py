@@ -21,8 +21,9 @@ import dataclasses
 
 import numpy as np
 
+from compiler.graph.int8 import Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, Type, Value
-from compiler.graph.ops import is_integer_node
+from compiler.graph.ops import OPS, int8_attrs, is_integer_node
 from compiler.passes.util import prune_values
 from simulator.program import IOBinding
 
@@ -30,7 +31,6 @@ OFFSET = 128
 # Attributes holding the zero point of the activation input at this index, subtracted from
 # the codes by the kernel (unless folded: then Conv's x_zero_point only pads).
 _CENTRING = {"x_zero_point": 0, "a_zero_point": 0, "b_zero_point": 1}
-_FOLDED = ("Conv", "Gemm", "MatMul")
 
 
 def has_uint8(graph: Graph) -> bool:
@@ -45,34 +45,29 @@ def _int8_type(t: Type) -> Type:
 
 
 def _fold_correction(node: Node, graph: Graph, was_uint8: set[str]) -> np.ndarray | None:
-    """128 * sum(w) over the reduced axis, shaped like the int32 bias the quantizer folded the
-    activation's zero point into (its `_zero_point_fold`), or None when nothing was folded."""
-    if node.op not in _FOLDED or len(node.inputs) < 2:
+    """128 * sum(w) over the reduced axis: the `zero_point_fold` of the codes' -128 shift, in
+    the int32 bias the quantizer folded the activation's zero point into, or None when
+    nothing was folded."""
+    weight = OPS[node.op].weight
+    if weight is None or len(node.inputs) < 2:
         return None
     a, b = (graph.values[n] for n in node.inputs[:2])
     if node.attrs.get("a_zero_point", 0) or node.attrs.get("b_zero_point", 0):
         return None  # two activations: both zero points are subtracted, nothing folded
-    if b.is_const and a.name in was_uint8:
-        w = b.const.astype(np.int64)
-        if node.op == "Conv":
-            return OFFSET * w.reshape(w.shape[0], -1).sum(axis=1)
-        if node.op == "Gemm":
-            return OFFSET * w.sum(axis=1 if node.attrs.get("transB", 0) else 0)
-        return OFFSET * (np.expand_dims(w.sum(axis=-2), -2) if w.ndim > 1 else w.sum())
-    if a.is_const and b.name in was_uint8:
-        w = a.const.astype(np.int64)
-        if node.op == "Gemm":
-            return OFFSET * w.sum(axis=0 if node.attrs.get("transA", 0) else 1).reshape(-1, 1)
-        return OFFSET * np.expand_dims(w.sum(axis=-1), -1)
-    return None
+    activation = b if a.is_const else a
+    if activation.name not in was_uint8:
+        return None
+    return zero_point_fold(weight, int8_attrs(node), a, b, zero=-OFFSET)
 
 
 def unsigned_io(binding: IOBinding, graph: Graph) -> IOBinding:
     """A program input or output of `graph` (before the offset) typed as the graph types it:
     a uint8 value keeps its uint8 zero point, and the machine offsets its codes at its I/O."""
-    codes = [n.outputs[0] if n.op == "QuantizeLinear" else n.inputs[0] for n in graph.nodes
-             if (n.op == "QuantizeLinear" and n.inputs[0] == binding.name)
-             or (n.op == "DequantizeLinear" and n.outputs[0] == binding.name)]
+    kinds = {n.name: OPS[n.op].quant for n in graph.nodes}
+    codes = [n.outputs[0] if kinds[n.name] is Quant.QUANTIZE else n.inputs[0]
+             for n in graph.nodes
+             if (kinds[n.name] is Quant.QUANTIZE and n.inputs[0] == binding.name)
+             or (kinds[n.name] is Quant.DEQUANTIZE and n.outputs[0] == binding.name)]
     if not codes or graph.type_of(codes[0]).dtype != "uint8" or binding.dtype != "int8":
         return binding
     return dataclasses.replace(binding, dtype="uint8", zero_point=binding.zero_point + OFFSET)
@@ -99,13 +94,14 @@ def offset_uint8(graph: Graph) -> Graph:
             continue
         attrs = dict(node.attrs)
         inputs = list(node.inputs)
-        folded = node.op in _FOLDED and any(graph.values[n].is_const for n in inputs[:2])
+        weight = OPS[node.op].weight
+        folded = weight is not None and any(graph.values[n].is_const for n in inputs[:2])
         for attr, index in _CENTRING.items():
             if attr in attrs and not folded and index < len(inputs) and inputs[index] in was_uint8:
                 attrs[attr] = int(attrs[attr]) - OFFSET
         correction = _fold_correction(node, graph, was_uint8)
         if correction is not None:
-            if node.op == "Conv":
+            if weight.padded:
                 attrs["x_zero_point"] = int(attrs.get("x_zero_point", 0)) - OFFSET
             bias_name = f"{node.name}/bias/offset_uint8"
             old = graph.values[inputs[2]].const if len(inputs) > 2 and inputs[2] else 0
