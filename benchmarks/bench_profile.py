@@ -25,13 +25,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from examples.build import zoo_model_path
+from profiler.arrays import ArrayFile
+from profiler.inputs import input_specs
+from profiler.run import RunOptions, profile
 
-from profiler.arrays import ArrayFile  # noqa: E402
-from profiler.inputs import input_specs  # noqa: E402
-from examples.build import zoo_model_path  # noqa: E402
-from profiler.run import RunOptions, profile  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODELS = {
     "digits": ROOT / "examples/digits/model.onnx",
