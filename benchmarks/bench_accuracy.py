@@ -51,23 +51,19 @@ import numpy as np
 import onnx
 import onnxruntime
 
+from ember import ort as ember_ort
+from ember.flow import quantize_model
+from ember.reports.metrics import ErrorStats, Top1
+from examples import zoo
+from examples.synthetic_images import smooth_images
+from profiler import format as profile_format
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions, profile
+from profiler.sources.arrays import ArrayFile
+from quantizer.options import QuantOptions
+from quantizer.reference import run_int8
+
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import examples.zoo  # noqa: F401  (installed with ember, or run from the source tree)
-except ImportError:
-    sys.path.insert(0, str(ROOT))
-
-from ember import ort as ember_ort  # noqa: E402
-from ember.accuracy import quantize_model  # noqa: E402
-from ember.reports.metrics import ErrorStats, Top1  # noqa: E402
-from examples import zoo  # noqa: E402
-from profiler import format as profile_format  # noqa: E402
-from profiler.model_inputs import input_specs  # noqa: E402
-from profiler.run import RunOptions, profile  # noqa: E402
-from profiler.sources.arrays import ArrayFile  # noqa: E402
-from quantizer.options import QuantOptions  # noqa: E402
-from quantizer.reference import run_int8  # noqa: E402
-
 DIGITS = ROOT / "examples" / "digits"
 MODELS = ("digits", "resnet18", "mobilenetv2")
 # (calibration samples, evaluation samples). ember's integer reference runs in numpy, about
@@ -77,8 +73,6 @@ MODELS = ("digits", "resnet18", "mobilenetv2")
 FULL = {"digits": (256, 450), "resnet18": (32, 32), "mobilenetv2": (32, 16)}
 QUICK = {"digits": (64, 100), "resnet18": (4, 2), "mobilenetv2": (4, 2)}
 CALIB_SEED, EVAL_SEED = 1, 2
-IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
-IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
 EMBER_METHODS = ("minmax", "percentile", "entropy", "mse")
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 ORT_ALL = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -95,30 +89,6 @@ def log(message: str) -> None:
 
 
 # --- data ------------------------------------------------------------------------------------
-
-
-def smooth_images(n: int, seed: int, size: int = 224) -> np.ndarray:
-    """n synthetic "images" (n, 1, 3, size, size): smooth, channel-correlated, ImageNet-normalized.
-
-    Normal noise low-pass filtered with a Gaussian in frequency (blobs of ~10-20 pixels), one
-    component shared by the three channels and one per channel, each image then mapped to
-    pixels in [0, 1] around a random brightness and contrast, and normalized as torchvision does.
-    """
-    rng = np.random.default_rng(seed)
-    fy = np.fft.fftfreq(size).reshape(-1, 1)
-    fx = np.fft.rfftfreq(size).reshape(1, -1)
-    low_pass = np.exp(-(fx**2 + fy**2) / (2 * 0.025**2))
-    out = np.empty((n, 1, 3, size, size), np.float32)
-    for i in range(n):
-        noise = rng.standard_normal((4, size, size))
-        smooth = np.fft.irfft2(np.fft.rfft2(noise) * low_pass, s=(size, size))
-        smooth /= smooth.std(axis=(1, 2), keepdims=True)
-        rgb = 0.8 * smooth[:1] + 0.6 * smooth[1:]
-        brightness = rng.uniform(0.3, 0.6)
-        contrast = rng.uniform(0.15, 0.3)
-        pixels = np.clip(brightness + contrast * rgb, 0.0, 1.0)
-        out[i, 0] = (pixels - IMAGENET_MEAN[0]) / IMAGENET_STD[0]
-    return out
 
 
 @dataclass
@@ -224,7 +194,7 @@ def ember_rows(case: Case, profile_path: Path, profile_s: float,
             log(f"  ember {config}")
             try:
                 started = time.perf_counter()
-                proto, _, qgraph = quantize_model(str(case.model), str(profile_path), options)
+                qgraph = quantize_model(case.model, profile_path, options).qgraph
                 quantize_s = time.perf_counter() - started
                 name = qgraph.inputs[0]
                 output = qgraph.outputs[0]
@@ -259,8 +229,13 @@ def ort_preprocess(case: Case, folder: Path) -> tuple[Path, str]:
 
 def ort_rows(case: Case, model: Path, folder: Path, reference: list[np.ndarray],
              entropy_bins: int | None) -> list[Row]:
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                          QuantType, quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
     from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
 
     class Reader(CalibrationDataReader):

@@ -28,17 +28,17 @@ import numpy as np
 import onnx
 
 from compiler.backend.program import BackendOptions
-from compiler.frontend.onnx import import_model
-from compiler.pipeline import compile_int8, optimize
+from compiler.pipeline import compile_int8
+from ember.accuracy import BitExactness
+from ember.flow import quantize_model
 from examples.build import zoo_model_path
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from profiler.sources.images import ImageOptions
-from quantizer.quantize import quantize
 from quantizer.reference import run_int8
-from simulator import isa, machine
+from simulator import isa
 from simulator.arch import Arch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def quantized(name: str):
     prof = profile(proto, source, specs, RunOptions())
     rng = np.random.default_rng(1)
     sample = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs}
-    return quantize(optimize(import_model(proto)), prof), sample
+    return quantize_model(proto, prof).qgraph, sample
 
 
 def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
@@ -67,13 +67,9 @@ def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
     compiled = compile_int8(qgraph, arch, BackendOptions(double_buffer))
     seconds = time.perf_counter() - start
     program = compiled.program
-    env = run_int8(qgraph, sample, keep_all=True)
-    producers = {n.outputs[0]: n for n in qgraph.nodes}
-    quantizers = {n.inputs[0]: n for n in qgraph.nodes if n.op == "QuantizeLinear"}
-    result = machine.run(program, {b.name: env[quantizers[b.name].outputs[0]]
-                                   for b in program.inputs})
-    exact = all(np.array_equal(result.outputs[b.name], env[producers[b.name].inputs[0]])
-                for b in program.outputs)
+    exactness = BitExactness(program, qgraph)
+    result = exactness.check(run_int8(qgraph, sample, keep_all=True))
+    exact = exactness.first_difference is None
     stats = result.stats
     return {"model": name, "preset": preset, "double_buffer": double_buffer,
             "compile_s": seconds, "instructions": len(program.instructions),

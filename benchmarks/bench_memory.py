@@ -16,26 +16,21 @@ layers, cycles and DRAM bytes moved.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import compiler.backend.lower as lowering  # noqa: E402
-import compiler.backend.memory as memory  # noqa: E402
-from compiler.backend.layer_order import order_for_memory  # noqa: E402
-from compiler.frontend.onnx import import_model  # noqa: E402
-from compiler.pipeline import compile_int8, optimize  # noqa: E402
-from examples import zoo  # noqa: E402
-from profiler.model_inputs import input_specs  # noqa: E402
-from profiler.run import RunOptions, profile  # noqa: E402
-from profiler.sources.arrays import RandomData  # noqa: E402
-from quantizer.quantize import quantize  # noqa: E402
-from simulator.arch import Arch  # noqa: E402
-from tests.e2e.flow import check_bit_exact  # noqa: E402
+import compiler.backend.lower as lowering
+import compiler.backend.memory as memory
+from compiler.backend.layer_order import order_for_memory
+from compiler.pipeline import compile_int8
+from ember.accuracy import BitExactness
+from ember.flow import quantize_model
+from examples import zoo
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions, profile
+from profiler.sources.arrays import RandomData
+from quantizer.reference import run_int8
+from simulator.arch import Arch
 
 _NO_LIMIT = 1 << 62
 
@@ -60,8 +55,8 @@ def main() -> None:
     for name in args.models.split(","):
         proto = zoo.MODELS[name]()
         specs = input_specs(proto, {})
-        qgraph = quantize(optimize(import_model(proto)),
-                          profile(proto, RandomData(2, specs, 0), specs, RunOptions()))
+        qgraph = quantize_model(
+            proto, profile(proto, RandomData(2, specs, 0), specs, RunOptions())).qgraph
         lowered = lowering.lower(qgraph)
         ordered = order_for_memory(lowered)
         plan = memory.plan_dram(ordered, 0, _NO_LIMIT, name)
@@ -85,7 +80,11 @@ def main() -> None:
                     compiled = compile_int8(qgraph, Arch.load(preset))
                 finally:
                     lowering._plan_concats = plan_concats
-                stats = check_bit_exact(qgraph, compiled, [sample]).stats
+                exactness = BitExactness(compiled.program, qgraph)
+                stats = exactness.check(run_int8(qgraph, sample, keep_all=True)).stats
+                if exactness.first_difference is not None:
+                    raise SystemExit(f"{name} on {preset}, {label}: the simulator differs from "
+                                     f"the integer reference: {exactness.first_difference}")
                 moved = stats.dram_bytes_read + stats.dram_bytes_written
                 print(f"| {name} | {preset} | {label} | {compiled.summary.layers} | "
                       f"{stats.cycles:,} | {moved:,} |")

@@ -25,13 +25,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from examples.build import zoo_model_path
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions, profile
+from profiler.sources.arrays import ArrayFile
 
-from profiler.model_inputs import input_specs  # noqa: E402
-from profiler.sources.arrays import ArrayFile  # noqa: E402
-from examples.build import zoo_model_path  # noqa: E402
-from profiler.run import RunOptions, profile  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODELS = {
     "digits": ROOT / "examples/digits/model.onnx",
@@ -89,8 +88,11 @@ def run_plain(model_path: Path, data: Path) -> None:
 
 
 def run_ort_calibrator(model_path: Path, data: Path, method: str) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
-    from onnxruntime.quantization import create_calibrator
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        create_calibrator,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self):

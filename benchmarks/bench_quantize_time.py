@@ -5,7 +5,7 @@
     python benchmarks/bench_quantize_time.py --models resnet18 --runs 5
 
 The profile is built once per model beforehand (not timed here beyond a footer line); then
-each step of `ember.accuracy.quantize_model` is timed separately, median of --runs runs:
+each step of `ember.flow.quantize_model` is timed separately, median of --runs runs:
 
 - load: `load_model` (onnx.load + checker) + `profile_format.load` + `check_matches` +
   `fix_input_shapes`
@@ -34,25 +34,18 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
+from compiler.pipeline import optimize
+from examples import zoo
+from examples.synthetic_images import smooth_images
+from profiler import format as profile_format
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions, profile
+from profiler.sources.arrays import ArrayFile
+from quantizer.options import QuantOptions
+from quantizer.quantize import quantize
+
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import examples.zoo  # noqa: F401  (installed with ember, or run from the source tree)
-except ImportError:
-    sys.path.insert(0, str(ROOT))
-
-from compiler.frontend.onnx import fix_input_shapes, import_model, load_model  # noqa: E402
-from compiler.pipeline import optimize  # noqa: E402
-from examples import zoo  # noqa: E402
-from profiler import format as profile_format  # noqa: E402
-from profiler.model_inputs import input_specs  # noqa: E402
-from profiler.run import RunOptions, profile  # noqa: E402
-from profiler.sources.arrays import ArrayFile  # noqa: E402
-from quantizer.options import QuantOptions  # noqa: E402
-from quantizer.quantize import quantize  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_accuracy import smooth_images  # noqa: E402  (the same synthetic images)
-
 MODELS = ("digits", "resnet18", "mobilenetv2")
 CALIB = {"digits": 256, "resnet18": 16, "mobilenetv2": 16}
 QUICK_CALIB = {"digits": 64, "resnet18": 2, "mobilenetv2": 2}

@@ -11,7 +11,7 @@ says so and exits.
 Host time per layer, side by side: SCALE-Sim's is the time to build its compute unit's demand
 matrices (only part of a full SCALE-Sim run, which also simulates its memory system, so the
 ratio understates ember's lead); ember's is the machine running the layer's whole program,
-functional and timed (`bench_sim_speed.resnet18_program` for that one convolution).
+functional and timed (`examples.synthetic_program.resnet18_program` for that one convolution).
 
 Then a second table, full SCALE-Sim runs the way its users run it: for each layer named by
 `--full-scalesim` (default: the cheap ones, `FULL_DEFAULT`), a config file and a one-layer
@@ -60,15 +60,12 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
+from examples.synthetic_program import resnet18_convs, resnet18_program
 from simulator import isa, machine
 from simulator.arch import Arch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_sim_speed import resnet18_convs, resnet18_program  # noqa: E402  (a sibling script)
 
 GEMMS = [("gemm 64x64x64", 64, 64, 64), ("gemm 128x256x64", 128, 256, 64),
          ("gemm 256x256x256", 256, 256, 256), ("gemm 17x33x15", 17, 33, 15),

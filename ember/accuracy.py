@@ -9,20 +9,18 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-import onnx
 
 from compiler.backend.codegen.host import run_segment
-from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph, QuantParams
-from compiler.pipeline import optimize
 from ember import ort
 from ember.errors import EmberError
+from ember.flow import CompileOptions, quantize_model
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from profiler import batching
@@ -32,7 +30,6 @@ from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
 from quantizer.options import QuantOptions
 from quantizer.qdq import export_qdq
-from quantizer.quantize import quantize
 from quantizer.reference import dequantized, run_int8
 from simulator import machine, numerics
 from simulator.program import Program
@@ -53,10 +50,7 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
     if recorded and recorded != hashlib.sha256(Path(profile_path).read_bytes()).hexdigest():
         raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
                          "the one `ember compile` used")
-    options = program.metadata.get("options", {})
-    known = {f.name for f in fields(QuantOptions)}
-    return QuantOptions(**{k: (tuple(v) if isinstance(v, list) else v)
-                           for k, v in options.items() if k in known})
+    return CompileOptions.from_header(program.metadata.get("options", {})).quant
 
 
 class BitExactness:
@@ -75,7 +69,8 @@ class BitExactness:
         self.first_difference: dict | None = None
         self.samples = 0
 
-    def check(self, env: Mapping[str, np.ndarray]) -> None:
+    def check(self, env: Mapping[str, np.ndarray]) -> machine.Result:
+        """Run one sample from `env` (`run_int8(..., keep_all=True)`'s values) and compare."""
         # A float32 binding is a model input or output the host reads or writes as it is.
         inputs = {b.name: env[b.name if b.dtype == "float32" else self.quantized_input[b.name]]
                   for b in self.program.inputs}
@@ -95,6 +90,7 @@ class BitExactness:
                                          "simulator": got[index].item(),
                                          "reference": expected[index].item()}
         self.samples += 1
+        return result
 
 
 def read_labels(evaluation: Evaluation) -> np.ndarray | None:
@@ -118,18 +114,6 @@ def read_labels(evaluation: Evaluation) -> np.ndarray | None:
         raise EmberError(f"{path}: not a readable .npy/.npz file ({err})") from None
 
 
-def quantize_model(model_path: str, profile_path: str, options: QuantOptions,
-                   input_shapes: Mapping[str, Sequence[int]] | None = None
-                   ) -> tuple[onnx.ModelProto, Graph, Graph]:
-    """(the ONNX model with fixed shapes, its optimized fp32 Graph, the int8 Graph)."""
-    proto = load_model(model_path)
-    profile = profile_format.load(profile_path)
-    profile_format.check_matches(profile, proto)
-    fixed = fix_input_shapes(proto, input_shapes or {}, model_path)
-    graph = optimize(import_model(fixed))
-    return fixed, graph, quantize(graph, profile, options)
-
-
 def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
     """x rounded onto its quantization grid and clamped: the tensor's own quantization error
     (in the evaluation's own float type)."""
@@ -147,7 +131,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
         options = program_options(program, profile_path)
-    proto, graph, qgraph = quantize_model(model_path, profile_path, options, input_shapes)
+    quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
+    proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, ImageOptions())

@@ -6,9 +6,9 @@ from typing import Sequence
 
 from compiler.frontend.onnx import import_model, parse_input_shapes
 from compiler.graph.ir import Graph
-from compiler.pipeline import optimize
+from ember.flow import optimized_graph
 
 
 def load_graph(model_path: str, input_shapes: Sequence[str] = (), optimized: bool = True) -> Graph:
-    graph = import_model(model_path, parse_input_shapes(input_shapes))
-    return optimize(graph) if optimized else graph
+    shapes = parse_input_shapes(input_shapes)
+    return optimized_graph(model_path, shapes) if optimized else import_model(model_path, shapes)

@@ -2,7 +2,8 @@
 
 ember → profiler, quantizer, compiler, simulator; quantizer → profiler.format, compiler.graph,
 simulator.numerics; compiler → simulator.{arch,isa,numerics,program}; profiler and simulator
-import no other project package. Each package may also import its own `errors` module's
+import no other project package; examples only the simulator. Tests and benchmarks import the
+project, never each other. Each package may also import its own `errors` module's
 siblings' error classes where listed, so messages stay one line at the CLI.
 """
 
@@ -24,7 +25,7 @@ ALLOWED = {
                  "simulator.program", "simulator.errors"),
     "profiler": ("profiler",),
     "simulator": ("simulator",),
-    "examples": ("examples",),
+    "examples": ("examples", "simulator"),  # a synthetic program written in instructions
 }
 
 
@@ -64,6 +65,30 @@ def test_imports_follow_the_layering(package: str) -> None:
                     name.rsplit(".", 1)[0], ALLOWED[package]):
                 violations.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
     assert not violations, "imports against DESIGN.md's layering:\n" + "\n".join(violations)
+
+
+@pytest.mark.parametrize("folder, other", [("tests", "benchmarks"), ("benchmarks", "tests")])
+def test_tests_and_benchmarks_never_import_each_other(folder: str, other: str) -> None:
+    """What both need belongs in the project (`ember.flow`, `examples`): neither imports the
+    other, nor loads a file by path or patches sys.path to reach it."""
+    violations = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                violations += [f"{where} imports {alias.name}" for alias in node.names
+                               if alias.name.split(".")[0] == other]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == other:
+                violations.append(f"{where} imports {node.module}")
+            elif isinstance(node, ast.Attribute) and _loads_by_path(node):
+                violations.append(f"{where} uses {ast.unparse(node)}")
+    assert not violations, "\n".join(violations)
+
+
+def _loads_by_path(node: ast.Attribute) -> bool:
+    """`importlib.util.spec_from_file_location`, or `sys.path.insert` / `sys.path.append`."""
+    return node.attr == "spec_from_file_location" or (
+        node.attr in ("insert", "append") and ast.unparse(node.value) == "sys.path")
 
 
 def test_the_checker_catches_an_upward_and_a_relative_import() -> None:

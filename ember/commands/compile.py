@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -12,8 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
-from compiler.frontend.onnx import import_model, load_model
-from compiler.pipeline import compile_int8, optimize
 from ember.commands.options import (
     json_option,
     model_argument,
@@ -21,10 +17,8 @@ from ember.commands.options import (
     quantization_options,
 )
 from ember.errors import EmberError
-from profiler import format as profile_format
-from quantizer.options import QuantOptions
+from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq
-from quantizer.quantize import quantize
 from simulator.arch import Arch
 
 
@@ -67,23 +61,12 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     for path in (out, Path(emit_onnx) if emit_onnx else out):
         if not path.parent.is_dir():
             raise EmberError(f"{path}: directory {path.parent} does not exist")
-    proto = load_model(model)
-    profile = profile_format.load(profile_path)
-    profile_format.check_matches(profile, proto)
-    arch = Arch.load(target)
-    options = quant_options_from(quant_kwargs)
-    qgraph = quantize(optimize(import_model(proto)), profile, options)
-    backend = BackendOptions(double_buffer=double_buffer, allow_host=allow_host)
-    metadata = {
-        "tool": {"name": "ember", "version": profile_format.tool_version()},
-        "options": {"target": arch.name, **_record(options), **backend.to_dict()},
-        "inputs": {"model_sha256": _sha256(Path(model).read_bytes()),
-                   "model_fingerprint": profile.model.digest,
-                   "profile_sha256": _sha256(Path(profile_path).read_bytes())},
-    }
-    compiled = compile_int8(qgraph, arch, backend, metadata)
+    options = CompileOptions(quant_options_from(quant_kwargs),
+                             BackendOptions(double_buffer=double_buffer, allow_host=allow_host))
+    built = compile_model(model, profile_path, options, target)
+    compiled, arch = built.compiled, built.compiled.program.arch
     if emit_onnx:
-        export_qdq(qgraph, emit_onnx)
+        export_qdq(built.qgraph, emit_onnx)
     compiled.program.save(out)
     report = {"model": model, "program": str(out), "target": arch.name,
               **compiled.summary.to_dict()}
@@ -122,13 +105,3 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
                       f"{segment['read_bytes'] + segment['write_bytes']:,} B): "
                       + ", ".join(segment["nodes"]))
     Console().print(table)
-
-
-def _record(options: QuantOptions) -> dict:
-    """Every quantizer option, by QuantOptions' field names (ember accuracy rebuilds them)."""
-    return {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
-            for f in fields(QuantOptions)}
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -18,14 +18,12 @@ from compiler.backend.layers import HostLayer, PoolLayer
 from compiler.backend.lower import _Lowering, _unsupported, lower
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
-from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import run_node
 from compiler.graph.serialize import graph_from_dict, graph_to_dict
-from compiler.pipeline import compile_int8, optimize
+from compiler.pipeline import compile_int8
 from ember.cli import cli
-from profiler import format as profile_format
+from ember.flow import quantize_model
 from quantizer.options import QuantOptions
-from quantizer.quantize import quantize
 from quantizer.reference import run_int8
 from simulator import isa
 from simulator.arch import Arch
@@ -275,8 +273,8 @@ def test_cli_float32_program_input_and_output(tmp_path, digits_profile) -> None:
     np.savez(tmp_path / "x.npz", input=images)
     simulated = invoke("simulate", program, "-i", tmp_path / "x.npz", "-o", tmp_path / "y.npz")
     assert simulated.exit_code == 0, simulated.output
-    qgraph = quantize(optimize(import_model(onnx_path)), profile_format.load(digits_profile),
-                      QuantOptions(keep_fp32=("conv1", "fc")))
+    qgraph = quantize_model(onnx_path, digits_profile,
+                            QuantOptions(keep_fp32=("conv1", "fc"))).qgraph
     with np.load(tmp_path / "y.npz") as out:
         for i in range(2):
             expected = run_int8(qgraph, {"input": images[i:i + 1]})["logits"]

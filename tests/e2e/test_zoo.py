@@ -8,14 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.frontend.onnx import import_model
-from compiler.pipeline import compile_int8, optimize
+from ember.flow import compile_model
+from examples import zoo
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources.arrays import RandomData
-from quantizer.quantize import quantize
-from simulator.arch import Arch
-from examples import zoo
 from tests.e2e.flow import check_bit_exact
 
 
@@ -26,9 +23,8 @@ def test_zoo_model_is_bit_exact(name: str, preset: str) -> None:
     proto = getattr(zoo, name)()  # built here: examples/models/ is generated, not committed
     specs = input_specs(proto, {})
     prof = profile(proto, RandomData(2, specs, 0), specs, RunOptions())
-    qgraph = quantize(optimize(import_model(proto)), prof)
-    compiled = compile_int8(qgraph, Arch.load(preset))
+    built = compile_model(proto, prof, arch=preset)
     rng = np.random.default_rng(1)
     sample = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs}
-    result = check_bit_exact(qgraph, compiled, [sample])
+    result = check_bit_exact(built.qgraph, built.compiled, [sample])
     assert result.stats.bound_cycles <= result.stats.cycles

@@ -42,8 +42,8 @@ from onnx import helper
 
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Graph
-from compiler.pipeline import optimize
 from ember import ort
+from ember.flow import quantize_model
 from quantizer.errors import QuantizeError
 from quantizer.qdq import export_qdq
 from quantizer.quantize import QuantOptions, quantize
@@ -172,9 +172,8 @@ def _digits() -> tuple[Graph, Graph, onnx.ModelProto]:
     proto = onnx.load(str(DIGITS / "model.onnx"))
     calib = np.load(DIGITS / "calib.npz")["input"]
     profile = profile_of(proto, ({"input": x[None]} for x in calib))
-    graph = optimize(import_model(proto))
-    qgraph = quantize(graph, profile)
-    return graph, qgraph, export_qdq(qgraph)
+    quantized = quantize_model(proto, profile)
+    return quantized.graph, quantized.qgraph, export_qdq(quantized.qgraph)
 
 
 def _digits_eval() -> list[dict[str, np.ndarray]]:
@@ -306,7 +305,7 @@ def _normal(shape, count=8, seed=0, scale=1.0) -> list[dict[str, np.ndarray]]:
 def test_a_fused_relu_is_the_output_range_when_its_zero_point_is_the_lowest_code() -> None:
     proto = conv_bn_relu(channels=4, seed=3)
     samples = _normal((1, 3, 8, 8))
-    qgraph = quantize(optimize(import_model(proto)), profile_of(proto, samples))
+    qgraph = quantize_model(proto, profile_of(proto, samples)).qgraph
     conv = qgraph.node("conv")
     out = qgraph.type_of(conv.outputs[0]).quant
     # The Relu's output range starts at 0, so its zero point is -128 and QuantizeLinear's
@@ -557,9 +556,8 @@ def check_random(pick: Pick, local: bool = False) -> Measured | None:
     options = SCHEMES[pick(0, len(SCHEMES) - 1)] if pick(0, 1) else SCHEMES[0]
     if not proto.graph.node:
         return None
-    graph = optimize(import_model(proto))
     try:
-        qgraph = quantize(graph, profile_of(proto, samples), options)
+        qgraph = quantize_model(proto, profile_of(proto, samples), options).qgraph
     except QuantizeError:
         return None  # a degenerate range (an all-zero activation): not the export's concern
     if _float_noise(qgraph):

@@ -293,6 +293,7 @@ def _top1(run, graph: Graph) -> float:
 @pytest.mark.slow
 def test_digits_from_the_profilers_own_run_and_file(tmp_path: Path) -> None:
     """The profile as `ember quantize-profile` makes it: onnxruntime, written, read back."""
+    from ember.flow import quantize_model
     from profiler import format as profile_format
     from profiler.sources.arrays import ArrayFile
     from profiler.model_inputs import input_specs
@@ -302,11 +303,8 @@ def test_digits_from_the_profilers_own_run_and_file(tmp_path: Path) -> None:
     specs = input_specs(proto, {})
     measured = profile(proto, ArrayFile(DIGITS / "calib.npz", specs), specs, RunOptions())
     profile_format.save(measured, tmp_path / "digits.profile.json")
-    loaded = profile_format.load(tmp_path / "digits.profile.json")
-    profile_format.check_matches(loaded, proto)
-    graph = optimize(import_model(proto))
-    qgraph = quantize(graph, loaded)
-    fp32, int8 = _top1(evaluate, graph), _top1(run_int8, qgraph)
+    quantized = quantize_model(DIGITS / "model.onnx", tmp_path / "digits.profile.json")
+    fp32, int8 = _top1(evaluate, quantized.graph), _top1(run_int8, quantized.qgraph)
     assert int8 >= fp32 - 0.5, f"int8 top-1 {int8:.2f}% vs fp32 {fp32:.2f}%"
 
 
