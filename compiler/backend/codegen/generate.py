@@ -11,6 +11,7 @@ from compiler.backend.codegen.host import host_steps
 from compiler.backend.codegen.vector import elementwise_steps, pool_steps
 from compiler.backend.layers import ConvLayer, HostLayer, Lowered, PoolLayer
 from compiler.backend.memory import ImageBuilder
+from compiler.backend.program import BackendOptions
 from compiler.backend.steps import Step
 from compiler.backend.tiling import Tiles
 from simulator.arch import Arch

@@ -21,7 +21,7 @@ from compiler.backend.codegen.emit import (
 )
 from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwise
 from compiler.backend.memory import ImageBuilder
-from compiler.backend.steps import Step
+from compiler.backend.steps import Op, Step
 from compiler.backend.tiling import (
     LUT_ENTRIES,
     ElementwiseTiles,
