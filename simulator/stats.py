@@ -97,9 +97,8 @@ class Stats:
         busy = {unit: int(duration[units == q].sum())
                 for q, unit in enumerate((*UNITS.values(), "host"))}
         hosts = [insn for insn in insns if insn.op is isa.HOST] if program.host_segments else []
-        busy["dram"] = sum(insn.op.cycles(arch, insn) - arch.dma.latency_cycles
-                           for insn in insns if insn.op is isa.LOAD or insn.op is isa.STORE) \
-            + sum(host_unit.transfer_cycles(arch, insn) for insn in hosts)
+        busy["dram"] = sum(insn.op.transfer(arch, insn) for insn in insns
+                           if insn.op.transfer is not None)
         compulsory = len(program.dram_image) + sum(b.size_bytes for b in program.inputs) \
             + sum(b.size_bytes for b in program.outputs)
         traffic = int(read.sum() + written.sum())

@@ -91,9 +91,9 @@ def bindings(lowered: Lowered, plan: DramPlan,
 
 def local_footprint(tiles: list[Tiles], arch: Arch) -> tuple[int, int]:
     """Bytes of scratchpad and accumulator the largest layer's regions take."""
-    peak = {"scratchpad": 0, "accumulator": 0}
+    peak = dict.fromkeys(isa.MEMORIES, 0)
     for t in tiles:
-        used = {"scratchpad": 0, "accumulator": 0}
+        used = dict.fromkeys(isa.MEMORIES, 0)
         for f in dataclasses.fields(t):
             region = getattr(t, f.name)
             if isinstance(region, Region):
@@ -118,10 +118,9 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
         busy[q] += cycles
         work = insn.op.work(arch, insn)
         dram_moved += work.dram_read + work.dram_written
-        if insn.op in (isa.LOAD, isa.STORE):
-            transfer += cycles - arch.dma.latency_cycles
-        elif insn.op is isa.HOST:  # its inputs and outputs cross the same DRAM port
-            transfer += cycles - arch.dma.latency_cycles - insn.args["compute_cycles"]
+        if insn.op.transfer is not None:  # LOAD, STORE, HOST: the one DRAM port
+            transfer += insn.op.transfer(arch, insn)
+        if insn.op is isa.HOST:
             host_roof += cycles - arch.dma.latency_cycles
             host_cycles[source] = host_cycles.get(source, 0) + cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs

@@ -18,7 +18,7 @@ from simulator import numerics
 from simulator.errors import SimulatorError
 from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
 
-LUT_ENTRIES = 256
+LUT_ENTRIES = numerics.RANGES["int8"][1] - numerics.RANGES["int8"][0] + 1  # one per int8 code
 
 
 def _params(state, a: dict) -> tuple[np.ndarray, np.ndarray]:

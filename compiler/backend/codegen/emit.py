@@ -14,7 +14,8 @@ from simulator import isa
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
 
-_PAD_MAX = 255  # LOAD pad fields are 8 bits
+# The most padding a LOAD writes on one side (its pad fields' range).
+PAD_MAX = min(isa.LOAD.field(f"pad_{side}").range[1] for side in ("top", "bottom", "left", "right"))
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,9 @@ def load_window(node: str, ctx: Context, tensor: str, view: View, image: int, wi
                 c0: int, block: int, sram: int, pad_value: int) -> Op:
     """The window `win` of image `image`, channels [c0, c0 + block), of a feature map that is
     `view` of buffer `tensor`, into pixel rows from `sram` with its padding filled."""
-    if max(win.pads) > _PAD_MAX:
+    if max(win.pads) > PAD_MAX:
         raise CompileError(f"layer {node!r}: padding of {max(win.pads)} pixels exceeds the "
-                           f"LOAD pad field ({_PAD_MAX})")
+                           f"LOAD pad field ({PAD_MAX})")
     dram = view.at(image, win.y, win.x, c0)
     return instruction(node, isa.LOAD, ctx.access(tensor, False, view), mem="scratchpad",
                sram=sram, dram=dram,

@@ -23,7 +23,6 @@ from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwi
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Step
 from compiler.backend.tiling import (
-    LUT_ENTRIES,
     ElementwiseTiles,
     PoolTiles,
     ceil_div,
@@ -113,9 +112,9 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
         addr = image.add(param_block(arch, layer.multipliers, layer.shifts))
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr, 2))
     else:
-        table_rows = ceil_div(LUT_ENTRIES, lanes)
+        table_rows = ceil_div(isa.LUT_ENTRIES, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
-        table[:LUT_ENTRIES] = layer.table
+        table[:isa.LUT_ENTRIES] = layer.table
         addr = image.add(table.tobytes())
         pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.table.base, dram=addr,
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
