@@ -76,10 +76,10 @@ store -> vector -> compute -> load.
   tokens relayed store -> vector -> compute -> load, as for any STORE.
 - END: the end of the program; exactly one, last.
 
-A **parameter block** is two accumulator rows at `param`: per-lane Q31 multipliers, then per-lane
-shifts (`numerics.quantize_multiplier`), and for REQUANT with bias=1 a third row of per-lane
-int32 biases; every lane read must hold a shift in [-31, 31]. Load it with a LOAD into the
-accumulator.
+A **parameter block** (`ParamBlock`, which packs and unpacks it) is two accumulator rows at
+`param`: per-lane Q31 multipliers, then per-lane shifts (`numerics.quantize_multiplier`), and for
+REQUANT with bias=1 a third row of per-lane int32 biases; every lane read must hold a shift in
+[-31, 31]. Load it with a LOAD into the accumulator.
 """
 
 from __future__ import annotations
@@ -240,6 +240,7 @@ def _check_deps(insn: Insn) -> None:
 
 _MEM = F("mem", 2, names=MEMORIES)
 LUT_ENTRIES = vector.LUT_ENTRIES  # a LUT instruction's table: one int8 entry per int8 code
+ParamBlock = vector.ParamBlock  # what REQUANT, ADD and AVGPOOL read at `param`
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))

@@ -34,8 +34,8 @@ from simulator import isa
 from simulator.arch import Arch
 
 BUFFERS = 2  # ping-pong
-PARAM_ROWS = 2  # a parameter block: multipliers, then shifts (simulator.isa)
-CONV_PARAM_ROWS = 3  # a convolution's also holds its bias, which REQUANT adds (bias=1)
+PARAM_ROWS = isa.ParamBlock.rows()
+CONV_PARAM_ROWS = isa.ParamBlock.rows(bias=True)  # with a convolution's bias (REQUANT bias=1)
 # The most rows one instruction moves: a tile's pixels are a LOAD's y_size * x_size, a COMPUTE's
 # m_inner and a vector instruction's rows.
 _MAX_FIELD = min(row.field(name).range[1] for row, name in (

@@ -1,11 +1,9 @@
 """Building instructions for codegen: the shared context, one checked instruction, parameter
-blocks, input windows with their padding, pixel tiles, and relocation of DRAM addresses."""
+block loads, input windows with their padding, pixel tiles, and relocation of DRAM addresses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from compiler.backend.layers import View
 from compiler.backend.steps import Op, Step
@@ -53,17 +51,6 @@ def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
     except SimulatorError as err:
         raise CompileError(f"layer {node!r}: {err}") from None
     return op
-
-
-def param_block(arch: Arch, multipliers, shifts, bias=None) -> bytes:
-    """Two accumulator rows: per-lane Q31 multipliers, then shifts; with `bias`, a third row of
-    int32 biases (REQUANT bias=1); unused lanes zero."""
-    block = np.zeros((2 if bias is None else 3, arch.lanes), "<i4")
-    block[0, :len(multipliers)] = multipliers
-    block[1, :len(shifts)] = shifts
-    if bias is not None:
-        block[2, :len(bias)] = bias
-    return block.tobytes()
 
 
 def load_acc_rows(node: str, arch: Arch, sram: int, dram: int, rows: int) -> Op:
