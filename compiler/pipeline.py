@@ -94,5 +94,4 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,
                       host_segments=host_segments(lowered, plan))
-    io_bytes = sum(b.size_bytes for b in inputs + outputs)
-    return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes, tiles))
+    return Compiled(program, summarize(lowered, plan, scheduled, program, tiles))

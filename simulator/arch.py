@@ -242,6 +242,17 @@ class Arch:
             raise SimulatorError(f"host_cycles: flops = {flops}: expected a non-negative count")
         return math.ceil(flops / self.host.flops_per_cycle)
 
+    def roofline(self, macs: int, dram_bytes: int, vector_cycles: int = 0,
+                 host_cycles: int = 0) -> tuple[int, str]:
+        """The fewest cycles that work can take, and what sets them: the array at
+        `macs_per_cycle`, the DRAM port at `dma.bytes_per_cycle`, the vector unit's own cycles,
+        the host's (HOSTs run one at a time). Ties go to the first: array, then DRAM."""
+        roofs = {"array": -(-macs // self.macs_per_cycle),
+                 "dram": -(-dram_bytes // self.dma.bytes_per_cycle), "vector": vector_cycles,
+                 "host": host_cycles}
+        by = max(roofs, key=roofs.get)
+        return roofs[by], by
+
     @property
     def memories(self) -> tuple[Memory, ...]:
         """The local memories, indexed by the ISA's memory ids (`isa.MEMORIES`)."""

@@ -34,6 +34,7 @@ import numpy as np
 from simulator import isa
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
+from simulator.units import host as host_unit
 
 MAGIC = b"EMBERPRG"
 FORMAT_VERSION = 1
@@ -157,6 +158,21 @@ class Program:
         if len(self.dram_image) > self.arch.dram.size_bytes:
             raise SimulatorError(f"program: DRAM image of {len(self.dram_image)} bytes exceeds "
                                  f"DRAM of {self.arch.dram.size_bytes} bytes")
+
+    @property
+    def compulsory_dram_bytes(self) -> int:
+        """The DRAM bytes every run moves: the image read once, each input read and each output
+        written once."""
+        return len(self.dram_image) + sum(b.size_bytes for b in self.inputs + self.outputs)
+
+    def bound(self, macs: int, dram_traffic: int) -> tuple[int, str]:
+        """The program's roofline (`Arch.roofline`) and what sets it: `macs` on the array, the
+        compulsory DRAM bytes (no more than the `dram_traffic` a run moves: what is never read
+        need not be), and its HOST instructions one after another."""
+        host = sum(host_unit.roof_cycles(self.arch, insn) for insn in self.instructions
+                   if insn.op is isa.HOST)
+        return self.arch.roofline(macs, min(self.compulsory_dram_bytes, dram_traffic),
+                                  host_cycles=host)
 
     def _check_binding(self, binding: IOBinding, what: str) -> None:
         last = binding.dram + sum((n - 1) * s for n, s in
