@@ -72,7 +72,8 @@ class Stats:
     clock_mhz: float
     cycles: int
     instructions: int
-    macs: int
+    macs: int  # issued to the array, zero blocks of grouped convolutions included
+    model_macs: int  # the model's, which the roofline counts (`model_macs`)
     bound_cycles: int
     busy: dict
     stall: dict
@@ -104,6 +105,7 @@ class Stats:
         return cls(
             arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
             instructions=len(program.instructions), macs=int(macs.sum()),
+            model_macs=model_macs(program, int(macs.sum())),
             bound_cycles=program.bound(model_macs(program, int(macs.sum())), traffic)[0],
             busy=busy, stall=dict(timeline.stall),
             dram_bytes_read=int(read.sum()), dram_bytes_written=int(written.sum()),
@@ -135,6 +137,7 @@ class Stats:
             "bound_cycles": self.bound_cycles,
             "instructions": self.instructions,
             "macs": self.macs,
+            "model_macs": self.model_macs,
             "peak_macs_per_cycle": self.macs_per_cycle,
             "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
             "mac_utilization": (self.macs / (self.macs_per_cycle * self.cycles)
