@@ -47,7 +47,6 @@ class Array:
 class Memory:
     size_bytes: int
     row_bytes: int
-    banks: int
 
     @property
     def rows(self) -> int:
@@ -111,10 +110,8 @@ _SCHEMA = [
     ("array.preload_overlap", lambda v: isinstance(v, bool), "true or false"),
     ("memory.scratchpad.size_bytes", _positive_int, "a positive integer"),
     ("memory.scratchpad.row_bytes", _positive_int, "a positive integer"),
-    ("memory.scratchpad.banks", _positive_int, "a positive integer"),
     ("memory.accumulator.size_bytes", _positive_int, "a positive integer"),
     ("memory.accumulator.row_bytes", _positive_int, "a positive integer"),
-    ("memory.accumulator.banks", _positive_int, "a positive integer"),
     ("dram.size_bytes", lambda v: _positive_int(v) and v <= _DRAM_BYTES_MAX,
      f"a positive integer <= 2^{_DRAM_BYTES_MAX.bit_length() - 1}"),
     ("dma.bytes_per_cycle", _positive_int, "a positive integer"),
@@ -132,6 +129,9 @@ _SCHEMA = [
 ]
 # Keys a file may omit (added after the first presets): their values when missing.
 _DEFAULTS = {"host.flops_per_cycle": DEFAULT_HOST_FLOPS_PER_CYCLE}
+# Keys earlier files had that nothing modelled: an error that says so, not just "unknown".
+_REMOVED = {f"memory.{memory}.banks": "the machine does not model memory banks"
+            for memory in ("scratchpad", "accumulator")}
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,10 @@ class Arch:
             values[key] = node
         known = {key for key, _, _ in _SCHEMA}
         unknown = sorted(k for k in _flatten(data) if k not in known)
+        removed = [k for k in unknown if k in _REMOVED]
+        if removed:
+            raise SimulatorError(f"{source}: key {removed[0]!r} is no longer read "
+                                 f"({_REMOVED[removed[0]]}): delete it")
         if unknown:
             raise SimulatorError(f"{source}: unknown key {unknown[0]!r}")
 
