@@ -6,7 +6,7 @@ The totals are explainable from the architecture: `bound_cycles` is the program'
 the array does at most rows * cols MACs per cycle, the DRAM port moves at most bytes_per_cycle
 (of the compulsory bytes: DRAM image + inputs + outputs, capped by the bytes actually moved),
 and HOSTs run one at a time. Its MACs are the model's when the program records them
-(`model_macs`); `macs` counts those issued to the array, zero blocks of block-diagonal grouped
+(`Program.model_macs`); `macs` counts those issued to the array, zero blocks of block-diagonal grouped
 convolutions included. Per layer (grouped by the program's source node names), `cycles` is the layer's
 span on the timeline (first start to last end over its instructions; pipelined layers overlap),
 and its bound uses the layer's own DRAM traffic and, as a third roof, its vector-unit cycles
@@ -28,13 +28,6 @@ UNITS = {"load": "load", "compute": "array", "vector": "vector", "store": "store
 # HOST instructions sit on the store queue but run on the host CPU: their time counts there.
 HOST_UNIT = len(UNITS)
 REPORT_VERSION = 1
-
-
-def model_macs(program, issued: int) -> int:
-    """The MACs the roofline counts: the model's, as the compiler records them in the program's
-    metadata (a grouped convolution's block-diagonal zero blocks excluded), else those issued."""
-    recorded = program.metadata.get("compiler", {}).get("model_macs")
-    return int(recorded) if isinstance(recorded, int) else issued
 
 
 @dataclass(frozen=True)
@@ -73,7 +66,7 @@ class Stats:
     cycles: int
     instructions: int
     macs: int  # issued to the array, zero blocks of grouped convolutions included
-    model_macs: int  # the model's, which the roofline counts (`model_macs`)
+    model_macs: int  # the model's, which the roofline counts (`Program.roofline_macs`)
     bound_cycles: int
     busy: dict
     stall: dict
@@ -105,8 +98,8 @@ class Stats:
         return cls(
             arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
             instructions=len(program.instructions), macs=int(macs.sum()),
-            model_macs=model_macs(program, int(macs.sum())),
-            bound_cycles=program.bound(model_macs(program, int(macs.sum())), traffic)[0],
+            model_macs=program.roofline_macs(int(macs.sum())),
+            bound_cycles=program.bound(int(macs.sum()), traffic)[0],
             busy=busy, stall=dict(timeline.stall),
             dram_bytes_read=int(read.sum()), dram_bytes_written=int(written.sum()),
             peak_bytes={"scratchpad": int(sp_end.max(initial=0)) * arch.scratchpad.row_bytes,

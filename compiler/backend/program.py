@@ -124,20 +124,20 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: P
             host_cycles[source] = host_cycles.get(source, 0) + cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs
     array_macs = sum(layer_macs.values())
-    macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
     per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
                        "macs": layer.macs if isinstance(layer, ConvLayer) else 0,
                        "array_macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
     return Summary(
         layers=len(lowered.layers), instructions=len(scheduled.instructions),
-        per_queue=per_queue, syncs=scheduled.syncs, macs=macs, array_macs=array_macs,
+        per_queue=per_queue, syncs=scheduled.syncs, macs=program.roofline_macs(array_macs),
+        array_macs=array_macs,
         dram_image_bytes=plan.image_bytes, activation_peak_bytes=plan.peak_bytes,
         activation_lower_bound_bytes=plan.lower_bound_bytes, dram_total_bytes=plan.total_bytes,
         scratchpad_peak_bytes=local_footprint(tiles, arch)[0],
         accumulator_peak_bytes=local_footprint(tiles, arch)[1],
         compulsory_dram_bytes=program.compulsory_dram_bytes, dram_bytes_moved=dram_moved,
         estimated_cycles=max(max(busy.values()), transfer),
-        bound_cycles=program.bound(macs, dram_moved)[0],
+        bound_cycles=program.bound(array_macs, dram_moved)[0],
         per_layer=per_layer, host_segments=tuple(
             {"name": layer.node, "nodes": list(layer.nodes), "flops": layer.flops,
              "read_bytes": layer.read_bytes, "write_bytes": layer.write_bytes,
