@@ -171,6 +171,9 @@ class InsnDef:
     # Cycles it holds the one DRAM port, which LOAD, STORE and HOST share (after the DMA
     # latency, within `cycles`); None for an instruction that does not use the port.
     transfer: Callable | None = None
+    # `min_cycles(arch, count, nbytes)`: a lower bound of the cycles `count` such instructions
+    # moving `nbytes` take, for a planner (the tiler's cost model); None where it has no use.
+    min_cycles: Callable | None = None
 
     def field(self, name: str) -> F:
         """The row's field `name`: the compiler and the arch check ask it for their limits."""
@@ -255,10 +258,10 @@ LOAD = InsnDef("LOAD", 0x01, "load",
                 F("pad_left", 8, default=0), F("pad_right", 8, default=0),
                 F("pad_value", 8, signed=True, default=0)),
                run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access,
-               transfer=dma.transfer_cycles)
+               transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
 STORE = InsnDef("STORE", 0x02, "store", (_MEM, F("sram", _ROW), *_STRIDED),
                 run=dma.store, cycles=dma.cycles, work=dma.store_work,
-                access=dma.store_access, transfer=dma.transfer_cycles)
+                access=dma.store_access, transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
 PRELOAD = InsnDef("PRELOAD", 0x03, "compute", (F("sp", _ROW), F("k", 16)),
                   run=array.preload, cycles=array.preload_cycles, work=array.preload_work,
                   access=array.preload_access)

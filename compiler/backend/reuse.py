@@ -212,7 +212,7 @@ def _try_pair(producer: ConvLayer, consumer, p_plain: ConvTiles, c_plain: Tiles,
         return None
     # The DMA the tensor's store and load would take, against what the smaller plan costs.
     size = producer.batch * producer.out_hw[0] * producer.out_hw[1] * producer.out_channels
-    saved = 2 * size / arch.dma.bytes_per_cycle
+    saved = isa.STORE.min_cycles(arch, 0, 2 * size)  # their latencies overlap other work
     if conv_cost(producer, retiled, arch) > conv_cost(producer, p_plain, arch) + saved:
         return None
     if p_input is not None:  # it must still read its kept input whole, in the same layout

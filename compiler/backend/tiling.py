@@ -262,7 +262,7 @@ def conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch) -> float:
 
 def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: int) -> float:
     """A plan's cycles if DMA and the array overlap perfectly: the larger of the load queue's
-    time (each LOAD pays the DMA latency, then its bytes: inputs and weights) and the array's
+    time (`isa.LOAD.min_cycles` of its LOADs and their bytes: inputs and weights) and the array's
     (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
     `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
     whole-layer plan."""
@@ -276,8 +276,7 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     loads = tiles * (slices if t.whole_layer else work)
     if t.whole_layer and not t.resident_weights:
         loads += tiles * blocks  # a weight block per tile and block
-    dma = ((input_bytes + weight_bytes) / arch.dma.bytes_per_cycle
-           + loads * arch.dma.latency_cycles)
+    dma = isa.LOAD.min_cycles(arch, loads, input_bytes + weight_bytes)
     computes = tiles * work * (kh * kw if t.packed_taps == 1 else kh)
     one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
                       accumulate=1)

@@ -94,6 +94,13 @@ def cycles(arch, insn) -> int:
     return arch.dma.latency_cycles + transfer_cycles(arch, insn)
 
 
+def min_cycles(arch, count: int, nbytes: int) -> float:
+    """A lower bound of the cycles `count` LOADs or STOREs moving `nbytes` in all take, for a
+    planner that has not built them yet: each pays the latency, and the bytes move at the full
+    bandwidth, as `cycles` with its bursts' rounding relaxed."""
+    return nbytes / arch.dma.bytes_per_cycle + count * arch.dma.latency_cycles
+
+
 def load_work(arch, insn) -> Work:
     a = insn.args
     height, width = _block_shape(a)
