@@ -6,13 +6,13 @@ The totals are explainable from the architecture: `bound_cycles` is the program'
 the array does at most rows * cols MACs per cycle, the DRAM port moves at most bytes_per_cycle
 (of the compulsory bytes: DRAM image + inputs + outputs, capped by the bytes actually moved),
 and HOSTs run one at a time. Its MACs are the model's when the program records them
-(`Program.model_macs`); `macs` counts those issued to the array, zero blocks of block-diagonal grouped
-convolutions included. Per layer (grouped by the program's source node names), `cycles` is the layer's
-span on the timeline (first start to last end over its instructions; pipelined layers overlap),
-and its bound uses the layer's own DRAM traffic and, as a third roof, its vector-unit cycles
-(elements / lanes: the vector unit's own peak). Per layer and unit, `busy_cycles` and
-`unit_spans` ([first start, last end]) say where the layer's time went. Peak local-memory
-occupancy is the high-water mark of rows written, in bytes.
+(`Program.model_macs`); `macs` counts those issued to the array, zero blocks of block-diagonal
+grouped convolutions included. Per layer (grouped by the program's source node names), `cycles`
+is the layer's span on the timeline (first start to last end over its instructions; pipelined
+layers overlap), and its bound uses the layer's own DRAM traffic and, as a third roof, its
+vector-unit cycles (elements / lanes: the vector unit's own peak). Per layer and unit,
+`busy_cycles` and `unit_spans` ([first start, last end]) say where the layer's time went. Peak
+local-memory occupancy is the high-water mark of rows written, in bytes.
 """
 
 from __future__ import annotations

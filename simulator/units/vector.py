@@ -48,7 +48,7 @@ class ParamBlock:
         return block.tobytes()
 
     @classmethod
-    def unpack(cls, accumulator: np.ndarray, param: int, bias: bool = False) -> "ParamBlock":
+    def unpack(cls, accumulator: np.ndarray, param: int, bias: bool = False) -> ParamBlock:
         """The block at accumulator row `param` (views of the rows, not copies)."""
         block = accumulator[rows(accumulator, param, cls.rows(), "accumulator (params)")]
         biases = None
