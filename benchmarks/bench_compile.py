@@ -92,8 +92,7 @@ def breakdown(program, result, summary) -> list[dict]:
     port = {}
     for insn, source in zip(program.instructions, program.source):
         if insn.op is isa.LOAD or insn.op is isa.STORE:
-            port[source] = port.get(source, 0) + insn.op.cycles(arch, insn) \
-                - arch.dma.latency_cycles
+            port[source] = port.get(source, 0) + insn.op.transfer(arch, insn)
     rows, previous_end = [], 0
     for layer in result.stats.layers:
         span = max(layer.end - layer.start, 1)

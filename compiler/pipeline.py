@@ -86,13 +86,11 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     scheduled = schedule(steps, arch, options.double_buffer)
     inputs, outputs = (tuple(unsigned_io(b, qgraph) for b in side)
                        for side in bindings(lowered, plan, padded))
-    # The model's MACs (a grouped convolution's zero blocks excluded): the roofline's MAC term.
-    model_macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
-    meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers),
-                         "model_macs": model_macs},
+    meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
             **(metadata or {})}
+    # The model's MACs (a grouped convolution's zero blocks excluded) are the roofline's.
+    model_macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,
-                      host_segments=host_segments(lowered, plan))
-    io_bytes = sum(b.size_bytes for b in inputs + outputs)
-    return Compiled(program, summarize(lowered, plan, scheduled, arch, io_bytes, tiles))
+                      host_segments=host_segments(lowered, plan), model_macs=model_macs)
+    return Compiled(program, summarize(lowered, plan, scheduled, program, tiles))

@@ -20,6 +20,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from simulator import isa
 from simulator.errors import SimulatorError
 
 PRESETS = Path(__file__).parent / "presets"
@@ -29,6 +30,9 @@ VECTOR_OPS = ("REQUANT", "ADD", "MAXPOOL", "AVGPOOL", "LUT")
 # core cycle at peak) at about 2 GHz, sustaining a quarter of peak on the small, memory-bound
 # operators that fall back to the host: 32 * 2 GHz / 1 GHz * 0.25 = 16 per accelerator cycle.
 DEFAULT_HOST_FLOPS_PER_CYCLE = 16.0
+# What the instructions can address: every byte of DRAM, every row of a local memory.
+_DRAM_BYTES_MAX = isa.LOAD.field("dram").range[1] + 1
+_LOCAL_ROWS_MAX = isa.LOAD.field("sram").range[1] + 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,6 @@ class Array:
 class Memory:
     size_bytes: int
     row_bytes: int
-    banks: int
 
     @property
     def rows(self) -> int:
@@ -107,11 +110,10 @@ _SCHEMA = [
     ("array.preload_overlap", lambda v: isinstance(v, bool), "true or false"),
     ("memory.scratchpad.size_bytes", _positive_int, "a positive integer"),
     ("memory.scratchpad.row_bytes", _positive_int, "a positive integer"),
-    ("memory.scratchpad.banks", _positive_int, "a positive integer"),
     ("memory.accumulator.size_bytes", _positive_int, "a positive integer"),
     ("memory.accumulator.row_bytes", _positive_int, "a positive integer"),
-    ("memory.accumulator.banks", _positive_int, "a positive integer"),
-    ("dram.size_bytes", lambda v: _positive_int(v) and v <= 2**32, "a positive integer <= 2^32"),
+    ("dram.size_bytes", lambda v: _positive_int(v) and v <= _DRAM_BYTES_MAX,
+     f"a positive integer <= 2^{_DRAM_BYTES_MAX.bit_length() - 1}"),
     ("dma.bytes_per_cycle", _positive_int, "a positive integer"),
     ("dma.latency_cycles", _nonnegative_int, "a non-negative integer"),
     ("dma.max_burst_bytes", _positive_int, "a positive integer"),
@@ -127,6 +129,9 @@ _SCHEMA = [
 ]
 # Keys a file may omit (added after the first presets): their values when missing.
 _DEFAULTS = {"host.flops_per_cycle": DEFAULT_HOST_FLOPS_PER_CYCLE}
+# Keys earlier files had that nothing modelled: an error that says so, not just "unknown".
+_REMOVED = {f"memory.{memory}.banks": "the machine does not model memory banks"
+            for memory in ("scratchpad", "accumulator")}
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,10 @@ class Arch:
             values[key] = node
         known = {key for key, _, _ in _SCHEMA}
         unknown = sorted(k for k in _flatten(data) if k not in known)
+        removed = [k for k in unknown if k in _REMOVED]
+        if removed:
+            raise SimulatorError(f"{source}: key {removed[0]!r} is no longer read "
+                                 f"({_REMOVED[removed[0]]}): delete it")
         if unknown:
             raise SimulatorError(f"{source}: unknown key {unknown[0]!r}")
 
@@ -219,9 +228,10 @@ class Arch:
             if mem.size_bytes % mem.row_bytes:
                 raise SimulatorError(f"{source}: memory.{key}.size_bytes = {mem.size_bytes}: "
                                      f"expected a multiple of row_bytes = {mem.row_bytes}")
-            if mem.rows > 2**20:
+            if mem.rows > _LOCAL_ROWS_MAX:
                 raise SimulatorError(f"{source}: memory.{key} has {mem.rows} rows: expected at "
-                                     f"most 2^20 (the ISA's local address fields)")
+                                     f"most 2^{_LOCAL_ROWS_MAX.bit_length() - 1} (the ISA's "
+                                     f"local address fields)")
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict: recorded in program headers, read back by `from_dict`."""
@@ -235,6 +245,22 @@ class Arch:
         if flops < 0:
             raise SimulatorError(f"host_cycles: flops = {flops}: expected a non-negative count")
         return math.ceil(flops / self.host.flops_per_cycle)
+
+    def roofline(self, macs: int, dram_bytes: int, vector_cycles: int = 0,
+                 host_cycles: int = 0) -> tuple[int, str]:
+        """The fewest cycles that work can take, and what sets them: the array at
+        `macs_per_cycle`, the DRAM port at `dma.bytes_per_cycle`, the vector unit's own cycles,
+        the host's (HOSTs run one at a time). Ties go to the first: array, then DRAM."""
+        roofs = {"array": -(-macs // self.macs_per_cycle),
+                 "dram": -(-dram_bytes // self.dma.bytes_per_cycle), "vector": vector_cycles,
+                 "host": host_cycles}
+        by = max(roofs, key=roofs.get)
+        return roofs[by], by
+
+    @property
+    def memories(self) -> tuple[Memory, ...]:
+        """The local memories, indexed by the ISA's memory ids (`isa.MEMORIES`)."""
+        return tuple(getattr(self, name) for name in isa.MEMORIES)
 
     @property
     def macs_per_cycle(self) -> int:

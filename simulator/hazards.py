@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.errors import SimulatorError
+from simulator.units import MEMORIES
 
 _NONE = -1
 _max_rows = np.maximum.reduce
@@ -50,7 +51,7 @@ class Hazards:
             self.tables[mem][queue if write else nq + queue, start:stop] = index
 
     def _fail(self, index, mem, start, stop, write, other, verb):
-        name = ("scratchpad", "accumulator")[mem]
+        name = MEMORIES[mem]
         kind = {(False, "writes"): "read after write", (True, "writes"): "write after write",
                 (True, "reads"): "write after read"}[(write, verb)]
         raise SimulatorError(

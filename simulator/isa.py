@@ -76,10 +76,10 @@ store -> vector -> compute -> load.
   tokens relayed store -> vector -> compute -> load, as for any STORE.
 - END: the end of the program; exactly one, last.
 
-A **parameter block** is two accumulator rows at `param`: per-lane Q31 multipliers, then per-lane
-shifts (`numerics.quantize_multiplier`), and for REQUANT with bias=1 a third row of per-lane
-int32 biases; every lane read must hold a shift in [-31, 31]. Load it with a LOAD into the
-accumulator.
+A **parameter block** (`ParamBlock`, which packs and unpacks it) is two accumulator rows at
+`param`: per-lane Q31 multipliers, then per-lane shifts (`numerics.quantize_multiplier`), and for
+REQUANT with bias=1 a third row of per-lane int32 biases; every lane read must hold a shift in
+[-31, 31]. Load it with a LOAD into the accumulator.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from simulator.errors import SimulatorError
-from simulator.units import Work, array, dma, host, vector
+from simulator.units import MEMORIES, Work, array, dma, host, vector
 
 WORD_BITS = 256
 WORD_BYTES = WORD_BITS // 8
@@ -168,6 +168,20 @@ class InsnDef:
     # pipelined unit's drain. 0 for all but COMPUTE on a weight-stationary array with
     # preload_overlap (`simulator.units.array`).
     latency: Callable = _free
+    # Cycles it holds the one DRAM port, which LOAD, STORE and HOST share (after the DMA
+    # latency, within `cycles`); None for an instruction that does not use the port.
+    transfer: Callable | None = None
+    # `min_cycles(arch, count, nbytes)`: a lower bound of the cycles `count` such instructions
+    # moving `nbytes` take, for a planner (the tiler's cost model); None where it has no use.
+    min_cycles: Callable | None = None
+
+    def field(self, name: str) -> F:
+        """The row's field `name`: the compiler and the arch check ask it for their limits."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise SimulatorError(f"{self.mnemonic}: no field {name!r}; fields are "
+                             f"{', '.join(f.name for f in self.fields)}")
 
     def __call__(self, *, pop_prev=False, pop_next=False, push_prev=False, push_next=False,
                  **values) -> Insn:
@@ -227,7 +241,9 @@ def _check_deps(insn: Insn) -> None:
                                  f"next queue")
 
 
-_MEM = F("mem", 2, names=dma.MEMORIES)
+_MEM = F("mem", 2, names=MEMORIES)
+LUT_ENTRIES = vector.LUT_ENTRIES  # a LUT instruction's table: one int8 entry per int8 code
+ParamBlock = vector.ParamBlock  # what REQUANT, ADD and AVGPOOL read at `param`
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))
@@ -241,10 +257,11 @@ LOAD = InsnDef("LOAD", 0x01, "load",
                 F("pad_top", 8, default=0), F("pad_bottom", 8, default=0),
                 F("pad_left", 8, default=0), F("pad_right", 8, default=0),
                 F("pad_value", 8, signed=True, default=0)),
-               run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access)
+               run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access,
+               transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
 STORE = InsnDef("STORE", 0x02, "store", (_MEM, F("sram", _ROW), *_STRIDED),
                 run=dma.store, cycles=dma.cycles, work=dma.store_work,
-                access=dma.store_access)
+                access=dma.store_access, transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
 PRELOAD = InsnDef("PRELOAD", 0x03, "compute", (F("sp", _ROW), F("k", 16)),
                   run=array.preload, cycles=array.preload_cycles, work=array.preload_work,
                   access=array.preload_access)
@@ -281,7 +298,7 @@ SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 HOST = InsnDef("HOST", 0x0B, "store",
                (F("segment", 16), F("compute_cycles", 32), F("read_bytes", 32),
                 F("write_bytes", 32)),
-               run=host.run, cycles=host.cycles, work=host.work)
+               run=host.run, cycles=host.cycles, work=host.work, transfer=host.transfer_cycles)
 END = InsnDef("END", 0x1F, "end", ())
 
 TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MAXPOOL, AVGPOOL, LUT, SYNC, HOST, END)

@@ -151,9 +151,8 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
     channel = _channels()
     name_of = {v: f"{isa.QUEUES[a]}->{isa.QUEUES[b]}" for (a, b), v in channel.items()}
     vector_q = isa.QUEUES.index("vector")
-    # is_dma[i]: None for an instruction that does not use the DRAM port, else the cycles it
-    # spends after its transfer (0 for LOAD/STORE, compute_cycles for HOST)
-    queue_of, pops, pushes, wakes, cycles, is_dma = [], [], [], [], [], []
+    # transfer[i]: the cycles instruction i holds the DRAM port (`InsnDef.transfer`), or None
+    queue_of, pops, pushes, wakes, cycles, transfer = [], [], [], [], [], []
     drain = []  # cycles after the unit frees until the results are visible (`InsnDef.latency`)
     for i in range(n):
         insn = insns[i]
@@ -176,8 +175,7 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
         wakes.append(tuple(wake))
         cycles.append(row.cycles(arch, insn))
         drain.append(row.latency(arch, insn))
-        is_dma.append(0 if row is isa.LOAD or row is isa.STORE else
-                      insn.args["compute_cycles"] if row is isa.HOST else None)
+        transfer.append(None if row.transfer is None else row.transfer(arch, insn))
     queues = [[i for i in range(n) if queue_of[i] == q] for q in range(NQ)]
     nchan = len(channel)
     push_times = [[] for _ in range(nchan)]
@@ -185,7 +183,7 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
     pop_times = [[] for _ in range(nchan)]
     push_clocks = [[] for _ in range(nchan)]  # the pusher's vector clock, per token
     clocks = [[-1] * NQ for _ in range(NQ)]
-    hazards = Hazards((arch.scratchpad.rows, arch.accumulator.rows), NQ,
+    hazards = Hazards(tuple(memory.rows for memory in arch.memories), NQ,
                       lambda i: _where(program, i)) if check_hazards else None
     depth = arch.queues.token_depth
     latency = arch.dma.latency_cycles
@@ -246,14 +244,14 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
             insns[i].op.run(state, insns[i])
         except SimulatorError as err:
             raise SimulatorError(f"{_where(program, i)}: {err}") from None
-        tail = is_dma[i]
-        if tail is not None:
-            transfer = cycles[i] - latency - tail
-            begin = max(s + latency, port_free) if transfer else s + latency
+        moving = transfer[i]
+        if moving is not None:  # the latency, the transfer on the port, then the rest (HOST's
+            #                     compute) with the port free
+            begin = max(s + latency, port_free) if moving else s + latency
             stall[(q, "dram_port")] += begin - (s + latency)
-            if transfer:
-                port_free = begin + transfer
-            e = begin + transfer + tail
+            if moving:
+                port_free = begin + moving
+            e = begin + cycles[i] - latency
         else:
             e = s + cycles[i]
         for ch in pops[i]:

@@ -10,7 +10,8 @@ Layout (all integers little-endian):
           32   u64      length of the DRAM image
           40   ...      JSON header (UTF-8, sorted keys): "arch" (the fully resolved arch dict),
                         "inputs"/"outputs" (IOBinding records), "metadata" (tool version and the
-                        option record), "nodes" (source graph node names), "host_segments"
+                        option record), "nodes" (source graph node names), "host_segments",
+                        "model_macs" (null when not recorded)
                   ...   instruction words
                   ...   u32 per instruction: index into "nodes" (0xFFFFFFFF: none)
                   ...   DRAM image: initial DRAM contents from address 0 (weights, parameters)
@@ -34,6 +35,7 @@ import numpy as np
 from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
+from simulator.units import host as host_unit
 
 MAGIC = b"EMBERPRG"
 FORMAT_VERSION = 1
@@ -119,7 +121,11 @@ class Program:
     `host_segments` are the subgraphs the host CPU runs (HOST instructions name them by
     index): JSON-serializable dicts with "name", "nodes" (graph node names), "inputs" and
     "outputs" (IOBinding records: where each value lives in DRAM), "graph" (the host runner's
-    business) and "flops"."""
+    business) and "flops".
+
+    `model_macs` are the model's MACs, which the roofline counts (`bound`): a grouped
+    convolution's block-diagonal zero blocks, which the array multiplies too, excluded. None
+    (a hand-written program) lets the MACs issued to the array stand in."""
 
     arch: Arch
     instructions: tuple[isa.Insn, ...]
@@ -129,6 +135,7 @@ class Program:
     source: tuple[str, ...] = ()
     metadata: dict = field(default_factory=dict)
     host_segments: tuple[dict, ...] = ()
+    model_macs: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "instructions", tuple(self.instructions))
@@ -153,9 +160,34 @@ class Program:
                 raise SimulatorError(f"program: instruction {i} ({isa.disassemble(insn)}) names "
                                      f"host segment {insn.args['segment']}, but the program has "
                                      f"{count} host segment(s)")
+        if self.model_macs is not None and (not isinstance(self.model_macs, int)
+                                            or isinstance(self.model_macs, bool)
+                                            or self.model_macs < 0):
+            raise SimulatorError(f"program: model_macs = {self.model_macs!r}: expected a "
+                                 f"non-negative integer or None")
         if len(self.dram_image) > self.arch.dram.size_bytes:
             raise SimulatorError(f"program: DRAM image of {len(self.dram_image)} bytes exceeds "
                                  f"DRAM of {self.arch.dram.size_bytes} bytes")
+
+    @property
+    def compulsory_dram_bytes(self) -> int:
+        """The DRAM bytes every run moves: the image read once, each input read and each output
+        written once."""
+        return len(self.dram_image) + sum(b.size_bytes for b in self.inputs + self.outputs)
+
+    def roofline_macs(self, issued_macs: int) -> int:
+        """The MACs the roofline counts: the model's, or the `issued_macs` when not recorded."""
+        return issued_macs if self.model_macs is None else self.model_macs
+
+    def bound(self, issued_macs: int, dram_traffic: int) -> tuple[int, str]:
+        """The program's roofline (`Arch.roofline`) and what sets it: its `roofline_macs` on the
+        array, the compulsory DRAM bytes (no more than the `dram_traffic` a run moves: what is
+        never read need not be), and its HOST instructions one after another."""
+        host = sum(host_unit.roof_cycles(self.arch, insn) for insn in self.instructions
+                   if insn.op is isa.HOST)
+        return self.arch.roofline(self.roofline_macs(issued_macs),
+                                  min(self.compulsory_dram_bytes, dram_traffic),
+                                  host_cycles=host)
 
     def _check_binding(self, binding: IOBinding, what: str) -> None:
         last = binding.dram + sum((n - 1) * s for n, s in
@@ -200,6 +232,7 @@ class Program:
             "metadata": self.metadata,
             "nodes": nodes,
             "host_segments": list(self.host_segments),
+            "model_macs": self.model_macs,
         }, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         words = isa.encode_words(self.instructions)
         node_ids = np.array([index[n] if n else _NO_NODE for n in self.source], "<u4").tobytes()
@@ -261,7 +294,8 @@ class Program:
                 outputs=tuple(IOBinding.from_dict(d) for d in header["outputs"]),
                 source=tuple(nodes[i] if i != _NO_NODE else "" for i in node_ids.tolist()),
                 metadata=header["metadata"],
-                host_segments=tuple(header["host_segments"]))
+                host_segments=tuple(header["host_segments"]),
+                model_macs=header.get("model_macs"))
         except SimulatorError as err:
             raise SimulatorError(f"{name}: {err}") from None
 

@@ -1,18 +1,18 @@
 """What a run measured: per-instruction times (Timeline) and their totals (Stats), and the JSON
 performance report built from them.
 
-The totals are explainable from the architecture: `bound_cycles` is the roofline
-max(MACs / (rows * cols), DRAM bytes / bytes_per_cycle), which the machine can never beat (the
-array does at most rows * cols MACs per cycle and the DRAM port moves at most bytes_per_cycle).
-Its MACs are the model's when the program records them (`model_macs`); `macs` counts those
-issued to the array, zero blocks of block-diagonal grouped convolutions included.
-The DRAM term uses the compulsory bytes (DRAM image + inputs + outputs), capped by the bytes
-actually moved. Per layer (grouped by the program's source node names), `cycles` is the layer's
-span on the timeline (first start to last end over its instructions; pipelined layers overlap),
-and its bound uses the layer's own DRAM traffic and, as a third roof, its vector-unit cycles
-(elements / lanes: the vector unit's own peak). Per layer and unit, `busy_cycles` and
-`unit_spans` ([first start, last end]) say where the layer's time went. Peak local-memory
-occupancy is the high-water mark of rows written, in bytes.
+The totals are explainable from the architecture: `bound_cycles` is the program's roofline
+(`Program.bound`, the one the compiler's summary prints too), which the machine can never beat:
+the array does at most rows * cols MACs per cycle, the DRAM port moves at most bytes_per_cycle
+(of the compulsory bytes: DRAM image + inputs + outputs, capped by the bytes actually moved),
+and HOSTs run one at a time. Its MACs are the model's when the program records them
+(`Program.model_macs`); `macs` counts those issued to the array, zero blocks of block-diagonal
+grouped convolutions included. Per layer (grouped by the program's source node names), `cycles`
+is the layer's span on the timeline (first start to last end over its instructions; pipelined
+layers overlap), and its bound uses the layer's own DRAM traffic and, as a third roof, its
+vector-unit cycles (elements / lanes: the vector unit's own peak). Per layer and unit,
+`busy_cycles` and `unit_spans` ([first start, last end]) say where the layer's time went. Peak
+local-memory occupancy is the high-water mark of rows written, in bytes.
 """
 
 from __future__ import annotations
@@ -28,13 +28,6 @@ UNITS = {"load": "load", "compute": "array", "vector": "vector", "store": "store
 # HOST instructions sit on the store queue but run on the host CPU: their time counts there.
 HOST_UNIT = len(UNITS)
 REPORT_VERSION = 1
-
-
-def model_macs(program, issued: int) -> int:
-    """The MACs the roofline counts: the model's, as the compiler records them in the program's
-    metadata (a grouped convolution's block-diagonal zero blocks excluded), else those issued."""
-    recorded = program.metadata.get("compiler", {}).get("model_macs")
-    return int(recorded) if isinstance(recorded, int) else issued
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,8 @@ class Stats:
     clock_mhz: float
     cycles: int
     instructions: int
-    macs: int
+    macs: int  # issued to the array, zero blocks of grouped convolutions included
+    model_macs: int  # the model's, which the roofline counts (`Program.roofline_macs`)
     bound_cycles: int
     busy: dict
     stall: dict
@@ -96,21 +90,16 @@ class Stats:
         units = unit_ids(program, timeline)
         busy = {unit: int(duration[units == q].sum())
                 for q, unit in enumerate((*UNITS.values(), "host"))}
-        hosts = [insn for insn in insns if insn.op is isa.HOST] if program.host_segments else []
-        busy["dram"] = sum(insn.op.cycles(arch, insn) - arch.dma.latency_cycles
-                           for insn in insns if insn.op is isa.LOAD or insn.op is isa.STORE) \
-            + sum(host_unit.transfer_cycles(arch, insn) for insn in hosts)
-        compulsory = len(program.dram_image) + sum(b.size_bytes for b in program.inputs) \
-            + sum(b.size_bytes for b in program.outputs)
+        busy["dram"] = sum(insn.op.transfer(arch, insn) for insn in insns
+                           if insn.op.transfer is not None)
         traffic = int(read.sum() + written.sum())
         energy_pj = (macs.sum() * arch.energy.mac_pj + local.sum() * arch.energy.local_byte_pj
                      + traffic * arch.energy.dram_byte_pj)
         return cls(
             arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
             instructions=len(program.instructions), macs=int(macs.sum()),
-            bound_cycles=_bound(arch, model_macs(program, int(macs.sum())),
-                                min(compulsory, traffic),
-                                host_cycles=_host_roof(arch, hosts))[0],
+            model_macs=program.roofline_macs(int(macs.sum())),
+            bound_cycles=program.bound(int(macs.sum()), traffic)[0],
             busy=busy, stall=dict(timeline.stall),
             dram_bytes_read=int(read.sum()), dram_bytes_written=int(written.sum()),
             peak_bytes={"scratchpad": int(sp_end.max(initial=0)) * arch.scratchpad.row_bytes,
@@ -118,7 +107,7 @@ class Stats:
             energy_uj=float(energy_pj) / 1e6,
             layers=_layers(program, timeline, macs, read + written, units),
             macs_per_cycle=arch.macs_per_cycle, dram_bytes_per_cycle=arch.dma.bytes_per_cycle,
-            compulsory_dram_bytes=compulsory,
+            compulsory_dram_bytes=program.compulsory_dram_bytes,
             host_segments=_host_segments(program, timeline, units))
 
     @property
@@ -141,6 +130,7 @@ class Stats:
             "bound_cycles": self.bound_cycles,
             "instructions": self.instructions,
             "macs": self.macs,
+            "model_macs": self.model_macs,
             "peak_macs_per_cycle": self.macs_per_cycle,
             "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
             "mac_utilization": (self.macs / (self.macs_per_cycle * self.cycles)
@@ -183,13 +173,6 @@ def unit_ids(program, timeline: Timeline) -> np.ndarray:
     return np.where(is_host, HOST_UNIT, timeline.queue).astype(timeline.queue.dtype)
 
 
-def _host_roof(arch, hosts) -> int:
-    """HOSTs run one at a time on the store queue, each moving its bytes and then computing:
-    the sum of their transfer and compute cycles is a lower bound."""
-    return sum(host_unit.transfer_cycles(arch, insn) + insn.args["compute_cycles"]
-               for insn in hosts)
-
-
 def _host_segments(program, timeline: Timeline, units) -> tuple[dict, ...]:
     """Per host segment: its name and nodes, and the busy cycles, DRAM bytes and compute cycles
     of the HOST instructions that ran it."""
@@ -209,15 +192,6 @@ def _host_segments(program, timeline: Timeline, units) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def _bound(arch, macs: int, dram_bytes: int, vector_cycles: int = 0,
-           host_cycles: int = 0) -> tuple[int, str]:
-    roofs = {"array": -(-macs // arch.macs_per_cycle),
-             "dram": -(-dram_bytes // arch.dma.bytes_per_cycle), "vector": vector_cycles,
-             "host": host_cycles}
-    by = max(roofs, key=roofs.get)  # ties go to the first: array, then DRAM
-    return roofs[by], by
-
-
 def _layers(program, timeline: Timeline, macs, dram, units) -> tuple[Layer, ...]:
     names = program.source[:-1]
     order = list(dict.fromkeys(n for n in names if n))
@@ -235,8 +209,9 @@ def _layers(program, timeline: Timeline, macs, dram, units) -> tuple[Layer, ...]
             if on.any():
                 spans[unit] = (int(timeline.start[on].min()), int(timeline.end[on].max()))
         hosts = [program.instructions[i] for i in np.flatnonzero(mask & (units == HOST_UNIT))]
-        bound, by = _bound(program.arch, layer_macs, layer_dram, busy["vector"],
-                           _host_roof(program.arch, hosts))
+        bound, by = program.arch.roofline(
+            layer_macs, layer_dram, busy["vector"],
+            sum(host_unit.roof_cycles(program.arch, insn) for insn in hosts))
         layers.append(Layer(name, int(timeline.start[mask].min()), int(timeline.end[mask].max()),
                             layer_macs, layer_dram, bound, by, busy, spans,
                             "host" if hosts else "accelerator"))

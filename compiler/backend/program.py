@@ -45,8 +45,7 @@ class Summary:
     compulsory_dram_bytes: int
     dram_bytes_moved: int
     estimated_cycles: int  # the busiest unit (or the DRAM port), overlap assumed perfect
-    bound_cycles: int  # roofline: max(MACs / array size, compulsory bytes / DMA bandwidth,
-                       # host segments' transfer + compute cycles)
+    bound_cycles: int  # the roofline, `Program.bound`, of the model's MACs
     per_layer: tuple[dict, ...] = field(default=())
     # What runs on the host: per segment its nodes, flops, DRAM bytes and HOST cycles.
     host_segments: tuple[dict, ...] = field(default=())
@@ -91,9 +90,9 @@ def bindings(lowered: Lowered, plan: DramPlan,
 
 def local_footprint(tiles: list[Tiles], arch: Arch) -> tuple[int, int]:
     """Bytes of scratchpad and accumulator the largest layer's regions take."""
-    peak = {"scratchpad": 0, "accumulator": 0}
+    peak = dict.fromkeys(isa.MEMORIES, 0)
     for t in tiles:
-        used = {"scratchpad": 0, "accumulator": 0}
+        used = dict.fromkeys(isa.MEMORIES, 0)
         for f in dataclasses.fields(t):
             region = getattr(t, f.name)
             if isinstance(region, Region):
@@ -103,12 +102,13 @@ def local_footprint(tiles: list[Tiles], arch: Arch) -> tuple[int, int]:
             peak["accumulator"] * arch.accumulator.row_bytes)
 
 
-def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch,
-              io_bytes: int, tiles: list[Tiles]) -> Summary:
+def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: Program,
+              tiles: list[Tiles]) -> Summary:
+    arch = program.arch
     insns = scheduled.instructions[:-1]
     per_queue = {q: 0 for q in isa.QUEUES}
     busy = {q: 0 for q in isa.QUEUES}
-    dram_moved = transfer = host_roof = 0
+    dram_moved = transfer = 0
     layer_macs: dict[str, int] = {}
     host_cycles: dict[str, int] = {}
     for insn, source in zip(insns, scheduled.source):
@@ -118,32 +118,26 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, arch: Arch
         busy[q] += cycles
         work = insn.op.work(arch, insn)
         dram_moved += work.dram_read + work.dram_written
-        if insn.op in (isa.LOAD, isa.STORE):
-            transfer += cycles - arch.dma.latency_cycles
-        elif insn.op is isa.HOST:  # its inputs and outputs cross the same DRAM port
-            transfer += cycles - arch.dma.latency_cycles - insn.args["compute_cycles"]
-            host_roof += cycles - arch.dma.latency_cycles
+        if insn.op.transfer is not None:  # LOAD, STORE, HOST: the one DRAM port
+            transfer += insn.op.transfer(arch, insn)
+        if insn.op is isa.HOST:
             host_cycles[source] = host_cycles.get(source, 0) + cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs
     array_macs = sum(layer_macs.values())
-    macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
-    compulsory = plan.image_bytes + io_bytes
-    # The host's roof (its transfers and compute, as the simulator's report counts it) joins
-    # the array's and DRAM's: a program no faster than its host segments.
-    bound = max(-(-macs // arch.macs_per_cycle), -(-compulsory // arch.dma.bytes_per_cycle),
-                host_roof)
     per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
                        "macs": layer.macs if isinstance(layer, ConvLayer) else 0,
                        "array_macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
     return Summary(
         layers=len(lowered.layers), instructions=len(scheduled.instructions),
-        per_queue=per_queue, syncs=scheduled.syncs, macs=macs, array_macs=array_macs,
+        per_queue=per_queue, syncs=scheduled.syncs, macs=program.roofline_macs(array_macs),
+        array_macs=array_macs,
         dram_image_bytes=plan.image_bytes, activation_peak_bytes=plan.peak_bytes,
         activation_lower_bound_bytes=plan.lower_bound_bytes, dram_total_bytes=plan.total_bytes,
         scratchpad_peak_bytes=local_footprint(tiles, arch)[0],
         accumulator_peak_bytes=local_footprint(tiles, arch)[1],
-        compulsory_dram_bytes=compulsory, dram_bytes_moved=dram_moved,
-        estimated_cycles=max(max(busy.values()), transfer), bound_cycles=bound,
+        compulsory_dram_bytes=program.compulsory_dram_bytes, dram_bytes_moved=dram_moved,
+        estimated_cycles=max(max(busy.values()), transfer),
+        bound_cycles=program.bound(array_macs, dram_moved)[0],
         per_layer=per_layer, host_segments=tuple(
             {"name": layer.node, "nodes": list(layer.nodes), "flops": layer.flops,
              "read_bytes": layer.read_bytes, "write_bytes": layer.write_bytes,

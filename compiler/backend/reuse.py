@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from compiler.backend.codegen.emit import instruction
+from compiler.backend.codegen.emit import PAD_MAX, instruction
 from compiler.backend.layers import ConvLayer, Lowered, PoolLayer
 from compiler.backend.memory import reads
 from compiler.backend.tiling import (
@@ -41,8 +41,6 @@ from compiler.backend.tiling import (
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
-
-_PAD_MAX = 255  # LOAD pad fields are 8 bits
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ class OnChip:
 
     def fill(self, node: str, lanes: int) -> list:
         """The LOADs with only padding that set every row of the block to the pad value."""
-        per = self.slots if self.slots * self.height <= _PAD_MAX else 1
+        per = self.slots if self.slots * self.height <= PAD_MAX else 1
         return [instruction(node, isa.LOAD, mem="scratchpad", sram=self.base + s * self.slot_rows,
                             dram=0, y_size=0, x_size=0, elem_bytes=lanes, x_stride=lanes,
                             y_stride=lanes, pad_top=per * self.height, pad_left=self.width,
@@ -193,7 +191,7 @@ def _try_pair(producer: ConvLayer, consumer, p_plain: ConvTiles, c_plain: Tiles,
     fields = _consumer_layout(consumer, c_plain, arch)
     if fields is None or fields["block"] != p_plain.out_block:
         return None
-    if max(fields["height"], fields["width"]) > _PAD_MAX:
+    if max(fields["height"], fields["width"]) > PAD_MAX:
         return None
     layout = OnChip(producer.y, 0, image_hw=producer.out_hw, **fields)
     base = top - layout.rows
@@ -214,7 +212,7 @@ def _try_pair(producer: ConvLayer, consumer, p_plain: ConvTiles, c_plain: Tiles,
         return None
     # The DMA the tensor's store and load would take, against what the smaller plan costs.
     size = producer.batch * producer.out_hw[0] * producer.out_hw[1] * producer.out_channels
-    saved = 2 * size / arch.dma.bytes_per_cycle
+    saved = isa.STORE.min_cycles(arch, 0, 2 * size)  # their latencies overlap other work
     if conv_cost(producer, retiled, arch) > conv_cost(producer, p_plain, arch) + saved:
         return None
     if p_input is not None:  # it must still read its kept input whole, in the same layout

@@ -40,7 +40,6 @@ from simulator.arch import Arch
 NQ = len(isa.QUEUES)
 _DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
 _DRAM_MAX_BLOCKS = 1 << 22
-_MEMORIES = ("scratchpad", "accumulator")
 
 
 @dataclass(frozen=True)
@@ -134,8 +133,7 @@ class _Tokens:
         self.entries: list[_Entry] = []
         self.latest = [-1] * NQ  # program index of each queue's latest instruction
         # Per local memory row: last writer per queue, then last reader per queue.
-        self.local = [np.full((arch.scratchpad.rows, 2 * NQ), -1, np.int64),
-                      np.full((arch.accumulator.rows, 2 * NQ), -1, np.int64)]
+        self.local = [np.full((memory.rows, 2 * NQ), -1, np.int64) for memory in arch.memories]
         # Per DRAM block of `dram_block` bytes from dram_base: last writer per queue, then last
         # reader per queue (a block is conservative: accesses sharing one are ordered). Blocks
         # grow past _DRAM_BLOCK_BYTES only for a span too large for the table.

@@ -34,10 +34,13 @@ from simulator import isa
 from simulator.arch import Arch
 
 BUFFERS = 2  # ping-pong
-PARAM_ROWS = 2  # a parameter block: multipliers, then shifts (simulator.isa)
-CONV_PARAM_ROWS = 3  # a convolution's also holds its bias, which REQUANT adds (bias=1)
-LUT_ENTRIES = 256
-_MAX_FIELD = (1 << 16) - 1  # y_size, x_size, m_outer, m_inner, rows: 16-bit fields
+PARAM_ROWS = isa.ParamBlock.rows()
+CONV_PARAM_ROWS = isa.ParamBlock.rows(bias=True)  # with a convolution's bias (REQUANT bias=1)
+# The most rows one instruction moves: a tile's pixels are a LOAD's y_size * x_size, a COMPUTE's
+# m_inner and a vector instruction's rows.
+_MAX_FIELD = min(row.field(name).range[1] for row, name in (
+    (isa.LOAD, "y_size"), (isa.LOAD, "x_size"), (isa.COMPUTE, "m_outer"), (isa.COMPUTE, "m_inner"),
+    (isa.REQUANT, "rows"), (isa.ADD, "rows"), (isa.LUT, "rows")))
 _ELEMENTWISE_TILE_ROWS = 4096  # enough rows per tile to amortise DMA latency, few enough to overlap
 
 
@@ -259,7 +262,7 @@ def conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch) -> float:
 
 def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: int) -> float:
     """A plan's cycles if DMA and the array overlap perfectly: the larger of the load queue's
-    time (each LOAD pays the DMA latency, then its bytes: inputs and weights) and the array's
+    time (`isa.LOAD.min_cycles` of its LOADs and their bytes: inputs and weights) and the array's
     (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
     `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
     whole-layer plan."""
@@ -273,8 +276,7 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     loads = tiles * (slices if t.whole_layer else work)
     if t.whole_layer and not t.resident_weights:
         loads += tiles * blocks  # a weight block per tile and block
-    dma = ((input_bytes + weight_bytes) / arch.dma.bytes_per_cycle
-           + loads * arch.dma.latency_cycles)
+    dma = isa.LOAD.min_cycles(arch, loads, input_bytes + weight_bytes)
     computes = tiles * work * (kh * kw if t.packed_taps == 1 else kh)
     one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
                       accumulate=1)
@@ -315,7 +317,7 @@ def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles
         n, h, w, c = layer.views[-1].shape
         total_rows = n * h * w * ceil_div(c, arch.lanes)
     is_add = isinstance(layer, AddLayer)
-    table_rows = 0 if is_add else ceil_div(LUT_ENTRIES, arch.lanes)
+    table_rows = 0 if is_add else ceil_div(isa.LUT_ENTRIES, arch.lanes)
     operands = 3 if is_add else 2
     fit = (sp_rows - table_rows) // (BUFFERS * operands)
     if fit < 1:
@@ -361,7 +363,7 @@ def alternate(tiles: list[Tiles], arch: Arch, reserved: list[int] | None = None)
             continue
         regions = [getattr(t, f.name) for f in dataclasses.fields(t)
                    if isinstance(getattr(t, f.name), Region)]
-        top = {"scratchpad": arch.scratchpad.rows, "accumulator": arch.accumulator.rows}
+        top = {name: memory.rows for name, memory in zip(isa.MEMORIES, arch.memories)}
         regions = [r for r in regions if not r.fixed]
         own = reserved[i] if reserved else 0
         before = reserved[i - 1] if reserved else 0

@@ -39,10 +39,11 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
     """The performance report of PROGRAM (an .ember) on its accelerator, or of REPORT (a
     .json that `ember simulate --report` wrote).
 
-    Per layer: its unit (array, vector, dma or host), cycles and share of the run, MACs,
-    array utilization, its own roofline bound and what bounds it (array, dram or vector), and
-    DRAM bytes. Totals: cycles against the roofline bound, utilization per unit, DRAM traffic
-    against the compulsory bytes, energy, and time at the arch's clock. Host segments, when the
+    Per layer: its unit (array, vector, dma or host), cycles and share of the run, MACs issued
+    to the array, array utilization, its own roofline bound and what bounds it (array, dram or
+    vector), and DRAM bytes. Totals: cycles against the roofline bound (of the model's MACs),
+    the MACs issued to the array and the model's, utilization per unit, DRAM traffic against
+    the compulsory bytes, energy, and time at the arch's clock. Host segments, when the
     program has them, appear as their own rows with what they cost.
 
     \b

@@ -46,12 +46,13 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     \b
-    The report's keys: cycles, time_ms, bound_cycles (roofline: max of MACs / array size and
-    compulsory DRAM bytes / DMA bandwidth), peak_macs_per_cycle, dram_bytes_per_cycle,
+    The report's keys: cycles, time_ms, bound_cycles (roofline: max of the model's MACs / array
+    size, compulsory DRAM bytes / DMA bandwidth and the host segments' cycles), macs (issued to
+    the array) and mac_utilization, model_macs, peak_macs_per_cycle, dram_bytes_per_cycle,
     utilization (per unit; "host" for host segments), busy_cycles, stall_cycles,
     dram_bytes_read, dram_bytes_written, compulsory_dram_bytes, energy_uj, host_cycles,
     host_segments (name, nodes, cycles, read_bytes, write_bytes, compute_cycles), layers (name,
-    unit: accelerator|host, cycles, start_cycle, macs, dram_bytes, bound_cycles, bound_by:
+    unit: accelerator|host, cycles, start_cycle, macs (issued), dram_bytes, bound_cycles, bound_by:
     array|dram|vector|host, busy_cycles and unit_spans per unit), run.
     `ember report perf.json` renders a saved report again.
 

@@ -4,7 +4,9 @@
 Every figure comes from the simulator's report; this module only derives ratios from it:
 a layer's share of the run, its array utilization (MACs / (peak × its cycles)), its arithmetic
 intensity (MACs per DRAM byte) and achieved MACs per cycle for the roofline, the whole run
-against its roofline bound and its DRAM traffic against the compulsory bytes. Host segments (a
+against its roofline bound and its DRAM traffic against the compulsory bytes. "MACs" are those
+issued to the array (`macs`), zero blocks of grouped convolutions included; the bound counts
+the model's (`model_macs`), which the totals show beside them. Host segments (a
 program's nodes that run on the host CPU) are shown, when the report has them, beside the
 accelerator's layers with what they cost.
 """
@@ -133,8 +135,13 @@ class PerformanceReport:
         if self.host_cycles:
             table.add_row("host segments", f"{self.host_cycles:,} cycles  "
                                            f"({self.host_cycles / max(self.cycles, 1):.0%})")
-        table.add_row("MACs", f"{doc['macs']:,}  ({doc.get('mac_utilization', 0.0):.1%} of "
-                              f"peak {doc['peak_macs_per_cycle']}/cycle)")
+        peak = doc["peak_macs_per_cycle"]
+        table.add_row("MACs issued to the array", f"{doc['macs']:,}  ("
+                      f"{doc.get('mac_utilization', 0.0):.1%} of peak {peak}/cycle)")
+        if "model_macs" in doc:  # reports before it counted only the issued MACs
+            table.add_row("model MACs", f"{doc['model_macs']:,}  ("
+                          f"{doc['model_macs'] / max(peak * self.cycles, 1):.1%} of peak; the "
+                          f"roofline bound counts these)")
         table.add_row("unit busy", "  ".join(f"{unit} {value:.0%}" for unit, value
                                              in self.utilization.items()))
         compulsory = doc.get("compulsory_dram_bytes")
@@ -147,8 +154,9 @@ class PerformanceReport:
         table.add_row("energy", f"{doc.get('energy_uj', 0.0):.3f} µJ")
         console.print(table)
         if self.layers:
-            layers = Table(title="per layer (cycles: its span on the timeline; util: of the "
-                                 "array's peak; bound: its own roofline and what sets it)",
+            layers = Table(title="per layer (cycles: its span on the timeline; MACs: issued to "
+                                 "the array; util: of the array's peak; bound: its own roofline "
+                                 "and what sets it)",
                            box=box.SIMPLE_HEAD)
             layers.add_column("layer", overflow="fold")
             for column in ("unit", "cycles", "share", "MACs", "util", "bound", "DRAM B"):
@@ -213,7 +221,7 @@ class PerformanceReport:
             return ""
         return roofline(points, peak, bandwidth,
                         title=f"Roofline of {self.doc['arch']}: {peak} MACs/cycle, "
-                              f"{bandwidth} B/cycle DRAM")
+                              f"{bandwidth} B/cycle DRAM (MACs issued to the array)")
 
     def cycles_svg(self) -> str:
         bars = []

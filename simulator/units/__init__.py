@@ -22,7 +22,9 @@ class Work(NamedTuple):
     accumulator_end: int = 0
 
 
-SCRATCHPAD, ACCUMULATOR = 0, 1
+# The local memories, in the order of their ids (the `mem` field, `Access.mem`).
+MEMORIES = ("scratchpad", "accumulator")
+SCRATCHPAD, ACCUMULATOR = range(len(MEMORIES))
 
 
 class Access(NamedTuple):

@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.errors import SimulatorError
-from simulator.units import Access, Work, ceil_div, rows
-
-MEMORIES = ("scratchpad", "accumulator")
+from simulator.units import MEMORIES, Access, Work, ceil_div, rows
 
 
 def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:
@@ -72,10 +70,11 @@ def store(state, insn) -> None:
     dst[...] = data.view(np.uint8).reshape(dst.shape)
 
 
-def _transfer_cycles(arch, a: dict) -> int:
-    """Cycles to move the bytes: each contiguous DRAM run is split into bursts of at most
-    max_burst_bytes, and a burst occupies ceil(bytes / bytes_per_cycle) cycles, so narrow strided
-    elements waste bandwidth as they do on a real bus."""
+def transfer_cycles(arch, insn) -> int:
+    """Cycles the bytes occupy the DRAM port: each contiguous DRAM run is split into bursts of at
+    most max_burst_bytes, and a burst occupies ceil(bytes / bytes_per_cycle) cycles, so narrow
+    strided elements waste bandwidth as they do on a real bus."""
+    a = insn.args
     y, x, eb = a["y_size"], a["x_size"], a["elem_bytes"]
     if x * y * eb == 0:
         return 0
@@ -92,13 +91,20 @@ def _transfer_cycles(arch, a: dict) -> int:
 
 def cycles(arch, insn) -> int:
     """latency + transfer: the latency is paid once per instruction (requests pipeline)."""
-    return arch.dma.latency_cycles + _transfer_cycles(arch, insn.args)
+    return arch.dma.latency_cycles + transfer_cycles(arch, insn)
+
+
+def min_cycles(arch, count: int, nbytes: int) -> float:
+    """A lower bound of the cycles `count` LOADs or STOREs moving `nbytes` in all take, for a
+    planner that has not built them yet: each pays the latency, and the bytes move at the full
+    bandwidth, as `cycles` with its bursts' rounding relaxed."""
+    return nbytes / arch.dma.bytes_per_cycle + count * arch.dma.latency_cycles
 
 
 def load_work(arch, insn) -> Work:
     a = insn.args
     height, width = _block_shape(a)
-    row_bytes = (arch.scratchpad, arch.accumulator)[a["mem"]].row_bytes
+    row_bytes = arch.memories[a["mem"]].row_bytes
     end = a["sram"] + height * width
     return Work(dram_read=a["y_size"] * a["x_size"] * a["elem_bytes"],
                 local_bytes=height * width * row_bytes,
@@ -108,7 +114,7 @@ def load_work(arch, insn) -> Work:
 
 def store_work(arch, insn) -> Work:
     a = insn.args
-    row_bytes = (arch.scratchpad, arch.accumulator)[a["mem"]].row_bytes
+    row_bytes = arch.memories[a["mem"]].row_bytes
     return Work(dram_written=a["y_size"] * a["x_size"] * a["elem_bytes"],
                 local_bytes=a["y_size"] * a["x_size"] * row_bytes)
 

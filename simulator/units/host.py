@@ -45,6 +45,12 @@ def transfer_cycles(arch, insn) -> int:
     return ceil_div(a["read_bytes"] + a["write_bytes"], arch.dma.bytes_per_cycle)
 
 
+def roof_cycles(arch, insn) -> int:
+    """The cycles no schedule hides: HOSTs run one at a time on the store queue, each moving its
+    bytes and then computing (the DMA latency overlaps other work)."""
+    return transfer_cycles(arch, insn) + insn.args["compute_cycles"]
+
+
 def cycles(arch, insn) -> int:
     """latency + transfer + compute: the host reads its inputs, computes, writes its outputs."""
     return arch.dma.latency_cycles + transfer_cycles(arch, insn) + insn.args["compute_cycles"]

@@ -2,14 +2,15 @@
 table lookup, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
 cycle, so an instruction costs ceil(elements / lanes) cycles.
 
-Parameter blocks live in the accumulator (int32) as two consecutive rows at `param`:
-row 0 holds multipliers, row 1 shifts. REQUANT and AVGPOOL read them per lane (per channel);
-ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of `numerics.add`. Every lane that is read
-must hold a valid shift (in [-31, 31]; zero-filled lanes are valid), unused channels included.
-REQUANT with bias=1 reads a third row, per-lane int32 biases added (wrapping) before rescaling.
+Parameter blocks (`ParamBlock`) live in the accumulator (int32) at `param`. REQUANT and AVGPOOL
+read them per lane (per channel); ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of
+`numerics.add`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
+are valid), unused channels included.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -18,24 +19,54 @@ from simulator import numerics
 from simulator.errors import SimulatorError
 from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
 
-LUT_ENTRIES = 256
+LUT_ENTRIES = numerics.RANGES["int8"][1] - numerics.RANGES["int8"][0] + 1  # one per int8 code
 
 
-def _params(state, a: dict) -> tuple[np.ndarray, np.ndarray]:
-    block = state.accumulator[rows(state.accumulator, a["param"], 2, "accumulator (params)")]
-    return block[0], block[1]
+@dataclass(frozen=True, eq=False)
+class ParamBlock:
+    """A parameter block, as the compiler packs it into the DRAM image and the vector unit reads
+    it from the accumulator rows at `param`: per-lane Q31 multipliers, then per-lane shifts
+    (`numerics.quantize_multiplier`), and for REQUANT with bias=1 a third row of per-lane int32
+    biases, added (wrapping) to each accumulator row before rescaling. Unused lanes are zero."""
+
+    multipliers: np.ndarray
+    shifts: np.ndarray
+    bias: np.ndarray | None = None
+
+    @staticmethod
+    def rows(bias: bool = False) -> int:
+        """Accumulator rows a block takes, with or without the bias row."""
+        return 3 if bias else 2
+
+    def pack(self, lanes: int) -> bytes:
+        """The block's accumulator rows, little-endian int32, `lanes` per row."""
+        block = np.zeros((self.rows(self.bias is not None), lanes), "<i4")
+        block[0, :len(self.multipliers)] = self.multipliers
+        block[1, :len(self.shifts)] = self.shifts
+        if self.bias is not None:
+            block[2, :len(self.bias)] = self.bias
+        return block.tobytes()
+
+    @classmethod
+    def unpack(cls, accumulator: np.ndarray, param: int, bias: bool = False) -> ParamBlock:
+        """The block at accumulator row `param` (views of the rows, not copies)."""
+        block = accumulator[rows(accumulator, param, cls.rows(), "accumulator (params)")]
+        biases = None
+        if bias:
+            biases = accumulator[rows(accumulator, param, cls.rows(True),
+                                      "accumulator (params)")][2]
+        return cls(block[0], block[1], biases)
 
 
 def requant(state, insn) -> None:
     a = insn.args
     src = state.accumulator[rows(state.accumulator, a["acc"], a["rows"], "accumulator")]
-    multiplier, shift = _params(state, a)
+    params = ParamBlock.unpack(state.accumulator, a["param"], a["bias"])
     if a["bias"]:
-        bias = state.accumulator[rows(state.accumulator, a["param"], 3, "accumulator (params)")][2]
-        src = src + bias  # int32, wrapping, as the accumulator's own additions
+        src = src + params.bias  # int32, wrapping, as the accumulator's own additions
     dst = rows(state.scratchpad, a["sp"], a["rows"], "scratchpad")
-    state.scratchpad[dst] = numerics.requantize(src, multiplier, shift, a["out_offset"],
-                                                a["qmin"], a["qmax"], axis=1)
+    state.scratchpad[dst] = numerics.requantize(src, params.multipliers, params.shifts,
+                                                a["out_offset"], a["qmin"], a["qmax"], axis=1)
 
 
 def add(state, insn) -> None:
@@ -43,10 +74,10 @@ def add(state, insn) -> None:
     sp = state.scratchpad
     x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
     y = sp[rows(sp, a["b"], a["rows"], "scratchpad")]
-    multiplier, shift = _params(state, a)
+    params = ParamBlock.unpack(state.accumulator, a["param"])
     sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.add(
-        x, y, a["a_offset"], a["b_offset"], multiplier[:3], shift[:3], a["out_offset"],
-        a["qmin"], a["qmax"])
+        x, y, a["a_offset"], a["b_offset"], params.multipliers[:3], params.shifts[:3],
+        a["out_offset"], a["qmin"], a["qmax"])
 
 
 def _out_shape(a: dict) -> tuple[int, int]:
@@ -82,9 +113,9 @@ def avgpool(state, insn) -> None:
     a = insn.args
     _out_shape(a)
     sums = numerics.window_sum(_windows(state, a), a["in_offset"])
-    multiplier, shift = _params(state, a)
-    _write_pixels(state, a, numerics.requantize(sums, multiplier, shift, a["out_offset"],
-                                                a["qmin"], a["qmax"], axis=-1))
+    params = ParamBlock.unpack(state.accumulator, a["param"])
+    _write_pixels(state, a, numerics.requantize(sums, params.multipliers, params.shifts,
+                                                a["out_offset"], a["qmin"], a["qmax"], axis=-1))
 
 
 def lut(state, insn) -> None:
@@ -115,21 +146,22 @@ def pool_cycles(arch, insn) -> int:
 def requant_work(arch, insn) -> Work:
     a = insn.args
     acc_row, sp_row = arch.accumulator.row_bytes, arch.scratchpad.row_bytes
-    return Work(local_bytes=(a["rows"] + 2 + a["bias"]) * acc_row + a["rows"] * sp_row,
+    return Work(local_bytes=(a["rows"] + ParamBlock.rows(a["bias"])) * acc_row
+                + a["rows"] * sp_row,
                 scratchpad_end=a["sp"] + a["rows"] if a["rows"] else 0)
 
 
 def add_work(arch, insn) -> Work:
     a = insn.args
     return Work(local_bytes=3 * a["rows"] * arch.scratchpad.row_bytes
-                + 2 * arch.accumulator.row_bytes,
+                + ParamBlock.rows() * arch.accumulator.row_bytes,
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
 
 
 def pool_work(arch, insn) -> Work:
     a = insn.args
     pixels, _ = _pool_elements(arch, a)
-    params = 2 * arch.accumulator.row_bytes if "param" in a else 0
+    params = ParamBlock.rows() * arch.accumulator.row_bytes if "param" in a else 0
     return Work(local_bytes=(a["in_h"] * a["in_w"] + pixels) * arch.scratchpad.row_bytes + params,
                 scratchpad_end=a["dst"] + pixels if pixels else 0)
 
@@ -141,13 +173,13 @@ def lut_work(arch, insn) -> Work:
 
 
 def _param_access(a: dict) -> Access:
-    return Access(ACCUMULATOR, a["param"], a["param"] + 2, False)
+    return Access(ACCUMULATOR, a["param"], a["param"] + ParamBlock.rows(), False)
 
 
 def requant_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(ACCUMULATOR, a["acc"], a["acc"] + a["rows"], False),
-            Access(ACCUMULATOR, a["param"], a["param"] + 2 + a["bias"], False),
+            Access(ACCUMULATOR, a["param"], a["param"] + ParamBlock.rows(a["bias"]), False),
             Access(SCRATCHPAD, a["sp"], a["sp"] + a["rows"], True))
 
 

@@ -77,7 +77,7 @@ def test_unsupported_op_names_the_node_and_suggests_keep_fp32() -> None:
 
 
 def test_smallest_tile_that_does_not_fit_names_layer_memory_and_sizes() -> None:
-    tiny = dataclasses.replace(EDGE, scratchpad=Memory(size_bytes=8 * 40, row_bytes=8, banks=1))
+    tiny = dataclasses.replace(EDGE, scratchpad=Memory(size_bytes=8 * 40, row_bytes=8))
     with pytest.raises(CompileError, match=r"layer 'conv'.*smallest tile.*scratchpad rows"):
         compile_int8(_qgraph(models.big_conv), tiny)
 

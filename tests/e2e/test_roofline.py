@@ -25,8 +25,9 @@ def test_the_bound_counts_the_models_macs_not_the_zero_blocks() -> None:
     stats = check_bit_exact(qgraph, compiled, samples(shapes, 1, 1)).stats
     model_macs = 12 * 12 * channels * 9
     arch = compiled.program.arch
-    assert compiled.program.metadata["compiler"]["model_macs"] == model_macs
+    assert compiled.program.model_macs == model_macs
     assert stats.macs > model_macs  # the 16x16 tiles' zero blocks are issued too
+    assert stats.model_macs == stats.to_report()["model_macs"] == model_macs
     dram = -(-stats.compulsory_dram_bytes // arch.dma.bytes_per_cycle)
     assert stats.bound_cycles == max(-(-model_macs // arch.macs_per_cycle), dram)
     assert compiled.summary.bound_cycles == stats.bound_cycles

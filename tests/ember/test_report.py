@@ -42,7 +42,8 @@ def test_report_of_a_program(digits) -> None:
     result = invoke("report", program, "-i", sample, "--html", html, "-o", out)
     assert result.exit_code == 0, result.output
     for text in ("roofline bound", "per layer", "conv1", "conv2", "pool", "fc", "vector",
-                 "compulsory DRAM", "energy", "util", "what sets it"):
+                 "compulsory DRAM", "energy", "util", "what sets it",
+                 "MACs issued to the array", "model MACs"):
         assert text in result.output, text
     assert re.search(r"conv2\s+array\s+[\d,]+\s+\d+%\s+294,912\s+\d+%\s+[\d,]+ array",
                      result.output)
@@ -50,8 +51,9 @@ def test_report_of_a_program(digits) -> None:
     for key in ("cycles", "time_ms", "bound_cycles", "bound_ratio", "utilization", "macs",
                 "peak_macs_per_cycle", "dram_bytes_per_cycle", "dram_bytes",
                 "compulsory_dram_bytes", "dram_traffic_ratio", "energy_uj", "host_cycles",
-                "host_segments", "layers", "run"):
+                "host_segments", "layers", "run", "model_macs"):
         assert key in doc, key
+    assert 0 < doc["model_macs"] <= doc["macs"]
     assert 0 < doc["bound_ratio"] <= 1 and doc["dram_traffic_ratio"] >= 1
     names = [layer["name"] for layer in doc["layers"]]
     assert names == ["conv1", "conv2", "pool", "fc"]

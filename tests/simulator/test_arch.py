@@ -45,6 +45,10 @@ def test_user_file(tmp_path):
     ("lanes = 16", "lanes = 16\nwidth = 3", "unknown key 'vector.width'"),
     ('"LUT"]', '"SOFTMAX"]', "vector.ops"),
     ("size_bytes = 65536", "size_bytes = 65537", "expected a multiple of row_bytes"),
+    # Nothing modelled memory banks: a file that still names them says so.
+    ("row_bytes = 16", "row_bytes = 16\nbanks = 4",
+     ("key 'memory.scratchpad.banks' is no longer read (the machine does not model memory "
+      "banks): delete it")),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, old, new, message):
     path = write(tmp_path, default_text().replace(old, new, 1))

@@ -1,5 +1,6 @@
 """The .ember file: round trip, byte-identical saves, and rejection of damaged files."""
 
+import dataclasses
 import struct
 
 import pytest
@@ -24,6 +25,15 @@ def test_round_trip(tmp_path, prog):
     assert back.inputs == prog.inputs and back.outputs == prog.outputs
     assert back.source == prog.source and back.metadata == prog.metadata
     assert [p.name for p in tmp_path.iterdir()] == ["m.ember"]  # no temporary left behind
+
+
+def test_model_macs_is_a_header_field_that_round_trips(tmp_path, prog):
+    assert Program.from_bytes(prog.to_bytes()).model_macs is None  # hand-written: not recorded
+    recorded = dataclasses.replace(prog, model_macs=1234)
+    assert Program.from_bytes(recorded.to_bytes()).model_macs == 1234
+    assert recorded.roofline_macs(5000) == 1234 and prog.roofline_macs(5000) == 5000
+    with pytest.raises(SimulatorError, match="model_macs = -1: expected a non-negative integer"):
+        dataclasses.replace(prog, model_macs=-1)
 
 
 def test_saves_are_byte_identical(tmp_path, prog):

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.machine import State
+from simulator.units.vector import ParamBlock
 
 ARCH = Arch.load("default")
 L = ARCH.lanes
@@ -131,6 +132,25 @@ def test_preload_compute_strided_rows(accumulate):
 def _params(state, row, mult, shift):
     state.accumulator[row, :len(mult)] = mult
     state.accumulator[row + 1, :len(shift)] = shift
+
+
+def test_param_block_round_trip_through_the_accumulator_rows():
+    """The compiler packs a block into the DRAM image; the vector unit reads the same rows back:
+    multipliers, shifts, then (REQUANT bias=1) biases, unused lanes zero."""
+    state = fresh()
+    mult, shift, bias = [2**30, 2**31 - 1, 5], [-31, 31, 0], [-(2**31), 7, 2**31 - 1]
+    for with_bias in (False, True):
+        block = ParamBlock(mult, shift, bias if with_bias else None)
+        packed = np.frombuffer(block.pack(L), "<i4").reshape(-1, L)
+        assert packed.shape[0] == ParamBlock.rows(with_bias)
+        state.accumulator[40:40 + len(packed)] = packed
+        got = ParamBlock.unpack(state.accumulator, 40, with_bias)
+        np.testing.assert_array_equal(got.multipliers, mult + [0] * (L - 3))
+        np.testing.assert_array_equal(got.shifts, shift + [0] * (L - 3))
+        if with_bias:
+            np.testing.assert_array_equal(got.bias, bias + [0] * (L - 3))
+        else:
+            assert got.bias is None
 
 
 def test_requant_per_lane():

@@ -29,7 +29,6 @@ from compiler.backend.codegen.emit import (
     instruction,
     load_acc_rows,
     load_window,
-    param_block,
     pixel_tile_grid,
 )
 from compiler.backend.layers import ConvLayer
@@ -135,8 +134,9 @@ def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: Im
     bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
     zeros_addr = _zeros(image, active, nb)
     params_addr = image.add(b"".join(
-        param_block(arch, layer.multiplier[ob * nb:(ob + 1) * nb],
-                    layer.shift[ob * nb:(ob + 1) * nb], bias[ob * nb:(ob + 1) * nb])
+        isa.ParamBlock(layer.multiplier[ob * nb:(ob + 1) * nb],
+                       layer.shift[ob * nb:(ob + 1) * nb], bias[ob * nb:(ob + 1) * nb]
+                       ).pack(arch.lanes)
         for ob in range(len(active))))
     pending = [load_acc_rows(node, arch, tiles.params.base, params_addr,
                              CONV_PARAM_ROWS * len(active))]
@@ -248,8 +248,9 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
     for ob, blocks in enumerate(active):
         c0o = ob * nb
         n = min(nb, cout - c0o)
-        params_addr = image.add(param_block(arch, layer.multiplier[c0o:c0o + n],
-                                            layer.shift[c0o:c0o + n], bias[c0o:c0o + n]))
+        params_addr = image.add(isa.ParamBlock(layer.multiplier[c0o:c0o + n],
+                                               layer.shift[c0o:c0o + n], bias[c0o:c0o + n]
+                                               ).pack(arch.lanes))
         # The weight tiles of this block, chunk (K slice) major; row r of a tile is the r-th
         # lane of the input rows, for the n output channels (PRELOAD's layout): n bytes a row.
         chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []

@@ -1,11 +1,9 @@
 """Building instructions for codegen: the shared context, one checked instruction, parameter
-blocks, input windows with their padding, pixel tiles, and relocation of DRAM addresses."""
+block loads, input windows with their padding, pixel tiles, and relocation of DRAM addresses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from compiler.backend.layers import View
 from compiler.backend.steps import Op, Step
@@ -14,7 +12,8 @@ from simulator import isa
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
 
-_PAD_MAX = 255  # LOAD pad fields are 8 bits
+# The most padding a LOAD writes on one side (its pad fields' range).
+PAD_MAX = min(isa.LOAD.field(f"pad_{side}").range[1] for side in ("top", "bottom", "left", "right"))
 
 
 @dataclass(frozen=True)
@@ -54,17 +53,6 @@ def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
     return op
 
 
-def param_block(arch: Arch, multipliers, shifts, bias=None) -> bytes:
-    """Two accumulator rows: per-lane Q31 multipliers, then shifts; with `bias`, a third row of
-    int32 biases (REQUANT bias=1); unused lanes zero."""
-    block = np.zeros((2 if bias is None else 3, arch.lanes), "<i4")
-    block[0, :len(multipliers)] = multipliers
-    block[1, :len(shifts)] = shifts
-    if bias is not None:
-        block[2, :len(bias)] = bias
-    return block.tobytes()
-
-
 def load_acc_rows(node: str, arch: Arch, sram: int, dram: int, rows: int) -> Op:
     row_bytes = arch.accumulator.row_bytes
     return instruction(node, isa.LOAD, mem="accumulator", sram=sram, dram=dram, y_size=rows, x_size=1,
@@ -101,9 +89,9 @@ def load_window(node: str, ctx: Context, tensor: str, view: View, image: int, wi
                 c0: int, block: int, sram: int, pad_value: int) -> Op:
     """The window `win` of image `image`, channels [c0, c0 + block), of a feature map that is
     `view` of buffer `tensor`, into pixel rows from `sram` with its padding filled."""
-    if max(win.pads) > _PAD_MAX:
+    if max(win.pads) > PAD_MAX:
         raise CompileError(f"layer {node!r}: padding of {max(win.pads)} pixels exceeds the "
-                           f"LOAD pad field ({_PAD_MAX})")
+                           f"LOAD pad field ({PAD_MAX})")
     dram = view.at(image, win.y, win.x, c0)
     return instruction(node, isa.LOAD, ctx.access(tensor, False, view), mem="scratchpad",
                sram=sram, dram=dram,

@@ -16,14 +16,12 @@ from compiler.backend.codegen.emit import (
     instruction,
     load_acc_rows,
     load_window,
-    param_block,
     pixel_tile_grid,
 )
 from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwise
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
 from compiler.backend.tiling import (
-    LUT_ENTRIES,
     ElementwiseTiles,
     PoolTiles,
     ceil_div,
@@ -43,10 +41,10 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
     pending = []
     param_row = None
     if layer.average:
-        addr = image.add(param_block(arch, [layer.multiplier] * arch.lanes,
-                                     [layer.shift] * arch.lanes))
+        addr = image.add(isa.ParamBlock([layer.multiplier] * arch.lanes,
+                                    [layer.shift] * arch.lanes).pack(arch.lanes))
         param_row = tiles.params.base
-        pending.append(load_acc_rows(node, arch, param_row, addr, 2))
+        pending.append(load_acc_rows(node, arch, param_row, addr, isa.ParamBlock.rows()))
     steps, count = [], 0
     for image_index, y0, th, x0, tw in pixel_tile_grid(layer.batch, layer.out_hw, tiles.tile_hw):
         ih, iw = conv_input_extent(th, sh, kh, 1), conv_input_extent(tw, sw, kw, 1)
@@ -110,12 +108,13 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
     is_add = isinstance(layer, AddLayer)
     pending = []
     if is_add:
-        addr = image.add(param_block(arch, layer.multipliers, layer.shifts))
-        pending.append(load_acc_rows(node, arch, tiles.params.base, addr, 2))
+        addr = image.add(isa.ParamBlock(layer.multipliers, layer.shifts).pack(arch.lanes))
+        pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
+                                     isa.ParamBlock.rows()))
     else:
-        table_rows = ceil_div(LUT_ENTRIES, lanes)
+        table_rows = ceil_div(isa.LUT_ENTRIES, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
-        table[:LUT_ENTRIES] = layer.table
+        table[:isa.LUT_ENTRIES] = layer.table
         addr = image.add(table.tobytes())
         pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.table.base, dram=addr,
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
