@@ -38,7 +38,7 @@ from simulator.errors import SimulatorError
 from simulator.units import host as host_unit
 
 MAGIC = b"EMBERPRG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: model_macs a typed header field; the arch record has no memory banks
 _FIXED = struct.Struct("<8sIIQQQ")
 _DIGEST = 32
 _NO_NODE = 0xFFFFFFFF
