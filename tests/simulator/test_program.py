@@ -58,8 +58,10 @@ def test_rejects_damaged_files(tmp_path, prog):
     assert "truncated" in damaged(tmp_path, data[:20])
     assert "not an ember program" in damaged(tmp_path, b"hello, world\n")
     assert "not an ember program" in damaged(tmp_path, b"")
-    version = data[:8] + struct.pack("<I", program_file.FORMAT_VERSION + 1) + data[12:]
-    assert "format version 2" in damaged(tmp_path, version)
+    newer = data[:8] + struct.pack("<I", program_file.FORMAT_VERSION + 1) + data[12:]
+    assert f"format version {program_file.FORMAT_VERSION + 1}" in damaged(tmp_path, newer)
+    older = data[:8] + struct.pack("<I", program_file.FORMAT_VERSION - 1) + data[12:]
+    assert "recompile the model" in damaged(tmp_path, older)
     assert "trailing" in damaged(tmp_path, data + b"x")
     with pytest.raises(SimulatorError, match="cannot read"):
         Program.load(tmp_path / "missing.ember")
