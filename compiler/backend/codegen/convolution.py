@@ -133,6 +133,10 @@ class _Block:
     chunk_rows: dict[int, int]  # chunk key → its first weight row in the block
     rows: int
 
+    @property
+    def channels(self) -> slice:
+        return slice(self.first_channel, self.first_channel + self.n)
+
     def weights(self) -> bytes:
         return b"".join(weights.astype(np.int8).tobytes()
                         for chunk in self.chunks for weights, _, _ in chunk.tiles)
@@ -180,9 +184,8 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
     group_of, params_addr, weights_addr, weight_offset = {}, [], {}, {}
     for g, group in enumerate(groups):
         params_addr.append(image.add(b"".join(
-            param_block(arch, layer.multiplier[b.first_channel:b.first_channel + b.n],
-                        layer.shift[b.first_channel:b.first_channel + b.n],
-                        bias[b.first_channel:b.first_channel + b.n]) for b in group)))
+            param_block(arch, layer.multiplier[b.channels], layer.shift[b.channels],
+                        bias[b.channels]) for b in group)))
         group_addr, row, byte = image.add(b"".join(b.weights() for b in group)), 0, 0
         for block in group:
             group_of[block.index] = g
