@@ -39,9 +39,15 @@ GRAPH_PASSES: list[Pass] = [
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]
 
+# The passes over the quantized graph, before lowering.
+INT8_PASSES: list[Pass] = [
+    offset_uint8,      # uint8 activations → int8 codes offset by -128: local memories hold int8
+]
+
 
 def optimize(graph: Graph, passes: list[Pass] | None = None, check: bool = False) -> Graph:
-    """Apply the fp32 graph passes in order; with `check`, verify the graph after each."""
+    """Apply graph passes in order (the fp32 `GRAPH_PASSES` unless given); with `check`,
+    verify the graph after each."""
     for graph_pass in GRAPH_PASSES if passes is None else passes:
         graph = graph_pass(graph)
         if check:
@@ -55,9 +61,9 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     # Lower first: views vanish and every integer node becomes one array or vector layer over
     # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it, or
     # with allow_host runs on the host (each run of such nodes one HostLayer, `partition`).
-    # uint8 activations run as int8 codes offset by -128 (the machine's memories hold int8);
-    # the program's bindings stay uint8, and the machine flips the top bit at its I/O.
-    lowered = lower(offset_uint8(qgraph), options.allow_host)
+    # The int8 passes run first (uint8 activations become int8 codes; the program's bindings
+    # stay uint8, and the machine flips the top bit at its I/O).
+    lowered = lower(optimize(qgraph, INT8_PASSES), options.allow_host)
     # Order the layers to keep little activation memory live (Glow's memory-size scheduler):
     # before tiling and codegen, which follow the layers' order.
     lowered = order_for_memory(lowered)

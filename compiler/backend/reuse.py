@@ -100,7 +100,7 @@ def _consumer_layout(layer, t: Tiles, arch: Arch) -> dict | None:
             h, w = layer.in_hw
             return dict(slots=n_in, height=h, width=w, top=0, left=0, block=t.in_block,
                         pad_value=layer.x_zero_point)
-        # every K slice must have its slot (`conv_steps_whole` numbers the used ones)
+        # every K slice must have its slot (`conv_steps` numbers the used ones)
         used = {ib for a in active_blocks(layer, t.in_block, t.out_block) for ib in a}
         if used != set(range(n_in)):
             return None

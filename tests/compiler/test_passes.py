@@ -15,7 +15,7 @@ from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.remove_identity import remove_identity
-from compiler.pipeline import GRAPH_PASSES, optimize
+from compiler.pipeline import GRAPH_PASSES, INT8_PASSES, optimize
 from ember import ort
 from ember.compare import max_relative_error
 from tests.onnx_builder import conv_bn_relu, model
@@ -153,7 +153,7 @@ def test_eliminate_common_merges_equal_nodes() -> None:
     assert_same_function(before, after)
 
 
-@pytest.mark.parametrize("graph_pass", GRAPH_PASSES, ids=lambda p: p.__name__)
+@pytest.mark.parametrize("graph_pass", GRAPH_PASSES + INT8_PASSES, ids=lambda p: p.__name__)
 def test_a_pass_that_changes_nothing_returns_its_input(graph_pass) -> None:
     graph = import_model(model([helper.make_node("Relu", ["x"], ["y"], name="r")], {"x": [4]},
                                {"y": [4]}))

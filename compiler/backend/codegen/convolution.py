@@ -9,9 +9,9 @@ int32 bias (the third row of the parameter block, REQUANT bias=1: no DMA into ev
 accumulator row) and applies the node's own per-channel multipliers and shifts, output zero
 point and fused clamp before the STORE.
 
-Two loop orders (`ConvTiles.whole_layer` picks): output-channel blocks outermost, each block's
-weights loaded once (weight-stationary), then pixel tiles, K slices and taps; or, when the whole
-layer's weights fit, pixel tiles outermost, so the input is read once. A first layer with few
+Two orders of one loop nest (`conv_steps`; `ConvTiles.whole_layer` picks): output-channel
+blocks outermost, each block's weights loaded once (weight-stationary), then pixel tiles, K
+slices and taps; or pixel tiles outermost, so the input is read once. A first layer with few
 input channels (RGB) packs several kernel columns into one K slice: its input is kept in DRAM
 with a zero-point border (the model input is written inside it), so overlapping DMA elements of
 kw x C bytes put neighbouring pixels side by side in the lanes.
@@ -119,214 +119,165 @@ def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row
                        chunk.k, x_row, layer.x_zero_point)
 
 
-def conv_steps_whole(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
-                     padded: PaddedInput | None = None) -> list[Step]:
-    """Pixel tiles outermost: per pixel tile the input (all K slices) is loaded once and every
-    output-channel block computed from it. Every parameter block is loaded once, and so is
-    every weight block when they all fit (`resident_weights`); otherwise each block's weights
-    stream in per tile, alternating between two buffers (small images with many channels)."""
-    arch, node = ctx.arch, layer.node
-    kb, nb = tiles.in_block, tiles.out_block
-    (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
-    (h, w), (oh, ow) = layer.in_hw, layer.out_hw
-    cout = layer.out_channels
-    active = active_blocks(layer, kb, nb)
-    bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
-    zeros_addr = _zeros(image, active, nb)
-    params_addr = image.add(b"".join(
-        isa.ParamBlock(layer.multiplier[ob * nb:(ob + 1) * nb],
-                       layer.shift[ob * nb:(ob + 1) * nb], bias[ob * nb:(ob + 1) * nb]
-                       ).pack(arch.lanes)
-        for ob in range(len(active))))
-    pending = [load_acc_rows(node, arch, tiles.params.base, params_addr,
-                             CONV_PARAM_ROWS * len(active))]
-    per_block, blob, row, byte = [], [], 0, 0
-    weight_loads = []
-    for ob, blocks in enumerate(active):
+@dataclass(frozen=True)
+class _Block:
+    """One block of output channels [first_channel, first_channel + n): its K slices, and the
+    first row of each slice's weight tiles among the block's weight rows (PRELOAD's layout:
+    row r of a tile is the r-th lane of the input rows, for the n channels: n bytes a row)."""
+
+    index: int
+    first_channel: int
+    n: int
+    chunks: tuple[_Chunk, ...]
+    chunk_rows: dict[int, int]  # chunk key → its first weight row in the block
+    rows: int
+
+    @property
+    def channels(self) -> slice:
+        return slice(self.first_channel, self.first_channel + self.n)
+
+    def weights(self) -> bytes:
+        return b"".join(weights.astype(np.int8).tobytes()
+                        for chunk in self.chunks for weights, _, _ in chunk.tiles)
+
+
+def _blocks(layer: ConvLayer, tiles: ConvTiles) -> list[_Block]:
+    nb, cout = tiles.out_block, layer.out_channels
+    out = []
+    for ob, in_blocks in enumerate(active_blocks(layer, tiles.in_block, nb)):
         c0o = ob * nb
         n = min(nb, cout - c0o)
-        chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []
-        first_row, offsets = row, {}
+        chunks = _chunks(layer, tiles, in_blocks, c0o, n) if in_blocks else []
+        chunk_rows, rows = {}, 0
         for chunk in chunks:
-            offsets[chunk.key] = row
-            for weights, _, _ in chunk.tiles:
-                blob.append(weights.astype(np.int8).tobytes())
-                row += chunk.k
-        per_block.append((c0o, n, chunks, {key: r - first_row for key, r in offsets.items()}))
-        if row > first_row:
-            weight_loads.append((ob, first_row, byte, row - first_row, n))
-            byte += (row - first_row) * n
-    weights_addr = image.add(b"".join(blob))
-    # Resident weights: each block's load in the first tile's step of that block, so the first
-    # COMPUTE waits for its own weights only and the rest stream in behind it. Streamed
-    # weights: each block's, in every tile's step of that block, into alternating buffers.
-    block_rows = {ob: (first_row, offset, rows, n)
-                  for ob, first_row, offset, rows, n in weight_loads}
-    weight_count = 0
-    keys = sorted({c.key for _, _, chunks, _ in per_block for c in chunks})
-    slot = {key: i for i, key in enumerate(keys)}
-    any_chunk = {c.key: c for _, _, chunks, _ in per_block for c in chunks}
-    qmin, qmax = layer.qclamp
-    steps: list[Step] = []
-    count = 0
-    for tile_index, (image_index, y0, th, x0, tw) in enumerate(
-            pixel_tile_grid(layer.batch, layer.out_hw, tiles.tile_hw)):
-        pixels = th * tw
-        ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
-        in_row = ctx.buffer(tiles.inputs, tile_index)
-        if tiles.blocked_input:
-            inputs = _blocked_input(node, ctx, layer, kb, in_row, image_index * h * w + y0 * w,
-                                    pixels)
-            slot_rows = pixels
-        else:
-            slot_rows = ih * iw
-            inputs = [_slice_input(node, ctx, layer, any_chunk[key], in_row + slot[key] * slot_rows,
-                                   image_index, y0, x0, ih, iw, padded) for key in keys]
-        if layer.x in ctx.on_chip:  # its producer left the whole input in these rows
-            inputs = []
-        for ob, (c0o, n, chunks, offsets) in enumerate(per_block):
-            acc_row = ctx.buffer(tiles.acc, count)
-            out_row = ctx.buffer(tiles.outputs, count)
-            count += 1
-            loads = pending
-            pending = []
-            w_base = tiles.weights.base
-            if ob in block_rows and (tile_index == 0 or not tiles.resident_weights):
-                first_row, offset, rows, _ = block_rows[ob]
-                if tiles.resident_weights:
-                    w_base += first_row
-                else:
-                    w_base = ctx.buffer(tiles.weights, weight_count)
-                    weight_count += 1
-                loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=w_base,
-                                         dram=weights_addr + offset, y_size=rows, x_size=1,
-                                         elem_bytes=n, x_stride=n, y_stride=n))
-            elif ob in block_rows:
-                w_base += block_rows[ob][0]
-            loads += inputs if ob == 0 else []
-            if not chunks:
-                loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
-            body: list[Op] = []
-            first = True
-            for chunk in chunks:
-                k = chunk.k
-                x_row = in_row + (chunk.key if tiles.blocked_input else slot[chunk.key]) * slot_rows
-                stream = (dict(m_outer=1, m_inner=pixels) if tiles.blocked_input else
-                          dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw))
-                for t, (_, dy, dx) in enumerate(chunk.tiles):
-                    body.append(instruction(node, isa.PRELOAD,
-                                    sp=w_base + offsets[chunk.key] + t * k, k=k))
-                    tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
-                    body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
-                                    accumulate=0 if first else 1, **stream))
-                    first = False
-            body += _output(node, ctx, layer, acc_row, out_row,
-                            tiles.params.base + CONV_PARAM_ROWS * ob, image_index, y0, x0, c0o,
-                            th, tw, n)
-            steps.append(Step(tuple(loads), tuple(body)))
-    return _fill_kept(ctx, layer, steps)
+            chunk_rows[chunk.key] = rows
+            rows += len(chunk.tiles) * chunk.k
+        out.append(_Block(ob, c0o, n, tuple(chunks), chunk_rows, rows))
+    return out
 
 
 def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBuilder,
                padded: PaddedInput | None = None) -> list[Step]:
-    """Output-channel blocks outermost: each block's weights (and parameters) are loaded once
-    and alternate between two buffers; its pixel tiles then stream the input K slice by K
-    slice. Used when the whole layer's weights do not fit, or cost more to keep."""
-    if tiles.whole_layer:
-        return conv_steps_whole(layer, tiles, ctx, image, padded)
-    arch, node = ctx.arch, layer.node
-    kb, nb = tiles.in_block, tiles.out_block
+    """The convolution as one loop nest over visits (a pixel tile x an output-channel block),
+    in the order `ConvTiles.whole_layer` picks:
+
+    - pixel tiles outermost: a tile's input (all K slices) loads once, at its first visit, and
+      each block is one step computed from it; all parameter blocks load at the start, the
+      weights once (`resident_weights`) or per visit into alternating buffers;
+    - output-channel blocks outermost (when the whole layer's weights do not fit, or cost more
+      to keep): a block's parameters (and resident weights) load at its first visit; its pixel
+      tiles then stream input and weights K slice by K slice, one step a slice (a blocked
+      input: all slices at once, each visit).
+    """
+    arch, node, kb = ctx.arch, layer.node, tiles.in_block
+    pixels_outer = tiles.whole_layer
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
-    (h, w), (oh, ow) = layer.in_hw, layer.out_hw
-    cin, cout = layer.in_channels, layer.out_channels
-    active = active_blocks(layer, kb, nb)
-    bias = layer.bias if layer.bias is not None else np.zeros(cout, np.int32)
-    zeros_addr = _zeros(image, active, nb)
-    qmin, qmax = layer.qclamp
+    h, w = layer.in_hw
+    blocks = _blocks(layer, tiles)
+    bias = layer.bias if layer.bias is not None else np.zeros(layer.out_channels, np.int32)
+    zeros_addr = _zeros(image, blocks, tiles.out_block)
+    # Constants in groups that share one parameter LOAD and one weight blob: the whole layer's
+    # (pixel tiles outermost) or one block's. A block's weights are at `weight_offset` rows
+    # into its group's, in DRAM and in resident rows alike.
+    groups = [blocks] if pixels_outer else [[block] for block in blocks]
+    group_of, params_addr, weights_addr, weight_offset = {}, [], {}, {}
+    for g, group in enumerate(groups):
+        params_addr.append(image.add(b"".join(
+            isa.ParamBlock(layer.multiplier[b.channels], layer.shift[b.channels],
+                           bias[b.channels]).pack(arch.lanes) for b in group)))
+        group_addr, row, byte = image.add(b"".join(b.weights() for b in group)), 0, 0
+        for block in group:
+            group_of[block.index] = g
+            weights_addr[block.index], weight_offset[block.index] = group_addr + byte, row
+            row, byte = row + block.rows, byte + block.rows * block.n
+    grid = list(pixel_tile_grid(layer.batch, layer.out_hw, tiles.tile_hw))
+    visits = ([(t, block) for t in range(len(grid)) for block in blocks] if pixels_outer else
+              [(t, block) for block in blocks for t in range(len(grid))])
+    all_keys = sorted({c.key for block in blocks for c in block.chunks})
+    any_chunk = {c.key: c for block in blocks for c in block.chunks}
     steps: list[Step] = []
-    weight_loads = input_loads = pixel_tiles = 0
-    for ob, blocks in enumerate(active):
-        c0o = ob * nb
-        n = min(nb, cout - c0o)
-        params_addr = image.add(isa.ParamBlock(layer.multiplier[c0o:c0o + n],
-                                               layer.shift[c0o:c0o + n], bias[c0o:c0o + n]
-                                               ).pack(arch.lanes))
-        # The weight tiles of this block, chunk (K slice) major; row r of a tile is the r-th
-        # lane of the input rows, for the n output channels (PRELOAD's layout): n bytes a row.
-        chunks = _chunks(layer, tiles, blocks, c0o, n) if blocks else []
-        tile_rows, blob = {}, []
-        offset = 0
-        for chunk in chunks:
-            tile_rows[chunk.key] = offset
-            for weights, _, _ in chunk.tiles:
-                blob.append(weights.astype(np.int8).tobytes())
-                offset += chunk.k
-        weights_addr = image.add(b"".join(blob))
-        param_row = ctx.buffer(tiles.params, ob)
-        pending = [load_acc_rows(node, arch, param_row, params_addr, CONV_PARAM_ROWS)]
-        if tiles.resident_weights and chunks:
-            resident_row = ctx.buffer(tiles.weights, weight_loads)
-            weight_loads += 1
-            pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=resident_row,
-                               dram=weights_addr, y_size=offset, x_size=1, elem_bytes=n,
-                               x_stride=n, y_stride=n))
-        for image_index, y0, th, x0, tw in pixel_tile_grid(layer.batch, layer.out_hw,
-                                                        tiles.tile_hw):
-            pixels = th * tw
-            acc_row = ctx.buffer(tiles.acc, pixel_tiles)
-            out_row = ctx.buffer(tiles.outputs, pixel_tiles)
-            pixel_tiles += 1
-            ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
-            first = True
-            in_row = None
-            for j, chunk in enumerate(chunks or [None]):
-                loads = pending
-                pending = []
-                if not chunks:
-                    loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
-                body: list[Op] = []
-                if chunk is not None:
-                    k = chunk.k
-                    if tiles.resident_weights:
-                        w_row = resident_row + tile_rows[chunk.key]
-                    else:
-                        w_row = ctx.buffer(tiles.weights, weight_loads)
-                        weight_loads += 1
-                        loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=w_row,
-                                         dram=weights_addr + tile_rows[chunk.key] * n,
-                                         y_size=len(chunk.tiles) * k, x_size=1, elem_bytes=n,
-                                         x_stride=n, y_stride=n))
-                    stream = dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw)
-                    if tiles.blocked_input:
-                        if j == 0:
-                            in_row = ctx.buffer(tiles.inputs, input_loads)
-                            input_loads += 1
-                            loads += _blocked_input(node, ctx, layer, kb, in_row,
-                                                    (image_index * h + y0) * w, pixels)
-                        x_row = in_row + chunk.key * pixels
-                        stream = dict(m_outer=1, m_inner=pixels)
-                    else:
-                        x_row = ctx.buffer(tiles.inputs, input_loads)
-                        input_loads += 1
-                        loads.append(_slice_input(node, ctx, layer, chunk, x_row, image_index,
-                                                  y0, x0, ih, iw, padded))
-                    for t, (_, dy, dx) in enumerate(chunk.tiles):
-                        body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
-                        tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
-                        body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
-                                        accumulate=0 if first else 1, **stream))
-                        first = False
-                if j == max(len(chunks), 1) - 1:
-                    body += _output(node, ctx, layer, acc_row, out_row, param_row,
-                                    image_index, y0, x0, c0o, th, tw, n)
-                steps.append(Step(tuple(loads), tuple(body)))
+    weight_loads = input_loads = 0
+    resident_row = in_row = slot = None
+    for visit, (tile_index, block) in enumerate(visits):
+        image_index, y0, th, x0, tw = grid[tile_index]
+        pixels, n, g = th * tw, block.n, group_of[block.index]
+        ih, iw = conv_input_extent(th, sh, kh, dh), conv_input_extent(tw, sw, kw, dw)
+        acc_row, out_row = ctx.buffer(tiles.acc, visit), ctx.buffer(tiles.outputs, visit)
+        param_row = ctx.buffer(tiles.params, g) + CONV_PARAM_ROWS * groups[g].index(block)
+        stream = (dict(m_outer=1, m_inner=pixels) if tiles.blocked_input else
+                  dict(m_outer=th, m_inner=tw, outer_stride=sh * iw, inner_stride=sw))
+        loads: list[Op] = []
+        if tile_index == 0 and block is groups[g][0]:
+            loads.append(load_acc_rows(node, arch, ctx.buffer(tiles.params, g), params_addr[g],
+                                       CONV_PARAM_ROWS * len(groups[g])))
+            if tiles.resident_weights and any(b.rows for b in groups[g]):
+                resident_row = ctx.buffer(tiles.weights, weight_loads)
+                weight_loads += 1
+        block_row = (resident_row + weight_offset[block.index]
+                     if tiles.resident_weights and block.rows else None)
+        if block_row is not None and tile_index == 0:
+            loads.append(_load_weights(node, block_row, weights_addr[block.index], block.rows, n))
+        pieces = [block.chunks] if pixels_outer else [(chunk,) for chunk in block.chunks]
+        piece_row, first = block_row, True  # piece_row + a chunk's row: its first weight row
+        for j, piece in enumerate(pieces or [()]):
+            body: list[Op] = []
+            if piece and block_row is None:  # streamed weights: the piece's, in the next buffer
+                first_row = block.chunk_rows[piece[0].key]
+                rows = sum(len(chunk.tiles) * chunk.k for chunk in piece)
+                piece_row = ctx.buffer(tiles.weights, weight_loads) - first_row
+                weight_loads += 1
+                loads.append(_load_weights(node, piece_row + first_row,
+                                           weights_addr[block.index] + first_row * n, rows, n))
+            # The input: all K slices at a tile's first visit (pixel tiles outermost), else
+            # each piece's K slice (a blocked input: all slices, at each visit's first piece).
+            if pixels_outer:
+                load_input = block is blocks[0] and j == 0
+            else:
+                load_input = bool(piece) and (j == 0 or not tiles.blocked_input)
+            if load_input:
+                in_row = ctx.buffer(tiles.inputs, input_loads)
+                input_loads += 1
+                if tiles.blocked_input:
+                    slot, slot_rows = None, pixels
+                    inputs = _blocked_input(node, ctx, layer, kb, in_row,
+                                            (image_index * h + y0) * w, pixels)
+                else:
+                    keys = all_keys if pixels_outer else [chunk.key for chunk in piece]
+                    slot, slot_rows = {key: i for i, key in enumerate(keys)}, ih * iw
+                    inputs = [_slice_input(node, ctx, layer, any_chunk[key],
+                                           in_row + slot[key] * slot_rows, image_index, y0, x0,
+                                           ih, iw, padded) for key in keys]
+                if layer.x not in ctx.on_chip:  # else its producer left it in these rows
+                    loads += inputs
+            if not block.chunks:
+                loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
+            for chunk in piece:
+                k = chunk.k
+                w_row = piece_row + block.chunk_rows[chunk.key]
+                x_row = in_row + (chunk.key if slot is None else slot[chunk.key]) * slot_rows
+                for t, (_, dy, dx) in enumerate(chunk.tiles):
+                    body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
+                    tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
+                    body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
+                                            accumulate=0 if first else 1, **stream))
+                    first = False
+            if j == max(len(pieces), 1) - 1:
+                body += _output(node, ctx, layer, acc_row, out_row, param_row, image_index, y0,
+                                x0, block.first_channel, th, tw, n)
+            steps.append(Step(tuple(loads), tuple(body)))
+            loads = []
     return _fill_kept(ctx, layer, steps)
 
 
-def _zeros(image: ImageBuilder, active: list[list[int]], nb: int) -> int | None:
+def _load_weights(node: str, sram: int, dram: int, rows: int, n: int) -> Op:
+    return instruction(node, isa.LOAD, mem="scratchpad", sram=sram, dram=dram, y_size=rows,
+                       x_size=1, elem_bytes=n, x_stride=n, y_stride=n)
+
+
+def _zeros(image: ImageBuilder, blocks: list[_Block], nb: int) -> int | None:
     """A zero row for the output-channel blocks whose weights are all zero (their accumulator
     rows are cleared by a broadcast LOAD instead of a COMPUTE), or None when there are none."""
-    return image.add(bytes(4 * nb)) if not all(active) else None
+    return image.add(bytes(4 * nb)) if not all(block.chunks for block in blocks) else None
 
 
 def _zero_acc(node: str, zeros_addr: int, acc_row: int, pixels: int, n: int) -> Op:
