@@ -273,7 +273,7 @@ class _GraphBuilder:
             types = [self._onnx_type(node, out) for out in node.outputs]
         for out, t in zip(node.outputs, types):
             self.values[out] = Value(out, t)
-        if node.op == "Shape":  # shapes are static, so Shape's value follows from the type
+        if optable.OPS[node.op].shape_only:  # shapes are static: the value follows from the type
             data = np.broadcast_to(np.uint8(0), inputs[0].type.shape)
             self.known.update(zip(node.outputs, optable.run_fp32(node, [data])))
         elif all(i is None or i.is_const for i in inputs) and node.op != "Dropout":
