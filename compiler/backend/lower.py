@@ -20,7 +20,9 @@ part of the Concat's one buffer (copy elimination, as in Glow; nested Concats sh
 outermost's buffer); any other input (a model input, a view, a value read twice) is copied there
 by an identity LUT. A Reshape-like view of a slice is copied to a tensor of its own first.
 
-**Rules.** Conv, Gemm and MatMul with a constant weight run on the array as convolutions
+**Rules.** The operator table's `lower` column names each operator's rule, a function here
+(`RULES`); an operator without one has no lowering. Conv, Gemm and MatMul with a constant weight
+run on the array as convolutions
 (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise convolutions
 expand to block-diagonal weight tiles whose all-zero blocks are skipped. MaxPool, AveragePool
 with one window size, GlobalAveragePool, Add and Sub run on the vector unit; every single-input
@@ -74,6 +76,9 @@ def _unsupported(node: Node, why: str) -> CompileError:
 
 
 class _Lowering:
+    """The walk over the graph and its tables: the layers so far, each value's buffer, layout
+    and View, and the program's bindings. The rules below read and extend them."""
+
     def __init__(self, graph: Graph, allow_host: bool = False):
         self.g = graph
         self.allow_host = allow_host
@@ -375,6 +380,18 @@ def lower_conv(lw: _Lowering, node: Node) -> None:
         y_view=y_view))
 
 
+def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
+    """Grouped weights (M, C/g, kh, kw) → dense (M, C, kh, kw), zero outside each group."""
+    if group == 1:
+        return w
+    m, cg = w.shape[:2]
+    mg = m // group
+    dense = np.zeros((m, cin) + w.shape[2:], np.int8)
+    for g in range(group):
+        dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
+    return dense
+
+
 def lower_gemm(lw: _Lowering, node: Node) -> None:
     a = int8_attrs(node)
     if a["transA"]:
@@ -397,7 +414,7 @@ def lower_matmul(lw: _Lowering, node: Node) -> None:
 
 def _matmul(lw: _Lowering, node: Node, weights: np.ndarray, bias_index: int) -> None:
     """A (M, K) @ W^T as a 1x1 convolution over M pixels of K channels (rows of A)."""
-    x, y = node.inputs[0], node.outputs[0]
+    x = node.inputs[0]
     shape = lw.shape(x)
     k = shape[-1]
     m = int(np.prod(shape[:-1], dtype=np.int64))
@@ -415,7 +432,6 @@ def _matmul(lw: _Lowering, node: Node, weights: np.ndarray, bias_index: int) -> 
     # map): permute the weight's K axis to match instead of copying the activation.
     perm = order[0] % k
     dense = weights[:, perm].reshape(n_out, k, 1, 1)
-    bias = _bias(lw, node, bias_index, n_out)
     _gemm_layer(lw, node, tensor, None, m, k, dense, bias_index)
 
 
@@ -638,18 +654,6 @@ RULES = {
     Lower.QUANTIZE: lower_quantize,
     Lower.DEQUANTIZE: lower_dequantize,
 }
-
-
-def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
-    """Grouped weights (M, C/g, kh, kw) → dense (M, C, kh, kw), zero outside each group."""
-    if group == 1:
-        return w
-    m, cg = w.shape[:2]
-    mg = m // group
-    dense = np.zeros((m, cin) + w.shape[2:], np.int8)
-    for g in range(group):
-        dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
-    return dense
 
 
 def lower(graph: Graph, allow_host: bool = False) -> Lowered:

@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
+from compiler.backend.layers import (
+    Binding,
+    HostLayer,
+    HostPort,
+    Layout,
+    Tensor,
+    block_axis,
+)
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, is_integer_node, node_macs
