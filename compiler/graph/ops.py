@@ -78,6 +78,14 @@ class OpDef:
     # Attributes that older opsets had and newer ones turned into inputs: the importer moves
     # them to the input at this index, so the rest of ember sees only the newest form.
     attr_to_input: Mapping[str, int] = field(default_factory=dict)
+    # Attributes older opsets had that no longer mean anything: the importer drops them.
+    dropped_attrs: tuple[str, ...] = ()
+    # (attribute, input index): when that input is absent, the attribute counts the node's
+    # outputs (older opsets left it implicit; the newest require one or the other).
+    count_outputs: tuple[str, int] | None = None
+    # The opset before which the op flattened its input to 2-D at `axis`: the importer accepts
+    # such a node only on the last axis, where both forms agree.
+    coerced_2d_before: int | None = None
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
     # How the quantizer rewrites the op, and its integer-only reference (simulator.numerics);
@@ -348,13 +356,13 @@ _ROWS = (
           lower=L.SCALAR_LUT),
     OpDef("Div", ("A", "B"), {}, broadcast, ref.div),  # not quantized yet: named in an error
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
-          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8),
+          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, coerced_2d_before=13),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
           quant=Q.KEEP_PARAMS, int8=ref.identity, lower=L.VIEW, view=V.SAME),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
           lambda xs, a: [_t(xs[0], xs[0].type.shape), _t(xs[0], xs[0].type.shape, "bool")],
           ref.dropout, outputs=("output", "mask?"), attr_to_input={"ratio": 1},
-          view=V.SAME),  # in inference
+          view=V.SAME, dropped_attrs=("is_test",)),  # a view in inference
     # Windows and reductions: max keeps the scale, sums requantize.
     OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool,
           quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8, lower=L.MAX_POOL),
@@ -389,7 +397,7 @@ _ROWS = (
     OpDef("Split", ("input", "split?"), {"axis": 0, "num_outputs": None},
           _evaluating(ref.split), ref.split, outputs=("outputs*",),
           attr_to_input={"split": 1}, quant=Q.KEEP_PARAMS, int8=ref.split,
-          lower=L.SPLIT, view=V.PART),
+          lower=L.SPLIT, view=V.PART, count_outputs=("num_outputs", 1)),
     OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat,
           quant=Q.RESCALE_INPUTS, int8=ref.concat, lower=L.CONCAT),
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
