@@ -28,7 +28,7 @@ def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value
     gamma, beta, mean, var = (p.astype(np.float64) for p in params)
     scale = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
     channels = scale.shape[0]
-    if bias is not None and bias.ndim > 1:  # a Gemm's C per row too
+    if bias is not None and bias.ndim > 1:  # only a 1-D bias, one per channel, folds
         return None
     op = OPS[producer.op]
     axis = op.out_channel_axis(op.bind(producer.name, producer.attrs))
