@@ -17,7 +17,9 @@ import numpy as np
 
 from compiler.backend.codegen.host import run_segment
 from compiler.graph.evaluate import evaluate
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
+from compiler.graph.ops import OPS
 from ember import ort
 from ember.errors import EmberError
 from ember.flow import CompileOptions, quantize_model
@@ -62,10 +64,10 @@ class BitExactness:
         producers = {out: node for node in qgraph.nodes for out in node.outputs}
         self.quantized_input = {}
         for node in qgraph.nodes:
-            if node.op == "QuantizeLinear" and node.inputs[0] in qgraph.inputs:
+            if OPS[node.op].quant is Quant.QUANTIZE and node.inputs[0] in qgraph.inputs:
                 self.quantized_input[node.inputs[0]] = node.outputs[0]
         self.raw_output = {name: producers[name].inputs[0] for name in qgraph.outputs
-                           if producers[name].op == "DequantizeLinear"}
+                           if OPS[producers[name].op].quant is Quant.DEQUANTIZE}
         self.first_difference: dict | None = None
         self.samples = 0
 

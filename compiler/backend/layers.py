@@ -163,6 +163,9 @@ class ConvLayer:
     shift: np.ndarray  # (out,) int64
     out_zero_point: int
     qclamp: tuple[int, int]
+    # The model's multiply-accumulates (the operator table's count: the zeros outside each
+    # group excluded).
+    macs: int
     group: int = 1
     x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
     y_view: View | None = None
@@ -174,13 +177,6 @@ class ConvLayer:
     @property
     def out_view(self) -> View:
         return self.y_view or View.dense((self.batch, *self.out_hw, self.out_channels))
-
-    @property
-    def macs(self) -> int:
-        """The model's multiply-accumulates (the zeros outside each group excluded)."""
-        oh, ow = self.out_hw
-        return (self.batch * oh * ow * self.out_channels * (self.in_channels // self.group)
-                * self.kernel[0] * self.kernel[1])
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,29 +26,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
+from compiler.backend.layers import (
+    Binding,
+    HostLayer,
+    HostPort,
+    Layout,
+    Tensor,
+    block_axis,
+)
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import is_integer_node
+from compiler.graph.ops import OPS, Lower, is_integer_node, node_macs
 from compiler.graph.serialize import graph_to_dict
 
 # The element types a host port may carry (those a program binding describes).
 PORT_DTYPES = ("int8", "uint8", "float32")
-_WRAPPERS = ("QuantizeLinear", "DequantizeLinear")
+# The lowerings that are a program binding: QuantizeLinear and DequantizeLinear, which wrap every
+# stretch of fp32 nodes and are at home on the accelerator only at a model boundary.
+BINDINGS = frozenset({Lower.QUANTIZE, Lower.DEQUANTIZE})
 
 
 def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | None:
     """Why `node` can only run on the host whatever its lowering, or None: it runs in fp32, or
     it is a QuantizeLinear/DequantizeLinear that is not at a model boundary."""
-    if node.op == "QuantizeLinear":
+    kind = OPS[node.op].lower
+    if kind is Lower.QUANTIZE:
         x = node.inputs[0]
         if x not in graph.inputs:
             return f"it quantizes {x!r}, which an fp32 node computes (not a model input)"
-        fp32 = [n.name for n in users.get(x, []) if n.op != "QuantizeLinear"]
+        fp32 = [n.name for n in users.get(x, []) if OPS[n.op].lower is not Lower.QUANTIZE]
         if fp32:
             return f"model input {x!r} is also read in fp32 by node(s) {fp32}"
         return None
-    if node.op == "DequantizeLinear":
+    if kind is Lower.DEQUANTIZE:
         y = node.outputs[0]
         readers = [n.name for n in users.get(y, [])]
         if readers:
@@ -62,16 +72,12 @@ def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | N
 
 
 def flops(graph: Graph, node: Node) -> int:
-    """The estimate of one node's work: 2 x MACs for Conv/Gemm/MatMul, else the larger of its
-    activation input and output element counts."""
+    """The estimate of one node's work: 2 x MACs for ops that multiply-accumulate (Conv, Gemm,
+    MatMul), else the larger of its activation input and output element counts."""
+    macs = node_macs(graph, node)
+    if macs is not None:
+        return 2 * macs
     out = sum(graph.type_of(name).size for name in node.outputs if name)
-    if node.op in ("Conv", "Gemm", "MatMul"):
-        a = graph.type_of(node.inputs[0]).shape
-        if node.op == "Conv":  # C/group x kernel taps per output
-            k = int(np.prod(graph.type_of(node.inputs[1]).shape[1:], dtype=np.int64))
-        else:
-            k = a[-2] if node.attrs.get("transA", 0) else a[-1]
-        return 2 * out * int(k)
     ins = [graph.type_of(name).size for name in node.inputs
            if name and not graph.values[name].is_const]
     return max([out, *ins])
@@ -203,6 +209,6 @@ class HostSegments:
 def _segment_name(index: int, nodes: list[Node]) -> str:
     """host<i>:<first node> (or <first>..<last>), naming the nodes that are not only the
     QuantizeLinear/DequantizeLinear wrappers when there are such."""
-    core = [n.name for n in nodes if n.op not in _WRAPPERS] or [n.name for n in nodes]
+    core = [n.name for n in nodes if OPS[n.op].lower not in BINDINGS] or [n.name for n in nodes]
     label = core[0] if len(core) == 1 else f"{core[0]}..{core[-1]}"
     return f"host{index}:{label}"

@@ -215,13 +215,14 @@ class _GraphBuilder:
             if attr in attrs:
                 inputs += [""] * (position + 1 - len(inputs))
                 inputs[position] = self._constant(f"{name}/{attr}", attrs.pop(attr))
-        if op.name == "Split" and (len(inputs) < 2 or not inputs[1]) and not attrs.get(
-                "num_outputs"):
-            attrs["num_outputs"] = len(proto.output)
-        if op.name == "Softmax" and self.opset < 13:
-            attrs["axis"] = self._legacy_softmax_axis(name, inputs[0], attrs.get("axis", 1))
-        if op.name == "Dropout":
-            attrs.pop("is_test", None)
+        if op.count_outputs:
+            attr, index = op.count_outputs
+            if (len(inputs) <= index or not inputs[index]) and not attrs.get(attr):
+                attrs[attr] = len(proto.output)
+        if op.coerced_2d_before and self.opset < op.coerced_2d_before:
+            attrs["axis"] = self._legacy_axis(op, name, inputs[0], attrs.get("axis", 1))
+        for attr in op.dropped_attrs:
+            attrs.pop(attr, None)
         while inputs and not inputs[-1]:
             inputs.pop()
         outputs = list(proto.output)
@@ -246,15 +247,16 @@ class _GraphBuilder:
         self.known[name] = array
         return name
 
-    def _legacy_softmax_axis(self, name: str, x: str, axis: int) -> int:
-        """Before opset 13 Softmax flattened to 2-D at `axis`; equal to today's on the last."""
+    def _legacy_axis(self, op: optable.OpDef, name: str, x: str, axis: int) -> int:
+        """Before its `coerced_2d_before` opset the op (Softmax) flattened to 2-D at `axis`;
+        equal to today's form on the last axis."""
         onnx_type = self.onnx_types.get(x)
         rank = self.values[x].type.rank if x in self.values else (
             len(onnx_type.tensor_type.shape.dim) if onnx_type is not None else None)
         if rank is None or (axis + rank if axis < 0 else axis) != rank - 1:
-            raise CompileError(f"{self.label}: node {name!r} (Softmax, opset {self.opset}) "
+            raise CompileError(f"{self.label}: node {name!r} ({op.name}, opset {self.opset}) "
                                f"normalizes over axes {axis}.. of a 2-D coercion; only the "
-                               "last axis is supported before opset 13")
+                               f"last axis is supported before opset {op.coerced_2d_before}")
         return -1
 
     def _type_outputs(self, node: Node) -> None:
@@ -278,7 +280,7 @@ class _GraphBuilder:
             types = [self._onnx_type(node, out) for out in node.outputs]
         for out, t in zip(node.outputs, types):
             self.values[out] = Value(out, t)
-        if node.op == "Shape":  # shapes are static, so Shape's value follows from the type
+        if optable.OPS[node.op].shape_only:  # shapes are static: the value follows from the type
             data = np.broadcast_to(np.uint8(0), inputs[0].type.shape)
             self.known.update(zip(node.outputs, optable.run_fp32(node, [data])))
         elif all(i is None or i.is_const for i in inputs) and node.op != "Dropout":

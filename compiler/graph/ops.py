@@ -3,7 +3,7 @@
 A row holds every fact about an operator: its ONNX name, inputs, attributes with their ONNX
 defaults, the shape rule and the fp32 reference. The importer, the verifier, the passes and the
 evaluator read this table; nothing else lists operators. Later stages add their own columns
-(int8 reference, quantization rule, lowering) to the same rows.
+(int8 reference, quantization rule, lowering, MACs) to the same rows.
 
 Input names follow ONNX; a trailing "?" marks an optional input, "*" a variadic one.
 """
@@ -11,6 +11,7 @@ Input names follow ONNX; a trailing "?" marks an optional input, "*" a variadic 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -30,6 +31,40 @@ class _Required:
 REQUIRED = _Required()
 
 ShapeRule = Callable[[Sequence[Value | None], Mapping[str, Any]], list[Type]]
+# The multiply-accumulates of one node, from its input types, output types and attributes.
+MacsRule = Callable[[Sequence[Type], Sequence[Type], Mapping[str, Any]], int]
+
+
+class Lower(Enum):
+    """The backend's rule that lowers an operator to accelerator layers (`compiler.backend.lower`
+    maps each kind to its function); an operator without one runs on the host, if allowed."""
+
+    CONV = "conv"                # the array: a convolution
+    GEMM = "gemm"                # the array: a 1x1 convolution over M pixels of K channels
+    MATMUL = "matmul"            # likewise, by a constant 2-D weight
+    MAX_POOL = "max_pool"        # the vector unit's window operations
+    AVERAGE_POOL = "average_pool"
+    GLOBAL_MAX_POOL = "global_max_pool"
+    GLOBAL_AVERAGE_POOL = "global_average_pool"
+    ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
+    SUB = "sub"                  # ADD with b's rescale negated; likewise
+    SCALAR_LUT = "scalar_lut"    # only with a scalar constant operand, as a LUT
+    LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
+    VIEW = "view"                # no layer: another name for the same bytes
+    SLICE = "slice"              # no layer: a strided View of its input's buffer
+    SPLIT = "split"              # likewise, one View per output
+    CONCAT = "concat"            # one buffer its inputs are written or copied into
+    QUANTIZE = "quantize"        # a program input binding (the host quantizes)
+    DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
+
+
+class ViewKind(Enum):
+    """How an operator's first output holds its first input's values, unchanged."""
+
+    SAME = "same"          # the input itself (Identity, inference Dropout): a no-op
+    RESHAPE = "reshape"    # the same bytes in the same order, under another shape
+    PERMUTE = "permute"    # the same values in another order (Transpose)
+    PART = "part"          # some of the values (Slice, Split)
 
 
 @dataclass(frozen=True)
@@ -43,6 +78,14 @@ class OpDef:
     # Attributes that older opsets had and newer ones turned into inputs: the importer moves
     # them to the input at this index, so the rest of ember sees only the newest form.
     attr_to_input: Mapping[str, int] = field(default_factory=dict)
+    # Attributes older opsets had that no longer mean anything: the importer drops them.
+    dropped_attrs: tuple[str, ...] = ()
+    # (attribute, input index): when that input is absent, the attribute counts the node's
+    # outputs (older opsets left it implicit; the newest require one or the other).
+    count_outputs: tuple[str, int] | None = None
+    # The opset before which the op flattened its input to 2-D at `axis`: the importer accepts
+    # such a node only on the last axis, where both forms agree.
+    coerced_2d_before: int | None = None
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
     # How the quantizer rewrites the op, and its integer-only reference (simulator.numerics);
@@ -60,8 +103,19 @@ class OpDef:
     fill_input: Callable[[Mapping[str, Any]], int | None] | None = None
     # Why the int8 kernel cannot take these attributes, or None when it can.
     int8_refuses: Callable[[Mapping[str, Any]], str | None] | None = None
+    # How the backend lowers the op; None: it has no lowering (the host runs it, if allowed).
+    lower: Lower | None = None
+    # Whether the output is the input's values unchanged (a view), and how; None: computed.
+    view: ViewKind | None = None
+    # The multiply-accumulates it does; None for ops whose work is not multiply-accumulates.
+    macs: MacsRule | None = None
     # A per-channel affine map that the folding pass merges into the op that feeds it.
     folds_into_producer: bool = False
+    # The weight axis of the output channels, from the attributes: a per-channel scale after
+    # the op folds into its weight along it (BatchNormalization folding); None: no such fold.
+    out_channel_axis: Callable[[Mapping[str, Any]], int] | None = None
+    # The value depends only on the input's (static) shape, so it always folds to a constant.
+    shape_only: bool = False
 
     @property
     def min_inputs(self) -> int:
@@ -249,6 +303,23 @@ def batchnorm_shape(xs, attrs):
     return same_shape(xs, attrs)
 
 
+# --- MAC counts ----------------------------------------------------------------------------
+
+
+def conv_macs(xs, ys, attrs):
+    # Every output element sums C/group x kernel taps products.
+    return ys[0].size * int(np.prod(xs[1].shape[1:], dtype=np.int64))
+
+
+def gemm_macs(xs, ys, attrs):
+    a = xs[0].shape
+    return ys[0].size * int(a[-2] if attrs["transA"] else a[-1])
+
+
+def matmul_macs(xs, ys, attrs):
+    return ys[0].size * int(xs[0].shape[-1])
+
+
 # --- the table ------------------------------------------------------------------------------
 
 _POOL = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": None, "kernel_shape": REQUIRED,
@@ -259,6 +330,8 @@ _RESIZE = {"antialias": 0, "axes": None, "coordinate_transformation_mode": "half
            "nearest_mode": "round_prefer_floor"}
 
 Q = Quant  # the quant column's kinds, short for the rows below
+L = Lower  # likewise the lower column's
+V = ViewKind  # and the view column's
 
 _QDQ = {"axis": 1, "block_size": 0, "output_dtype": 0}
 
@@ -267,12 +340,14 @@ _ROWS = (
     OpDef("Conv", ("X", "W", "B?"),
           {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
            "pads": None, "strides": None}, conv_shape, ref.conv,
-          quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT),
+          quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT,
+          lower=L.CONV, macs=conv_macs, out_channel_axis=lambda a: 0),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
-          gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT),
+          gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT,
+          lower=L.GEMM, macs=gemm_macs, out_channel_axis=lambda a: 0 if a["transB"] else 1),
     OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul,
           quant=Q.LINEAR, int8=int8.matmul_int8,  # int8: an int32 bias input too
-          weight=int8.MATMUL_WEIGHT),
+          weight=int8.MATMUL_WEIGHT, lower=L.MATMUL, macs=matmul_macs),
     OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
           {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, batchnorm_shape,
           ref.batch_normalization,  # folded into Conv/Gemm before quantization
@@ -280,39 +355,45 @@ _ROWS = (
     # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
     # nonlinearities become 256-entry tables (an int8 `table` input).
     OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8,
-          clamp_bounds=lambda *params: (0.0, None)),
+          clamp_bounds=lambda *params: (0.0, None), lower=L.LUT),
     OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip,
-          quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds),
+          quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds, lower=L.LUT),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
-          quant=Q.LOOKUP, int8=int8.lookup_int8),
-    OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
-          quant=Q.LOOKUP, int8=int8.lookup_int8),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
     OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish,
-          quant=Q.LOOKUP, int8=int8.lookup_int8),
-    OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8),
-    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8),
-    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8),
-    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
+    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8,
+          lower=L.ADD),
+    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
+          lower=L.SUB),
+    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
+          lower=L.SCALAR_LUT),
     OpDef("Div", ("A", "B"), {}, broadcast, ref.div),  # not quantized yet: named in an error
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
-          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8),
+          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, coerced_2d_before=13),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
-          quant=Q.KEEP_PARAMS, int8=ref.identity),
+          quant=Q.KEEP_PARAMS, int8=ref.identity, lower=L.VIEW, view=V.SAME),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
           lambda xs, a: [_t(xs[0], xs[0].type.shape), _t(xs[0], xs[0].type.shape, "bool")],
-          ref.dropout, outputs=("output", "mask?"), attr_to_input={"ratio": 1}),
+          ref.dropout, outputs=("output", "mask?"), attr_to_input={"ratio": 1},
+          view=V.SAME, dropped_attrs=("is_test",)),  # a view in inference
     # Windows and reductions: max keeps the scale, sums requantize.
     OpDef("MaxPool", ("X",), {**_POOL, "storage_order": 0}, pool_shape, ref.max_pool,
-          quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8),
+          quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8, lower=L.MAX_POOL),
     OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
           ref.average_pool, quant=Q.AVERAGE, int8=int8.average_pool_int8,
-          window_sizes=int8.average_pool_sizes),
+          window_sizes=int8.average_pool_sizes, lower=L.AVERAGE_POOL),
     OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool,
           quant=Q.AVERAGE, int8=int8.global_average_pool_int8,
-          window_sizes=int8.global_pool_sizes),
+          window_sizes=int8.global_pool_sizes, lower=L.GLOBAL_AVERAGE_POOL),
     OpDef("GlobalMaxPool", ("X",), {}, global_pool_shape, ref.global_max_pool,
-          quant=Q.KEEP_PARAMS, int8=ref.global_max_pool),
+          quant=Q.KEEP_PARAMS, int8=ref.global_max_pool, lower=L.GLOBAL_MAX_POOL),
     OpDef("ReduceMean", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
           _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes),
@@ -321,22 +402,25 @@ _ROWS = (
           int8_refuses=int8.resize_refuses),
     # Data movement: views and copies; integers move as they are, keeping the scale.
     OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten,
-          quant=Q.KEEP_PARAMS, int8=ref.flatten),
+          quant=Q.KEEP_PARAMS, int8=ref.flatten, lower=L.VIEW, view=V.RESHAPE),
     OpDef("Reshape", ("data", "shape"), {"allowzero": 0}, _evaluating(ref.reshape),
-          ref.reshape, quant=Q.KEEP_PARAMS, int8=ref.reshape),
+          ref.reshape, quant=Q.KEEP_PARAMS, int8=ref.reshape, lower=L.VIEW, view=V.RESHAPE),
     OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose,
-          quant=Q.KEEP_PARAMS, int8=ref.transpose),
+          quant=Q.KEEP_PARAMS, int8=ref.transpose, view=V.PERMUTE),
     OpDef("Squeeze", ("data", "axes?"), {}, _evaluating(ref.squeeze), ref.squeeze,
-          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.squeeze),
+          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.squeeze,
+          lower=L.VIEW, view=V.RESHAPE),
     OpDef("Unsqueeze", ("data", "axes"), {}, _evaluating(ref.unsqueeze), ref.unsqueeze,
-          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.unsqueeze),
+          attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.unsqueeze,
+          lower=L.VIEW, view=V.RESHAPE),
     OpDef("Slice", ("data", "starts", "ends", "axes?", "steps?"), {}, _evaluating(ref.slice_),
-          ref.slice_, quant=Q.KEEP_PARAMS, int8=ref.slice_),
+          ref.slice_, quant=Q.KEEP_PARAMS, int8=ref.slice_, lower=L.SLICE, view=V.PART),
     OpDef("Split", ("input", "split?"), {"axis": 0, "num_outputs": None},
           _evaluating(ref.split), ref.split, outputs=("outputs*",),
-          attr_to_input={"split": 1}, quant=Q.KEEP_PARAMS, int8=ref.split),
+          attr_to_input={"split": 1}, quant=Q.KEEP_PARAMS, int8=ref.split,
+          lower=L.SPLIT, view=V.PART, count_outputs=("num_outputs", 1)),
     OpDef("Concat", ("inputs*",), {"axis": REQUIRED}, concat_shape, ref.concat,
-          quant=Q.RESCALE_INPUTS, int8=ref.concat),
+          quant=Q.RESCALE_INPUTS, int8=ref.concat, lower=L.CONCAT),
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
           _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad,
           fill_input=lambda attrs: 2 if attrs["mode"] == "constant" else None),
@@ -344,13 +428,15 @@ _ROWS = (
     # graphs hold these. Their "fp32" reference is their definition (ONNX semantics).
     OpDef("QuantizeLinear", ("x", "y_scale", "y_zero_point?"),
           {**_QDQ, "precision": 0, "saturate": 1}, int8.quantize_shape, int8.quantize_linear,
-          quant=Q.QUANTIZE, int8=int8.quantize_linear),
+          quant=Q.QUANTIZE, int8=int8.quantize_linear, lower=L.QUANTIZE),
     OpDef("DequantizeLinear", ("x", "x_scale", "x_zero_point?"), _QDQ, int8.dequantize_shape,
-          int8.dequantize_linear, quant=Q.DEQUANTIZE, int8=int8.dequantize_linear),
+          int8.dequantize_linear, quant=Q.DEQUANTIZE, int8=int8.dequantize_linear,
+          lower=L.DEQUANTIZE),
     OpDef("Rescale", ("x",), {"multiplier": None, "shift": None, "x_zero_point": 0,
                               "out_zero_point": 0, "qclamp": None, "out_dtype": "int8"},
           int8.rescale_shape, int8.rescale_int8,
-          quant=Q.RESCALE, int8=int8.rescale_int8),  # ember's: int8 → int8, new scale
+          quant=Q.RESCALE, int8=int8.rescale_int8,  # ember's: int8 → int8, new scale
+          lower=L.LUT),
     # Constants and shape arithmetic: constant folding removes them before compilation.
     OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
                            "value_int": None, "value_ints": None, "sparse_value": None,
@@ -358,7 +444,7 @@ _ROWS = (
           constant_shape, ref.constant, fold_only=True),
     OpDef("Shape", ("data",), {"start": 0, "end": None},
           lambda xs, a: [Type("int64", (len(range(*slice(a["start"], a["end"]).indices(
-              xs[0].type.rank))),))], ref.shape, fold_only=True),
+              xs[0].type.rank))),))], ref.shape, fold_only=True, shape_only=True),
     OpDef("Gather", ("data", "indices"), {"axis": 0}, _evaluating(ref.gather), ref.gather,
           fold_only=True),
     OpDef("Cast", ("input",), {"to": REQUIRED, "saturate": 1, "round_mode": "up"},
@@ -438,3 +524,13 @@ def int8_attrs(node: Node) -> dict[str, Any]:
     the table's defaults: the keywords its int8 kernel takes."""
     base = {k: v for k, v in OPS[node.op].attrs.items() if v is not REQUIRED}
     return {**base, **node.attrs}
+
+
+def node_macs(graph: Graph, node: Node) -> int | None:
+    """The node's multiply-accumulates (its row's `macs` rule), or None when its work is not
+    multiply-accumulates."""
+    rule = OPS[node.op].macs
+    if rule is None:
+        return None
+    return rule([graph.type_of(name) for name in node.inputs if name],
+                [graph.type_of(name) for name in node.outputs if name], int8_attrs(node))

@@ -1,13 +1,16 @@
-"""BatchNormalization folding into the Conv or Gemm that feeds it."""
+"""BatchNormalization folding into the Conv or Gemm that feeds it.
+
+The operator table says which ops fold (`folds_into_producer`) and into which producers: those
+with an `out_channel_axis`, the weight axis a per-output-channel scale multiplies.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from compiler.graph.ir import Graph, Node, Type, Value
+from compiler.graph.ops import OPS
 from compiler.passes.util import prune_values, single_user
-
-_PRODUCERS = ("Conv", "Gemm")
 
 
 def _const(graph: Graph, name: str) -> np.ndarray | None:
@@ -25,17 +28,18 @@ def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value
     gamma, beta, mean, var = (p.astype(np.float64) for p in params)
     scale = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
     channels = scale.shape[0]
-    if producer.op == "Conv":
-        new_weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-    else:
+    if bias is not None and bias.ndim > 1:  # only a 1-D bias, one per channel, folds
+        return None
+    op = OPS[producer.op]
+    axis = op.out_channel_axis(op.bind(producer.name, producer.attrs))
+    new_weight = weight * scale.reshape([-1 if a == axis else 1 for a in range(weight.ndim)])
+    # Gemm's alpha and beta fold too: the folded node multiplies by one.
+    scales = {k: 1.0 for k in ("alpha", "beta") if k in op.attrs}
+    if scales:
         attrs = producer.attrs
-        if graph.type_of(producer.outputs[0]).rank != 2 or bias is not None and bias.ndim > 1:
-            return None
-        new_weight = (weight * scale[None, :] if not attrs.get("transB", 0)
-                      else weight * scale[:, None]) * 1.0
         alpha, beta_gemm = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
         new_weight, bias = new_weight * alpha, None if bias is None else bias * beta_gemm
-        producer = producer.with_(attrs={**attrs, "alpha": 1.0, "beta": 1.0})
+        producer = producer.with_(attrs={**attrs, **scales})
     old_bias = np.zeros(channels) if bias is None else np.broadcast_to(bias, (channels,))
     new_bias = (old_bias - mean) * scale + beta
     dtype = weight.dtype
@@ -60,16 +64,16 @@ def fold_batchnorm(graph: Graph) -> Graph:
     new_values: dict[str, Value] = {}
     origin: dict[str, str] = {}
     for node in graph.nodes:
-        if node.op != "BatchNormalization" or len(node.outputs) != 1:
+        if not OPS[node.op].folds_into_producer or len(node.outputs) != 1:
             continue
         producer = producers.get(node.inputs[0])
-        if producer is None or producer.op not in _PRODUCERS or producer.name in replaced:
+        if producer is None or OPS[producer.op].out_channel_axis is None or \
+                producer.name in replaced:
             continue
         if not single_user(graph, node.inputs[0]):
             continue
-        if producer.op == "Conv" and graph.type_of(producer.outputs[0]).shape[1] != \
-                graph.type_of(node.inputs[1]).shape[0]:
-            continue
+        if graph.type_of(producer.outputs[0]).shape[1] != graph.type_of(node.inputs[1]).shape[0]:
+            continue  # the scale is not one per output channel
         result = _fold(graph, producer, node)
         if result is None:
             continue

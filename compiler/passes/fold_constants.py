@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.graph.ir import Graph, Type, Value
-from compiler.graph.ops import run_fp32
+from compiler.graph.ops import OPS, run_fp32
 from compiler.passes.util import prune_values
 
 
@@ -19,12 +19,13 @@ def fold_constants(graph: Graph) -> Graph:
     consts = {name: v.const for name, v in graph.values.items() if v.is_const}
     kept, new_values = [], {}
     for node in graph.nodes:
-        if node.op == "Shape":
+        op = OPS[node.op]
+        if op.shape_only:
             start, end = node.attrs.get("start", 0), node.attrs.get("end")
             args = [np.empty(graph.type_of(node.inputs[0]).shape, dtype=np.uint8)]
             results = run_fp32(node.with_(attrs={"start": start, "end": end}), args)
         elif node.inputs and all(not n or n in consts for n in node.inputs) or (
-                not node.inputs and node.op == "Constant"):
+                not op.inputs):  # Constant: its value is its attribute
             results = run_fp32(node, [consts[n] if n else None for n in node.inputs])
         else:
             kept.append(node)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from compiler.graph.ir import Graph
+from compiler.graph.ops import OPS, ViewKind
 from compiler.passes.util import prune_values, rename_uses
-
-_NO_OPS = ("Identity", "Dropout")
 
 
 def remove_identity(graph: Graph) -> Graph:
@@ -18,7 +17,7 @@ def remove_identity(graph: Graph) -> Graph:
     kept = []
     users = graph.users()
     for node in graph.nodes:
-        removable = (node.op in _NO_OPS and node.outputs[0] not in graph.outputs
+        removable = (OPS[node.op].view is ViewKind.SAME and node.outputs[0] not in graph.outputs
                      and (len(node.outputs) < 2 or not users.get(node.outputs[1])))
         if removable:
             source = node.inputs[0]

@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from onnx import helper
 
 from compiler.backend.layers import HostLayer, PoolLayer
-from compiler.backend.lower import _Lowering, _unsupported, lower
+from compiler.backend.lower import RULES, _unsupported, lower
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
 from compiler.graph.evaluate import run_node
+from compiler.graph.ops import Lower
 from compiler.graph.serialize import graph_from_dict, graph_to_dict
 from compiler.pipeline import compile_int8
 from ember.cli import cli
@@ -183,13 +184,13 @@ def test_a_case_the_handler_refuses_runs_on_the_host() -> None:
 def test_a_handler_that_fails_midway_leaves_no_partial_state(monkeypatch) -> None:
     """A lowering that adds a layer and a tensor and then finds it cannot run the node: the
     node runs on the host, and nothing of the failed attempt remains."""
-    original = _Lowering.lower_MaxPool
+    original = RULES[Lower.MAX_POOL]
 
-    def half_then_fail(self, node):
-        original(self, node)
+    def half_then_fail(lowering, node):
+        original(lowering, node)
         raise _unsupported(node, "a test refuses it after lowering it")
 
-    monkeypatch.setattr(_Lowering, "lower_MaxPool", half_then_fail)
+    monkeypatch.setitem(RULES, Lower.MAX_POOL, half_then_fail)
     qgraph = digits()
     lowered = lower(qgraph, allow_host=True)
     assert not any(isinstance(layer, PoolLayer) for layer in lowered.layers)
