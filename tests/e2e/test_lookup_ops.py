@@ -1,0 +1,31 @@
+"""Every operator whose row quantizes it to a 256-entry table and lowers it to the vector unit's
+LUT runs on the accelerator alone, bit-exactly: a new such operator is one row of the table, and
+this test covers it without naming it."""
+
+from __future__ import annotations
+
+import pytest
+from onnx import helper
+
+from compiler.graph.int8 import Quant
+from compiler.graph.ops import OPS, Lower
+from tests.e2e.flow import compile_and_check
+from tests.onnx_builder import model
+
+LOOKUP_OPS = sorted(name for name, op in OPS.items()
+                    if op.quant is Quant.LOOKUP and op.lower is Lower.LUT)
+
+
+def test_the_table_has_lookup_operators() -> None:
+    assert {"Sigmoid", "Tanh"} <= set(LOOKUP_OPS)
+
+
+@pytest.mark.parametrize("op", LOOKUP_OPS)
+@pytest.mark.parametrize("preset", ["edge", "default"])
+def test_lookup_operator_runs_on_the_accelerator_bit_exactly(op: str, preset: str) -> None:
+    # 5x7x9 = 315 elements: several vector rows on either preset and a partial last one.
+    proto = model([helper.make_node(op, ["x"], ["y"], name="f")], {"x": (1, 5, 7, 9)},
+                  {"y": (1, 5, 7, 9)})
+    compiled, _ = compile_and_check(proto, preset)
+    assert compiled.program.host_segments == ()
+    assert [row["kind"] for row in compiled.summary.per_layer] == ["Lut"]
