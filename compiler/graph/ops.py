@@ -368,6 +368,8 @@ _ROWS = (
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
     OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
+    OpDef("Abs", ("X",), {}, same_shape, np.abs, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
     OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8,
           lower=L.ADD),
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,

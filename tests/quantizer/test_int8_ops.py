@@ -97,6 +97,7 @@ CASES = [
     Case("HardSigmoid", [n("HardSigmoid", ["x"], ["y"], alpha=0.3, beta=0.4)], X4, {"y": Y4},
          ranges={"x": 3.0}),
     Case("HardSwish", [n("HardSwish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Abs", [n("Abs", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("LeakyRelu", [n("LeakyRelu", ["x"], ["y"], alpha=0.1)], X4, {"y": Y4}),
     Case("Softmax", [n("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {"y": (3, 10)},
          ranges={"x": 3.0}),
