@@ -234,8 +234,8 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
 
 
 def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: str) -> dict:
-    return {"ember_version": profile_format.tool_version(), "calibration": options.calibration, "percentile": options.percentile,
-            "per_channel": options.per_channel, "activations": options.activation_dtype,
+    return {"ember_version": profile_format.tool_version(), "calibration": options.calibration,
+            "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
             "keep_fp32": list(options.keep_fp32), "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,

@@ -22,15 +22,14 @@ clock, and a cross-queue conflict on a local row that no token chain orders is r
 (`simulator.hazards`; `run(..., check_hazards=False)` skips the check).
 
 **Timing.** An instruction occupies its queue's unit for `row.cycles(arch, insn)` cycles; its
-tokens are pushed `row.latency(arch, insn)` cycles later (a pipelined unit's drain: the array's
-skew with preload_overlap), and never before the tokens of the queue's earlier instructions. LOAD and
+tokens are pushed `row.latency(arch, insn)` cycles later (a pipelined unit's drain: the array's skew
+with preload_overlap), and never before the tokens of the queue's earlier instructions. LOAD and
 STORE also share one DRAM port: after the latency, a transfer waits for the port, so the sum of all
 transfers (and hence the DRAM roofline) is a lower bound on the total. HOST (on the store queue)
-moves its segment's bytes over the same port after the latency, then computes for its
-compute_cycles with the port free. Gaps before an instruction starts are stalls, attributed
-to the constraint that set its start: `token` (waiting for a producer), `token_full` (waiting for
-room to push); a wait for the DRAM port is `dram_port`.
-Timing depends on the program alone, never on the data.
+moves its segment's bytes over the same port after the latency, then computes for its compute_cycles
+with the port free. Gaps before an instruction starts are stalls, attributed to the constraint that
+set its start: `token` (waiting for a producer), `token_full` (waiting for room to push); a wait for
+the DRAM port is `dram_port`. Timing depends on the program alone, never on the data.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ def tensor(name: str, shape: Sequence[int | str] | None, dtype=TensorProto.FLOAT
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
+def weights(rng: np.random.Generator, *shape: int, scale: float = 0.3) -> np.ndarray:
+    """Seeded normal weights of the given shape, float32."""
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
 def model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequence[int | str]],
           outputs: Mapping[str, Sequence[int | str]],
           initializers: Mapping[str, np.ndarray] = {}, opset: int = 17,

@@ -2,14 +2,14 @@
 memory live at a time (Glow's ChildMemSizeBasedScheduler, `lib/Optimizer/GraphOptimizer/`
 `ChildMemSizeBasedScheduler.cpp`).
 
-The graph's node order is one valid order, but an importer's: it may start a second branch
-before the first one ends, keeping both branches' large intermediates alive together. Here the
-layers are ordered depth first from the outputs: before a layer, the layers producing its
-inputs, the operand whose subgraph needs the most memory first, so each branch finishes (and
-its intermediates die) before the next starts, and what a branch leaves behind is only its
-result. Both orders go through the DRAM planner (`compiler.backend.memory.plan_dram`) and the one with
-the smaller arena wins, the graph's own on a tie: the pass never makes the plan worse, and it
-is deterministic (a function of the layers alone).
+The graph's node order is one valid order, but an importer's: it may start a second branch before
+the first one ends, keeping both branches' large intermediates alive together. Here the layers are
+ordered depth first from the outputs: before a layer, the layers producing its inputs, the operand
+whose subgraph needs the most memory first, so each branch finishes (and its intermediates die)
+before the next starts, and what a branch leaves behind is only its result. Both orders go through
+the DRAM planner (`compiler.backend.memory.plan_dram`) and the one with the smaller arena wins, the
+graph's own on a tie: the pass never makes the plan worse, and it is deterministic (a function of
+the layers alone).
 """
 
 from __future__ import annotations

@@ -140,8 +140,21 @@ class Tensor:
     size_bytes: int
 
 
+class _Windowed:
+    """A layer from one [batch, h, w, channels] map to another: each side is a view of its
+    buffer, or (x_view/y_view None) the whole buffer, dense."""
+
+    @property
+    def in_view(self) -> View:
+        return self.x_view or View.dense((self.batch, *self.in_hw, self.in_channels))
+
+    @property
+    def out_view(self) -> View:
+        return self.y_view or View.dense((self.batch, *self.out_hw, self.out_channels))
+
+
 @dataclass(frozen=True, eq=False)
-class ConvLayer:
+class ConvLayer(_Windowed):
     """A convolution on the array: y = requant(conv(x - x_zp, w) + bias), channels-last."""
 
     node: str
@@ -170,17 +183,9 @@ class ConvLayer:
     x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
     y_view: View | None = None
 
-    @property
-    def in_view(self) -> View:
-        return self.x_view or View.dense((self.batch, *self.in_hw, self.in_channels))
-
-    @property
-    def out_view(self) -> View:
-        return self.y_view or View.dense((self.batch, *self.out_hw, self.out_channels))
-
 
 @dataclass(frozen=True, eq=False)
-class PoolLayer:
+class PoolLayer(_Windowed):
     """MaxPool, or AveragePool with a single window size (params set), on the vector unit."""
 
     node: str
@@ -203,12 +208,12 @@ class PoolLayer:
     y_view: View | None = None
 
     @property
-    def in_view(self) -> View:
-        return self.x_view or View.dense((self.batch, *self.in_hw, self.channels))
+    def in_channels(self) -> int:
+        return self.channels
 
     @property
-    def out_view(self) -> View:
-        return self.y_view or View.dense((self.batch, *self.out_hw, self.channels))
+    def out_channels(self) -> int:
+        return self.channels
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,8 +266,9 @@ class HostPort:
 @dataclass(frozen=True, eq=False)
 class HostLayer:
     """A host segment: consecutive nodes the accelerator does not run (kept in fp32, their
-    QuantizeLinear/DequantizeLinear wrappers, operators without a lowering), run on the host
-    CPU by `compiler.backend.codegen.host.run_segment` between a read of its inputs from DRAM and a write of
+    QuantizeLinear/DequantizeLinear wrappers, operators without a lowering), run on the host CPU by
+    `compiler.backend.codegen.host.run_segment` between a read of its inputs from DRAM and a write
+    of
     its outputs (`graph` is the serialized subgraph, `compiler.graph.serialize`)."""
 
     node: str  # the segment's name, the source of its instruction

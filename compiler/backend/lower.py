@@ -7,9 +7,9 @@ per-channel multipliers and shifts, tables) is taken from the quantized node's o
 the ones the quantizer computed and the integer reference (`quantizer.reference.run_int8`) runs,
 so the program and the oracle read the same integers.
 
-**Layout** (`compiler.backend.layers`): feature maps are channels-last, the rest row-major; a view keeps
-its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes its
-weight rows to match a flattened channels-last map) or fails with a CompileError.
+**Layout** (`compiler.backend.layers`): feature maps are channels-last, the rest row-major; a view
+keeps its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes
+its weight rows to match a flattened channels-last map) or fails with a CompileError.
 
 **Slices and Concat without copies** (`compiler.backend.layers.View`). Slice (constant starts, ends,
 axes; forward steps, 1 on channels) and Split outputs are views: an offset and strides over
@@ -21,17 +21,16 @@ outermost's buffer); any other input (a model input, a view, a value read twice)
 by an identity LUT. A Reshape-like view of a slice is copied to a tensor of its own first.
 
 **Rules.** The operator table's `lower` column names each operator's rule, a function here
-(`RULES`); an operator without one has no lowering. Conv, Gemm and MatMul with a constant weight
-run on the array as convolutions
-(Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise convolutions
-expand to block-diagonal weight tiles whose all-zero blocks are skipped. MaxPool, AveragePool
-with one window size, GlobalAveragePool, Add and Sub run on the vector unit; every single-input
-elementwise integer map (Relu, Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar
-constant operand) is a 256-entry LUT built by running the node's own int8 kernel on all 256
-codes, so it is bit-exact by construction.
-QuantizeLinear at a model input and DequantizeLinear at a model output stay on the host: the
-program's I/O bindings carry their scale and zero point. Every other node the accelerator cannot
-run is a CompileError naming it, or with `allow_host` joins a host segment (`compiler.backend.partition`).
+(`RULES`); an operator without one has no lowering. Conv, Gemm and MatMul with a constant weight run
+on the array as convolutions (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and
+depthwise convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped.
+MaxPool, AveragePool with one window size, GlobalAveragePool, Add and Sub run on the vector unit;
+every single-input elementwise integer map (Relu, Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul
+with a scalar constant operand) is a 256-entry LUT built by running the node's own int8 kernel on
+all 256 codes, so it is bit-exact by construction. QuantizeLinear at a model input and
+DequantizeLinear at a model output stay on the host: the program's I/O bindings carry their scale
+and zero point. Every other node the accelerator cannot run is a CompileError naming it, or with
+`allow_host` joins a host segment (`compiler.backend.partition`).
 """
 
 from __future__ import annotations
@@ -40,20 +39,8 @@ import copy
 
 import numpy as np
 
-from compiler.backend.layers import (
-    AddLayer,
-    Binding,
-    ConvLayer,
-    Layer,
-    Layout,
-    Lowered,
-    LutLayer,
-    PoolLayer,
-    Tensor,
-    View,
-    block_axis,
-    block_shape,
-)
+from compiler.backend.layers import (AddLayer, Binding, ConvLayer, Layer, Layout, Lowered, LutLayer,
+                                     PoolLayer, Tensor, View, block_axis, block_shape)
 from compiler.backend.partition import BINDINGS, HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node

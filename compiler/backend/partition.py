@@ -26,14 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (
-    Binding,
-    HostLayer,
-    HostPort,
-    Layout,
-    Tensor,
-    block_axis,
-)
+from compiler.backend.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, is_integer_node, node_macs
@@ -84,8 +77,8 @@ def flops(graph: Graph, node: Node) -> int:
 
 
 class HostSegments:
-    """The open segment of a lowering walk (`compiler.backend.lower`), and how each one closes into a
-    HostLayer over DRAM tensors that the walk's tables (tensors, layouts, buffers, bindings)
+    """The open segment of a lowering walk (`compiler.backend.lower`), and how each one closes into
+    a HostLayer over DRAM tensors that the walk's tables (tensors, layouts, buffers, bindings)
     then know."""
 
     def __init__(self, lowering):

@@ -27,17 +27,8 @@ from dataclasses import dataclass
 from compiler.backend.codegen.emit import PAD_MAX, instruction
 from compiler.backend.layers import ConvLayer, Lowered, PoolLayer
 from compiler.backend.memory import reads
-from compiler.backend.tiling import (
-    ConvTiles,
-    PoolTiles,
-    Region,
-    Tiles,
-    active_blocks,
-    ceil_div,
-    conv_cost,
-    conv_input_extent,
-    tile_conv,
-)
+from compiler.backend.tiling import (ConvTiles, PoolTiles, Region, Tiles, active_blocks, ceil_div,
+                                     conv_cost, conv_input_extent, tile_conv)
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch

@@ -1,13 +1,13 @@
 """Scheduling: program order and dependency tokens, derived from the hazards on buffers.
 
 Codegen hands over each layer as a list of `Step`s (the loads of one tile, then the work on it).
-With double buffering, the loads of the next step that loads are placed before the work of step
-t, so the load queue fetches the next tile while the array computes this one (the buffers
-alternate, so they do not collide); without it, steps run one after another in one buffer. A
-layer's first loads of activations follow the previous layer's work in program order, but wait
-only for the stores of the DRAM blocks they read (a DMA's access is the elements it touches,
-`compiler.backend.codegen.emit.relocate`), so a layer may start on rows its predecessor has already stored; its
-first loads of constants may come before the previous layer's last work (`order`).
+With double buffering, the loads of the next step that loads are placed before the work of step t,
+so the load queue fetches the next tile while the array computes this one (the buffers alternate, so
+they do not collide); without it, steps run one after another in one buffer. A layer's first loads
+of activations follow the previous layer's work in program order, but wait only for the stores of
+the DRAM blocks they read (a DMA's access is the elements it touches,
+`compiler.backend.codegen.emit.relocate`), so a layer may start on rows its predecessor has already
+stored; its first loads of constants may come before the previous layer's last work (`order`).
 
 Tokens are then derived, not written by hand. Walking the program in order, every instruction's
 local-memory accesses (`InsnDef.access`, the function the machine's race check uses) and every

@@ -13,11 +13,11 @@ few pixels and many channels); output-channel blocks outermost with one block's 
 at a time, or one K slice's at a time; among those that fit, `_conv_cost` (DMA bytes and
 latencies against the array's COMPUTE time) picks one.
 
-Every streamed region has two buffers (ping and pong) so that the DMA of the next tile can overlap the
-work on this one; with double buffering off, codegen uses only the first, and the tiles stay the
+Every streamed region has two buffers (ping and pong) so that the DMA of the next tile can overlap
+the work on this one; with double buffering off, codegen uses only the first, and the tiles stay the
 same so the two schedules compare like for like. The smallest tile is one output pixel of one
-channel block; only when even that does not fit is there a CompileError naming the layer, the
-memory and the sizes.
+channel block; only when even that does not fit is there a CompileError naming the layer, the memory
+and the sizes.
 """
 
 from __future__ import annotations

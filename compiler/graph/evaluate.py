@@ -1,10 +1,10 @@
 """The reference interpreters' node step and the fp32 interpreter: runs a Graph node by node
 with the operator table's references.
 
-`run_node` is the one definition of what a node of a quantized graph computes: its int8 kernel
-for integer nodes, its fp32 reference otherwise. The integer reference
-(`quantizer.reference.run_int8`) and the host segments of a compiled program
-(`compiler.backend.codegen.host.run_segment`) both call it, so the host runs exactly what the oracle runs."""
+`run_node` is the one definition of what a node of a quantized graph computes: its int8 kernel for
+integer nodes, its fp32 reference otherwise. The integer reference (`quantizer.reference.run_int8`)
+and the host segments of a compiled program (`compiler.backend.codegen.host.run_segment`) both call
+it, so the host runs exactly what the oracle runs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """A Graph as a JSON-able dict and back, exactly: types with their quantization, attributes
 with their Python types, constants as base64 with dtype and shape.
 
-A compiled program carries the subgraph of each host segment in this form (the simulator keeps
-it opaque, `compiler.backend.codegen.host` runs it), so the round trip must give a graph that runs the same
-kernels on the same integers: numpy arrays keep their dtype and shape, tuples stay tuples and
-numpy scalars keep their type. Floats survive JSON exactly (Python writes the shortest repr
-that reads back to the same double).
+A compiled program carries the subgraph of each host segment in this form (the simulator keeps it
+opaque, `compiler.backend.codegen.host` runs it), so the round trip must give a graph that runs the
+same kernels on the same integers: numpy arrays keep their dtype and shape, tuples stay tuples and
+numpy scalars keep their type. Floats survive JSON exactly (Python writes the shortest repr that
+reads back to the same double).
 """
 
 from __future__ import annotations

@@ -10,12 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
-from ember.commands.options import (
-    json_option,
-    model_argument,
-    quant_options_from,
-    quantization_options,
-)
+from ember.commands.options import (json_option, model_argument, quant_options_from,
+                                    quantization_options)
 from ember.errors import EmberError
 from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq

@@ -9,8 +9,8 @@ from onnx import helper
 
 from compiler.backend.layers import Binding, Layout, Lowered, Tensor, View
 from compiler.backend.lower import lower
-from tests.compiler.tiny import quantize_model, weights
-from tests.onnx_builder import model
+from tests.compiler.tiny import quantize_model
+from tests.onnx_builder import model, weights
 
 # The facts compared per layer kind, beside its kind, node, inputs and output.
 _SHAPE = {"ConvLayer": ("in_hw", "out_hw", "in_channels", "out_channels", "kernel", "pads",

@@ -13,8 +13,9 @@ from compiler.backend.program import packable
 from compiler.backend.reuse import OnChip, keep_on_chip
 from compiler.backend.tiling import Region, tile
 from simulator.arch import Arch
-from tests.compiler.tiny import quantize_model, weights
-from tests.onnx_builder import model
+from tests.compiler.tiny import quantize_model
+from tests.e2e.models import chain
+from tests.onnx_builder import model, weights
 
 EDGE = Arch.load("edge")  # 4096 scratchpad rows of 8 lanes
 
@@ -23,23 +24,6 @@ def _keep(lowered: Lowered):
     sole_readers = packable(lowered)
     tiles = [tile(layer, EDGE, layer.node in sole_readers) for layer in lowered.layers]
     return keep_on_chip(lowered, tiles, EDGE, sole_readers)
-
-
-def chain():
-    """x (5 x 10 x 12) → 3x3 conv (18, Relu) → 3x3/2 conv (10) → 1x1 conv (12) → 3x3/2 max
-    pool, padded: each layer reads only its predecessor's output, whole, in one tile."""
-    rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="conv1", pads=[1] * 4),
-             helper.make_node("Relu", ["a"], ["ar"], name="relu1"),
-             helper.make_node("Conv", ["ar", "w2", "b2"], ["b"], name="conv2", pads=[1] * 4,
-                              strides=[2, 2]),
-             helper.make_node("Conv", ["b", "w3", "b3"], ["c"], name="conv3"),
-             helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[3, 3],
-                              strides=[2, 2], pads=[1] * 4)]
-    return model(nodes, {"x": [1, 5, 10, 12]}, {"y": [1, 12, 3, 3]},
-                 {"w1": weights(rng, 18, 5, 3, 3), "b1": weights(rng, 18),
-                  "w2": weights(rng, 10, 18, 3, 3, scale=0.15), "b2": weights(rng, 10),
-                  "w3": weights(rng, 12, 10, 1, 1), "b3": weights(rng, 12)})
 
 
 def test_a_chain_keeps_every_intermediate_tensor_in_stacked_blocks() -> None:

@@ -12,8 +12,8 @@ from compiler.backend.layers import Layer
 from compiler.backend.lower import lower
 from compiler.backend.tiling import ConvTiles, ElementwiseTiles, PoolTiles, Region, tile
 from simulator.arch import Arch
-from tests.compiler.tiny import quantize_model, weights
-from tests.onnx_builder import model
+from tests.compiler.tiny import quantize_model
+from tests.onnx_builder import model, weights
 
 EDGE = Arch.load("edge")
 

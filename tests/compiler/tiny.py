@@ -22,6 +22,3 @@ def quantize_model(proto: onnx.ModelProto, samples: int = 4, seed: int = 0) -> G
     graph = optimize(import_model(proto))
     return quantize(graph, profile_of(proto, calibration, graph))
 
-
-def weights(rng: np.random.Generator, *shape: int, scale: float = 0.3) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)

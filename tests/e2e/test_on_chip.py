@@ -13,31 +13,11 @@ import compiler.pipeline
 from compiler.backend.reuse import keep_on_chip
 from simulator import isa
 from tests.e2e.flow import compile_and_check
+from tests.e2e.models import chain
 from tests.onnx_builder import model
+from tests.onnx_builder import weights as _w
 
 PRESETS = ("default", "edge", "large")
-
-
-def _w(rng, *shape, scale=0.3):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def chain(seed: int = 0):
-    """3x3 conv (ReLU) → 3x3/2 conv → 1x1 conv → 3x3/2 max-pool with padding: the first two
-    convolutions and the last conv → pool pair can each keep their tensor on chip (a padded
-    window, a strided one whose last input row no output reads, a pool's -128 padding)."""
-    rng = np.random.default_rng(seed)
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="conv1", pads=[1] * 4),
-             helper.make_node("Relu", ["a"], ["ar"], name="relu1"),
-             helper.make_node("Conv", ["ar", "w2", "b2"], ["b"], name="conv2", pads=[1] * 4,
-                              strides=[2, 2]),
-             helper.make_node("Conv", ["b", "w3", "b3"], ["c"], name="conv3"),
-             helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[3, 3],
-                              strides=[2, 2], pads=[1] * 4)]
-    return model(nodes, {"x": [1, 5, 10, 12]}, {"y": [1, 12, 3, 3]},
-                 {"w1": _w(rng, 18, 5, 3, 3), "b1": _w(rng, 18),
-                  "w2": _w(rng, 10, 18, 3, 3, scale=0.15), "b2": _w(rng, 10),
-                  "w3": _w(rng, 12, 10, 1, 1), "b3": _w(rng, 12)})
 
 
 def gemms(seed: int = 1):

@@ -23,14 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.backend.codegen.emit import (
-    Context,
-    input_window,
-    instruction,
-    load_acc_rows,
-    load_window,
-    pixel_tile_grid,
-)
+from compiler.backend.codegen.emit import (Context, input_window, instruction, load_acc_rows,
+                                           load_window, pixel_tile_grid)
 from compiler.backend.layers import ConvLayer
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
@@ -288,8 +282,8 @@ def _zero_acc(node: str, zeros_addr: int, acc_row: int, pixels: int, n: int) -> 
 def _output(node: str, ctx: Context, layer: ConvLayer, acc_row: int, out_row: int, param: int,
             image_index: int, y0: int, x0: int, c0: int, th: int, tw: int, n: int) -> list[Op]:
     """The th x tw output tile's REQUANT and STORE; or, when the output stays on chip
-    (`compiler.backend.reuse`), REQUANTs straight into the consumer's input rows: one for the tile when
-    its rows are whole rows there, else one per tile row (pixels outside the consumer's window
+    (`compiler.backend.reuse`), REQUANTs straight into the consumer's input rows: one for the tile
+    when its rows are whole rows there, else one per tile row (pixels outside the consumer's window
     are dropped)."""
     qmin, qmax = layer.qclamp
 

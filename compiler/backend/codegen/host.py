@@ -1,14 +1,14 @@
 """The host CPU's part of a program: each host segment's HOST instruction, the segment records
 the program carries (`Program.host_segments`), and the runner that executes one.
 
-A segment (`compiler.backend.layers.HostLayer`, made by `compiler.backend.partition`) is one HOST instruction on
-the store queue that names every DRAM tensor it reads and writes, so the scheduler orders it
-after the instructions that write its inputs and before those that read its outputs, from the
-same hazards as any other access. Its record lists the nodes, the input and output bindings
-(raw values: int8 codes for quantized values, float32 for fp32 ones, scale 1 and zero point 0),
-the serialized subgraph and the flop estimate. `run_segment` is the runner `machine.run` calls
-at HOST: it runs the subgraph with `compiler.graph.evaluate.run_node`, the same node step as the
-integer reference, so the program stays bit-exact with `quantizer.reference.run_int8`.
+A segment (`compiler.backend.layers.HostLayer`, made by `compiler.backend.partition`) is one HOST
+instruction on the store queue that names every DRAM tensor it reads and writes, so the scheduler
+orders it after the instructions that write its inputs and before those that read its outputs, from
+the same hazards as any other access. Its record lists the nodes, the input and output bindings (raw
+values: int8 codes for quantized values, float32 for fp32 ones, scale 1 and zero point 0), the
+serialized subgraph and the flop estimate. `run_segment` is the runner `machine.run` calls at HOST:
+it runs the subgraph with `compiler.graph.evaluate.run_node`, the same node step as the integer
+reference, so the program stays bit-exact with `quantizer.reference.run_int8`.
 """
 
 from __future__ import annotations

@@ -10,23 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.codegen.emit import (
-    Context,
-    input_window,
-    instruction,
-    load_acc_rows,
-    load_window,
-    pixel_tile_grid,
-)
+from compiler.backend.codegen.emit import (Context, input_window, instruction, load_acc_rows,
+                                           load_window, pixel_tile_grid)
 from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwise
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
-from compiler.backend.tiling import (
-    ElementwiseTiles,
-    PoolTiles,
-    ceil_div,
-    conv_input_extent,
-)
+from compiler.backend.tiling import ElementwiseTiles, PoolTiles, ceil_div, conv_input_extent
 from simulator import isa
 
 # --- pooling --------------------------------------------------------------------------------
