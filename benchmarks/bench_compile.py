@@ -74,7 +74,7 @@ def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
     return {"model": name, "preset": preset, "double_buffer": double_buffer,
             "compile_s": seconds, "instructions": len(program.instructions),
             "cycles": stats.cycles, "bound": compiled.summary.bound_cycles,
-            "issued_bound": max(stats.bound_cycles, -(-stats.macs // arch.macs_per_cycle)),
+            "issued_bound": max(stats.bound_cycles, arch.roofline(stats.macs, 0)[0]),
             "of_bound": compiled.summary.bound_cycles / max(stats.cycles, 1), "bit_exact": exact,
             "layers": breakdown(program, result, compiled.summary)}
 

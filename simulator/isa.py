@@ -174,6 +174,9 @@ class InsnDef:
     # `min_cycles(arch, count, nbytes)`: a lower bound of the cycles `count` such instructions
     # moving `nbytes` take, for a planner (the tiler's cost model); None where it has no use.
     min_cycles: Callable | None = None
+    # Entries of the lookup table the instruction reads from the scratchpad (LUT: one int8
+    # entry per int8 code); 0 for an instruction that reads none.
+    table_entries: int = 0
 
     def field(self, name: str) -> F:
         """The row's field `name`: the compiler and the arch check ask it for their limits."""
@@ -242,7 +245,6 @@ def _check_deps(insn: Insn) -> None:
 
 
 _MEM = F("mem", 2, names=MEMORIES)
-LUT_ENTRIES = vector.LUT_ENTRIES  # a LUT instruction's table: one int8 entry per int8 code
 ParamBlock = vector.ParamBlock  # what REQUANT, ADD and AVGPOOL read at `param`
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
@@ -292,7 +294,7 @@ AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
 LUT = InsnDef("LUT", 0x09, "vector",
               (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW)),
               run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
-              access=vector.lut_access)
+              access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 # On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
 HOST = InsnDef("HOST", 0x0B, "store",

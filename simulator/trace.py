@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator import isa
 from simulator.stats import UNITS, Timeline, unit_ids, work_columns
+from simulator.units import Work
 
 LEVELS = ("layer", "instruction")
 _PID = 1
@@ -82,10 +83,13 @@ def _counters(program, timeline: Timeline, at, level: str) -> list[dict]:
     work = np.stack(work_columns(arch, insns), axis=1)
     order = np.argsort(timeline.start, kind="stable")
     events = []
-    marks = {"scratchpad": 0, "accumulator": 0}
-    rows = {"scratchpad": arch.scratchpad.row_bytes, "accumulator": arch.accumulator.row_bytes}
+    # Each local memory's high-water mark: its `Work.<memory>_end` column, in rows, times its
+    # row size.
+    ends = {name: Work._fields.index(f"{name}_end") for name in isa.MEMORIES}
+    rows = {name: memory.row_bytes for name, memory in zip(isa.MEMORIES, arch.memories)}
+    marks = dict.fromkeys(isa.MEMORIES, 0)
     for i in order.tolist():
-        for name, column in (("scratchpad", 4), ("accumulator", 5)):
+        for name, column in ends.items():
             high = int(work[i, column]) * rows[name]
             if high > marks[name]:
                 marks[name] = high

@@ -317,7 +317,7 @@ def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles
         n, h, w, c = layer.views[-1].shape
         total_rows = n * h * w * ceil_div(c, arch.lanes)
     is_add = isinstance(layer, AddLayer)
-    table_rows = 0 if is_add else ceil_div(isa.LUT_ENTRIES, arch.lanes)
+    table_rows = 0 if is_add else ceil_div(isa.LUT.table_entries, arch.lanes)
     operands = 3 if is_add else 2
     fit = (sp_rows - table_rows) // (BUFFERS * operands)
     if fit < 1:

@@ -101,9 +101,9 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
                                      isa.ParamBlock.rows()))
     else:
-        table_rows = ceil_div(isa.LUT_ENTRIES, lanes)
+        table_rows = ceil_div(isa.LUT.table_entries, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
-        table[:isa.LUT_ENTRIES] = layer.table
+        table[:isa.LUT.table_entries] = layer.table
         addr = image.add(table.tobytes())
         pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.table.base, dram=addr,
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
