@@ -81,7 +81,7 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
     table.add_row("layers", f"{s.layers}")
     table.add_row("instructions", f"{s.instructions:,} (" + ", ".join(
         f"{q} {n:,}" for q, n in s.per_queue.items()) + f"; {s.syncs} relay SYNCs)")
-    table.add_row("MACs: the model's (issued to the array)", f"{s.macs:,} ({s.array_macs:,})")
+    table.add_row("MACs, model's (issued)", f"{s.macs:,} ({s.array_macs:,})")
     table.add_row("DRAM image (weights, constants)", f"{s.dram_image_bytes:,} B")
     table.add_row("DRAM activations (peak / lower bound)",
                   f"{s.activation_peak_bytes:,} / {s.activation_lower_bound_bytes:,} B")
