@@ -111,9 +111,9 @@ class OpDef:
     macs: MacsRule | None = None
     # A per-channel affine map that the folding pass merges into the op that feeds it.
     folds_into_producer: bool = False
-    # The weight axis of the output channels, from the attributes: a per-channel scale after
-    # the op folds into its weight along it (BatchNormalization folding); None: no such fold.
-    out_channel_axis: Callable[[Mapping[str, Any]], int] | None = None
+    # A per-output-channel scale and offset after the op fold into its weight (along the weight
+    # column's `out_axis`) and its bias: BatchNormalization folding.
+    absorbs_channel_affine: bool = False
     # The value depends only on the input's (static) shape, so it always folds to a constant.
     shape_only: bool = False
 
@@ -341,10 +341,10 @@ _ROWS = (
           {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
            "pads": None, "strides": None}, conv_shape, ref.conv,
           quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT,
-          lower=L.CONV, macs=conv_macs, out_channel_axis=lambda a: 0),
+          lower=L.CONV, macs=conv_macs, absorbs_channel_affine=True),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
           gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT,
-          lower=L.GEMM, macs=gemm_macs, out_channel_axis=lambda a: 0 if a["transB"] else 1),
+          lower=L.GEMM, macs=gemm_macs, absorbs_channel_affine=True),
     OpDef("MatMul", ("A", "B"), {}, matmul_shape, ref.matmul,
           quant=Q.LINEAR, int8=int8.matmul_int8,  # int8: an int32 bias input too
           weight=int8.MATMUL_WEIGHT, lower=L.MATMUL, macs=matmul_macs),

@@ -1,7 +1,7 @@
 """BatchNormalization folding into the Conv or Gemm that feeds it.
 
-The operator table says which ops fold (`folds_into_producer`) and into which producers: those
-with an `out_channel_axis`, the weight axis a per-output-channel scale multiplies.
+The operator table says which ops fold (`folds_into_producer`) and into which producers
+(`absorbs_channel_affine`), along their weight's output-channel axis (the `weight` column).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value
     if bias is not None and bias.ndim > 1:  # only a 1-D bias, one per channel, folds
         return None
     op = OPS[producer.op]
-    axis = op.out_channel_axis(op.bind(producer.name, producer.attrs))
+    axis = op.weight.out_axis(weight.ndim, op.bind(producer.name, producer.attrs))
     new_weight = weight * scale.reshape([-1 if a == axis else 1 for a in range(weight.ndim)])
     # Gemm's alpha and beta fold too: the folded node multiplies by one.
     scales = {k: 1.0 for k in ("alpha", "beta") if k in op.attrs}
@@ -67,7 +67,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if not OPS[node.op].folds_into_producer or len(node.outputs) != 1:
             continue
         producer = producers.get(node.inputs[0])
-        if producer is None or OPS[producer.op].out_channel_axis is None or \
+        if producer is None or not OPS[producer.op].absorbs_channel_affine or \
                 producer.name in replaced:
             continue
         if not single_user(graph, node.inputs[0]):
