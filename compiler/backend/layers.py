@@ -140,9 +140,17 @@ class Tensor:
     size_bytes: int
 
 
+@dataclass(frozen=True, eq=False)
 class _Windowed:
     """A layer from one [batch, h, w, channels] map to another: each side is a view of its
     buffer, or (x_view/y_view None) the whole buffer, dense."""
+
+    node: str
+    x: str
+    y: str
+    batch: int
+    in_hw: tuple[int, int]
+    out_hw: tuple[int, int]
 
     @property
     def in_view(self) -> View:
@@ -157,12 +165,6 @@ class _Windowed:
 class ConvLayer(_Windowed):
     """A convolution on the array: y = requant(conv(x - x_zp, w) + bias), channels-last."""
 
-    node: str
-    x: str
-    y: str
-    batch: int
-    in_hw: tuple[int, int]
-    out_hw: tuple[int, int]
     in_channels: int
     out_channels: int
     kernel: tuple[int, int]
@@ -188,12 +190,6 @@ class ConvLayer(_Windowed):
 class PoolLayer(_Windowed):
     """MaxPool, or AveragePool with a single window size (params set), on the vector unit."""
 
-    node: str
-    x: str
-    y: str
-    batch: int
-    in_hw: tuple[int, int]
-    out_hw: tuple[int, int]
     channels: int
     kernel: tuple[int, int]
     strides: tuple[int, int]
