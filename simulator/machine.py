@@ -153,6 +153,9 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
     # transfer[i]: the cycles instruction i holds the DRAM port (`InsnDef.transfer`), or None
     queue_of, pops, pushes, wakes, cycles, transfer = [], [], [], [], [], []
     drain = []  # cycles after the unit frees until the results are visible (`InsnDef.latency`)
+    # Timing is a function of the fields alone, and equal instructions often share one Insn
+    # (codegen's and the decoder's caches): each is timed once.
+    timings: dict[int, tuple] = {}
     for i in range(n):
         insn = insns[i]
         row, q, d = insn.op, isa.QUEUES.index(insn.queue), insn.deps
@@ -172,9 +175,14 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
         if d & (isa.POP_NEXT | isa.PUSH_NEXT):
             wake.append(q + 1)
         wakes.append(tuple(wake))
-        cycles.append(row.cycles(arch, insn))
-        drain.append(row.latency(arch, insn))
-        transfer.append(None if row.transfer is None else row.transfer(arch, insn))
+        timing = timings.get(id(insn))
+        if timing is None:
+            timing = timings[id(insn)] = (
+                row.cycles(arch, insn), row.latency(arch, insn),
+                None if row.transfer is None else row.transfer(arch, insn))
+        cycles.append(timing[0])
+        drain.append(timing[1])
+        transfer.append(timing[2])
     queues = [[i for i in range(n) if queue_of[i] == q] for q in range(NQ)]
     nchan = len(channel)
     push_times = [[] for _ in range(nchan)]
