@@ -9,7 +9,7 @@ then after `compiler.backend.layer_order.order_for_memory` and with the planner'
 or greedy-by-size (`compiler.backend.memory.plan_dram`), each beside the lower bound (the most bytes
 live at one layer). Table 2, per model with Concats and preset: the program with each Concat
 input written in place by its producer against the same program with every input copied
-(`compiler.backend.lower._plan_concats` returning nothing), simulated bit-exact on one sample:
+(`compiler.backend.lower.walk.plan_concats` returning nothing), simulated bit-exact on one sample:
 layers, cycles and DRAM bytes moved.
 """
 
@@ -19,9 +19,10 @@ import argparse
 
 import numpy as np
 
-import compiler.backend.lower as lowering
+import compiler.backend.lower.walk as lowering_walk
 import compiler.backend.memory as memory
 from compiler.backend.layer_order import order_for_memory
+from compiler.backend.lower import lower
 from compiler.pipeline import compile_int8
 from ember.accuracy import BitExactness
 from ember.flow import quantize_model
@@ -57,7 +58,7 @@ def main() -> None:
         specs = input_specs(proto, {})
         qgraph = quantize_model(
             proto, profile(proto, RandomData(2, specs, 0), specs, RunOptions())).qgraph
-        lowered = lowering.lower(qgraph)
+        lowered = lower(qgraph)
         ordered = order_for_memory(lowered)
         plan = memory.plan_dram(ordered, 0, _NO_LIMIT, name)
         print(f"| {name} | {len(lowered.layers)} | {_first_fit(lowered):,} | "
@@ -69,17 +70,17 @@ def main() -> None:
     print()
     print("| model | preset | Concat inputs | layers | cycles | DRAM bytes moved |")
     print("|---|---|---|---|---|---|")
-    plan_concats = lowering._plan_concats
+    plan_concats = lowering_walk.plan_concats
     for name, qgraph, specs in programs:
         rng = np.random.default_rng(1)
         sample = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs}
         for preset in args.presets.split(","):
             for label, planner in (("in place", plan_concats), ("copied", lambda graph: {})):
-                lowering._plan_concats = planner
+                lowering_walk.plan_concats = planner
                 try:
                     compiled = compile_int8(qgraph, Arch.load(preset))
                 finally:
-                    lowering._plan_concats = plan_concats
+                    lowering_walk.plan_concats = plan_concats
                 exactness = BitExactness(compiled.program, qgraph)
                 stats = exactness.check(run_int8(qgraph, sample, keep_all=True)).stats
                 if exactness.first_difference is not None:

@@ -1,7 +1,7 @@
 """The int8 backend: a quantized Graph → a Program for the accelerator, in this order
 (`compiler.pipeline.compile_int8` runs it):
 
-1. `lower` (with `partition`): every integer node → one array, vector or host layer over DRAM
+1. `lower/` (with `partition`): every integer node → one array, vector or host layer over DRAM
    tensors (`layers`); views vanish.
 2. `layer_order`: an order of the layers that keeps little activation memory live.
 3. `tiling`: each layer's tile sizes and local-memory regions, from the architecture.

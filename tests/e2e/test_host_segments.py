@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from onnx import helper
 
 from compiler.backend.layers import HostLayer, PoolLayer
-from compiler.backend.lower import RULES, _unsupported, lower
+from compiler.backend.lower import RULES, lower, unsupported
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
 from compiler.graph.evaluate import run_node
@@ -188,7 +188,7 @@ def test_a_handler_that_fails_midway_leaves_no_partial_state(monkeypatch) -> Non
 
     def half_then_fail(lowering, node):
         original(lowering, node)
-        raise _unsupported(node, "a test refuses it after lowering it")
+        raise unsupported(node, "a test refuses it after lowering it")
 
     monkeypatch.setitem(RULES, Lower.MAX_POOL, half_then_fail)
     qgraph = digits()

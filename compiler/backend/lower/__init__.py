@@ -1,0 +1,58 @@
+"""Lowering: the quantized Graph → accelerator layers over DRAM tensors.
+
+Each integer node becomes one layer that the array or the vector unit runs, reading and writing
+whole tensors in DRAM; views (Flatten, Reshape, Squeeze, Unsqueeze, Identity) become no layer at
+all, only another name for the same bytes. Every number a layer needs (int8 weights, int32 bias,
+per-channel multipliers and shifts, tables) is taken from the quantized node's own attributes,
+the ones the quantizer computed and the integer reference (`quantizer.reference.run_int8`) runs,
+so the program and the oracle read the same integers.
+
+The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
+(Conv, Gemm, MatMul), `vector` (pools, Add/Sub, lookup tables) or `data` (views, slices, Concat,
+the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
+CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
+"""
+
+from __future__ import annotations
+
+from compiler.backend.layers import Lowered
+from compiler.backend.lower.array import lower_conv, lower_gemm, lower_matmul
+from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
+                                         lower_slice, lower_split, lower_view)
+from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
+                                           lower_global_max_pool, lower_lut, lower_max_pool,
+                                           lower_scalar_lut, lower_sub)
+from compiler.backend.lower.walk import Unsupported, Walk, unsupported
+from compiler.graph.ir import Graph
+from compiler.graph.ops import Lower
+
+__all__ = ["RULES", "Unsupported", "lower", "unsupported"]
+
+
+# The operator table's `lower` column → the function that lowers a node of that kind.
+RULES = {
+    Lower.CONV: lower_conv,
+    Lower.GEMM: lower_gemm,
+    Lower.MATMUL: lower_matmul,
+    Lower.MAX_POOL: lower_max_pool,
+    Lower.AVERAGE_POOL: lower_average_pool,
+    Lower.GLOBAL_MAX_POOL: lower_global_max_pool,
+    Lower.GLOBAL_AVERAGE_POOL: lower_global_average_pool,
+    Lower.ADD: lower_add,
+    Lower.SUB: lower_sub,
+    Lower.SCALAR_LUT: lower_scalar_lut,
+    Lower.LUT: lower_lut,
+    Lower.VIEW: lower_view,
+    Lower.SLICE: lower_slice,
+    Lower.SPLIT: lower_split,
+    Lower.CONCAT: lower_concat,
+    Lower.QUANTIZE: lower_quantize,
+    Lower.DEQUANTIZE: lower_dequantize,
+}
+
+
+def lower(graph: Graph, allow_host: bool = False) -> Lowered:
+    """The accelerator layers of a quantized graph; CompileError names any node that cannot run
+    on the accelerator, unless `allow_host` gives such nodes to host segments
+    (`compiler.backend.partition`)."""
+    return Walk(graph, allow_host, RULES).run()

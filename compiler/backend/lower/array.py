@@ -1,0 +1,138 @@
+"""Lowering rules for the array: Conv, Gemm and MatMul with a constant weight run as
+convolutions (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise
+convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from compiler.backend.layers import (ConvLayer, Layout, View)
+from compiler.graph.ir import Node
+from compiler.graph.ops import int8_attrs, node_macs
+from compiler.graph.reference import resolve_pads
+from compiler.backend.lower.walk import Walk, requant_params, unsupported
+
+
+def lower_conv(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    x, y = node.inputs[0], node.outputs[0]
+    w = lw.g.values[node.inputs[1]].const
+    if w is None or w.ndim != 4:
+        raise unsupported(node, "only 2-D convolutions with constant weights lower")
+    lw.need_channels_last(node, x)
+    n, cin, h, wd = lw.shape(x)
+    _, cout, oh, ow = lw.shape(y)
+    pads, out, strides, dilations = resolve_pads((h, wd), tuple(w.shape[2:]), a["strides"],
+                                                 a["dilations"], a["pads"], a["auto_pad"])
+    assert tuple(out) == (oh, ow)
+    group = int(a["group"])
+    dense = _expand_groups(np.asarray(w, np.int8), group, cin)
+    bias = _bias(lw, node, 2, cout)
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)))
+    lw.layers.append(ConvLayer(
+        node.name, lw.source(node, x), y_tensor,
+        n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
+        (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
+        *requant_params(node, cout), macs=node_macs(lw.g, node), group=group,
+        x_view=lw.views.get(x), y_view=y_view))
+
+
+def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
+    """Grouped weights (M, C/g, kh, kw) → dense (M, C, kh, kw), zero outside each group."""
+    if group == 1:
+        return w
+    m, cg = w.shape[:2]
+    mg = m // group
+    dense = np.zeros((m, cin) + w.shape[2:], np.int8)
+    for g in range(group):
+        dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
+    return dense
+
+
+def lower_gemm(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    if a["transA"]:
+        raise unsupported(node, "transA=1 is not supported")
+    b = lw.g.values[node.inputs[1]].const
+    if b is None:
+        raise unsupported(node, "both operands are activations (only constant weights lower)")
+    weights = np.asarray(b if a["transB"] else b.T, np.int8)  # (N, K)
+    _matmul(lw, node, weights, bias_index=2)
+
+
+def lower_matmul(lw: Walk, node: Node) -> None:
+    b = lw.g.values[node.inputs[1]].const
+    if b is None or b.ndim != 2:
+        raise unsupported(node, "only MatMul by a constant 2-D weight lowers")
+    if a_zero := int(node.attrs.get("a_zero_point", 0)):
+        raise unsupported(node, f"activation zero point {a_zero} is not folded")
+    _matmul(lw, node, np.asarray(b.T, np.int8), bias_index=2)
+
+
+def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
+    """A (M, K) @ W^T as a 1x1 convolution over M pixels of K channels (rows of A)."""
+    x = node.inputs[0]
+    shape = lw.shape(x)
+    k = shape[-1]
+    m = int(np.prod(shape[:-1], dtype=np.int64))
+    n_out = weights.shape[0]
+    tensor = lw.source(node, x)
+    if x in lw.views:
+        return _matmul_view(lw, node, weights, bias_index)
+    order = lw.layouts[tensor].order().reshape(m, k)
+    rows = order // k
+    if not np.array_equal(rows, np.broadcast_to(np.arange(m)[:, None], (m, k))) or \
+            not np.all(order % k == (order[0] % k)[None, :]):
+        raise unsupported(node, f"input {x!r} is a view whose rows are not contiguous "
+                                f"(a layout copy is not implemented)")
+    # Physical feature j of every row is logical feature perm[j] (a flattened channels-last
+    # map): permute the weight's K axis to match instead of copying the activation.
+    perm = order[0] % k
+    dense = weights[:, perm].reshape(n_out, k, 1, 1)
+    _gemm_layer(lw, node, tensor, None, m, k, dense, bias_index)
+
+
+def _matmul_view(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
+    """The rows of A are a slice or a Concat part: M pixels at the view's pixel stride."""
+    x = node.inputs[0]
+    view, k = lw.views[x], lw.shape(x)[-1]
+    n, h, w, _ = view.shape
+    m = n * h * w
+    dense = weights.reshape(weights.shape[0], k, 1, 1)
+    if (w > 1 and h > 1 and view.row != w * view.pixel) or \
+            (n > 1 and h * w > 1 and view.strides[0] != h * view.row):
+        # Rows not evenly spaced (a crop of a rank-3 value): copy them together first.
+        return _gemm_layer(lw, node, lw.own_copy(node, x), None, m, k, dense, bias_index)
+    pixel = view.pixel if w > 1 else view.row if h > 1 else view.strides[0]
+    rows = View((1, 1, m, k), view.offset, (m * pixel, m * pixel, pixel))
+    _gemm_layer(lw, node, lw.source(node, x), rows, m, k, dense, bias_index)
+
+
+def _gemm_layer(lw: Walk, node: Node, tensor: str, x_view: View | None, m: int, k: int,
+                dense: np.ndarray, bias_index: int) -> None:
+    y = node.outputs[0]
+    n_out = dense.shape[0]
+    bias = _bias(lw, node, bias_index, n_out)
+    # A matrix product writes M rows of N: a part of a Concat only as a rank-2 value.
+    y_tensor, y_view = lw.output(y, Layout.row_major(lw.shape(y)),
+                                   len(lw.shape(y)) <= 2)
+    lw.layers.append(ConvLayer(
+        node.name, tensor, y_tensor, 1, (1, m), (1, m), k, n_out, (1, 1), (1, 1), (1, 1),
+        (0, 0, 0, 0), 0, dense, bias, *requant_params(node, n_out), macs=node_macs(lw.g, node),
+        x_view=x_view, y_view=y_view))
+
+
+def _bias(lw: Walk, node: Node, index: int, channels: int) -> np.ndarray | None:
+    if len(node.inputs) <= index or not node.inputs[index]:
+        return None
+    bias = lw.g.values[node.inputs[index]].const
+    if bias is None:
+        raise unsupported(node, "its bias is not constant")
+    bias = np.asarray(bias, np.int64)
+    if bias.size == 1:
+        return np.full(channels, int(bias.ravel()[0]), np.int32)
+    flat = bias.reshape(-1, bias.shape[-1]) if bias.ndim > 1 else bias.reshape(1, -1)
+    if flat.shape[1] != channels or np.any(flat != flat[0]):
+        raise unsupported(node, f"its bias of shape {bias.shape} is not per output channel")
+    return flat[0].astype(np.int32)

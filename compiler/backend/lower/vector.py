@@ -1,0 +1,162 @@
+"""Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
+GlobalAveragePool, GlobalMaxPool, Add and Sub; every single-input elementwise integer map (Relu,
+Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
+256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
+by construction."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from compiler.backend.layers import (AddLayer, Layout, LutLayer,
+                                     PoolLayer, View, block_shape)
+from compiler.graph.ir import Node
+from compiler.graph.ops import OPS, int8_attrs
+from compiler.graph.reference import resolve_pads
+from compiler.backend.lower.walk import Walk, requant_params, unsupported
+
+
+INT8_MIN = -128
+
+
+def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value, **params):
+    x, y = node.inputs[0], node.outputs[0]
+    lw.need_channels_last(node, x)
+    n, c, h, w = lw.shape(x)
+    _, _, oh, ow = lw.shape(y)
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)))
+    lw.layers.append(PoolLayer(
+        node.name, lw.source(node, x), y_tensor,
+        n, (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
+        average, **params, x_view=lw.views.get(x), y_view=y_view))
+
+
+def _window(lw: Walk, node: Node, a: dict, ceil_mode: int):
+    x = node.inputs[0]
+    h, w = lw.shape(x)[2:]
+    if a.get("dilations") and any(d != 1 for d in a["dilations"]):
+        raise unsupported(node, "dilated pooling windows are not supported")
+    kernel = tuple(a["kernel_shape"])
+    if len(kernel) != 2:
+        raise unsupported(node, "only 2-D pooling lowers")
+    pads, out, strides, _ = resolve_pads((h, w), kernel, a["strides"], None, a["pads"],
+                                         a["auto_pad"], ceil_mode)
+    # The vector unit's window count is (in - k) // s + 1: pad the far side so that every
+    # output (ceil_mode's partial windows included) has its full window in the block.
+    far = [max(p2, (o - 1) * s + k - size - p1) for p1, p2, o, s, k, size in
+           zip(pads[:2], pads[2:], out, strides, kernel, (h, w))]
+    return kernel, tuple(strides), (pads[0], pads[1], far[0], far[1])
+
+
+def lower_max_pool(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    kernel, strides, pads = _window(lw, node, a, a["ceil_mode"])
+    _pool(lw, node, False, kernel, strides, pads, INT8_MIN)
+
+
+def lower_average_pool(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    if len(a["counts"]) != 1:
+        raise unsupported(node, f"its windows have {len(a['counts'])} different sizes "
+                                f"{list(a['counts'])} (one multiplier per layer lowers)")
+    kernel, strides, pads = _window(lw, node, a, a["ceil_mode"])
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    _pool(lw, node, True, kernel, strides, pads, int(a.get("x_zero_point", 0)),
+               multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
+               qclamp=qclamp)
+
+
+def lower_global_average_pool(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    h, w = lw.shape(node.inputs[0])[2:]
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    _pool(lw, node, True, (h, w), (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
+               multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
+               qclamp=qclamp)
+
+
+def lower_global_max_pool(lw: Walk, node: Node) -> None:
+    h, w = lw.shape(node.inputs[0])[2:]
+    _pool(lw, node, False, (h, w), (1, 1), (0, 0, 0, 0), INT8_MIN)
+
+
+def lower_add(lw: Walk, node: Node) -> None:
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    _add(lw, node, negate_b=False)
+
+
+def lower_sub(lw: Walk, node: Node) -> None:
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    _add(lw, node, negate_b=True)
+
+
+def _add(lw: Walk, node: Node, negate_b: bool) -> None:
+    a = int8_attrs(node)
+    x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    if lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y):
+        raise unsupported(node, f"broadcasting {lw.shape(x)} with {lw.shape(z)}")
+    ta, tb = lw.source(node, x), lw.source(node, z)
+    parts = x in lw.views or z in lw.views
+    if not parts and not lw.layouts[ta].same_bytes(lw.layouts[tb]):
+        raise unsupported(node, "its inputs are stored in different orders")
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
+                             else lw.layouts[ta])
+    views = None
+    if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
+        views = (lw.need_view(node, x), lw.need_view(node, z),
+                 y_view or View.dense(block_shape(lw.shape(y))))
+    mult = list(a["multiplier"])
+    if negate_b:  # sub_int8: an ADD whose b rescale is negated
+        mult[1] = -mult[1]
+    qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
+    lw.layers.append(AddLayer(
+        node.name, ta, tb, ty, lw.tensors[ty].size_bytes if views is None else
+        views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
+        tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
+        int(a["out_zero_point"]), qclamp, views))
+
+
+def lower_lut(lw: Walk, node: Node) -> None:
+    """A LUT of the node's own int8 kernel run on all 256 codes of its one activation
+    input (other inputs are constants: Clip's bounds, a scalar Add/Mul operand)."""
+    activations = [i for i, n in enumerate(node.inputs)
+                   if n and not lw.g.values[n].is_const]
+    if len(activations) != 1:
+        raise unsupported(node, "it has no single activation input")
+    index = activations[0]
+    x, y = node.inputs[index], node.outputs[0]
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    codes = np.arange(-128, 128, dtype=np.int8)
+    args = [codes if i == index else (lw.g.values[n].const if n else None)
+            for i, n in enumerate(node.inputs)]
+    while args and args[-1] is None:
+        args.pop()
+    table = np.asarray(OPS[node.op].int8(*args, **int8_attrs(node)))
+    if table.dtype != np.int8 or table.size != 256:
+        raise unsupported(node, "its int8 kernel is not an elementwise int8 map")
+    tensor = lw.source(node, x)
+    part = x in lw.views
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if part
+                             else lw.layouts[tensor])
+    views = None
+    if part or y_view is not None:  # a part of a buffer in or out: run over Views
+        views = (lw.need_view(node, x), y_view or View.dense(block_shape(lw.shape(y))))
+    lw.layers.append(LutLayer(node.name, tensor, ty, lw.tensors[tensor].size_bytes
+                                if views is None else views[0].size, table.reshape(256),
+                                views))
+
+
+def _scalar_operand(lw: Walk, node: Node) -> bool:
+    """Whether one operand is a one-element constant: then the op is a map of the other."""
+    return any(n and lw.g.values[n].is_const and lw.g.values[n].const.size == 1
+               for n in node.inputs)
+
+
+def lower_scalar_lut(lw: Walk, node: Node) -> None:
+    if not _scalar_operand(lw, node):
+        raise unsupported(node, "only multiplication by a scalar constant lowers (as a LUT)")
+    lower_lut(lw, node)

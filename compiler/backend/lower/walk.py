@@ -1,0 +1,260 @@
+"""The lowering walk over a quantized graph (`Walk`), and what its rules share.
+
+The walk visits the nodes in order and keeps the tables the rules read and extend: the layers so
+far, each value's buffer, layout and View, and the program's bindings; with `allow_host`, the
+nodes that cannot lower join host segments (`compiler.backend.partition`), and a rule that
+fails midway leaves every table as it was.
+
+**Layout** (`compiler.backend.layers`): feature maps are channels-last, the rest row-major; a view
+keeps its source's bytes, and a consumer that needs another order either absorbs it (Gemm permutes
+its weight rows to match a flattened channels-last map) or fails with a CompileError.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from compiler.backend.layers import (Binding, Layer, Layout, Lowered, LutLayer,
+                                     Tensor, View, block_axis, block_shape)
+from compiler.backend.partition import BINDINGS, HostSegments, host_only
+from compiler.errors import CompileError
+from compiler.graph.ir import Graph, Node
+from compiler.graph.ops import OPS, Lower, int8_attrs
+
+
+class Unsupported(CompileError):
+    """A node the accelerator cannot run: with `allow_host` it runs on the host instead."""
+
+
+def unsupported(node: Node, why: str) -> CompileError:
+    how = "" if OPS[node.op].lower in BINDINGS else \
+        f" (in int8, or in fp32 with --keep-fp32 {node.name})"
+    return Unsupported(f"node {node.name!r} ({node.op}): {why}; the accelerator cannot run it. "
+                       f"Compile with --allow-host to run it on the host{how}, or change the "
+                       f"model")
+
+
+class Walk:
+    """The walk over the graph and its tables: the layers so far, each value's buffer, layout
+    and View, and the program's bindings. The rules below read and extend them."""
+
+    def __init__(self, graph: Graph, allow_host: bool, rules: dict):
+        self.g = graph
+        self.rules = rules  # the operator table's `lower` kind → its rule
+        self.allow_host = allow_host
+        self.layers: list[Layer] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.layouts: dict[str, Layout] = {}
+        self.buffer: dict[str, str] = {}  # int value → the tensor holding its bytes
+        self.inputs: list[Binding] = []
+        self.outputs: list[Binding] = []
+        self.views: dict[str, View] = {}  # value → its part of its buffer (when not all of it)
+        self.into = plan_concats(graph)  # Concat inputs their producers write in place
+
+    # -- values --
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.g.type_of(name).shape
+
+    def quant(self, name: str):
+        params = self.g.type_of(name).quant
+        if params is None or params.axis is not None:
+            raise CompileError(f"value {name!r}: expected a per-tensor quantized int8 tensor")
+        return params
+
+    def new_tensor(self, name: str, layout: Layout) -> str:
+        dtype = self.g.type_of(name).dtype
+        if dtype != "int8":
+            raise CompileError(f"value {name!r} is {dtype}: the accelerator's local memories "
+                               f"hold 8-bit activations only (quantize with int8 or uint8 activations)")
+        self.tensors[name] = Tensor(name, int(np.prod(self.shape(name), dtype=np.int64)))
+        self.layouts[name] = layout
+        self.buffer[name] = name
+        return name
+
+    def source(self, node: Node, name: str) -> str:
+        if name not in self.buffer:
+            value = self.g.values[name]
+            what = "a constant" if value.is_const else "computed on the host (fp32)"
+            raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
+        return self.buffer[name]
+
+    def need_channels_last(self, node: Node, name: str) -> None:
+        shape = self.shape(name)
+        if len(shape) != 4:
+            raise unsupported(node, f"input {name!r} has rank {len(shape)}; expected "
+                                    f"N x C x H x W")
+        if name not in self.views and \
+                not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
+            raise unsupported(node, f"input {name!r} is a view whose bytes are not in "
+                                    f"channels-last order (a layout copy is not implemented)")
+
+    # -- views: slices of a buffer, and the parts of a Concat's buffer --
+
+    def view_of(self, name: str) -> View | None:
+        """Where value `name` sits in its buffer, or None when its bytes are in an order no
+        View describes (a flattened channels-last map, a rank above 4)."""
+        if name in self.views:
+            return self.views[name]
+        shape = self.shape(name)
+        if not 1 <= len(shape) <= 4 or not self.layouts[self.buffer[name]].same_bytes(
+                Layout.channels_last(shape)):
+            return None
+        return View.dense(block_shape(shape))
+
+    def need_view(self, node: Node, name: str) -> View:
+        self.source(node, name)
+        view = self.view_of(name)
+        if view is None:
+            raise unsupported(node, f"input {name!r} is a view whose bytes are in no strided "
+                                    f"order (a layout copy is not implemented)")
+        return view
+
+    def alias(self, name: str, buffer: str, view: View) -> None:
+        """Value `name` is `view` of `buffer`; a view that is the whole buffer in the value's
+        own order is the buffer itself."""
+        self.buffer[name] = buffer
+        if view == View.dense(block_shape(self.shape(name))) and \
+                view.size == self.tensors[buffer].size_bytes:
+            self.views.pop(name, None)
+        else:
+            self.views[name] = view
+
+    def place(self, name: str) -> tuple[str, View]:
+        """The buffer and View of a Concat's output, or of an input planned into its Concat's
+        buffer; the outermost Concat's buffer is created on first use."""
+        if name in self.into:
+            concat, axis, start = self.into[name]
+            buffer, view = self.place(concat)
+            shape = self.shape(name)
+            return buffer, view.sub(block_axis(len(shape), axis), start, shape[axis])
+        if name not in self.tensors:
+            self.new_tensor(name, Layout.channels_last(self.shape(name)))
+        return name, View.dense(block_shape(self.shape(name)))
+
+    def output(self, name: str, layout: Layout, in_place: bool = True) -> tuple[str, View | None]:
+        """Where a layer writes value `name`: a new tensor of `layout`, or (copy elimination)
+        its part of the Concat that reads it, when its order is the one Views describe."""
+        if in_place and name in self.into and \
+                layout.same_bytes(Layout.channels_last(self.shape(name))):
+            buffer, view = self.place(name)
+            self.alias(name, buffer, view)
+            return buffer, self.views.get(name)
+        return self.new_tensor(name, layout), None
+
+    def copy(self, node: Node, x: str, buffer: str, view: View) -> None:
+        """An identity LUT layer of `node`: value x (any view) → `view` of `buffer`."""
+        src = self.need_view(node, x)
+        codes = np.arange(-128, 128, dtype=np.int8)
+        self.layers.append(LutLayer(node.name, self.source(node, x), buffer, src.size, codes,
+                                    (src, view)))
+
+    def own_copy(self, node: Node, x: str) -> str:
+        """A tensor of its own holding view x densely (for a consumer that cannot read it in
+        place), made by an identity LUT of `node`."""
+        tensor = f"{node.name}/{x}"
+        self.tensors[tensor] = Tensor(tensor, self.views[x].size)
+        self.layouts[tensor] = Layout.channels_last(self.shape(x))
+        self.copy(node, x, tensor, View.dense(block_shape(self.shape(x))))
+        return tensor
+
+    # -- the walk --
+
+    def run(self) -> Lowered:
+        host = HostSegments(self)
+        for node in self.g.nodes:
+            kind = OPS[node.op].lower
+            rule = self.rules.get(kind)
+            why = host_only(self.g, node, host.users)
+            if why is not None and not self.allow_host:
+                instead = "" if kind in BINDINGS else \
+                    f", or without --keep-fp32 {node.name}"
+                raise CompileError(f"node {node.name!r} ({node.op}) cannot run on the "
+                                   f"accelerator: {why}; compile with --allow-host to run it "
+                                   f"on the host{instead}")
+            if why is not None or (rule is None and self.allow_host) or (
+                    kind is Lower.VIEW and host.produces(node.inputs[0])):
+                host.add(node)  # a view of a value the open segment computes stays with it
+                continue
+            if rule is None:
+                raise unsupported(node, "no lowering for this operator")
+            if not self.allow_host:
+                rule(self, node)
+                continue
+            # The open segment ends before this node, unless the node cannot lower either:
+            # then every table is rolled back to before the segment closed.
+            saved = self._state(host)
+            host.close()
+            try:
+                rule(self, node)
+            except Unsupported:
+                self._restore(host, saved)
+                host.add(node)
+        host.close()
+        bound = {b.name for b in self.outputs}
+        missing = [name for name in self.g.outputs if name not in bound]
+        if missing:
+            raise CompileError(f"graph output(s) {missing} are neither DequantizeLinear of an "
+                               f"int8 tensor nor computed on the host (--allow-host): the "
+                               f"program cannot return them")
+        views = {v: b for v, b in self.buffer.items() if v != b}
+        return Lowered(self.g.name, tuple(self.layers), self.tensors, tuple(self.inputs),
+                       tuple(self.outputs), views)
+
+    def _state(self, host: HostSegments):
+        """A snapshot of every table of the walk (shallow copies: their entries are frozen)."""
+        tables = {k: copy.copy(v) for k, v in vars(self).items()
+                  if isinstance(v, (dict, list, set))}
+        return tables, host.state()
+
+    def _restore(self, host: HostSegments, state) -> None:
+        tables, open_segment = state
+        vars(self).update(tables)
+        host.restore(open_segment)
+
+
+def requant_params(node: Node, channels: int):
+    a = int8_attrs(node)
+    if a.get("out_dtype", "int8") != "int8":
+        raise unsupported(node, f"output type {a['out_dtype']} (the scratchpad holds int8)")
+    multiplier = np.broadcast_to(np.asarray(a["multiplier"], np.int64), (channels,)).copy() \
+        if len(a["multiplier"]) == 1 else np.asarray(a["multiplier"], np.int64)
+    shift = np.broadcast_to(np.asarray(a["shift"], np.int64), (channels,)).copy() \
+        if len(a["shift"]) == 1 else np.asarray(a["shift"], np.int64)
+    qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
+    return multiplier, shift, int(a.get("out_zero_point", 0)), qclamp
+
+
+# Rules whose output is not a fresh tensor a layer writes: views of their input, and the model's
+# inputs (written by the host, at their bindings).
+NOT_IN_PLACE = frozenset({Lower.VIEW, Lower.SLICE, Lower.SPLIT, *BINDINGS})
+
+
+def plan_concats(graph: Graph) -> dict[str, tuple[str, int, int]]:
+    """Concat inputs whose producers write straight into the Concat's buffer (copy elimination,
+    as in Glow): value → (Concat output, axis, first index along it). Only a value the Concat
+    alone reads, once, that no output binds and that a layer computes qualifies."""
+    users, producers = graph.users(), graph.producers()
+    into = {}
+    for node in graph.nodes:
+        if OPS[node.op].lower is not Lower.CONCAT:
+            continue
+        y = node.outputs[0]
+        rank = len(graph.type_of(y).shape)
+        # Only a Concat that will lower: int8, of activations (else the host may run it, and
+        # its producers must write tensors of their own).
+        if not 1 <= rank <= 4 or graph.type_of(y).quant is None or \
+                any(graph.values[x].is_const for x in node.inputs):
+            continue
+        axis = int(node.attrs["axis"]) % rank
+        start = 0
+        for x in node.inputs:
+            producer = producers.get(x)
+            if (producer is not None and OPS[producer.op].lower not in NOT_IN_PLACE
+                    and len(producer.outputs) == 1 and len(users.get(x, ())) == 1
+                    and x not in graph.outputs):
+                into[x] = (y, axis, start)
+            start += graph.type_of(x).shape[axis]
+    return into
