@@ -8,6 +8,7 @@ import sys
 import click
 
 from ember.errors import user_error_types
+from ember.files import guard
 
 # (module under ember.commands, attribute): each attribute is a click command or group.
 COMMANDS = [
@@ -69,7 +70,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 for _module, _attr in COMMANDS:
-    cli.add_command(getattr(importlib.import_module(f"ember.commands.{_module}"), _attr))
+    cli.add_command(guard(getattr(importlib.import_module(f"ember.commands.{_module}"), _attr)))
 
 
 def main() -> None:

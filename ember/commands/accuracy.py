@@ -13,27 +13,27 @@ from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
 from ember.commands.options import (input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options)
-from ember.files import write_text
+from ember.files import InputPath, OutputPath, write_text
 
 EXIT_GATE_FAILED = 3
 
 
 @click.command()
 @model_argument
-@click.argument("program", required=False, type=click.Path(dir_okay=False))
+@click.argument("program", required=False, type=InputPath(dir_okay=False))
 @quantization_options
-@click.option("--data", required=True, metavar="DATA",
+@click.option("--data", required=True, metavar="DATA", type=InputPath(),
               help="Evaluation data: an .npz keyed by input name (samples on the first axis; a "
                    "`labels` array is ground truth), a folder of .npy/.npz, or file.py:function.")
-@click.option("--labels", "labels_path", type=click.Path(dir_okay=False),
+@click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Ground-truth class indices (.npy, or .npz with `labels`), for top-1 accuracy.")
 @click.option("--samples", type=click.IntRange(min=1), help="Evaluate at most this many samples.")
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+@click.option("--html", "html_path", type=OutputPath(dir_okay=False),
               help="Also write a self-contained HTML report with a per-layer SQNR plot.")
-@click.option("--emit-onnx", "emit_onnx", type=click.Path(dir_okay=False),
+@click.option("--emit-onnx", "emit_onnx", type=OutputPath(dir_okay=False),
               help="Also write the quantized model as standard QDQ ONNX (onnxruntime runs it, "
                    "Netron shows each node's scale, zero point and, with --per-layer, SQNR).")
 @click.option("--min-sqnr", type=float,

@@ -13,6 +13,7 @@ from compiler.backend.program import BackendOptions, Compiled
 from ember.commands.options import (json_option, model_argument, quant_options_from,
                                     quantization_options)
 from ember.errors import EmberError
+from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq
 from simulator.arch import Arch
@@ -24,8 +25,9 @@ from simulator.arch import Arch
               help="Quantize to int8 and compile for the accelerator (the only mode).")
 @quantization_options
 @click.option("--target", default="default", show_default=True, metavar="PRESET|ARCH.toml",
+              type=InputPath(),
               help="A preset (default, large, edge) or an architecture TOML file.")
-@click.option("--emit-onnx", "emit_onnx", type=click.Path(dir_okay=False),
+@click.option("--emit-onnx", "emit_onnx", type=OutputPath(dir_okay=False),
               help="Also write the quantized model as standard QDQ ONNX (onnxruntime runs it, "
                    "Netron shows each node's scale and zero point).")
 @click.option("--double-buffer/--no-double-buffer", default=True, show_default=True,
@@ -33,11 +35,11 @@ from simulator.arch import Arch
 @click.option("--allow-host/--no-allow-host", default=False, show_default=True,
               help="Run what the accelerator cannot (nodes kept with --keep-fp32, operators "
                    "it lacks) on the host CPU, in host segments; without it they are errors.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False, beside=("model", ".ember")),
               help="Program to write.  [default: MODEL with .ember]")
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
-             allow_host: bool, output: str | None, as_json: bool, **quant_kwargs) -> None:
+             allow_host: bool, output: str, as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -53,7 +55,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
       ember simulate model.ember -i input.npz --report perf.json
     """
     profile_path = quant_kwargs["profile_path"]
-    out = Path(output) if output else Path(model).with_suffix(".ember")
+    out = Path(output)
     for path in (out, Path(emit_onnx) if emit_onnx else out):
         if not path.parent.is_dir():
             raise EmberError(f"{path}: directory {path.parent} does not exist")

@@ -6,12 +6,13 @@ from collections import Counter
 
 import click
 
+from ember.files import InputPath
 from simulator import isa
 from simulator.program import FORMAT_VERSION, Program
 
 
 @click.command()
-@click.argument("program", type=click.Path(dir_okay=False))
+@click.argument("program", type=InputPath(dir_okay=False))
 def disasm(program: str) -> None:
     """Print PROGRAM (an .ember file): its header, then each instruction with its index and
     the source graph node it implements.

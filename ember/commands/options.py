@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-model_argument = click.argument("model", type=click.Path(dir_okay=False))
+from ember.files import InputPath
+
+model_argument = click.argument("model", type=InputPath(dir_okay=False))
 
 input_shape_option = click.option(
     "--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
@@ -19,7 +21,7 @@ def quantization_options(command):
     from quantizer.calibrate import METHODS
     decorators = [
         click.option("--profile", "profile_path", required=True,
-                     type=click.Path(dir_okay=False),
+                     type=InputPath(dir_okay=False),
                      help="The profile from `ember quantize-profile` for this model."),
         click.option("--calibration", type=click.Choice(METHODS), default="minmax",
                      show_default=True, help="How ranges come from the profile's histograms."),

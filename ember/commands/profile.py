@@ -14,6 +14,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.table import Table
 
 from ember.commands.options import input_shape_option, json_option, model_argument
+from ember.files import InputPath, OutputPath
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, load_model, profile as run_profile
@@ -43,7 +44,7 @@ def _size(text: str | None) -> tuple[int, int] | None:
 
 @click.command("quantize-profile")
 @model_argument
-@click.option("--data", metavar="DATA",
+@click.option("--data", metavar="DATA", type=InputPath(),
               help="Calibration data: an .npz keyed by input name (samples on the first axis; "
                    "a 'labels' array is ignored), a folder of .npy/.npz files, a folder of "
                    "png/jpg images, or a Python hook file.py:function or module:function "
@@ -52,7 +53,8 @@ def _size(text: str | None) -> tuple[int, int] | None:
 @click.option("--random", "random_samples", type=click.IntRange(min=1), metavar="N",
               help="Profile N synthetic normal(0,1) samples instead of --data: a quick smoke "
                    "run; the profile is marked synthetic.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output",
+              type=OutputPath(dir_okay=False, beside=("model", ".profile.json")),
               help="Profile to write.  [default: MODEL with .profile.json]")
 @click.option("--samples", type=click.IntRange(min=1), metavar="N",
               help="Stop after the first N samples.")
@@ -78,7 +80,7 @@ def _size(text: str | None) -> tuple[int, int] | None:
 @click.option("--channel-order", type=click.Choice(["RGB", "BGR"]), default="RGB",
               show_default=True, help="Images: channel order the model expects.")
 def quantize_profile(model: str, data: str | None, random_samples: int | None,
-                     output: str | None, samples: int | None, batch: int, workers: int,
+                     output: str, samples: int | None, batch: int, workers: int,
                      seed: int, allow_nonfinite: bool, input_shapes: tuple[str, ...],
                      resize: str | None, mean: str, std: str, layout: str | None,
                      channel_order: str) -> None:
@@ -106,7 +108,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     """
     if (data is None) == (random_samples is None):
         raise click.UsageError("give exactly one of --data DATA or --random N")
-    out = Path(output) if output else Path(model).with_suffix(".profile.json")
+    out = Path(output)
     overrides = dict(parse_input_shape(text) for text in input_shapes)
     onnx_model = load_model(model)
     specs = input_specs(onnx_model, overrides)
@@ -178,8 +180,8 @@ def profile() -> None:
 
 
 @profile.command("merge")
-@click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.argument("profiles", nargs=-1, required=True, type=InputPath(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath(dir_okay=False),
               help="Merged profile to write.")
 def merge(profiles: tuple[str, ...], output: str) -> None:
     """Combine shards of one model's profile, made over disjoint data.
@@ -200,7 +202,7 @@ def merge(profiles: tuple[str, ...], output: str) -> None:
 
 
 @profile.command("show")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=InputPath(dir_okay=False))
 @json_option
 def show(path: str, as_json: bool) -> None:
     """Print each tensor of a profile: kind, range, values counted, histogram bins."""

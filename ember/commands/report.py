@@ -14,22 +14,22 @@ from compiler.backend.codegen.host import run_segment
 from ember.commands.options import json_option
 from ember.commands.simulate import performance_doc, read_inputs
 from ember.errors import EmberError
-from ember.files import write_text
+from ember.files import InputPath, OutputPath, write_text
 from ember.reports.performance import PerformanceReport
 from simulator import machine
 from simulator.program import Program
 
 
 @click.command()
-@click.argument("source", metavar="PROGRAM|REPORT", type=click.Path(dir_okay=False))
-@click.option("-i", "--input", "input_path", type=click.Path(dir_okay=False),
+@click.argument("source", metavar="PROGRAM|REPORT", type=InputPath(dir_okay=False))
+@click.option("-i", "--input", "input_path", type=InputPath(dir_okay=False),
               help="Inputs for PROGRAM, as `ember simulate -i` takes them (the first sample is "
                    "timed). Without it the program runs on zero-point inputs: the timing does "
                    "not depend on the values.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+@click.option("--html", "html_path", type=OutputPath(dir_okay=False),
               help="Also write the self-contained HTML report (roofline, where the cycles go, "
                    "unit utilization, a per-layer timeline, the tables).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Also write the report as JSON here (the keys --json prints).")
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="As for `ember simulate`: reject races that no dependency token orders.")

@@ -17,7 +17,7 @@ from ember import ort
 from ember.commands.options import input_shape_option, json_option, model_argument
 from ember.compare import max_relative_error
 from ember.errors import EmberError
-from ember.files import atomic_path
+from ember.files import InputPath, OutputPath, atomic_path
 from ember.loading import load_graph
 
 
@@ -57,10 +57,10 @@ def read_inputs(path: str | None, graph: Graph, seed: int) -> dict[str, np.ndarr
 
 @click.command()
 @model_argument
-@click.option("-i", "--input", "input_path", type=click.Path(dir_okay=False),
+@click.option("-i", "--input", "input_path", type=InputPath(dir_okay=False),
               help="Input data: .npy (one input) or .npz keyed by input name; with samples on "
                    "the first axis the first batch runs. Default: seeded random normal data.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Write the outputs to this .npz, keyed by output name.")
 @input_shape_option
 @click.option("--optimize/--no-optimize", default=True, show_default=True,

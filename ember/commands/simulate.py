@@ -15,24 +15,25 @@ from rich.console import Console
 from compiler.backend.codegen.host import run_segment
 from ember.commands.options import json_option
 from ember.errors import EmberError
+from ember.files import InputPath, OutputPath
 from ember.reports.performance import PerformanceReport
 from simulator import machine, trace
 from simulator.program import Program, write_atomic
 
 
 @click.command()
-@click.argument("program", type=click.Path(dir_okay=False))
-@click.option("-i", "--input", "input_path", required=True, type=click.Path(dir_okay=False),
+@click.argument("program", type=InputPath(dir_okay=False))
+@click.option("-i", "--input", "input_path", required=True, type=InputPath(dir_okay=False),
               help="Inputs: a .npy (programs with one input) or a .npz keyed by input name. "
                    "Float arrays are quantized with the program's scale and zero point; int8 "
                    "arrays are taken raw. A leading batch axis runs each sample.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
-@click.option("--report", type=click.Path(dir_okay=False),
+@click.option("--report", type=OutputPath(dir_okay=False),
               help="Write the performance report here: JSON, or the HTML page (roofline, "
                    "where the cycles go, per-layer table) when the name ends in .html.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+@click.option("--trace", "trace_path", type=OutputPath(dir_okay=False),
               help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
 @click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
               show_default=True, help="One slice per layer run, or per instruction too.")
