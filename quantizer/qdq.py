@@ -97,9 +97,13 @@ def export_qdq(qgraph: Graph, path: str | os.PathLike | None = None,
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written model."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write to a temporary file beside `path`, then rename: never a half-written model. A
+    folder that cannot be written (or made) is the user's error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise QuantizeError(f"{path}: cannot write: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -312,6 +312,9 @@ def write_atomic(path: str | Path, data: bytes) -> None:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, or a folder that lost its write permission
+        Path(tmp).unlink(missing_ok=True)
+        raise SimulatorError(f"{path}: cannot write: {err.strerror or err}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
