@@ -51,7 +51,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise CompileError(f"{path}: no such file")
     try:
         model = onnx.load(str(path), load_external_data=True)
-    except (DecodeError, ValueError, RuntimeError, OSError) as err:
+    except (DecodeError, ValueError, RuntimeError, OSError,
+            onnx.checker.ValidationError) as err:  # the last: external data outside its folder
         raise CompileError(f"{path}: not a valid ONNX model ({_first_line(err)})") from None
     if not model.graph.node and not model.graph.output:
         raise CompileError(f"{path}: not a valid ONNX model (no graph)")
