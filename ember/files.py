@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ember.errors import EmberError
+from profiler.format import output_mode
 
 
 @contextmanager
@@ -24,6 +25,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, output_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
