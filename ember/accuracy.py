@@ -23,6 +23,7 @@ from compiler.graph.ops import OPS
 from ember import ort
 from ember.errors import EmberError
 from ember.flow import CompileOptions, quantize_model
+from ember.loading import check_array_file
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from profiler import batching
@@ -104,6 +105,7 @@ def read_labels(evaluation: Evaluation) -> np.ndarray | None:
     path = Path(source)
     if not path.is_file():
         raise EmberError(f"--labels {source}: no such file")
+    check_array_file(path)
     try:
         if path.suffix == ".npy":
             return np.load(path, allow_pickle=False)
