@@ -23,6 +23,7 @@ from compiler.graph.ops import OPS
 from ember import ort
 from ember.errors import EmberError
 from ember.flow import CompileOptions, quantize_model
+from ember.loading import check_array_file
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from profiler import batching
@@ -96,24 +97,53 @@ class BitExactness:
 
 
 def read_labels(evaluation: Evaluation) -> np.ndarray | None:
-    """Ground truth: --labels FILE (.npy, or .npz key `labels`), else the data .npz's `labels`."""
+    """Ground truth as stored: --labels FILE (.npy, or .npz key `labels`), else the data .npz's
+    `labels`. `class_labels` checks it against each classifier output."""
     source = evaluation.labels or (evaluation.data if evaluation.data.endswith(".npz") else None)
     if source is None:
         return None
     path = Path(source)
     if not path.is_file():
         raise EmberError(f"--labels {source}: no such file")
+    check_array_file(path)
     try:
         if path.suffix == ".npy":
-            return np.load(path, allow_pickle=False).reshape(-1)
+            return np.load(path, allow_pickle=False)
         with np.load(path, allow_pickle=False) as npz:
             if "labels" not in npz.files:
                 if evaluation.labels:
                     raise EmberError(f"{path}: no array named 'labels'")
                 return None
-            return npz["labels"].reshape(-1)
+            return npz["labels"]
     except (ValueError, OSError) as err:
         raise EmberError(f"{path}: not a readable .npy/.npz file ({err})") from None
+
+
+def class_labels(labels: np.ndarray, classes: int, where: str) -> np.ndarray:
+    """One class index per sample: integers in [0, classes) of shape [N] (or [N, 1]), or
+    one-hot rows [N, classes], each exactly one 1, read by their argmax. Anything else would
+    give a silently wrong top-1 (one-hot rows flattened into N·classes labels), so it is refused."""
+    expected = (f"expected one class index in [0, {classes}) per sample, shape [N], or one-hot "
+                f"rows of shape [N, {classes}]")
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "biuf":
+        raise EmberError(f"{where}: labels of type {labels.dtype}; {expected}")
+    if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
+        if not np.all((labels == 0) | (labels == 1)) or np.any(labels.sum(axis=1) != 1):
+            raise EmberError(f"{where}: labels of shape {list(labels.shape)} are not one-hot "
+                             f"(each row exactly one 1, the rest 0); {expected}")
+        return labels.argmax(axis=1)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1:
+        raise EmberError(f"{where}: labels of shape {list(labels.shape)}; {expected}")
+    bad = ~np.isfinite(labels) | (labels != np.round(labels)) if labels.dtype.kind == "f" \
+        else np.zeros(labels.shape, bool)
+    bad |= ~bad & ((labels < 0) | (labels >= classes))
+    if np.any(bad):
+        index = int(np.argmax(bad))
+        raise EmberError(f"{where}: label {labels[index].item()!r} at sample {index}; {expected}")
+    return labels.astype(np.int64)
 
 
 def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
@@ -140,9 +170,13 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     source = open_data(evaluation.data, specs, ImageOptions())
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
+    where = evaluation.labels or evaluation.data
     session = ort.session(proto)
     outputs = {name: ErrorStats() for name in graph.outputs}
     top1 = {name: Top1() for name in graph.outputs if is_classifier(graph.type_of(name).shape)}
+    # Each classifier output's labels, checked against its number of classes.
+    truth = {} if labels is None else {
+        name: class_labels(labels, graph.type_of(name).shape[1], where) for name in top1}
     layer_own: dict[str, ErrorStats] = {}
     layer_acc: dict[str, ErrorStats] = {}
     params = _params_by_name(qgraph)
@@ -158,11 +192,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
             outputs[name].add(reference[name], env[name])
             if name in top1:
                 batch_labels = None
-                if labels is not None:
-                    if seen + n > len(labels):
-                        raise EmberError(f"{evaluation.labels or evaluation.data}: "
-                                         f"{len(labels)} labels for more samples")
-                    batch_labels = labels[seen:seen + n]
+                if name in truth:
+                    if seen + n > len(truth[name]):
+                        raise EmberError(f"{where}: {len(truth[name])} labels for more samples")
+                    batch_labels = truth[name][seen:seen + n]
                 top1[name].add(reference[name], env[name], batch_labels)
         if evaluation.per_layer:
             fp32 = evaluate(graph, feeds, keep_all=True)
@@ -182,8 +215,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if name not in top1:
             notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
                          "classifier: top-1 figures omitted, the other metrics kept")
-    if labels is not None and len(labels) != seen and not evaluation.samples:
-        notes.append(f"{len(labels)} labels for {seen} samples")
+    counted = len(next(iter(truth.values()))) if truth else \
+        None if labels is None else np.size(labels)
+    if counted is not None and counted != seen and not evaluation.samples:
+        notes.append(f"{counted} labels for {seen} samples")
     results = tuple(
         OutputAccuracy(name, stats.sqnr_db, stats.cosine, stats.max_abs, name in top1,
                        top1[name].agreement if name in top1 else None,

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator
 import click
 
 from ember.errors import EmberError
+from profiler.format import output_mode
 
 
 class InputPath(click.Path):
@@ -107,6 +108,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, output_mode())
         os.replace(tmp, path)
     except OSError as err:  # the block only writes `tmp`: a full disk, a lost permission
         Path(tmp).unlink(missing_ok=True)

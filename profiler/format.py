@@ -139,6 +139,14 @@ def check_matches(profile: Profile, model: onnx.ModelProto) -> None:
                            f"re-run `ember quantize-profile` on this model")
 
 
+def output_mode() -> int:
+    """0666 minus the umask, the mode `open()` would give: every file ember writes gets it
+    (mkstemp's temporary files are 0600). simulator.program, below this package, repeats it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def save(profile: Profile, path: str | os.PathLike) -> None:
     """Write to a temporary file beside `path` and rename it, so no half file ever exists."""
     path = Path(path)
@@ -155,6 +163,7 @@ def save(profile: Profile, path: str | os.PathLike) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, output_mode())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

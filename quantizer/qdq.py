@@ -59,6 +59,7 @@ from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
 from compiler.graph.ops import (ADD, CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RELU,
                                 int8_attrs, is_integer_node)
+from profiler.format import output_mode
 from quantizer.errors import QuantizeError
 from simulator import numerics
 from simulator.numerics import RANGES
@@ -107,6 +108,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, output_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

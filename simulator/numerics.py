@@ -40,6 +40,21 @@ SHIFT_MIN, SHIFT_MAX = -31, 31
 # input rescales lose no precision: |x - offset| <= 255 < 2^8, shifted < 2^28, sums < 2^29.
 ADD_LEFT_SHIFT = 20
 
+# The largest single tensor ember makes (a model input, a folded constant, an activation, an
+# array read from a file), in bytes. Shapes come from files, so each one is checked against this
+# before anything is allocated: a 10^12-element shape is then a clean error, not a MemoryError.
+MAX_TENSOR_BYTES = 1 << 32
+
+
+def oversize(shape, dtype) -> str | None:
+    """Why a tensor of this shape and element type is too large to make, or None."""
+    size = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    if size <= MAX_TENSOR_BYTES:
+        return None
+    return (f"shape {list(shape)} of {np.dtype(dtype)} is {size:,} bytes, over the limit of "
+            f"{MAX_TENSOR_BYTES >> 30} GiB for one tensor")
+
+
 # float64 represents every integer of magnitude <= 2^53 exactly. See `int_matmul`.
 _EXACT_TERMS = 2**39
 

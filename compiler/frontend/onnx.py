@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper, shape_inference
 from compiler.errors import CompileError
 from compiler.graph import ops as optable
 from compiler.graph.ir import Graph, Node, Type, Value, toposort
+from simulator.numerics import oversize
 
 MIN_OPSET = 11
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -184,6 +185,8 @@ class _GraphBuilder:
             tt = vi.type.tensor_type
             dtype = _elem_dtype(tt.elem_type, f"{self.label}: input {vi.name!r}")
             shape = tuple(d.dim_value for d in tt.shape.dim)
+            if (why := oversize(shape, dtype)) is not None:
+                raise CompileError(f"{self.label}: input {vi.name!r} is too large: {why}")
             self.values[vi.name] = Value(vi.name, Type(dtype, shape))
             inputs.append(vi.name)
         nodes = [self._node(i, n) for i, n in enumerate(g.node)]

@@ -21,6 +21,7 @@ from compiler.graph import int8
 from compiler.graph import reference as ref
 from compiler.graph.int8 import INT8_ATTRS, Quant, Weight
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
+from simulator.numerics import oversize
 
 
 class _Required:
@@ -262,6 +263,8 @@ def _evaluating(fp32: Callable[..., Any], data_inputs: int = 1) -> ShapeRule:
             elif x.is_const:
                 args.append(x.const)
             elif i < data_inputs:
+                if (why := oversize(x.type.shape, x.type.dtype)) is not None:
+                    raise CompileError(f"input {x.name!r} is too large: {why}")
                 args.append(np.zeros(x.type.shape, dtype=x.type.dtype))
             else:
                 return None

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from compiler.errors import CompileError
+from simulator.numerics import oversize
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -341,6 +342,7 @@ def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
                       enumerate(width))
         data = data[index]
         width = [(max(b, 0), max(e, 0)) for b, e in width]
+    _check_size([n + b + e for n, (b, e) in zip(data.shape, width)], data.dtype)
     if mode == "constant":
         value = 0 if constant_value is None else np.asarray(constant_value).item()
         return np.pad(data, width, mode="constant", constant_values=value)
@@ -397,6 +399,7 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
         for a, s in zip(axes, np.atleast_1d(scales)):
             scale[a] = f32(s)
             out_shape[a] = int(np.floor(f32(x.shape[a]) * scale[a]))
+    _check_size(out_shape, x.dtype)
     if tuple(out_shape) == x.shape:
         return x   # onnxruntime copies the input whenever the shape is unchanged, whatever scales
     y = x
@@ -496,4 +499,13 @@ def cast(x, *, to, saturate=1, round_mode="up"):
 
 def constant_of_shape(shape_, *, value=None):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return np.full(tuple(int(d) for d in shape_), fill[0], dtype=fill.dtype)
+    shape = tuple(int(d) for d in shape_)
+    _check_size(shape, fill.dtype)
+    return np.full(shape, fill[0], dtype=fill.dtype)
+
+
+def _check_size(shape, dtype) -> None:
+    """Refuse, before allocating it, an output whose shape a parameter made too large."""
+    why = oversize(shape, dtype)
+    if why is not None:
+        raise CompileError(f"output too large: {why}")

@@ -11,8 +11,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options)
+from ember.commands.options import (
+    input_shape_option,
+    json_option,
+    model_argument,
+    quant_options_from,
+    quantization_options,
+)
 from ember.files import InputPath, OutputPath, write_text
 
 EXIT_GATE_FAILED = 3
@@ -26,7 +31,9 @@ EXIT_GATE_FAILED = 3
               help="Evaluation data: an .npz keyed by input name (samples on the first axis; a "
                    "`labels` array is ground truth), a folder of .npy/.npz, or file.py:function.")
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
-              help="Ground-truth class indices (.npy, or .npz with `labels`), for top-1 accuracy.")
+              help="Ground truth for top-1 accuracy (.npy, or .npz with `labels`): one class "
+                   "index in [0, classes) per sample, or one-hot rows [N, classes] (each exactly "
+                   "one 1). Anything else is refused.")
 @click.option("--samples", type=click.IntRange(min=1), help="Evaluate at most this many samples.")
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "

@@ -9,18 +9,28 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
-                           TextColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from ember.commands.options import input_shape_option, json_option, model_argument
+from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs, parse_input_shape
-from profiler.run import RunOptions, load_model, profile as run_profile
+from profiler.run import RunOptions, load_model
+from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from profiler.sources.images import ImageOptions
+from simulator.numerics import oversize
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -112,6 +122,9 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     overrides = dict(parse_input_shape(text) for text in input_shapes)
     onnx_model = load_model(model)
     specs = input_specs(onnx_model, overrides)
+    for spec in specs:  # one sample of each, before anything is allocated
+        if (why := oversize([1 if d is None else d for d in spec.shape], spec.dtype)):
+            raise EmberError(f"{model}: input {spec.name!r} is too large: {why}")
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:

@@ -18,7 +18,7 @@ from ember.commands.options import input_shape_option, json_option, model_argume
 from ember.compare import max_relative_error
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, atomic_path
-from ember.loading import load_graph
+from ember.loading import check_array_file, load_graph
 
 
 def read_inputs(path: str | None, graph: Graph, seed: int) -> dict[str, np.ndarray]:
@@ -30,6 +30,7 @@ def read_inputs(path: str | None, graph: Graph, seed: int) -> dict[str, np.ndarr
     file = Path(path)
     if not file.is_file():
         raise EmberError(f"{file}: no such file")
+    check_array_file(file)
     try:
         if file.suffix == ".npy":
             if len(graph.inputs) != 1:

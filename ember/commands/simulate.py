@@ -16,6 +16,7 @@ from compiler.backend.codegen.host import run_segment
 from ember.commands.options import json_option
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
+from ember.loading import check_array_file
 from ember.reports.performance import PerformanceReport
 from simulator import machine, trace
 from simulator.program import Program, write_atomic
@@ -110,6 +111,7 @@ def performance_doc(program: str, input_path: str, samples: list[dict], batch: i
 
 def read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
     """Quantized samples keyed by input name, and the batch size (0: no batch axis)."""
+    check_array_file(path)
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.ndarray):

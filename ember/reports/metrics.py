@@ -79,7 +79,12 @@ class Top1:
         self.samples += ref_class.size
         self.agree += int(np.sum(ref_class == app_class))
         if labels is not None:
-            labels = np.asarray(labels).reshape(ref_class.shape)
+            # One class index per sample, as ember.accuracy.class_labels makes them: reshaping
+            # anything else (one-hot rows) would count against the wrong samples.
+            labels = np.asarray(labels)
+            if labels.shape != ref_class.shape or labels.dtype.kind not in "iu":
+                raise ValueError(f"labels of shape {labels.shape} and type {labels.dtype} for "
+                                 f"{ref_class.size} samples: expected one class index each")
             self.labelled += labels.size
             self.correct_reference += int(np.sum(ref_class == labels))
             self.correct_approx += int(np.sum(app_class == labels))

@@ -25,10 +25,11 @@ from ember.errors import EmberError
 from ember.reports.html import render_page
 from ember.reports.svg import (BOUND_COLOURS, RooflinePoint, StackedBar, TimelineRow, bar_chart,
                                roofline, stacked_bars, timeline)
+from simulator.stats import REPORT_VERSION
 
 UNITS = ("load", "array", "vector", "store")
 # Keys the report cannot be drawn without; the rest default (older reports, hand-made ones).
-REQUIRED = ("arch", "clock_mhz", "cycles", "bound_cycles", "macs", "layers",
+REQUIRED = ("report_version", "arch", "clock_mhz", "cycles", "bound_cycles", "macs", "layers",
             "peak_macs_per_cycle", "dram_bytes_per_cycle")
 
 
@@ -76,6 +77,9 @@ class PerformanceReport:
         if missing:
             raise EmberError(f"{where}: not an ember performance report, or one from an older "
                              f"ember: no {', '.join(missing)} (rerun `ember simulate --report`)")
+        if type(doc["report_version"]) is not int or doc["report_version"] != REPORT_VERSION:
+            raise EmberError(f"{where}: report version {doc['report_version']!r}, but this ember "
+                             f"reads version {REPORT_VERSION} (rerun `ember simulate --report`)")
         try:
             total = max(int(doc["cycles"]), 1)
             peak = int(doc["peak_macs_per_cycle"])

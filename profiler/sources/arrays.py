@@ -98,16 +98,66 @@ def _read_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
 
 
+# Deflate's largest possible ratio of output to input bytes (a run of one byte value).
+_MAX_DEFLATE_RATIO = 1032
+
+
+def declared_arrays(path: str | Path, kind: str | None = None
+                    ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each array's shape and element type from an .npy or .npz's headers (key "" for .npy),
+    once the file is known to hold the bytes they declare. np.load allocates an array before
+    reading it, so a 1 KiB file declaring 10^12 samples must be refused first. `kind` (".npy"
+    or ".npz") says which the file is when its name does not."""
+    path = Path(path)
+    found = {}
+    try:
+        if (kind or path.suffix) == ".npy":
+            with open(path, "rb") as f:
+                reader = _RowReader(f)
+                found[""] = reader.shape, reader.dtype
+                _check_declared(path, "", reader, path.stat().st_size - f.tell())
+        else:
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    if not info.filename.endswith(".npy"):
+                        continue
+                    with archive.open(info) as f:
+                        reader = _RowReader(f)
+                        header = f.tell()
+                    name = info.filename[:-len(".npy")]
+                    found[name] = reader.shape, reader.dtype
+                    held = info.file_size
+                    if info.compress_type == zipfile.ZIP_STORED:
+                        held = min(held, info.compress_size)
+                    elif info.compress_type == zipfile.ZIP_DEFLATED:
+                        held = min(held, info.compress_size * _MAX_DEFLATE_RATIO)
+                    _check_declared(path, name, reader, held - header)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise ProfileError(f"{path}: cannot read array file ({err})") from None
+    return found
+
+
+def _check_declared(path: Path, name: str, reader: _RowReader, held: int) -> None:
+    declared = int(np.prod(reader.shape, dtype=object)) * reader.dtype.itemsize
+    if declared > held:
+        what = f"array {name!r}" if name else "its header"
+        raise ProfileError(f"{path}: {what} declares shape {list(reader.shape)} of "
+                           f"{reader.dtype} ({declared:,} bytes), but the file holds "
+                           f"{max(held, 0):,} bytes of data")
+
+
 def _npy_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
     if len(specs) != 1:
         raise ProfileError(f"{path}: an .npy file feeds a one-input model; this model has "
                            f"inputs {', '.join(s.name for s in specs)}: use .npz files keyed "
                            f"by input name")
+    declared_arrays(path)
     with open(path, "rb") as f:
         yield from _rows(path, {specs[0].name: _RowReader(f)}, specs)
 
 
 def _npz_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
+    declared_arrays(path)
     with zipfile.ZipFile(path) as archive:
         wanted = {s.name for s in specs}
         readers = {Path(m).stem: _RowReader(archive.open(m)) for m in archive.namelist()

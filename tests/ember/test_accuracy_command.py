@@ -128,3 +128,44 @@ def test_simulate_takes_an_evaluation_file_with_labels(digits_program, tmp_path)
     result = invoke("simulate", digits_program, "-i", tmp_path / "three.npz", "-o", out)
     assert result.exit_code == 0, result.output
     assert np.load(out)["logits"].shape == (3, 1, 10)
+
+
+def _eight_samples(tmp_path) -> tuple[Path, np.ndarray]:
+    with np.load(DIGITS / "eval.npz") as data:
+        np.savez(tmp_path / "eight.npz", input=data["input"][:8])
+        return tmp_path / "eight.npz", data["labels"][:8]
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda y: np.where(np.arange(8) == 3, 10, y), "label 10 at sample 3"),
+    (lambda y: np.where(np.arange(8) == 0, -1, y), "label -1 at sample 0"),
+    (lambda y: np.where(np.arange(8) == 5, 6.5, y), "label 6.5 at sample 5"),
+    (lambda y: np.full(8, np.nan), "label nan at sample 0"),
+    (lambda y: np.eye(10)[y] * 2, "labels of shape [8, 10] are not one-hot"),
+    (lambda y: np.ones((8, 10)), "labels of shape [8, 10] are not one-hot"),
+    (lambda y: np.eye(3)[y % 3], "labels of shape [8, 3]"),
+    (lambda y: y.astype(str), "labels of type <U"),
+    (lambda y: np.int64(3), "labels of shape []"),
+])
+def test_labels_that_are_not_one_class_per_sample_are_refused(digits_profile, tmp_path, change,
+                                                             message) -> None:
+    data, labels = _eight_samples(tmp_path)
+    np.save(tmp_path / "labels.npy", change(labels))
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    data, "--labels", tmp_path / "labels.npy")
+    assert result.exit_code == 2, result.output
+    assert f"labels.npy: {message}" in result.output
+    assert "expected one class index in [0, 10) per sample" in result.output
+    assert result.output.strip().count("\n") == 0
+
+
+def test_one_hot_labels_count_as_their_class(digits_profile, tmp_path) -> None:
+    data, labels = _eight_samples(tmp_path)
+    found = []
+    for stored in (labels, labels.astype(np.float32)[:, None], np.eye(10, dtype=np.uint8)[labels]):
+        np.save(tmp_path / "labels.npy", stored)
+        result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                        data, "--labels", tmp_path / "labels.npy", "--json")
+        assert result.exit_code == 0, result.output
+        found.append(json.loads(result.stdout)["top1_accuracy_fp32"])
+    assert found[0] == found[1] == found[2] > 0.5

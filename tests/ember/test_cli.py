@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -84,3 +85,31 @@ def test_output_in_a_missing_directory_fails_cleanly(model_path, tmp_path) -> No
     result = CliRunner().invoke(cli, ["run", str(model_path), "-o",
                                       str(tmp_path / "nodir" / "out.npz")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_every_output_file_gets_the_same_mode(digits_profile, tmp_path) -> None:
+    """Whatever the command, an output is 0666 minus the umask, as `open()` would make it."""
+    from tests.conftest import DIGITS
+    with np.load(DIGITS / "eval.npz") as data:
+        np.savez(tmp_path / "sample.npz", input=data["input"][:1])
+    out = {name: tmp_path / name for name in (
+        "p.json", "m.ember", "q.onnx", "o.npz", "perf.json", "t.json", "r.json", "r.html",
+        "run.npz")}
+    old = os.umask(0o027)
+    try:
+        for args in (
+                ("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                 "--samples", "8", "-o", out["p.json"]),
+                ("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                 "-o", out["m.ember"], "--emit-onnx", out["q.onnx"]),
+                ("simulate", out["m.ember"], "-i", tmp_path / "sample.npz", "-o", out["o.npz"],
+                 "--report", out["perf.json"], "--trace", out["t.json"]),
+                ("report", out["perf.json"], "-o", out["r.json"], "--html", out["r.html"]),
+                ("run", DIGITS / "model.onnx", "-i", tmp_path / "sample.npz",
+                 "-o", out["run.npz"])):
+            result = invoke(*map(str, args))
+            assert result.exit_code == 0, (args, result.output)
+    finally:
+        os.umask(old)
+    modes = {name: oct(path.stat().st_mode & 0o777) for name, path in out.items()}
+    assert modes == {name: oct(0o640) for name in out}

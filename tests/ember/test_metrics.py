@@ -50,3 +50,9 @@ def test_top1_agreement_and_accuracy() -> None:
 
 def test_classifier_shapes() -> None:
     assert is_classifier((1, 10)) and not is_classifier((1, 1)) and not is_classifier((1, 3, 4))
+
+
+@pytest.mark.parametrize("labels", [np.array([[0, 1]]), np.array([1.0]), np.array([1, 0])])
+def test_top1_takes_only_one_class_index_per_sample(labels) -> None:
+    with pytest.raises(ValueError, match="expected one class index each"):
+        Top1().add(np.array([[0.1, 0.9]]), np.array([[0.2, 0.8]]), labels)

@@ -178,6 +178,10 @@ def test_report_without_host_keys_or_layers_still_renders() -> None:
      "not an ember performance report"),
     (lambda tmp: _write(tmp / "broken.json", json.dumps({**_host_doc(), "layers": 5})),
      "malformed performance report"),
+    (lambda tmp: _write(tmp / "future.json", json.dumps({**_host_doc(), "report_version": 2})),
+     "future.json: report version 2, but this ember reads version 1"),
+    (lambda tmp: _write(tmp / "text.json", json.dumps({**_host_doc(), "report_version": "1"})),
+     "text.json: report version '1'"),
 ])
 def test_bad_input_is_one_line_with_exit_2(tmp_path, make, message) -> None:
     result = invoke("report", make(tmp_path))

@@ -216,3 +216,35 @@ def test_batch_one_models_run_batched_only_when_values_agree(tmp_path, reshape_t
     assert ({n: t.to_json() for n, t in one.tensors.items()}
             == {n: t.to_json() for n, t in many.tensors.items()})
     assert many.tensors["c"].count == 21 * 3  # the same for every sample: counted per sample
+
+
+def lying_npy(shape, dtype="<f4", data=1024) -> bytes:
+    """An .npy whose header declares `shape` over only `data` bytes."""
+    import io
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + bytes(data)
+
+
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_an_npz_member_declaring_more_than_the_file_holds_is_refused(tmp_path, compression):
+    import zipfile
+    path = tmp_path / "lie.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED if compression == "stored"
+                         else zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", lying_npy((10**12,)))  # not by rows: once read whole
+    with pytest.raises(ProfileError, match=r"lie.npz: array 'x' declares shape \[1000000000000\] "
+                                           r"of float32 \(4,000,000,000,000 bytes\), but the "
+                                           r"file holds [\d,]+ bytes of data"):
+        run(path)
+
+
+def test_an_npy_declaring_more_than_the_file_holds_is_refused(tmp_path):
+    from profiler.sources.arrays import declared_arrays
+    (tmp_path / "lie.npy").write_bytes(lying_npy((10**12, 2, 4, 4)))
+    with pytest.raises(ProfileError, match="lie.npy: its header declares shape "
+                                           r"\[1000000000000, 2, 4, 4\]"):
+        declared_arrays(tmp_path / "lie.npy")
+    np.save(tmp_path / "true.npy", samples(3))
+    assert declared_arrays(tmp_path / "true.npy") == {"": ((3, 2, 4, 4), np.dtype("float32"))}
