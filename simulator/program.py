@@ -35,6 +35,7 @@ import numpy as np
 from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
+from simulator.units import dram_span
 from simulator.units import host as host_unit
 
 MAGIC = b"EMBERPRG"
@@ -190,11 +191,17 @@ class Program:
                                   host_cycles=host)
 
     def _check_binding(self, binding: IOBinding, what: str) -> None:
-        last = binding.dram + sum((n - 1) * s for n, s in
-                                  zip(binding.shape, binding.byte_strides))
-        if binding.dram < 0 or last >= self.arch.dram.size_bytes:
+        """Every byte the binding reaches, at both ends, inside DRAM: the machine builds strided
+        views on it."""
+        try:
+            lo, hi = dram_span(binding.dram, binding.shape, binding.byte_strides,
+                               np.dtype(binding.dtype).itemsize)
+        except SimulatorError as err:
+            raise SimulatorError(f"program: {what}: {err}") from None
+        if binding.dram < 0 or lo < 0 or hi > self.arch.dram.size_bytes:
             raise SimulatorError(f"program: {what} at DRAM {binding.dram} does not fit in "
-                                 f"{self.arch.dram.size_bytes} bytes")
+                                 f"{self.arch.dram.size_bytes} bytes: it reaches bytes "
+                                 f"[{lo}, {hi})")
 
     def _check_segment(self, k: int, segment) -> None:
         where = f"program: host segment {k}"
