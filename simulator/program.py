@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -69,13 +70,13 @@ class IOBinding:
     def byte_strides(self) -> tuple[int, ...]:
         if self.strides:
             return self.strides
+        # Python integers: a forged shape must not wrap around int64 and pass the bounds check.
         item = np.dtype(self.dtype).itemsize
-        return tuple(int(item * np.prod(self.shape[i + 1:], dtype=np.int64))
-                     for i in range(len(self.shape)))
+        return tuple(item * math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
 
     @property
     def size_bytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """Host-side input quantization exactly as ONNX QuantizeLinear (and the quantizer's
@@ -202,6 +203,11 @@ class Program:
             raise SimulatorError(f"program: {what} at DRAM {binding.dram} does not fit in "
                                  f"{self.arch.dram.size_bytes} bytes: it reaches bytes "
                                  f"[{lo}, {hi})")
+        # Overlapping (zero-stride) elements fit in few bytes but are copied out one by one.
+        if binding.size_bytes > self.arch.dram.size_bytes:
+            raise SimulatorError(f"program: {what} of shape {list(binding.shape)} holds "
+                                 f"{binding.size_bytes} bytes, more than the "
+                                 f"{self.arch.dram.size_bytes} bytes of DRAM")
 
     def _check_segment(self, k: int, segment) -> None:
         where = f"program: host segment {k}"

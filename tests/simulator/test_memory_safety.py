@@ -13,6 +13,7 @@ import os
 import resource
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,13 @@ def test_negative_output_strides_below_dram_zero(tmp_path, gemm):
     assert_one_line_error(result, "I/O 'y' at DRAM 16384 does not fit")
 
 
+def test_overlapping_output_elements_are_counted_before_reading(tmp_path, gemm):
+    """2^40 elements in one byte (zero strides): the unfixed simulator copied them out."""
+    y = dataclasses.replace(gemm.outputs[0], shape=(1 << 20, 1 << 20), strides=(0, 0))
+    result = simulate(tmp_path, forge(gemm, outputs=(y,)))
+    assert_one_line_error(result, "I/O 'y' of shape [1048576, 1048576] holds 1099511627776 bytes")
+
+
 def test_compute_rows_are_checked_before_allocating(tmp_path, gemm):
     """65535 x 65535 strided rows: the unfixed simulator built 2^32 row offsets (32 GiB)
     before it found the last one outside the scratchpad."""
@@ -88,6 +96,20 @@ def test_compute_rows_are_checked_before_allocating(tmp_path, gemm):
                                                     "m_inner": 65535, "inner_stride": 2})
     result = simulate(tmp_path, dataclasses.replace(gemm, instructions=tuple(insns)))
     assert_one_line_error(result, f"instruction {k}", "COMPUTE", "scratchpad row")
+
+
+def test_avgpool_never_copies_its_windows(gemm):
+    """A 32 x 32 window over 64 x 64 pixels: the unfixed sum copied the 33 x 33 overlapping
+    windows out in int64 (142 MB here; 2.2 GB for a 64 x 64 window over 128 x 128)."""
+    state = State(gemm.arch)
+    insn = isa.AVGPOOL(src=0, dst=64 * 64, in_h=64, in_w=64, kh=32, kw=32, param=0)
+    tracemalloc.start()
+    try:
+        insn.op.run(state, insn)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
 
 
 def _binding(**changes) -> IOBinding:
@@ -100,6 +122,7 @@ def _binding(**changes) -> IOBinding:
     # the last float32 element's last byte past the end (its first byte is inside)
     (_binding(dram=(1 << 30) - 2, shape=(1,), dtype="float32"),
      r"it reaches bytes \[1073741822, 1073741826\)"),
+    (_binding(shape=(1 << 30, 2), strides=(0, 0)), r"holds 2147483648 bytes, more than the"),
     (_binding(strides=(4,)), r"shape \[2, 4\] with strides \[4\]: expected .* one stride per"),
     (_binding(shape=(-1, 4), strides=(4, 1)), r"shape \[-1, 4\] .* non-negative sizes"),
 ])
