@@ -45,6 +45,7 @@ from simulator.errors import SimulatorError
 from simulator.hazards import Hazards
 from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
+from simulator.units import dram_view
 
 NQ = len(isa.QUEUES)
 
@@ -66,8 +67,11 @@ class State:
 
     def _tensor(self, binding: IOBinding) -> np.ndarray:
         item = np.dtype(binding.dtype).itemsize
-        return np.lib.stride_tricks.as_strided(
-            self.dram[binding.dram:], binding.shape + (item,), binding.byte_strides + (1,))
+        try:
+            return dram_view(self.dram, binding.dram, binding.shape + (item,),
+                             binding.byte_strides + (1,))
+        except SimulatorError as err:
+            raise SimulatorError(f"binding {binding.name!r}: {err}") from None
 
     def write(self, binding: IOBinding, value: np.ndarray) -> None:
         value = np.asarray(value)

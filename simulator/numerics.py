@@ -206,8 +206,12 @@ def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qm
 
 
 def window_sum(windows, offset) -> np.ndarray:
-    """Sum of (x - offset) over the last two axes (a pooling window), exact in int64."""
-    return (np.asarray(windows, np.int64) - offset).sum(axis=(-2, -1))
+    """Sum of (x - offset) over the last two axes (a pooling window), exact in int64: the sum of
+    x less the window's size times the offset, so a view of overlapping windows is reduced in
+    place, never copied out window by window (kh * kw times the image)."""
+    windows = np.asarray(windows)
+    size = windows.shape[-2] * windows.shape[-1]
+    return windows.sum(axis=(-2, -1), dtype=np.int64) - np.int64(offset) * size
 
 
 def lookup(x, table) -> np.ndarray:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -35,6 +36,7 @@ import numpy as np
 from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.errors import SimulatorError
+from simulator.units import dram_span
 from simulator.units import host as host_unit
 
 MAGIC = b"EMBERPRG"
@@ -68,13 +70,13 @@ class IOBinding:
     def byte_strides(self) -> tuple[int, ...]:
         if self.strides:
             return self.strides
+        # Python integers: a forged shape must not wrap around int64 and pass the bounds check.
         item = np.dtype(self.dtype).itemsize
-        return tuple(int(item * np.prod(self.shape[i + 1:], dtype=np.int64))
-                     for i in range(len(self.shape)))
+        return tuple(item * math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
 
     @property
     def size_bytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """Host-side input quantization exactly as ONNX QuantizeLinear (and the quantizer's
@@ -190,11 +192,22 @@ class Program:
                                   host_cycles=host)
 
     def _check_binding(self, binding: IOBinding, what: str) -> None:
-        last = binding.dram + sum((n - 1) * s for n, s in
-                                  zip(binding.shape, binding.byte_strides))
-        if binding.dram < 0 or last >= self.arch.dram.size_bytes:
+        """Every byte the binding reaches, at both ends, inside DRAM: the machine builds strided
+        views on it."""
+        try:
+            lo, hi = dram_span(binding.dram, binding.shape, binding.byte_strides,
+                               np.dtype(binding.dtype).itemsize)
+        except SimulatorError as err:
+            raise SimulatorError(f"program: {what}: {err}") from None
+        if binding.dram < 0 or lo < 0 or hi > self.arch.dram.size_bytes:
             raise SimulatorError(f"program: {what} at DRAM {binding.dram} does not fit in "
-                                 f"{self.arch.dram.size_bytes} bytes")
+                                 f"{self.arch.dram.size_bytes} bytes: it reaches bytes "
+                                 f"[{lo}, {hi})")
+        # Overlapping (zero-stride) elements fit in few bytes but are copied out one by one.
+        if binding.size_bytes > self.arch.dram.size_bytes:
+            raise SimulatorError(f"program: {what} of shape {list(binding.shape)} holds "
+                                 f"{binding.size_bytes} bytes, more than the "
+                                 f"{self.arch.dram.size_bytes} bytes of DRAM")
 
     def _check_segment(self, k: int, segment) -> None:
         where = f"program: host segment {k}"

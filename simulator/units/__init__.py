@@ -45,5 +45,31 @@ def rows(memory: np.ndarray, start: int, count: int, name: str) -> slice:
     return slice(start, start + count)
 
 
+def dram_span(addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+              item: int = 1) -> tuple[int, int]:
+    """The bytes [lo, hi) a strided tensor of `item`-byte elements at `addr` touches ((addr,
+    addr) when empty). Both ends: a negative stride reaches below `addr`."""
+    if len(strides) != len(shape) or any(n < 0 for n in shape):
+        raise SimulatorError(f"shape {list(shape)} with strides {list(strides)}: expected "
+                             f"non-negative sizes and one stride per dimension")
+    if 0 in shape:
+        return addr, addr
+    lo = addr + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = addr + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + item
+    return lo, hi
+
+
+def dram_view(dram: np.ndarray, addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+              writeable: bool = True) -> np.ndarray:
+    """A strided view of byte array `dram`, built only once every byte it reaches is inside
+    (`as_strided` itself checks nothing: a view past either end reads or writes any memory)."""
+    lo, hi = dram_span(addr, shape, strides)
+    if 0 in shape:
+        return np.zeros(shape, np.uint8)
+    if lo < 0 or hi > dram.size:
+        raise SimulatorError(f"DRAM bytes [{lo}, {hi}) out of range [0, {dram.size})")
+    return np.lib.stride_tricks.as_strided(dram[addr:], shape, strides, writeable=writeable)
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)

@@ -65,6 +65,12 @@ def _row_offsets(m_outer: int, m_inner: int, outer_stride: int, inner_stride: in
     return offsets
 
 
+def _last_row(a: dict) -> int:
+    """The last scratchpad row a COMPUTE of at least one row streams (the strides are unsigned,
+    so the offsets never decrease)."""
+    return a["sp"] + (a["m_outer"] - 1) * a["outer_stride"] + (a["m_inner"] - 1) * a["inner_stride"]
+
+
 def compute(state, insn) -> None:
     a = insn.args
     k, n, m = a["k"], a["n"], a["m_outer"] * a["m_inner"]
@@ -75,13 +81,13 @@ def compute(state, insn) -> None:
         raise SimulatorError(f"n = {n}: expected at most array.cols = {state.arch.array.cols}")
     if m == 0:
         return
+    # Both ranges are checked from the fields before the row offsets (m of them) are built.
     sp = state.scratchpad
-    src = input_rows(a)
-    last = src.stop - 1 if isinstance(src, slice) else int(src[-1])  # offsets increase
+    last = _last_row(a)
     if last >= sp.shape[0]:
         raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[0]})")
-    inputs = sp[src, :k]
     out = state.accumulator[rows(state.accumulator, a["acc"], m, "accumulator"), :n]
+    inputs = sp[input_rows(a), :k]
     weights = state.weights[:k, :n]
     step = max(1, _BLAS_SINGLE_THREAD_MNK // max(1, k * n))
     for r in range(0, m, step):
@@ -146,7 +152,5 @@ def compute_access(arch, insn) -> tuple[Access, ...]:
     m = a["m_outer"] * a["m_inner"]
     if m == 0:
         return ()
-    last = a["sp"] + (a["m_outer"] - 1) * a["outer_stride"] \
-        + (a["m_inner"] - 1) * a["inner_stride"]
-    return (Access(SCRATCHPAD, a["sp"], last + 1, False),
+    return (Access(SCRATCHPAD, a["sp"], _last_row(a) + 1, False),
             Access(ACCUMULATOR, a["acc"], a["acc"] + m, True))

@@ -12,18 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.errors import SimulatorError
-from simulator.units import MEMORIES, Access, Work, ceil_div, rows
+from simulator.units import MEMORIES, Access, Work, ceil_div, dram_view, rows
 
 
 def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:
-    shape = (a["y_size"], a["x_size"], a["elem_bytes"])
-    strides = (a["y_stride"], a["x_stride"], 1)
-    if 0 in shape:
-        return np.zeros(shape, np.uint8)
-    last = addr + sum((n - 1) * s for n, s in zip(shape, strides))
-    if last >= dram.size:
-        raise SimulatorError(f"DRAM bytes up to {last} out of range [0, {dram.size})")
-    return np.lib.stride_tricks.as_strided(dram[addr:], shape, strides, writeable=writeable)
+    return dram_view(dram, addr, (a["y_size"], a["x_size"], a["elem_bytes"]),
+                     (a["y_stride"], a["x_stride"], 1), writeable)
 
 
 def _local(state, a: dict) -> tuple[np.ndarray, str]:
