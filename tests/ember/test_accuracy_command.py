@@ -128,3 +128,14 @@ def test_simulate_takes_an_evaluation_file_with_labels(digits_program, tmp_path)
     result = invoke("simulate", digits_program, "-i", tmp_path / "three.npz", "-o", out)
     assert result.exit_code == 0, result.output
     assert np.load(out)["logits"].shape == (3, 1, 10)
+
+
+def test_a_profile_of_random_data_is_named_in_a_one_line_warning(tmp_path) -> None:
+    synthetic = tmp_path / "random.profile.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--random", 4, "-o",
+                  synthetic).exit_code == 0
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", synthetic, "--data",
+                    DIGITS / "eval.npz", "--samples", "10", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["samples"] == 10
+    assert result.stderr.count("\n") == 1 and "synthetic --random data" in result.stderr
