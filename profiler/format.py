@@ -7,7 +7,10 @@ histogram lies on the power-of-two grid of `profiler.histogram`, which makes mer
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -70,6 +73,11 @@ class Profile:
     tensors: Mapping[str, TensorStats]
     path: str | None = None  # where it was loaded from, for messages; not stored
 
+    @property
+    def synthetic(self) -> bool:
+        """Whether any run profiled made-up data (`--random`) rather than real samples."""
+        return any(run["data"].get("synthetic", False) for run in self.runs)
+
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION,
                 "tool": {"name": "ember", "version": self.tool_version},
@@ -110,8 +118,13 @@ def merge_stats(a: TensorStats, b: TensorStats) -> TensorStats:
                        a.nonfinite + b.nonfinite, k, first, hist)
 
 
-def merge(profiles: list[Profile]) -> Profile:
-    """Combine shards of one model profiled over disjoint data."""
+def merge(profiles: list[Profile], allow_same_data: bool = False) -> Profile:
+    """Combine shards of one model profiled over disjoint data.
+
+    Two runs over the same data (equal data digests: the same file given twice, or a shard
+    profiled twice) would count its samples twice, so they are refused unless
+    `allow_same_data` says that weighting is meant.
+    """
     if not profiles:
         raise ProfileError("nothing to merge: give at least one profile")
     first = profiles[0]
@@ -124,11 +137,27 @@ def merge(profiles: list[Profile]) -> Profile:
             odd = sorted(set(other.tensors) ^ set(first.tensors))[0]
             raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: tensor "
                                f"'{odd}' is in only one of them")
+    if not allow_same_data:
+        _check_disjoint(profiles)
     tensors = dict(first.tensors)
     for other in profiles[1:]:
         tensors = {name: merge_stats(stats, other.tensors[name]) for name, stats in tensors.items()}
     return Profile(first.model, tool_version(), sum(p.samples for p in profiles),
                    tuple(run for p in profiles for run in p.runs), tensors)
+
+
+def _check_disjoint(profiles: list[Profile]) -> None:
+    seen: dict[str, Profile] = {}
+    for p in profiles:
+        digests = {run["data"]["sha256"] for run in p.runs}
+        for digest in digests:
+            if digest in seen:
+                raise ProfileError(
+                    f"cannot merge {_name(p)} into {_name(seen[digest])}: both hold a run over "
+                    f"the same data (sha256 {digest[:12]}), whose samples would count twice; "
+                    f"merge profiles of disjoint data, or pass --allow-same-data to count it "
+                    f"twice on purpose")
+        seen.update(dict.fromkeys(digests, p))
 
 
 def check_matches(profile: Profile, model: onnx.ModelProto) -> None:
@@ -179,6 +208,8 @@ def load(path: str | os.PathLike) -> Profile:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise ProfileError(f"{path}: not a JSON profile, or truncated ({err})") from None
+    except (ValueError, RecursionError) as err:  # an integer of 4300+ digits, deep nesting
+        raise ProfileError(f"{path}: not a JSON profile ({err})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ProfileError(f"{path}: not an ember profile (no \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
@@ -186,41 +217,147 @@ def load(path: str | os.PathLike) -> Profile:
                            f"reads version {VERSION}; re-run `ember quantize-profile`")
     try:
         return _from_json(doc, str(path))
-    except KeyError as err:
-        raise ProfileError(f"{path}: malformed profile: missing key {err}") from None
-    except (TypeError, ValueError) as err:
+    except _Malformed as err:
         raise ProfileError(f"{path}: malformed profile: {err}") from None
 
 
+class _Malformed(ValueError):
+    """One bad key of a profile; `load` prefixes the file's name."""
+
+
+# Counts stay below 2^53: exact in float64, which calibration sums them in, and in int64.
+_COUNT_MAX = 2**53
+_TOP_KEYS = ("format", "version", "tool", "model", "histogram", "samples", "runs", "tensors")
+_TENSOR_KEYS = ("kind", "dtype", "min", "max", "count", "nonfinite", "bin_width_log2",
+                "first_bin", "hist")
+
+
+def _is_int(v, lo: int = 0, hi: int = _COUNT_MAX) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _is_finite(v) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= sys.float_info.max
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _require(ok: bool, where: str, value, expected: str) -> None:
+    if not ok:
+        raise _Malformed(f"{where} = {_show(value)}: expected {expected}")
+
+
+def _object(value, where: str, keys: tuple[str, ...]) -> dict:
+    """`value`, checked to be an object with exactly `keys`."""
+    _require(isinstance(value, dict), where, value, "an object")
+    for k in keys:
+        if k not in value:
+            raise _Malformed(f"{where}: missing key {k!r}")
+    extra = sorted(set(value) - set(keys))
+    if extra:
+        raise _Malformed(f"{where}: unknown key {extra[0]!r}")
+    return value
+
+
 def _from_json(doc: dict, path: str) -> Profile:
+    """Check every key, type and range before anything is built from the file."""
+    _object(doc, "profile", _TOP_KEYS)
     if doc["histogram"] != {"grid": "power-of-two", "max_bins": histogram.MAX_BINS}:
-        raise ValueError(f"histogram grid {doc['histogram']}, expected "
+        raise _Malformed(f"histogram grid {_show(doc['histogram'])}, expected "
                          f"power-of-two with max_bins {histogram.MAX_BINS}")
-    m = doc["model"]
-    model = ModelFingerprint(m["graph"], m["inputs"], m["weights"], dict(m["input_shapes"]))
+    tool = _object(doc["tool"], "tool", ("name", "version"))
+    _require(tool["name"] == "ember", "tool.name", tool["name"], '"ember"')
+    _require(isinstance(tool["version"], str), "tool.version", tool["version"], "a string")
+    m = _object(doc["model"], "model", ("fingerprint", "graph", "inputs", "weights",
+                                        "input_shapes"))
+    for key in ("fingerprint", "graph", "inputs", "weights"):
+        _require(isinstance(m[key], str), f"model.{key}", m[key], "a string")
+    shapes = m["input_shapes"]
+    _require(isinstance(shapes, dict) and all(
+        isinstance(dims, list) and all(d is None or isinstance(d, str) or _is_int(d)
+                                       for d in dims) for dims in shapes.values()),
+        "model.input_shapes", shapes, "an object of lists of dimensions")
+    model = ModelFingerprint(m["graph"], m["inputs"], m["weights"], dict(shapes))
     if model.digest != m["fingerprint"]:
-        raise ValueError("model fingerprint does not match its parts")
+        raise _Malformed("model fingerprint does not match its parts")
+    samples = doc["samples"]
+    _require(_is_int(samples), "samples", samples, "a non-negative integer below 2^53")
+    runs = doc["runs"]
+    _require(isinstance(runs, list) and runs, "runs", runs, "a non-empty list of run records")
+    for i, run in enumerate(runs):
+        _check_run(run, f"runs[{i}]")
+    if sum(run["samples"] for run in runs) != samples:
+        raise _Malformed(f"samples = {samples}, but its runs hold "
+                         f"{sum(run['samples'] for run in runs)}")
+    _require(isinstance(doc["tensors"], dict), "tensors", doc["tensors"],
+             "an object keyed by tensor name")
     tensors = {name: _stats_from_json(name, t) for name, t in doc["tensors"].items()}
-    return Profile(model, doc["tool"]["version"], int(doc["samples"]), tuple(doc["runs"]),
-                   tensors, path)
+    return Profile(model, tool["version"], samples, tuple(runs), tensors, path)
 
 
-def _stats_from_json(name: str, t: dict) -> TensorStats:
-    stats = TensorStats(t["kind"], t["dtype"], t["min"], t["max"], int(t["count"]),
-                        int(t["nonfinite"]), int(t["bin_width_log2"]), int(t["first_bin"]),
-                        np.asarray(t["hist"], dtype=np.int64))
-    if stats.kind not in KINDS:
-        raise ValueError(f"tensor '{name}': kind '{stats.kind}', expected one of {KINDS}")
-    if stats.count == 0:
-        expected = 0
+def _check_run(run, where: str) -> None:
+    """What ember reads of a run record: its sample counts and its data's kind and digest."""
+    _require(isinstance(run, dict), where, run, "an object")
+    for key in ("samples", "skipped_nonfinite", "dropped"):
+        _require(_is_int(run.get(key)), f"{where}.{key}", run.get(key),
+                 "a non-negative integer below 2^53")
+    data = run.get("data")
+    _require(isinstance(data, dict), f"{where}.data", data, "an object")
+    _require(isinstance(data.get("kind"), str), f"{where}.data.kind", data.get("kind"),
+             "a string")
+    digest = data.get("sha256")
+    _require(isinstance(digest, str) and re.fullmatch("[0-9a-f]{64}", digest) is not None,
+             f"{where}.data.sha256", digest, "a SHA-256 in hex")
+    _require(isinstance(data.get("synthetic", False), bool), f"{where}.data.synthetic",
+             data.get("synthetic"), "true or false")
+
+
+def _stats_from_json(name: str, t) -> TensorStats:
+    where = f"tensor {name!r}"
+    _object(t, where, _TENSOR_KEYS)
+    _require(t["kind"] in KINDS, f"{where}: kind", t["kind"], f"one of {', '.join(KINDS)}")
+    _require(isinstance(t["dtype"], str) and t["dtype"] != "", f"{where}: dtype", t["dtype"],
+             "a non-empty string")
+    for key in ("count", "nonfinite"):
+        _require(_is_int(t[key]), f"{where}: {key}", t[key],
+                 "a non-negative integer below 2^53")
+    hist = t["hist"]
+    # type() rather than isinstance(): excludes bools, and is fast over 4096 bins.
+    _require(isinstance(hist, list) and all(type(c) is int for c in hist)
+             and (not hist or 0 <= min(hist) and max(hist) <= _COUNT_MAX), f"{where}: hist",
+             hist, "a list of non-negative integer counts")
+    count, lo, hi = t["count"], t["min"], t["max"]
+    if count == 0:
+        # Nothing was counted: the empty histogram `empty_stats` writes.
+        for key, expected in (("min", None), ("max", None), ("bin_width_log2", 0),
+                              ("first_bin", 0), ("hist", [])):
+            _require(t[key] == expected and type(t[key]) is type(expected), f"{where}: {key}",
+                     t[key], f"{json.dumps(expected)} when count is 0")
     else:
-        expected = (histogram.bin_index(stats.max, stats.bin_width_log2)
-                    - stats.first_bin + 1)
-    if len(stats.hist) != expected or int(stats.hist.sum()) != stats.count:
-        raise ValueError(f"tensor '{name}': histogram of {len(stats.hist)} bins holding "
-                         f"{int(stats.hist.sum())} values, expected {expected} bins holding "
-                         f"{stats.count}")
-    return stats
+        for key in ("min", "max"):
+            _require(_is_finite(t[key]), f"{where}: {key}", t[key], "a finite number")
+        if lo > hi:
+            raise _Malformed(f"{where}: min {lo!r} > max {hi!r}")
+        k = histogram.width_log2(lo, hi)
+        _require(_is_int(t["bin_width_log2"], -2**31, 2**31) and t["bin_width_log2"] == k,
+                 f"{where}: bin_width_log2", t["bin_width_log2"],
+                 f"{k}, the grid's width for [min, max]")
+        first = histogram.bin_index(lo, k)
+        _require(_is_int(t["first_bin"], -2**62, 2**62) and t["first_bin"] == first,
+                 f"{where}: first_bin", t["first_bin"], f"{first}, the bin of min")
+        bins = histogram.bin_index(hi, k) - first + 1
+        if len(hist) != bins or sum(hist) != count or not (hist[0] and hist[-1]):
+            raise _Malformed(f"{where}: histogram of {len(hist)} bins holding {sum(hist)} "
+                             f"values, expected {bins} bins holding {count}, with min in the "
+                             f"first and max in the last")
+    return TensorStats(t["kind"], t["dtype"], None if lo is None else float(lo),
+                       None if hi is None else float(hi), count, t["nonfinite"],
+                       t["bin_width_log2"], t["first_bin"], np.asarray(hist, dtype=np.int64))
 
 
 def _name(profile: Profile) -> str:

@@ -11,13 +11,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (
-    input_shape_option,
-    json_option,
-    model_argument,
-    quant_options_from,
-    quantization_options,
-)
+from ember.commands.options import (input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options,
+                                    warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
 
 EXIT_GATE_FAILED = 3
@@ -80,6 +76,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
         report = measure(model, quant_kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes),
                          on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx)
+    warn_if_synthetic(quant_kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())
     if as_json:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
 from ember.commands.options import (json_option, model_argument, quant_options_from,
-                                    quantization_options)
+                                    quantization_options, warn_if_synthetic)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
@@ -62,6 +62,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host))
     built = compile_model(model, profile_path, options, target)
+    warn_if_synthetic(profile_path)
     compiled, arch = built.compiled, built.compiled.program.arch
     if emit_onnx:
         export_qdq(built.qgraph, emit_onnx)

@@ -52,3 +52,16 @@ def quant_options_from(kwargs: dict):
                         activation_dtype=kwargs["activation_dtype"],
                         symmetric_activations=kwargs["symmetric"], schema=kwargs["schema"],
                         keep_fp32=tuple(kwargs["keep_fp32"]))
+
+
+def warn_if_synthetic(profile_path: str) -> None:
+    """One line on stderr when the profile holds only made-up ranges (`--random` runs).
+
+    Called once the command has loaded and checked the profile, so it never changes which
+    error a bad file gives.
+    """
+    from profiler import format as profile_format
+    if profile_format.load(profile_path).synthetic:
+        click.echo(f"ember: warning: {profile_path} was profiled on synthetic --random data: "
+                   f"its ranges say nothing about real inputs; profile real samples with "
+                   f"--data", err=True)

@@ -196,7 +196,10 @@ def profile() -> None:
 @click.argument("profiles", nargs=-1, required=True, type=InputPath(dir_okay=False))
 @click.option("-o", "--output", required=True, type=OutputPath(dir_okay=False),
               help="Merged profile to write.")
-def merge(profiles: tuple[str, ...], output: str) -> None:
+@click.option("--allow-same-data", is_flag=True,
+              help="Merge runs over the same data (equal data digests), counting those "
+                   "samples twice on purpose; refused by default.")
+def merge(profiles: tuple[str, ...], output: str, allow_same_data: bool) -> None:
     """Combine shards of one model's profile, made over disjoint data.
 
     The result is exactly what one run over all the data would give: histograms share a
@@ -209,7 +212,7 @@ def merge(profiles: tuple[str, ...], output: str) -> None:
       ember quantize-profile m.onnx --data part2.npz -o p2.json
       ember profile merge p1.json p2.json -o m.profile.json
     """
-    merged = profile_format.merge([profile_format.load(p) for p in profiles])
+    merged = profile_format.merge([profile_format.load(p) for p in profiles], allow_same_data)
     profile_format.save(merged, output)
     click.echo(f"merged {len(profiles)} profiles ({merged.samples} samples) into {output}")
 

@@ -112,3 +112,18 @@ def test_output_directory_missing(tmp_path, profile) -> None:
     result = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "-o", out)
     _fails(result, "does not exist")
     assert not out.parent.exists()
+
+
+def test_a_profile_of_random_data_compiles_with_a_one_line_warning(tmp_path, profile) -> None:
+    synthetic = tmp_path / "random.profile.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--random", 4, "-o",
+                  synthetic).exit_code == 0
+    result = invoke("compile", DIGITS / "model.onnx", "--profile", synthetic, "-o",
+                    tmp_path / "r.ember", "--json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"ember: warning: {synthetic}") and "--random" in result.stderr
+    json.loads(result.stdout)
+    real = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "-o",
+                  tmp_path / "d.ember")
+    assert real.exit_code == 0 and real.stderr == ""

@@ -169,3 +169,14 @@ def test_one_hot_labels_count_as_their_class(digits_profile, tmp_path) -> None:
         assert result.exit_code == 0, result.output
         found.append(json.loads(result.stdout)["top1_accuracy_fp32"])
     assert found[0] == found[1] == found[2] > 0.5
+
+
+def test_a_profile_of_random_data_is_named_in_a_one_line_warning(tmp_path) -> None:
+    synthetic = tmp_path / "random.profile.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--random", 4, "-o",
+                  synthetic).exit_code == 0
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", synthetic, "--data",
+                    DIGITS / "eval.npz", "--samples", "10", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["samples"] == 10
+    assert result.stderr.count("\n") == 1 and "synthetic --random data" in result.stderr
