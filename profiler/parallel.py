@@ -4,13 +4,20 @@ The main process reads and checks the data and hands batches out through a bound
 memory stays constant; each worker returns its statistics, which merge exactly. Workers are
 spawned, not forked (onnxruntime's and rich's threads do not survive a fork), so a script
 that calls the API with workers > 1 needs the usual `if __name__ == "__main__":` guard.
+
+Ctrl-C is the main process's to handle: workers start with SIGINT ignored (a terminal sends it to
+the whole process group), and on any failure the main process terminates them and drops what is
+still queued for them, so the interrupt ends the run at once instead of waiting on dead workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
-from typing import Callable, Iterable
+import signal
+import threading
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -19,6 +26,7 @@ from profiler.format import TensorStats, merge_stats
 from profiler.session import Plan, Runner, make_session
 
 _POLL_SECONDS = 0.1
+_JOIN_SECONDS = 2.0
 
 
 def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.ndarray]],
@@ -29,8 +37,9 @@ def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.
     results = context.Queue()
     processes = [context.Process(target=_work, args=(model_bytes, plan, tasks, results),
                                  daemon=True) for _ in range(workers)]
-    for process in processes:
-        process.start()
+    with _sigint_ignored():
+        for process in processes:
+            process.start()
     done: list[dict[str, TensorStats]] = []
     try:
         for batch in batches:
@@ -39,12 +48,30 @@ def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.
             _put(tasks, None, results, processes, done, on_batch)
         while len(done) < workers:
             _receive(results, processes, done, on_batch)
-        return done
+    except BaseException:
+        # Batches still buffered for workers that will never read them would otherwise make the
+        # exit wait forever on the queue's feeder thread.
+        tasks.cancel_join_thread()
+        raise
     finally:
         for process in processes:
             if process.is_alive():
                 process.terminate()
-            process.join()
+            process.join(_JOIN_SECONDS)
+    return done
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Processes started inside inherit SIGINT ignored, from their first import on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may change handlers, and only it receives SIGINT anyway
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _put(tasks, item, results, processes, done, on_batch) -> None:
@@ -74,6 +101,7 @@ def _receive(results, processes, done, on_batch) -> None:
 
 
 def _work(model_bytes: bytes, plan: Plan, tasks, results) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides; see the docstring
     try:
         runner = Runner(make_session(model_bytes, threads=1), plan)
         while (batch := tasks.get()) is not None:
