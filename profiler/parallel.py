@@ -33,15 +33,20 @@ def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.
                  workers: int, on_batch: Callable[[int], None]) -> list[dict[str, TensorStats]]:
     """Statistics of each worker; `on_batch(n)` is called as workers finish batches."""
     context = multiprocessing.get_context("spawn")
+    setups = context.Queue()
     tasks = context.Queue(maxsize=2 * workers)
     results = context.Queue()
-    processes = [context.Process(target=_work, args=(model_bytes, plan, tasks, results),
-                                 daemon=True) for _ in range(workers)]
+    processes = [context.Process(target=_work, args=(setups, tasks, results), daemon=True)
+                 for _ in range(workers)]
+    # The model goes through a queue, not the arguments: a start that hands over megabytes
+    # waits for the worker to import everything, and SIGINT is ignored meanwhile.
     with _sigint_ignored():
         for process in processes:
             process.start()
     done: list[dict[str, TensorStats]] = []
     try:
+        for _ in processes:
+            setups.put((model_bytes, plan))
         for batch in batches:
             _put(tasks, batch, results, processes, done, on_batch)
         for _ in processes:
@@ -51,6 +56,7 @@ def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.
     except BaseException:
         # Batches still buffered for workers that will never read them would otherwise make the
         # exit wait forever on the queue's feeder thread.
+        setups.cancel_join_thread()
         tasks.cancel_join_thread()
         raise
     finally:
@@ -100,9 +106,10 @@ def _receive(results, processes, done, on_batch) -> None:
         done.append(payload)
 
 
-def _work(model_bytes: bytes, plan: Plan, tasks, results) -> None:
+def _work(setups, tasks, results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides; see the docstring
     try:
+        model_bytes, plan = setups.get()
         runner = Runner(make_session(model_bytes, threads=1), plan)
         while (batch := tasks.get()) is not None:
             runner.run(batch)
