@@ -53,7 +53,10 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
     if recorded and recorded != hashlib.sha256(Path(profile_path).read_bytes()).hexdigest():
         raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
                          "the one `ember compile` used")
-    return CompileOptions.from_header(program.metadata.get("options", {})).quant
+    try:
+        return CompileOptions.from_header(program.metadata.get("options", {})).quant
+    except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
+        raise EmberError(f"the program's recorded options are malformed: {err}") from None
 
 
 class BitExactness:

@@ -397,6 +397,11 @@ def _read_header(raw: bytes, name: str) -> dict:
         raise SimulatorError(f"{name}: unknown header key {unknown[0]!r}")
     if not all(isinstance(n, str) for n in header["nodes"]):
         raise SimulatorError(f"{name}: header key 'nodes': expected a list of strings")
+    # The metadata is the tools' record; the records they read back must be objects.
+    for key in ("inputs", "options"):
+        if not isinstance(header["metadata"].get(key, {}), dict):
+            raise SimulatorError(f"{name}: header key 'metadata.{key}' = "
+                                 f"{header['metadata'][key]!r:.60}: expected a JSON object")
     return header
 
 

@@ -18,7 +18,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ember.accuracy import program_options
 from ember.cli import cli
+from ember.errors import EmberError
 from simulator.program import _DIGEST, _FIXED, Program
 
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -98,6 +100,8 @@ CASES = [
     ("no nodes", lambda h: h.pop("nodes"), "misses key 'nodes'"),
     ("no arch", lambda h: h.pop("arch"), "misses key 'arch'"),
     ("no metadata", lambda h: h.pop("metadata"), "misses key 'metadata'"),
+    ("metadata options a list", lambda h: h["metadata"].update(options=[1]),
+     "'metadata.options' = [1]: expected a JSON object"),
     ("inputs a string", lambda h: h.update(inputs="x"), "header key 'inputs' = 'x'"),
     ("nodes of numbers", lambda h: h.update(nodes=[1, 2]), "'nodes': expected a list of str"),
     ("unknown key", lambda h: h.update(extra=1), "unknown header key 'extra'"),
@@ -213,3 +217,12 @@ def test_fuzzed_header_is_one_line_or_a_run(digits_host, data):
     result, _ = simulate(tmp, forged(program, change))
     if result.exit_code != 0:
         assert_one_line_error(result)
+
+
+def test_malformed_recorded_options_are_one_error(digits_host, digits_profile):
+    """`ember accuracy --program` rebuilds the quantizer options the header records."""
+    _, data, _ = digits_host
+    program = Program.from_bytes(forged(data, lambda h: h["metadata"]["options"].update(
+        percentile="x")))
+    with pytest.raises(EmberError, match="recorded options are malformed"):
+        program_options(program, digits_profile)
