@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ from hypothesis import strategies as st
 from ember.accuracy import program_options
 from ember.cli import cli
 from ember.errors import EmberError
+from simulator.arch import PRESETS, Arch
+from simulator.errors import SimulatorError
 from simulator.program import _DIGEST, _FIXED, Program
 
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -226,3 +229,17 @@ def test_malformed_recorded_options_are_one_error(digits_host, digits_profile):
         percentile="x")))
     with pytest.raises(EmberError, match="recorded options are malformed"):
         program_options(program, digits_profile)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("clock_mhz = inf", "clock_mhz = inf: expected a positive, finite number"),
+    ("latency_cycles = 1_000_000_000_000", "dma.latency_cycles = 1000000000000: expected"),
+])
+def test_arch_file_is_as_strict_as_the_header(tmp_path, line, message):
+    """The header's arch record and an arch TOML go through the same `Arch.from_dict`."""
+    text = (PRESETS / "default.toml").read_text()
+    key = line.split(" =")[0]
+    lines = [line if row.split("=")[0].strip() == key else row for row in text.splitlines()]
+    (tmp_path / "a.toml").write_text("\n".join(lines))
+    with pytest.raises(SimulatorError, match=re.escape(message)):
+        Arch.load(tmp_path / "a.toml")
