@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from compiler.backend.codegen.host import run_segment
+from compiler.backend.codegen.host import check_segments, run_segment
 from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
@@ -53,7 +53,10 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
     if recorded and recorded != hashlib.sha256(Path(profile_path).read_bytes()).hexdigest():
         raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
                          "the one `ember compile` used")
-    return CompileOptions.from_header(program.metadata.get("options", {})).quant
+    try:
+        return CompileOptions.from_header(program.metadata.get("options", {})).quant
+    except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
+        raise EmberError(f"the program's recorded options are malformed: {err}") from None
 
 
 class BitExactness:
@@ -162,6 +165,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
+        check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
     quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph

@@ -88,42 +88,50 @@ class Energy:
     dram_byte_pj: float
 
 
+# Every integer knob is at most this: a forged 10^30 cycles or lanes is refused here, not met
+# as an overflow or a huge allocation deep in a run.
+_INT_MAX = 1 << 32
+
+
 def _positive_int(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _INT_MAX
 
 
 def _nonnegative_int(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT_MAX
 
 
 def _nonnegative_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    """Finite too: an infinite clock or energy would put Infinity (not JSON) in a report."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
 
 
+_POSITIVE_INT = "a positive integer <= 2^32"
+_NONNEGATIVE_INT = "a non-negative integer <= 2^32"
 # Every key of the file: (dotted key, check, what was expected).
 _SCHEMA = [
     ("name", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
-    ("clock_mhz", lambda v: _nonnegative_number(v) and v > 0, "a positive number"),
-    ("array.rows", _positive_int, "a positive integer"),
-    ("array.cols", _positive_int, "a positive integer"),
+    ("clock_mhz", lambda v: _nonnegative_number(v) and v > 0, "a positive, finite number"),
+    ("array.rows", _positive_int, _POSITIVE_INT),
+    ("array.cols", _positive_int, _POSITIVE_INT),
     ("array.dataflow", lambda v: v in DATAFLOWS, f"one of {', '.join(DATAFLOWS)}"),
     ("array.preload_overlap", lambda v: isinstance(v, bool), "true or false"),
-    ("memory.scratchpad.size_bytes", _positive_int, "a positive integer"),
-    ("memory.scratchpad.row_bytes", _positive_int, "a positive integer"),
-    ("memory.accumulator.size_bytes", _positive_int, "a positive integer"),
-    ("memory.accumulator.row_bytes", _positive_int, "a positive integer"),
+    ("memory.scratchpad.size_bytes", _positive_int, _POSITIVE_INT),
+    ("memory.scratchpad.row_bytes", _positive_int, _POSITIVE_INT),
+    ("memory.accumulator.size_bytes", _positive_int, _POSITIVE_INT),
+    ("memory.accumulator.row_bytes", _positive_int, _POSITIVE_INT),
     ("dram.size_bytes", lambda v: _positive_int(v) and v <= _DRAM_BYTES_MAX,
      f"a positive integer <= 2^{_DRAM_BYTES_MAX.bit_length() - 1}"),
-    ("dma.bytes_per_cycle", _positive_int, "a positive integer"),
-    ("dma.latency_cycles", _nonnegative_int, "a non-negative integer"),
-    ("dma.max_burst_bytes", _positive_int, "a positive integer"),
-    ("vector.lanes", _positive_int, "a positive integer"),
+    ("dma.bytes_per_cycle", _positive_int, _POSITIVE_INT),
+    ("dma.latency_cycles", _nonnegative_int, _NONNEGATIVE_INT),
+    ("dma.max_burst_bytes", _positive_int, _POSITIVE_INT),
+    ("vector.lanes", _positive_int, _POSITIVE_INT),
     ("vector.ops", lambda v: isinstance(v, list) and all(o in VECTOR_OPS for o in v),
      f"a list drawn from {', '.join(VECTOR_OPS)}"),
-    ("queues.token_depth", _positive_int, "a positive integer"),
-    ("energy.mac_pj", _nonnegative_number, "a non-negative number"),
-    ("energy.local_byte_pj", _nonnegative_number, "a non-negative number"),
-    ("energy.dram_byte_pj", _nonnegative_number, "a non-negative number"),
+    ("queues.token_depth", _positive_int, _POSITIVE_INT),
+    ("energy.mac_pj", _nonnegative_number, "a non-negative, finite number"),
+    ("energy.local_byte_pj", _nonnegative_number, "a non-negative, finite number"),
+    ("energy.dram_byte_pj", _nonnegative_number, "a non-negative, finite number"),
     ("host.flops_per_cycle", lambda v: _nonnegative_number(v) and 0 < v < math.inf,
      "a positive, finite number"),
 ]

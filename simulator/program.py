@@ -105,14 +105,67 @@ class IOBinding:
 
 
 BINDING_DTYPES = ("int8", "uint8", "float32")
+# The codes each quantized dtype holds: a binding's zero point is one of them.
+_CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+_MAX_RANK = 32  # numpy's own limit on dimensions
+_FLOAT32 = np.finfo(np.float32)
 # What a host segment record must hold (the runner may add keys; "graph" is its business).
 _SEGMENT_KEYS = {"name": str, "nodes": list, "inputs": list, "outputs": list, "flops": int}
+# Every key of the program header and its JSON type (model_macs may also be null).
+_HEADER_KEYS = {"arch": dict, "inputs": list, "outputs": list, "metadata": dict, "nodes": list,
+                "host_segments": list, "model_macs": int}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def binding_from_dict(d, kind: str) -> IOBinding:
+    """An IOBinding record checked key by key (a forged header holds anything JSON can):
+    SimulatorError naming the `kind` of binding ("input", "output") and the key otherwise."""
+    if not isinstance(d, dict):
+        raise SimulatorError(f"a malformed {kind} binding: expected a record (a dict), got "
+                             f"{type(d).__name__}")
+    keys = set(IOBinding.__dataclass_fields__)
+    if set(d) != keys:
+        missing, unknown = sorted(keys - set(d)), sorted(set(d) - keys)
+        raise SimulatorError(f"a malformed {kind} binding: " + (
+            f"missing key {missing[0]!r}" if missing else f"unknown key {unknown[0]!r}"))
+    if not isinstance(d["name"], str):
+        raise SimulatorError(f"a malformed {kind} binding: name = {d['name']!r:.60}: expected "
+                             f"a string")
+    where = f"{kind} {d['name']!r}"
+    dtype = d["dtype"]
+    if dtype not in BINDING_DTYPES:
+        raise SimulatorError(f"{where} has dtype {dtype!r:.60}: expected one of "
+                             f"{', '.join(BINDING_DTYPES)}")
+    low, high = _CODE_RANGE.get(dtype, (-(1 << 31), (1 << 31) - 1))
+    shape, strides = d["shape"], d["strides"]
+    checks = [
+        # Ranges (where the binding reaches, sizes non-negative, one stride per dimension) are
+        # `Program._check_binding`'s, as for a binding built in memory.
+        ("dram", _is_int(d["dram"]), "an integer"),
+        ("shape", isinstance(shape, list) and len(shape) <= _MAX_RANK
+         and all(_is_int(n) for n in shape), f"a list of at most {_MAX_RANK} integers"),
+        ("strides", isinstance(strides, list) and all(_is_int(s) for s in strides),
+         "a list of integers"),
+        # The host quantizes in float32: a scale that is 0 or inf there divides by zero.
+        ("scale", isinstance(d["scale"], (int, float)) and not isinstance(d["scale"], bool)
+         and _FLOAT32.tiny <= d["scale"] <= _FLOAT32.max,
+         f"a positive, finite float32 number in [{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]"),
+        ("zero_point", _is_int(d["zero_point"]) and low <= d["zero_point"] <= high,
+         f"an integer in [{low}, {high}]"),
+    ]
+    for key, ok, expected in checks:
+        if not ok:
+            raise SimulatorError(f"{where}: {key} = {d[key]!r:.60}: expected {expected}")
+    return IOBinding.from_dict(d)
 
 
 def segment_bindings(segment: dict) -> tuple[tuple[IOBinding, ...], tuple[IOBinding, ...]]:
     """The input and output bindings of a host segment record."""
-    return (tuple(IOBinding.from_dict(d) for d in segment["inputs"]),
-            tuple(IOBinding.from_dict(d) for d in segment["outputs"]))
+    return (tuple(binding_from_dict(d, "input") for d in segment["inputs"]),
+            tuple(binding_from_dict(d, "output") for d in segment["outputs"]))
 
 
 @dataclass(frozen=True)
@@ -223,16 +276,17 @@ class Program:
             raise SimulatorError(f"{where}: missing key 'graph'")
         if segment["flops"] < 0:
             raise SimulatorError(f"{where}: flops = {segment['flops']}: expected >= 0")
+        if not all(isinstance(n, str) for n in segment["nodes"]):
+            raise SimulatorError(f"{where}: key 'nodes': expected a list of strings")
+        if not isinstance(segment["graph"], dict):
+            raise SimulatorError(f"{where}: key 'graph' = {segment['graph']!r:.60}: expected a "
+                                 f"serialized graph (a dict)")
         try:
             inputs, outputs = segment_bindings(segment)
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise SimulatorError(f"{where}: a malformed input or output binding ({err!r}): "
-                                 f"expected IOBinding records") from None
+        except SimulatorError as err:
+            raise SimulatorError(f"{where}: {err}") from None
         for kind, bindings in (("input", inputs), ("output", outputs)):
             for b in bindings:
-                if b.dtype not in BINDING_DTYPES:
-                    raise SimulatorError(f"{where}: {kind} {b.name!r} has dtype {b.dtype!r}: "
-                                         f"expected one of {', '.join(BINDING_DTYPES)}")
                 self._check_binding(b, f"host segment {k} {kind} {b.name!r}")
 
     def to_bytes(self) -> bytes:
@@ -286,13 +340,17 @@ class Program:
         if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
             raise SimulatorError(f"{name}: corrupt: the SHA-256 checksum does not match")
         offset = _FIXED.size
-        header = json.loads(data[offset:offset + header_len].decode("utf-8"))
+        header = _read_header(data[offset:offset + header_len], name)
         offset += header_len
         words = data[offset:offset + count * word_bytes]
         offset += count * word_bytes
         node_ids = np.frombuffer(data, "<u4", count, offset)
         offset += 4 * count
         nodes = header["nodes"]
+        past = [i for i in set(node_ids.tolist()) if i != _NO_NODE and i >= len(nodes)]
+        if past:
+            raise SimulatorError(f"{name}: corrupt: an instruction names source node {past[0]}, "
+                                 f"but the header key 'nodes' lists {len(nodes)}")
         try:
             instructions = isa.decode_words(words)
         except SimulatorError as err:
@@ -303,14 +361,48 @@ class Program:
                 arch=arch,
                 instructions=tuple(instructions),
                 dram_image=data[offset:offset + image_len],
-                inputs=tuple(IOBinding.from_dict(d) for d in header["inputs"]),
-                outputs=tuple(IOBinding.from_dict(d) for d in header["outputs"]),
+                inputs=tuple(binding_from_dict(d, "input") for d in header["inputs"]),
+                outputs=tuple(binding_from_dict(d, "output") for d in header["outputs"]),
                 source=tuple(nodes[i] if i != _NO_NODE else "" for i in node_ids.tolist()),
                 metadata=header["metadata"],
                 host_segments=tuple(header["host_segments"]),
-                model_macs=header.get("model_macs"))
+                model_macs=header["model_macs"])
         except SimulatorError as err:
             raise SimulatorError(f"{name}: {err}") from None
+
+
+def _read_header(raw: bytes, name: str) -> dict:
+    """The JSON header, its keys and their types checked (their contents are checked where
+    they are read): a forged header with a valid checksum is one line, not a KeyError."""
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SimulatorError(f"{name}: corrupt: the header is not UTF-8") from None
+    except (ValueError, RecursionError) as err:
+        raise SimulatorError(f"{name}: corrupt: the header is not JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise SimulatorError(f"{name}: corrupt: the header is a JSON {type(header).__name__}, "
+                             f"expected an object")
+    for key, kind in _HEADER_KEYS.items():
+        if key not in header:
+            raise SimulatorError(f"{name}: the header misses key {key!r}")
+        value = header[key]
+        if key == "model_macs" and value is None:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SimulatorError(f"{name}: header key {key!r} = {value!r:.60}: expected a "
+                                 f"{'JSON object' if kind is dict else kind.__name__}")
+    unknown = sorted(set(header) - set(_HEADER_KEYS))
+    if unknown:
+        raise SimulatorError(f"{name}: unknown header key {unknown[0]!r}")
+    if not all(isinstance(n, str) for n in header["nodes"]):
+        raise SimulatorError(f"{name}: header key 'nodes': expected a list of strings")
+    # The metadata is the tools' record; the records they read back must be objects.
+    for key in ("inputs", "options"):
+        if not isinstance(header["metadata"].get(key, {}), dict):
+            raise SimulatorError(f"{name}: header key 'metadata.{key}' = "
+                                 f"{header['metadata'][key]!r:.60}: expected a JSON object")
+    return header
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
+from compiler.graph.ops import OPS
 from compiler.graph.printer import type_json
 
 FORMAT = "ember.graph"
@@ -98,14 +99,54 @@ def graph_to_dict(graph: Graph) -> dict:
 
 
 def graph_from_dict(d: dict) -> Graph:
-    if d.get("format") != FORMAT or d.get("version") != VERSION:
+    """The graph `graph_to_dict` wrote. A record from a file may be forged: anything malformed,
+    an unknown operator, or a value used before it is defined is a CompileError."""
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") != VERSION:
+        got = (f"{d.get('format')!r} version {d.get('version')!r}" if isinstance(d, dict)
+               else f"a {type(d).__name__}")
         raise CompileError(f"serialized graph: expected format {FORMAT!r} version {VERSION}, "
-                           f"got {d.get('format')!r} version {d.get('version')!r}")
-    values = {}
-    for v in d["values"]:
-        const = _from_array(v["const"]) if "const" in v else None
-        values[v["name"]] = Value(v["name"], _from_type(v["type"]), const)
-    nodes = tuple(Node(n["op"], n["name"], tuple(n["inputs"]), tuple(n["outputs"]),
-                       {k: _decode(a) for k, a in n["attrs"].items()}) for n in d["nodes"])
-    return Graph(d["name"], tuple(d["inputs"]), tuple(d["outputs"]), nodes, values,
-                 d["opset"], dict(d["origin"]))
+                           f"got {got}")
+    try:
+        values = {}
+        for v in d["values"]:
+            const = _from_array(v["const"]) if "const" in v else None
+            values[v["name"]] = Value(v["name"], _from_type(v["type"]), const)
+        nodes = tuple(Node(n["op"], n["name"], tuple(n["inputs"]), tuple(n["outputs"]),
+                           {k: _decode(a) for k, a in n["attrs"].items()}) for n in d["nodes"])
+        graph = Graph(d["name"], tuple(d["inputs"]), tuple(d["outputs"]), nodes, values,
+                      d["opset"], dict(d["origin"]))
+    except CompileError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise CompileError(f"serialized graph: malformed ({type(err).__name__}: "
+                           f"{str(err)[:200]})") from None
+    _check_defined(graph)
+    return graph
+
+
+def _check_defined(graph: Graph) -> None:
+    """Every operator known, every name a value, every value defined before it is used: what
+    running the graph node by node relies on."""
+    names = [*graph.inputs, *graph.outputs, *graph.values,
+             *(name for node in graph.nodes for name in (node.name, *node.inputs, *node.outputs))]
+    if not all(isinstance(name, str) for name in names):
+        bad = next(name for name in names if not isinstance(name, str))
+        raise CompileError(f"serialized graph: name {bad!r:.60}: expected a string")
+    defined = {name for name, v in graph.values.items() if v.is_const} | set(graph.inputs)
+    for name in graph.inputs:
+        if name not in graph.values:
+            raise CompileError(f"serialized graph: input {name!r} is not a value")
+    for node in graph.nodes:
+        where = f"serialized graph: node {node.name!r}"
+        if not isinstance(node.op, str) or node.op not in OPS:
+            raise CompileError(f"{where}: unknown operator {node.op!r}")
+        for name in node.inputs:
+            if name and name not in defined:
+                raise CompileError(f"{where}: input {name!r} is not a value defined before it")
+        for name in node.outputs:
+            if name not in graph.values:
+                raise CompileError(f"{where}: output {name!r} is not a value")
+            defined.add(name)
+    for name in graph.outputs:
+        if name not in defined:
+            raise CompileError(f"serialized graph: output {name!r} is never defined")

@@ -10,7 +10,7 @@ import click
 import numpy as np
 from rich.console import Console
 
-from compiler.backend.codegen.host import run_segment
+from compiler.backend.codegen.host import check_segments, run_segment
 from ember.commands.options import json_option
 from ember.commands.simulate import performance_doc, read_inputs
 from ember.errors import EmberError
@@ -89,6 +89,7 @@ def _load_json(path: Path) -> dict:
 
 def _simulate(source: str, input_path: str | None, check_hazards: bool) -> dict:
     prog = Program.load(source)
+    check_segments(prog, source)
     if input_path:
         samples, batch = read_inputs(prog, input_path)
     else:  # every input at its zero point

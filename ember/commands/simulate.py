@@ -12,7 +12,7 @@ import click
 import numpy as np
 from rich.console import Console
 
-from compiler.backend.codegen.host import run_segment
+from compiler.backend.codegen.host import check_segments, run_segment
 from ember.commands.options import json_option
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
@@ -64,6 +64,7 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
       ember simulate model.ember -i input.npz --report perf.html
     """
     prog = Program.load(program)
+    check_segments(prog, program)
     samples, batch = read_inputs(prog, input_path)
     results = [machine.run(prog, sample, check_hazards=check_hazards, host=run_segment)
                for sample in samples]

@@ -13,6 +13,7 @@ reference, so the program stays bit-exact with `quantizer.reference.run_int8`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -26,7 +27,7 @@ from compiler.errors import CompileError
 from compiler.graph.evaluate import run_node
 from compiler.graph.serialize import graph_from_dict
 from simulator import isa
-from simulator.program import IOBinding
+from simulator.program import IOBinding, Program
 
 
 @dataclass(frozen=True)
@@ -61,25 +62,57 @@ def host_segments(lowered: Lowered, plan: DramPlan) -> tuple[dict, ...]:
                   "graph": layer.graph, "flops": layer.flops} for layer in layers)
 
 
+def check_segments(program: Program, name: str) -> None:
+    """Every host segment's graph deserializes (known operators, defined values) before a run
+    starts: a forged one is a CompileError naming the program file `name`, not an error midway."""
+    for k, segment in enumerate(program.host_segments):
+        try:
+            graph_from_dict(segment["graph"])
+        except CompileError as err:
+            raise CompileError(f"{name}: host segment {k} ({segment['name']!r}): {err}") from None
+
+
 def run_segment(segment: dict, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run host segment `segment` (a `Program.host_segments` record) on its input values (by
     binding name, as read from DRAM): its output values, shaped and typed as its bindings."""
-    graph = graph_from_dict(segment["graph"])
+    where = f"host segment {segment['name']!r}"
+    try:
+        graph = graph_from_dict(segment["graph"])
+    except CompileError as err:
+        raise CompileError(f"{where}: {err}") from None
     env: dict[str, np.ndarray] = {n: v.const for n, v in graph.values.items() if v.is_const}
     for name in graph.inputs:
         if name not in inputs:
-            raise CompileError(f"host segment {segment['name']!r}: input {name!r} missing")
+            raise CompileError(f"{where}: input {name!r} missing")
         # A port may read a view through its source's tensor: the logical order is the same.
-        env[name] = np.asarray(inputs[name]).reshape(graph.type_of(name).shape)
+        value, shape = np.asarray(inputs[name]), graph.type_of(name).shape
+        if value.size != math.prod(shape):
+            raise CompileError(f"{where}: input {name!r} holds {value.size} elements, its "
+                               f"graph type {list(shape)}")
+        env[name] = value.reshape(shape)
     for node in graph.nodes:
         args = [env[name] if name else None for name in node.inputs]
-        for name, result in zip(node.outputs, run_node(graph, node, args)):
+        try:
+            results = run_node(graph, node, args)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError,
+                ZeroDivisionError) as err:
+            # The graph comes from a program file, which may be forged: attributes the compiler
+            # would never write (a string for a kernel size) fail inside the kernel.
+            raise CompileError(f"{where}: node {node.name!r} ({node.op}) cannot run on its "
+                               f"serialized attributes: {type(err).__name__}: "
+                               f"{str(err)[:200]}") from None
+        for name, result in zip(node.outputs, results):
             env[name] = result
     outputs = {}
     for b in segment["outputs"]:
+        if b["name"] not in env:
+            raise CompileError(f"{where}: output {b['name']!r} is not a value of its graph")
         value = np.asarray(env[b["name"]])
         if value.dtype != np.dtype(b["dtype"]):
-            raise CompileError(f"host segment {segment['name']!r}: output {b['name']!r} is "
+            raise CompileError(f"{where}: output {b['name']!r} is "
                                f"{value.dtype}, its binding {b['dtype']}")
+        if value.size != math.prod(b["shape"]):
+            raise CompileError(f"{where}: output {b['name']!r} holds {value.size} elements, "
+                               f"its binding's shape {b['shape']}")
         outputs[b["name"]] = value.reshape(b["shape"])
     return outputs
