@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -14,8 +12,7 @@ from compiler.pipeline import optimize
 from ember import ort
 from ember.compare import max_relative_error
 from examples import zoo
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+from tests.cli import DIGITS
 
 
 def _digits() -> onnx.ModelProto:

@@ -9,20 +9,18 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import helper
 
-from ember.cli import cli
 from simulator import machine
 from simulator.arch import PRESETS
 from simulator.program import Program
+from tests.cli import DIGITS
+from tests.cli import invoke as cli_invoke
 from tests.onnx_builder import model
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return cli_invoke(*args, catch_exceptions=False)
 
 
 @pytest.fixture

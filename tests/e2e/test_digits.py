@@ -4,7 +4,6 @@ three presets: on every eval sample the program's int8 logits equal `run_int8`'s
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,9 +12,9 @@ import pytest
 from compiler.backend.program import BackendOptions
 from compiler.pipeline import compile_int8
 from simulator.arch import Arch
+from tests.cli import DIGITS
 from tests.e2e.flow import check_bit_exact, quantized
 
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 PRESETS = ("default", "large", "edge")
 
 

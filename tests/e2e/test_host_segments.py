@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import helper
 
 from compiler.backend.layers import HostLayer, PoolLayer
@@ -22,17 +20,17 @@ from compiler.graph.evaluate import run_node
 from compiler.graph.ops import Lower
 from compiler.graph.serialize import graph_from_dict, graph_to_dict
 from compiler.pipeline import compile_int8
-from ember.cli import cli
 from ember.flow import quantize_model
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from simulator import isa
 from simulator.arch import Arch
 from simulator.program import Program
+from tests.cli import DIGITS
+from tests.cli import invoke as cli_invoke
 from tests.e2e.flow import check_bit_exact, quantized, samples
 from tests.onnx_builder import model
 
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 HOST = BackendOptions(allow_host=True)
 
 
@@ -231,7 +229,7 @@ def test_run_node_is_the_integer_references_own() -> None:
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return cli_invoke(*args, catch_exceptions=False)
 
 
 def test_cli_compile_simulate_and_accuracy_with_host_segments(tmp_path, digits_profile) -> None:

@@ -8,17 +8,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import helper
 
-from ember.cli import cli
+from tests.cli import DIGITS, invoke
 from tests.onnx_builder import model
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import onnx
 import pytest
@@ -16,9 +15,9 @@ from profiler import format as profile_format
 from profiler.errors import ProfileError
 from quantizer.options import QuantOptions
 from simulator.program import Program
+from tests.cli import DIGITS
 from tests.onnx_builder import conv_bn_relu
 
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 OPTIONS = CompileOptions(QuantOptions(calibration="entropy", per_channel=False,
                                       activation_dtype="uint8", keep_fp32=("conv2",)),
                          BackendOptions(double_buffer=False, allow_host=True))

@@ -9,16 +9,11 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import helper
 
-from ember.cli import cli
+from tests.cli import invoke
 from tests.conftest import DIGITS
 from tests.onnx_builder import model
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def lying_npy(shape, dtype="<f4") -> bytes:

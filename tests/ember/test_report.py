@@ -10,17 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
-from ember.cli import cli
 from ember.reports.performance import PerformanceReport
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from tests.cli import DIGITS, invoke
 
 
 @pytest.fixture(scope="module")

@@ -76,8 +76,9 @@ def test_merging_different_models_and_bad_files_fail_cleanly(model_path, calib_p
     assert result.exit_code == 2 and "not a JSON profile" in result.output
     assert ember("quantize-profile", model_path, "--random", 4, "-o",
                  tmp_path / "r.json").exit_code == 0
-    from .conftest import conv_model
     import onnx
+
+    from .conftest import conv_model
     onnx.save(conv_model(batch=2), str(tmp_path / "other.onnx"))
     assert ember("quantize-profile", tmp_path / "other.onnx", "--random", 4, "-o",
                  tmp_path / "o.json").exit_code == 0

@@ -49,12 +49,10 @@ from quantizer.qdq import export_qdq
 from quantizer.quantize import QuantOptions, quantize
 from quantizer.reference import run_int8
 from simulator import numerics
+from tests.cli import DIGITS
 from tests.onnx_builder import conv_bn_relu, model
 from tests.quantizer.test_int8_ops import CASES, Case, _samples
 from tests.quantizer.util import profile_of
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
-
 
 # --- measuring agreement --------------------------------------------------------------------
 

@@ -24,10 +24,9 @@ from quantizer.errors import QuantizeError
 from quantizer.quantize import QuantOptions, quantize
 from quantizer.reference import dequantized, run_int8
 from simulator import numerics
+from tests.cli import DIGITS
 from tests.onnx_builder import conv_bn_relu, model
 from tests.quantizer.util import profile_of
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
 
 def _conv_relu_model():
@@ -295,9 +294,9 @@ def test_digits_from_the_profilers_own_run_and_file(tmp_path: Path) -> None:
     """The profile as `ember quantize-profile` makes it: onnxruntime, written, read back."""
     from ember.flow import quantize_model
     from profiler import format as profile_format
-    from profiler.sources.arrays import ArrayFile
     from profiler.model_inputs import input_specs
     from profiler.run import RunOptions, load_model, profile
+    from profiler.sources.arrays import ArrayFile
 
     proto = load_model(DIGITS / "model.onnx")
     specs = input_specs(proto, {})

@@ -4,10 +4,9 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from ember.cli import cli
 from simulator import isa
+from tests.cli import invoke
 from tests.simulator.sim_programs import gemm_data, gemm_program, gemm_reference
 
 
@@ -20,10 +19,6 @@ def files(tmp_path):
     np.save(tmp_path / "x.npy", x)
     np.savez(tmp_path / "raw.npz", x=data[0])
     return tmp_path, data, prog
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_disasm(files):

@@ -15,22 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.accuracy import program_options
-from ember.cli import cli
 from ember.errors import EmberError
 from simulator.arch import PRESETS, Arch
 from simulator.errors import SimulatorError
 from simulator.program import _DIGEST, _FIXED, Program
-
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from tests.cli import DIGITS, invoke
 
 
 @pytest.fixture(scope="module")
