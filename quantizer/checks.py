@@ -43,7 +43,8 @@ def _unquantizable(graph: Graph, node: Node) -> str | None:
     """Why `node` has no int8 form, or None when it has one."""
     row = OPS[node.op]
     if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
-        hint = " (BN folding removes it)" if row.folds_into_producer else ""
+        hint = (" (the graph passes remove it after a Conv or Gemm, or on a feature map)"
+                if row.folds_into_producer else "")
         return f"has no int8 implementation{hint}"
     const = [bool(n) and graph.values[n].is_const for n in node.inputs]
     data = [n for n, c in zip(node.inputs, const) if n and not c]
