@@ -96,6 +96,25 @@ def test_a_constant_that_is_not_per_channel_runs_on_the_host_with_allow_host() -
     check_bit_exact(built.qgraph, built.compiled, samples(shapes, 2, 1))
 
 
+def test_a_node_without_an_int8_form_runs_on_the_host_with_allow_host() -> None:
+    # A BatchNormalization of a [N, C] value with no Gemm before it: neither folds nor becomes
+    # a convolution; the quantizer alone refuses it, and --allow-host keeps it in fp32.
+    rng = np.random.default_rng(0)
+    params = {n: rng.uniform(0.5, 1.5, 6).astype(np.float32)
+              for n in ("gamma", "beta", "mean", "var")}
+    nodes = [helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"],
+                              ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["y"], name="relu")]
+    proto = model(nodes, {"x": [2, 6]}, {"y": [2, 6]}, params)
+    profile = profile_of(proto, samples({"x": (2, 6)}, 8), optimized_graph(proto))
+    with pytest.raises(Exception, match="node 'bn' \\(BatchNormalization\\)"):
+        compile_model(proto, profile, CompileOptions(), "edge")
+    built = compile_model(proto, profile, CompileOptions(backend=BackendOptions(allow_host=True)),
+                          "edge")
+    assert built.compiled.program.metadata["options"]["keep_fp32"] == ["bn"]
+    check_bit_exact(built.qgraph, built.compiled, samples({"x": (2, 6)}, 2, 1))
+
+
 @pytest.mark.parametrize("command", [["show"], ["quantize-profile", "--random", "2", "-o"]])
 def test_a_constant_operand_that_does_not_broadcast_is_one_line_naming_the_node(
         tmp_path, command) -> None:
