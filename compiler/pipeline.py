@@ -20,6 +20,7 @@ from compiler.backend.reuse import keep_on_chip
 from compiler.backend.schedule import schedule
 from compiler.backend.tiling import alternate, tile
 from compiler.graph.ir import Graph, verify
+from compiler.passes.channel_affine import channel_affine
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
@@ -35,6 +36,8 @@ GRAPH_PASSES: list[Pass] = [
     remove_identity,   # first: Identity/Dropout hide producer-consumer pairs from every rewrite
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
+    channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
+    #                    become depthwise 1x1 Convs (Div by a scalar a Mul)
     eliminate_common,  # after folding, equal constant-fed nodes are now visible as equal
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -21,6 +21,7 @@ from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
 from profiler import format as profile_format
 from profiler.format import Profile
+from quantizer.checks import unquantizable
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
 from simulator.arch import Arch
@@ -83,10 +84,19 @@ def compile_model(model: ModelSource, profile: ProfileSource,
                   arch: Arch | str = "default") -> Built:
     """Quantize `model` with `profile` and compile it for `arch` (an Arch, a preset name or an
     architecture TOML file). The header records the tool, the options and, when `model` and
-    `profile` are files, their digests (so `ember accuracy` can refuse another profile)."""
+    `profile` are files, their digests (so `ember accuracy` can refuse another profile). With
+    the backend's allow_host, nodes without an int8 form are kept in fp32 (host segments)."""
     proto, loaded = _load(model, profile)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
-    qgraph = _quantize(proto, loaded, options.quant).qgraph
+    graph = optimized_graph(proto)
+    if options.backend.allow_host:
+        # What has no int8 form runs on the host in fp32, as if named with keep_fp32; the
+        # header records it so, and `ember accuracy` rebuilds the same int8 graph.
+        kept = unquantizable(graph, options.quant)
+        if kept:
+            options = replace(options, quant=replace(
+                options.quant, keep_fp32=options.quant.keep_fp32 + kept))
+    qgraph = quantize(graph, loaded, options.quant)
     metadata = {"tool": {"name": "ember", "version": profile_format.tool_version()},
                 "options": {"target": arch.name, **options.to_header()}}
     if not isinstance(model, onnx.ModelProto) and not isinstance(profile, Profile):

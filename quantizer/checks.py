@@ -39,11 +39,20 @@ def check_quantizable(graph: Graph, options: QuantOptions) -> None:
                                     f"holds {bad} NaN or Inf value(s); it cannot be quantized")
 
 
+def unquantizable(graph: Graph, options: QuantOptions) -> tuple[str, ...]:
+    """The nodes not kept in fp32 that have no int8 form: with them kept in fp32 as well, the
+    graph quantizes (the backend's host segments run them)."""
+    keep = set(options.keep_fp32)
+    return tuple(node.name for node in graph.nodes
+                 if node.name not in keep and _unquantizable(graph, node))
+
+
 def _unquantizable(graph: Graph, node: Node) -> str | None:
     """Why `node` has no int8 form, or None when it has one."""
     row = OPS[node.op]
     if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
-        hint = " (BN folding removes it)" if row.folds_into_producer else ""
+        hint = (" (the graph passes remove it after a Conv or Gemm, or on a feature map)"
+                if row.folds_into_producer else "")
         return f"has no int8 implementation{hint}"
     const = [bool(n) and graph.values[n].is_const for n in node.inputs]
     data = [n for n, c in zip(node.inputs, const) if n and not c]

@@ -117,6 +117,11 @@ class OpDef:
     absorbs_channel_affine: bool = False
     # The value depends only on the input's (static) shape, so it always folds to a constant.
     shape_only: bool = False
+    # With constant operands, the op is y = x * scale + offset of its one run-time input x:
+    # `channel_affine(attrs, consts, rank)` gives (scale, offset), each broadcastable against
+    # x's rank (`consts`: the inputs' constants, None for x), or None when it is not such a map
+    # (a constant divided by x). A graph pass makes a per-channel one a depthwise convolution.
+    channel_affine: Callable[..., tuple[Any, Any] | None] | None = None
 
     @property
     def min_inputs(self) -> int:
@@ -306,6 +311,37 @@ def batchnorm_shape(xs, attrs):
     return same_shape(xs, attrs)
 
 
+# --- affine maps: (scale, offset) of the run-time operand x, given the constant one ---------
+
+
+def add_affine(attrs, consts, rank):
+    a, b = consts
+    return 1.0, (b if a is None else a)
+
+
+def sub_affine(attrs, consts, rank):
+    a, b = consts
+    return (1.0, -b) if a is None else (-1.0, a)
+
+
+def mul_affine(attrs, consts, rank):
+    a, b = consts
+    return (b if a is None else a), 0.0
+
+
+def div_affine(attrs, consts, rank):
+    a, b = consts
+    return (1.0 / np.asarray(b, np.float64), 0.0) if a is None else None
+
+
+def batchnorm_affine(attrs, consts, rank):
+    """scale = gamma / sqrt(var + epsilon), offset = beta - mean * scale, along axis 1."""
+    gamma, beta, mean, var = (np.asarray(c, np.float64) for c in consts[1:5])
+    scale = gamma / np.sqrt(var + attrs["epsilon"])
+    along = (-1,) + (1,) * (rank - 2)
+    return scale.reshape(along), (beta - mean * scale).reshape(along)
+
+
 # --- MAC counts ----------------------------------------------------------------------------
 
 
@@ -353,8 +389,8 @@ _ROWS = (
           weight=int8.MATMUL_WEIGHT, lower=L.MATMUL, macs=matmul_macs),
     OpDef("BatchNormalization", ("X", "scale", "B", "input_mean", "input_var"),
           {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, batchnorm_shape,
-          ref.batch_normalization,  # folded into Conv/Gemm before quantization
-          folds_into_producer=True),
+          ref.batch_normalization,  # folded into Conv/Gemm, else a depthwise Conv
+          folds_into_producer=True, channel_affine=batchnorm_affine),
     # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
     # nonlinearities become 256-entry tables (an int8 `table` input).
     OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8,
@@ -374,12 +410,14 @@ _ROWS = (
     OpDef("Abs", ("X",), {}, same_shape, np.abs, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
     OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8,
-          lower=L.ADD),
+          lower=L.ADD, channel_affine=add_affine),
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
-          lower=L.SUB),
+          lower=L.SUB, channel_affine=sub_affine),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
-          lower=L.SCALAR_LUT),
-    OpDef("Div", ("A", "B"), {}, broadcast, ref.div),  # not quantized yet: named in an error
+          lower=L.SCALAR_LUT, channel_affine=mul_affine),
+    # Div by a constant becomes a Mul (or a depthwise Conv); by an activation it is not
+    # quantized yet: named in an error.
+    OpDef("Div", ("A", "B"), {}, broadcast, ref.div, channel_affine=div_affine),
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
           quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, coerced_2d_before=13),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
@@ -471,6 +509,8 @@ IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY
 QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
     OPS["QuantizeLinear"], OPS["DequantizeLinear"], OPS["Rescale"])
 RELU, CLIP, ADD = OPS["Relu"], OPS["Clip"], OPS["Add"]
+# And the rows of the operators the graph passes write.
+CONV, MUL = OPS["Conv"], OPS["Mul"]
 
 
 def supported_ops() -> str:

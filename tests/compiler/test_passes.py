@@ -10,6 +10,7 @@ from compiler.errors import CompileError
 from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph, Type, Value, verify
+from compiler.passes.channel_affine import channel_affine
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
@@ -113,6 +114,31 @@ def test_fold_batchnorm_leaves_a_conv_output_read_twice() -> None:
     proto.graph.output.append(helper.make_tensor_value_info("z", 1, [1, 4, 8, 8]))
     before = import_model(proto)
     assert fold_batchnorm(before) is before
+
+
+def test_channel_affine_makes_depthwise_convs_and_a_scalar_div_a_mul() -> None:
+    rng = np.random.default_rng(3)
+    inits = {n: rng.uniform(0.5, 1.5, 4).astype(np.float32) for n in ("g", "be", "m", "v")}
+    inits.update(k=rng.standard_normal((4, 1, 1)).astype(np.float32),
+                 two=np.array([2.0], np.float32), plane=np.ones((3, 3), np.float32))
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[1, 1]),
+             helper.make_node("BatchNormalization", ["p", "g", "be", "m", "v"], ["n"],
+                              name="bn"),
+             helper.make_node("Sub", ["k", "n"], ["s"], name="sub"),
+             helper.make_node("Div", ["s", "two"], ["d"], name="div"),
+             helper.make_node("Add", ["d", "plane"], ["y"], name="add")]
+    proto = model(nodes, {"x": [1, 4, 3, 3]}, {"y": [1, 4, 3, 3]}, inits)
+    before = import_model(proto)
+    after = channel_affine(before)
+    verify(after)
+    # The Add's constant varies over H and W: it is no per-channel map and stays.
+    assert [(n.name, n.op) for n in after.nodes] == [
+        ("pool", "MaxPool"), ("bn", "Conv"), ("sub", "Conv"), ("div", "Mul"), ("add", "Add")]
+    assert after.node("bn").attrs == {"group": 4, "kernel_shape": [1, 1]}
+    assert after.node("bn").outputs == ("n",)
+    feeds = {"x": rng.standard_normal((1, 4, 3, 3)).astype(np.float32)}
+    reference = ort.run(ort.session(proto), feeds)["y"]
+    assert max_relative_error(evaluate(after, feeds)["y"], reference) < 1e-5
 
 
 def test_remove_identity_and_dropout() -> None:
