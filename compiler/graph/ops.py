@@ -56,6 +56,7 @@ class Lower(Enum):
     SPLIT = "split"              # likewise, one View per output
     CONCAT = "concat"            # one buffer its inputs are written or copied into
     QUANTIZE = "quantize"        # a program input binding (the host quantizes)
+    TRANSPOSE = "transpose"      # only of a model input: its binding's strides, permuted
     DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
 
 
@@ -411,7 +412,7 @@ _ROWS = (
     OpDef("Reshape", ("data", "shape"), {"allowzero": 0}, _evaluating(ref.reshape),
           ref.reshape, quant=Q.KEEP_PARAMS, int8=ref.reshape, lower=L.VIEW, view=V.RESHAPE),
     OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose,
-          quant=Q.KEEP_PARAMS, int8=ref.transpose, view=V.PERMUTE),
+          quant=Q.KEEP_PARAMS, int8=ref.transpose, lower=L.TRANSPOSE, view=V.PERMUTE),
     OpDef("Squeeze", ("data", "axes?"), {}, _evaluating(ref.squeeze), ref.squeeze,
           attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.squeeze,
           lower=L.VIEW, view=V.RESHAPE),

@@ -9,7 +9,9 @@ part of the Concat's one buffer (copy elimination, as in Glow; nested Concats sh
 outermost's buffer); any other input (a model input, a view, a value read twice) is copied there
 by an identity LUT. A Reshape-like view of a slice is copied to a tensor of its own first.
 QuantizeLinear at a model input and DequantizeLinear at a model output stay on the host: the
-program's I/O bindings carry their scale and zero point.
+program's I/O bindings carry their scale and zero point. A Transpose of a model input (an NHWC
+model's first node) is its binding's strides, permuted: the input DMA writes the user's array
+straight into the channels-last order the first layer reads.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (Binding, Layout, block_axis)
+from dataclasses import replace
+
+from compiler.backend.layers import Binding, Layout, block_axis, transpose_input_strides
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs
 from compiler.graph.reference import slice_
@@ -94,6 +98,25 @@ def lower_quantize(lw: Walk, node: Node) -> None:
     lw.new_tensor(y, layout)
     lw.inputs.append(Binding(x, y, shape, float(params.scale[0]),
                                int(params.zero_point[0]), layout.strides(shape)))
+
+
+def lower_transpose(lw: Walk, node: Node) -> None:
+    """Fold a Transpose of a model input into the input's binding; no other Transpose lowers
+    (a permuting copy is not implemented)."""
+    x, y = node.inputs[0], node.outputs[0]
+    tensor = lw.buffer.get(x)
+    index = next((i for i, b in enumerate(lw.inputs) if b.tensor == tensor and tensor == x),
+                 None)
+    if index is None or len(lw.g.users().get(x, ())) != 1 or x in lw.g.outputs:
+        raise unsupported(node, "only a Transpose that alone reads a model input lowers (into "
+                                "the input's DMA); a permuting copy is not implemented")
+    shape = lw.shape(y)
+    perm = node.attrs.get("perm") or tuple(reversed(range(len(shape))))
+    layout = Layout.channels_last(shape)
+    del lw.tensors[x], lw.layouts[x], lw.buffer[x]
+    lw.new_tensor(y, layout)
+    lw.inputs[index] = replace(lw.inputs[index], tensor=y, perm=tuple(perm),
+                               strides=transpose_input_strides(perm, layout.strides(shape)))
 
 
 def lower_dequantize(lw: Walk, node: Node) -> None:
