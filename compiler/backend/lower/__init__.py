@@ -19,6 +19,7 @@ from compiler.backend.layers import Lowered
 from compiler.backend.lower.array import lower_conv, lower_gemm, lower_matmul
 from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
                                          lower_slice, lower_split, lower_transpose,
+                                         lower_upsample,
                                          lower_view)
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
@@ -49,6 +50,7 @@ RULES = {
     Lower.CONCAT: lower_concat,
     Lower.QUANTIZE: lower_quantize,
     Lower.TRANSPOSE: lower_transpose,
+    Lower.UPSAMPLE: lower_upsample,
     Lower.DEQUANTIZE: lower_dequantize,
 }
 
