@@ -85,3 +85,16 @@ def test_the_cli_profiles_and_compiles_an_nhwc_opset_9_file(tmp_path) -> None:
                  "--data", data, "--json")
     assert ran.exit_code == 0, ran.output
     assert '"bit_exact": true' in ran.output
+
+
+def test_an_explicit_zero_pad_before_a_strided_conv_needs_no_host() -> None:
+    """TensorFlow's asymmetric SAME padding, exported as its own Pad node."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w"], ["c"], strides=[2, 2], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    proto = model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 4, 4]},
+                  {"pads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+                   "w": weights(rng, 4, 3, 3, 3)})
+    compiled, _ = compile_and_check(proto, "default")
+    assert compiled.program.host_segments == ()
