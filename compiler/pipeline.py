@@ -25,6 +25,7 @@ from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
+from compiler.passes.fold_pad import fold_pad
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from simulator.arch import Arch
@@ -35,6 +36,7 @@ Pass = Callable[[Graph], Graph]
 GRAPH_PASSES: list[Pass] = [
     remove_identity,   # first: Identity/Dropout hide producer-consumer pairs from every rewrite
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
+    fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
     #                    become depthwise 1x1 Convs (Div by a scalar a Mul)

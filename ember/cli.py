@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import click
 
-from ember.errors import user_error_types
+from ember.errors import user_error_types, user_warning_types
 from ember.files import guard
 
 # (module under ember.commands, attribute): each attribute is a click command or group.
@@ -67,6 +68,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    warnings.showwarning = _show_warning
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """ember's own warnings as one line on stderr, like its errors; others as Python shows them."""
+    if issubclass(category, user_warning_types()):
+        click.echo(f"ember: warning: {message}", err=True)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 for _module, _attr in COMMANDS:

@@ -30,3 +30,12 @@ def user_error_types() -> tuple[type[BaseException], ...]:
             continue
         found.append(getattr(module, class_name))
     return tuple(found)
+
+
+# Likewise for warnings: each package's own warning class, shown as one "ember: warning:" line.
+_USER_WARNINGS = [("quantizer.errors", "QuantizeWarning")]
+
+
+def user_warning_types() -> tuple[type[Warning], ...]:
+    return tuple(getattr(importlib.import_module(module), name)
+                 for module, name in _USER_WARNINGS)

@@ -194,6 +194,19 @@ def weight_scales(w: np.ndarray, axis: int | None, power2: bool = False) -> tupl
     return tuple(scales)
 
 
+def weight_scales_floored(scales, floor, power2: bool = False) -> tuple[float, ...]:
+    """`scales`, each raised to at least its `floor` (a float32 or power of two at or above)."""
+    out = []
+    for scale, low in zip(scales, np.asarray(floor, np.float64)):
+        if scale >= low:
+            out.append(scale)
+            continue
+        raised = _pow2(low) if power2 else _f32(low)
+        out.append(raised if raised >= low else float(np.nextafter(np.float32(raised),
+                                                                     np.float32(np.inf))))
+    return tuple(out)
+
+
 # The smallest scale: float32's smallest normal number, itself a power of two. A range so small
 # (below about 1e-36) is noise around zero; it still gets a valid scale, never a zero one.
 MIN_SCALE = 2.0**-126

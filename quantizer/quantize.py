@@ -16,6 +16,8 @@ and compute the integer parameters each kernel needs once, storing them on the n
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, softmax_table,
@@ -26,9 +28,9 @@ from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable
 from quantizer.cleanup import cleanup
-from quantizer.errors import QuantizeError
+from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
-from quantizer.requant import ratio, ratios
+from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.numerics import ADD_LEFT_SHIFT, RANGES
@@ -63,7 +65,7 @@ class _Rewriter:
         self.quantized: dict[str, str] = {}  # fp32 activation → the name of its integer value
         self.floating: dict[str, str] = {}   # fp32 activation → the name of its float value
         self.ranges: dict[str, QuantParams] = {}
-        self.weights: dict[tuple[str, int | None], str] = {}
+        self.weights: dict[tuple[str, int | None, tuple[float, ...]], str] = {}
         producers = graph.producers()
         self.float_primary = set(graph.inputs) | set(graph.outputs) | {
             out for node in graph.nodes if node.name in self.keep for out in node.outputs}
@@ -241,20 +243,39 @@ class _Rewriter:
     def operand(self, name: str) -> str:
         return self.quant_const(name) if self.g.values[name].is_const else self.quant_input(name)
 
-    def quant_weight(self, name: str, axis: int | None) -> str:
-        """A constant weight as symmetric int8, per slice along `axis` (None: per tensor)."""
-        key = (name, axis)
+    def quant_weight(self, name: str, axis: int | None, floor: np.ndarray | None = None,
+                     where: str = "") -> str:
+        """A constant weight as symmetric int8, per slice along `axis` (None: per tensor), each
+        scale at least its `floor` (`weight_floor`): a slice raised to its floor is degenerate
+        (near-zero weights), and is said in a warning that names `where`."""
+        scales = calibrate.weight_scales(self.g.values[name].const.astype(np.float64), axis,
+                                         self.opts.schema == "power2")
+        if floor is not None:
+            floor = np.broadcast_to(np.max(floor) if axis is None else floor, len(scales))
+            raised = [i for i, (s, f) in enumerate(zip(scales, floor)) if s < f]
+            if raised:
+                warnings.warn(QuantizeWarning(
+                    f"{where}: weight {name!r} has {_count(raised, len(scales))} whose weights "
+                    f"are negligible beside their bias or output range; their scales are "
+                    f"floored so the "
+                    f"bias fits int32 and the requantization its fixed-point range (their "
+                    f"weights quantize to 0, their outputs are the bias)"), stacklevel=2)
+                scales = calibrate.weight_scales_floored(scales, floor,
+                                                         self.opts.schema == "power2")
+        key = (name, axis, scales)
         if key in self.weights:
             return self.weights[key]
         w = self.g.values[name].const.astype(np.float64)
-        scales = calibrate.weight_scales(w, axis, self.opts.schema == "power2")
         params = QuantParams(scales, (0,) * len(scales), axis)
         q = numerics.quantize(w, scales, 0, -WEIGHT_QMAX, WEIGHT_QMAX, axis=axis,
                               arithmetic=np.float64)
         # The int8 weight keeps the initializer's name unless an fp32 node still reads the float
-        # weight, or the same weight is quantized along another axis for another node.
+        # weight, or the same weight is quantized along another axis (or with other floors) for
+        # another node.
         shared = name in self.fp32_consts or any(k[0] == name for k in self.weights)
-        qname = f"{name}/q{'' if axis is None else axis}" if shared else name
+        qname, k = (f"{name}/q{'' if axis is None else axis}" if shared else name), 1
+        while qname in self.values:
+            qname, k = f"{name}/q{'' if axis is None else axis}_{k}", k + 1
         self.weights[key] = self.const(qname, q, params, name)
         return qname
 
@@ -390,6 +411,30 @@ def fixed_output(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, table_name), (out,), {**node.attrs, "out_zero_point": zero})
 
 
+# A channel's bias code stays within 2^24 (far inside int32, with room for the products): a
+# channel whose weights are near zero but whose bias is not (a dead channel that BatchNorm
+# folding left) gets its weight scale floored to |bias| / (s_x * 2^24) instead of failing.
+BIAS_CODE_LIMIT = 2.0**24
+
+
+def weight_floor(real_bias: np.ndarray | None, x_scale: float, out_scale: float) -> np.ndarray:
+    """The smallest weight scale, per output channel along the bias's last axis (or one), that
+    keeps a linear node quantizable: its bias code within BIAS_CODE_LIMIT and its requantization
+    ratio x_scale * s_w / out_scale at least the fixed-point range's low end."""
+    floor = np.asarray(RATIO_MIN * out_scale / x_scale, np.float64)
+    if real_bias is not None:
+        per_channel = np.abs(real_bias).reshape(-1, real_bias.shape[-1]).max(axis=0) \
+            if real_bias.ndim else np.abs(real_bias)
+        floor = np.maximum(floor, per_channel / (x_scale * BIAS_CODE_LIMIT))
+    return np.atleast_1d(floor)
+
+
+def _count(indices: list[int], total: int) -> str:
+    """`3 of 32 slices (4, 9, 17)`, at most five listed."""
+    shown = ", ".join(str(i) for i in indices[:5]) + (", ..." if len(indices) > 5 else "")
+    return f"{len(indices)} of {total} slice{'s' if total > 1 else ''} ({shown})"
+
+
 def linear(r: _Rewriter, node: Node) -> None:
     """Conv, Gemm, MatMul: int8 operands, int32 bias at s_x * s_w, per-channel requant.
 
@@ -407,11 +452,21 @@ def linear(r: _Rewriter, node: Node) -> None:
     w_axis = None
     if b_const and r.opts.per_channel:
         w_axis = weight.out_axis(r.g.type_of(b_name).rank, attrs)
-    a = r.quant_weight(a_name, None) if a_const else r.quant_input(a_name)
-    b = r.quant_weight(b_name, w_axis) if b_const else r.quant_input(b_name)
-    pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
-    acc_scales = float(attrs.get("alpha", 1.0)) * pa.scale[0] * np.asarray(pb.scale)
+    alpha = float(attrs.get("alpha", 1.0))
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    real_bias = (r.g.values[node.inputs[2]].const.astype(np.float64) * float(attrs.get("beta", 1.0))
+                 if has_bias else None)
+    if a_const:
+        b = r.quant_input(b_name)
+        a = r.quant_weight(a_name, None, weight_floor(real_bias, alpha * r.quant_of(b).scale[0],
+                                                      out_params.scale[0]), where)
+    else:
+        a = r.quant_input(a_name)
+        floor = weight_floor(real_bias, alpha * r.quant_of(a).scale[0], out_params.scale[0])
+        b = r.quant_weight(b_name, w_axis, floor, where) if b_const else r.quant_input(b_name)
+    pa, pb = r.quant_of(a), r.quant_of(b)
+    acc_scales = alpha * pa.scale[0] * np.asarray(pb.scale)
     multipliers, shifts = ratios(acc_scales / out_params.scale[0], where)
     new_attrs = {**node.attrs, **r.requant_attrs(out_params, qclamp, multipliers, shifts)}
     if weight.padded:
@@ -423,10 +478,8 @@ def linear(r: _Rewriter, node: Node) -> None:
     activation = pb if a_const else pa
     bias = (zero_point_fold(weight, attrs, r.values[a], r.values[b])
             if activation.zero_point[0] else None)
-    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
     if has_bias:
-        real = r.g.values[node.inputs[2]].const.astype(np.float64)
-        q = np.rint(real * float(attrs.get("beta", 1.0)) / acc_scales)
+        q = np.rint(real_bias / acc_scales)
         bias = q if bias is None else q + bias
     if bias is not None:
         name = r.int32_bias(f"{node.name}/bias", bias, acc_scales, where)

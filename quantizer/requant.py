@@ -1,24 +1,55 @@
-"""Real rescale ratios → the integer (multiplier, shift) pairs of numerics.requantize."""
+"""Real rescale ratios → the integer (multiplier, shift) pairs of numerics.requantize.
+
+A ratio outside the fixed-point range [2^-32, 2^31) is clamped to its nearest end, with a
+warning that names the node: the clamp changes no output but one. Below 2^-32, every int32
+accumulator times the ratio lies within (-0.5, 0.5) and rounds to the zero point, as it does
+at 2^-32 (bar the single accumulator -2^31, one code off); at 2^30 and above, every non-zero
+accumulator saturates the 8-bit output at either ratio, and zero stays zero.
+"""
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Iterable
 
-from quantizer.errors import QuantizeError
+from quantizer.errors import QuantizeError, QuantizeWarning
 from simulator import numerics
 from simulator.errors import SimulatorError
 
+RATIO_MIN, RATIO_MAX = 2.0**-32, 2.0**30
+
 
 def ratio(real: float, where: str) -> tuple[int, int]:
-    """numerics.quantize_multiplier(real), with an error that names the node when it fails."""
-    try:
-        return numerics.quantize_multiplier(float(real))
-    except SimulatorError as err:
-        raise QuantizeError(f"{where}: cannot requantize by the ratio {real!r} of its scales "
-                            f"({err}); its input or output range is degenerate") from None
+    """numerics.quantize_multiplier(real), clamped into the fixed-point range (with a warning);
+    an error that names the node for a ratio that is no positive number at all."""
+    (multiplier,), (shift,) = ratios([real], where)
+    return multiplier, shift
 
 
 def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Per-channel (multipliers, shifts) as two tuples."""
-    pairs = [ratio(r, where) for r in reals]
+    """Per-channel (multipliers, shifts) as two tuples; one warning for the clamped ones."""
+    reals = [float(r) for r in reals]
+    clamped = [min(max(r, RATIO_MIN), RATIO_MAX) if math.isfinite(r) and r > 0 else r
+               for r in reals]
+    moved = [r for r, c in zip(reals, clamped) if r != c]
+    if moved:
+        what = (f"the requantization ratio {_fmt(moved[0])} of its scales is" if len(reals) == 1
+                else f"{len(moved)} of {len(reals)} requantization ratios "
+                     f"({_fmt(min(moved))}..{_fmt(max(moved))}) are")
+        warnings.warn(QuantizeWarning(
+            f"{where}: {what} outside the fixed-point range [2^-32, 2^31); clamped to it (below "
+            f"it every product rounds to zero either way, above it every non-zero one "
+            f"saturates either way)"), stacklevel=2)
+    pairs = []
+    for real in clamped:
+        try:
+            pairs.append(numerics.quantize_multiplier(real))
+        except SimulatorError as err:
+            raise QuantizeError(f"{where}: cannot requantize by the ratio {_fmt(real)} of its "
+                                f"scales ({err})") from None
     return tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"

@@ -305,6 +305,15 @@ def pixelwise(layer: AddLayer | LutLayer) -> bool:
     return layer.views is not None and not all(v.contiguous for v in layer.views)
 
 
+def transpose_input_strides(perm: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a Transpose's input axes, given its output's (output axis i is input axis
+    perm[i]): how a binding reads the user's array straight into the transposed tensor."""
+    source = [0] * len(perm)
+    for axis, stride in zip(perm, strides):
+        source[axis] = stride
+    return tuple(source)
+
+
 @dataclass(frozen=True)
 class Binding:
     """A program input or output: the graph's float name, its DRAM tensor and quantization."""
@@ -317,6 +326,7 @@ class Binding:
     strides: tuple[int, ...]
     dtype: str = "int8"  # float32 for a float value the host reads or writes (scale 1, zp 0)
     offset: int = 0  # bytes from the tensor's start (an output that is a view of a buffer)
+    perm: tuple[int, ...] | None = None  # the tensor is this binding's array transposed by perm
 
 
 @dataclass(frozen=True, eq=False)

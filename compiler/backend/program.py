@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from compiler.backend.codegen.convolution import PaddedInput
-from compiler.backend.layers import ConvLayer, HostLayer, Lowered
+from compiler.backend.layers import ConvLayer, HostLayer, Lowered, transpose_input_strides
 from compiler.backend.memory import DramPlan, reads
 from compiler.backend.schedule import Scheduled
 from compiler.backend.tiling import Region, Tiles
@@ -78,10 +78,12 @@ def bindings(lowered: Lowered, plan: DramPlan,
     def binding(b):
         if b.tensor in padded:  # inside its zero-point border, rows of the padded width
             p = padded[b.tensor]
-            n, c, _, _ = b.shape
+            perm = b.perm or tuple(range(len(b.shape)))
+            c = b.shape[perm[1]]  # the tensor's N x C x H x W is the binding's, permuted
             dram = p.address + (p.top * p.width + p.left) * c
-            strides = (p.height * p.width * c, 1, p.width * c, c)
-            return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8", strides)
+            nchw = (p.height * p.width * c, 1, p.width * c, c)
+            return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8",
+                             transpose_input_strides(perm, nchw))
         return IOBinding(b.name, plan.addresses[b.tensor] + b.offset, b.shape, b.scale,
                          b.zero_point, b.dtype, b.strides)
     return (tuple(binding(b) for b in lowered.inputs),

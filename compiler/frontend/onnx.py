@@ -17,14 +17,15 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference, version_converter
 
 from compiler.errors import CompileError
 from compiler.graph import ops as optable
 from compiler.graph.ir import Graph, Node, Type, Value, toposort
 from simulator.numerics import oversize
 
-MIN_OPSET = 11
+MIN_OPSET = 11             # the operator table's rules are written from this opset on
+MIN_CONVERTED_OPSET = 7    # older models (tf2onnx's opset 9, ...) are converted up to MIN_OPSET
 MAX_OPSET = onnx.defs.onnx_opset_version()
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -66,6 +67,8 @@ def import_model(source: str | os.PathLike | onnx.ModelProto,
     label = str(source) if not isinstance(source, onnx.ModelProto) else "model"
     model = load_model(source) if not isinstance(source, onnx.ModelProto) else source
     opset = _check_opset(model, label)
+    if opset < MIN_OPSET:
+        model, opset = _convert_opset(model, label, opset), MIN_OPSET
     model = fix_input_shapes(model, input_shapes or {}, label)
     try:
         onnx.checker.check_model(model)
@@ -121,10 +124,50 @@ def _check_opset(model: onnx.ModelProto, label: str) -> int:
     opset = versions.get("", versions.get("ai.onnx"))
     if opset is None:
         raise CompileError(f"{label}: the model imports no default-domain opset")
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise CompileError(f"{label}: opset {opset} is outside the supported range "
-                           f"{MIN_OPSET}..{MAX_OPSET}")
+    if opset > MAX_OPSET:
+        raise CompileError(f"{label}: opset {opset} is newer than the installed onnx "
+                           f"{onnx.__version__} knows (up to {MAX_OPSET}); upgrade onnx")
+    if opset < MIN_CONVERTED_OPSET:
+        raise CompileError(f"{label}: opset {opset} is too old; ember reads opsets "
+                           f"{MIN_CONVERTED_OPSET}..{MAX_OPSET} (converting below {MIN_OPSET})")
     return opset
+
+
+def _convert_opset(model: onnx.ModelProto, label: str, opset: int) -> onnx.ModelProto:
+    """An opset-7..10 model in today's operator forms, by onnx's own version converter, which
+    keeps every value name (profiles and reports key on them)."""
+    try:
+        converted = version_converter.convert_version(model, MIN_OPSET)
+    except (RuntimeError, ValueError, IndexError,
+            onnx.checker.ValidationError) as err:
+        raise CompileError(f"{label}: cannot convert opset {opset} to {MIN_OPSET}: "
+                           f"{_first_line(err)}") from None
+    _restore_names(model.graph, converted.graph)
+    return converted
+
+
+def _restore_names(original: onnx.GraphProto, converted: onnx.GraphProto) -> None:
+    """The converter renames the output of a node it replaces (Upsample → Resize writes
+    `_v_21` where the model said `u`) and leaves the new node unnamed; profiles and per-layer
+    reports key on the model's own names, so both are put back. A renamed value shows where a
+    node of the original's name and type reads it."""
+    before = {node.name: node for node in original.node if node.name}
+    renamed: dict[str, str] = {}
+    for node in converted.node:
+        old = before.get(node.name)
+        if old is not None and old.op_type == node.op_type:
+            renamed.update((new, name) for new, name in zip(node.input, old.input)
+                           if new != name)
+    for new, old in zip(converted.output, original.output):
+        if new.name != old.name:
+            renamed[new.name] = old.name
+            new.name = old.name
+    names = {out: node.name for node in original.node for out in node.output if node.name}
+    for node in converted.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        node.output[:] = [renamed.get(name, name) for name in node.output]
+        if not node.name and node.output and node.output[0] in names:
+            node.name = names[node.output[0]]
 
 
 def _first_line(err: BaseException) -> str:
@@ -191,9 +234,7 @@ class _GraphBuilder:
             inputs.append(vi.name)
         nodes = [self._node(i, n) for i, n in enumerate(g.node)]
         available = set(inputs) | set(self.values)
-        nodes = list(toposort(nodes, available))
-        for node in nodes:
-            self._type_outputs(node)
+        nodes = [self._type_outputs(node) for node in toposort(nodes, available)]
         outputs = tuple(o.name for o in g.output)
         for name in outputs:
             if name not in self.values:
@@ -223,8 +264,6 @@ class _GraphBuilder:
             attr, index = op.count_outputs
             if (len(inputs) <= index or not inputs[index]) and not attrs.get(attr):
                 attrs[attr] = len(proto.output)
-        if op.coerced_2d_before and self.opset < op.coerced_2d_before:
-            attrs["axis"] = self._legacy_axis(op, name, inputs[0], attrs.get("axis", 1))
         for attr in op.dropped_attrs:
             attrs.pop(attr, None)
         while inputs and not inputs[-1]:
@@ -251,19 +290,25 @@ class _GraphBuilder:
         self.known[name] = array
         return name
 
-    def _legacy_axis(self, op: optable.OpDef, name: str, x: str, axis: int) -> int:
+    def _legacy_axis(self, node: Node) -> Node:
         """Before its `coerced_2d_before` opset the op (Softmax) flattened to 2-D at `axis`;
-        equal to today's form on the last axis."""
-        onnx_type = self.onnx_types.get(x)
-        rank = self.values[x].type.rank if x in self.values else (
-            len(onnx_type.tensor_type.shape.dim) if onnx_type is not None else None)
-        if rank is None or (axis + rank if axis < 0 else axis) != rank - 1:
-            raise CompileError(f"{self.label}: node {name!r} ({op.name}, opset {self.opset}) "
-                               f"normalizes over axes {axis}.. of a 2-D coercion; only the "
-                               f"last axis is supported before opset {op.coerced_2d_before}")
-        return -1
+        equal to today's form on the last axis. Decided from ember's own type of the input, so
+        a missing or shapeless `value_info` never decides it."""
+        op = optable.OPS[node.op]
+        if not op.coerced_2d_before or self.opset >= op.coerced_2d_before:
+            return node
+        rank = self.values[node.inputs[0]].type.rank
+        axis = node.attrs.get("axis", 1)
+        if (axis + rank if axis < 0 else axis) != rank - 1:
+            raise CompileError(f"{self.label}: node {node.name!r} ({op.name}, opset "
+                               f"{self.opset}) normalizes over axes {axis}.. of a 2-D "
+                               f"coercion; only the last axis is supported before opset "
+                               f"{op.coerced_2d_before}")
+        return node.with_(attrs={**node.attrs, "axis": -1})
 
-    def _type_outputs(self, node: Node) -> None:
+    def _type_outputs(self, node: Node) -> Node:
+        """Type `node`'s outputs (and constant-propagate them where its inputs are known);
+        returns the node with any input-type-dependent attribute resolved."""
         inputs = []
         for name in node.inputs:
             if not name:
@@ -276,6 +321,7 @@ class _GraphBuilder:
             value = self.values[name]
             known = self.known.get(name)
             inputs.append(Value(name, value.type, known) if known is not None else value)
+        node = self._legacy_axis(node)
         try:
             types = optable.infer_from(node, inputs)
         except CompileError as err:
@@ -291,6 +337,7 @@ class _GraphBuilder:
             results = optable.run_fp32(node, [i.const if i is not None else None
                                               for i in inputs])
             self.known.update(zip(node.outputs, results))
+        return node
 
     def _onnx_type(self, node: Node, name: str) -> Type:
         """ONNX shape inference's type, for the rare value ember's rules cannot type."""

@@ -56,6 +56,8 @@ class Lower(Enum):
     SPLIT = "split"              # likewise, one View per output
     CONCAT = "concat"            # one buffer its inputs are written or copied into
     QUANTIZE = "quantize"        # a program input binding (the host quantizes)
+    TRANSPOSE = "transpose"      # only of a model input: its binding's strides, permuted
+    UPSAMPLE = "upsample"        # nearest, by whole factors: one copy per phase, strided
     DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
 
 
@@ -122,6 +124,12 @@ class OpDef:
     # x's rank (`consts`: the inputs' constants, None for x), or None when it is not such a map
     # (a constant divided by x). A graph pass makes a per-channel one a depthwise convolution.
     channel_affine: Callable[..., tuple[Any, Any] | None] | None = None
+    # A constant zero padding of the spatial axes, which the op it feeds may take into its own
+    # pads (`absorbs_zero_pad`): the pad-folding pass.
+    folds_into_consumer: bool = False
+    # The op's attributes once it also pads its input by `pads` (ONNX order: the spatial axes'
+    # begins, then their ends) with zeros, or None when its attributes cannot say so.
+    absorbs_zero_pad: Callable[[Mapping[str, Any], list[int]], dict | None] | None = None
 
     @property
     def min_inputs(self) -> int:
@@ -368,6 +376,23 @@ _RESIZE = {"antialias": 0, "axes": None, "coordinate_transformation_mode": "half
            "keep_aspect_ratio_policy": "stretch", "mode": "nearest",
            "nearest_mode": "round_prefer_floor"}
 
+def _more_pads(attrs: Mapping[str, Any], pads: list[int]) -> dict | None:
+    """A windowed op's explicit pads grown by `pads`, unless auto_pad computes them."""
+    if attrs["auto_pad"] not in ("NOTSET", "VALID"):
+        return None
+    own = list(attrs["pads"] or [0] * len(pads))
+    return {"pads": [a + b for a, b in zip(own, pads)], "auto_pad": "NOTSET"}
+
+
+def _average_more_pads(attrs: Mapping[str, Any], pads: list[int]) -> dict | None:
+    """Likewise for an average, which must then count the zeros: only when it pads nothing of
+    its own or already counts its pads, and without ceil_mode's partial windows."""
+    if attrs["ceil_mode"] or (not attrs["count_include_pad"] and any(attrs["pads"] or ())):
+        return None
+    more = _more_pads(attrs, pads)
+    return None if more is None else {**more, "count_include_pad": 1}
+
+
 Q = Quant  # the quant column's kinds, short for the rows below
 L = Lower  # likewise the lower column's
 V = ViewKind  # and the view column's
@@ -380,7 +405,8 @@ _ROWS = (
           {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
            "pads": None, "strides": None}, conv_shape, ref.conv,
           quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT,
-          lower=L.CONV, macs=conv_macs, absorbs_channel_affine=True),
+          lower=L.CONV, macs=conv_macs, absorbs_channel_affine=True,
+          absorbs_zero_pad=_more_pads),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
           gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT,
           lower=L.GEMM, macs=gemm_macs, absorbs_channel_affine=True),
@@ -431,7 +457,8 @@ _ROWS = (
           quant=Q.KEEP_PARAMS, int8=int8.max_pool_int8, lower=L.MAX_POOL),
     OpDef("AveragePool", ("X",), {**_POOL, "count_include_pad": 0}, pool_shape,
           ref.average_pool, quant=Q.AVERAGE, int8=int8.average_pool_int8,
-          window_sizes=int8.average_pool_sizes, lower=L.AVERAGE_POOL),
+          window_sizes=int8.average_pool_sizes, lower=L.AVERAGE_POOL,
+          absorbs_zero_pad=_average_more_pads),
     OpDef("GlobalAveragePool", ("X",), {}, global_pool_shape, ref.global_average_pool,
           quant=Q.AVERAGE, int8=int8.global_average_pool_int8,
           window_sizes=int8.global_pool_sizes, lower=L.GLOBAL_AVERAGE_POOL),
@@ -442,14 +469,14 @@ _ROWS = (
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
           ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize,  # int8: nearest only
-          int8_refuses=int8.resize_refuses),
+          int8_refuses=int8.resize_refuses, lower=L.UPSAMPLE),
     # Data movement: views and copies; integers move as they are, keeping the scale.
     OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten,
           quant=Q.KEEP_PARAMS, int8=ref.flatten, lower=L.VIEW, view=V.RESHAPE),
     OpDef("Reshape", ("data", "shape"), {"allowzero": 0}, _evaluating(ref.reshape),
           ref.reshape, quant=Q.KEEP_PARAMS, int8=ref.reshape, lower=L.VIEW, view=V.RESHAPE),
     OpDef("Transpose", ("data",), {"perm": None}, _evaluating(ref.transpose), ref.transpose,
-          quant=Q.KEEP_PARAMS, int8=ref.transpose, view=V.PERMUTE),
+          quant=Q.KEEP_PARAMS, int8=ref.transpose, lower=L.TRANSPOSE, view=V.PERMUTE),
     OpDef("Squeeze", ("data", "axes?"), {}, _evaluating(ref.squeeze), ref.squeeze,
           attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=ref.squeeze,
           lower=L.VIEW, view=V.RESHAPE),
@@ -466,7 +493,8 @@ _ROWS = (
           quant=Q.RESCALE_INPUTS, int8=ref.concat, lower=L.CONCAT),
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
           _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad,
-          fill_input=lambda attrs: 2 if attrs["mode"] == "constant" else None),
+          fill_input=lambda attrs: 2 if attrs["mode"] == "constant" else None,
+          folds_into_consumer=True),
     # The boundary between float and integer, and the quantizer's own rescale: only quantized
     # graphs hold these. Their "fp32" reference is their definition (ONNX semantics).
     OpDef("QuantizeLinear", ("x", "y_scale", "y_zero_point?"),

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from compiler.errors import CompileError
-from compiler.frontend.onnx import MAX_OPSET, import_model, parse_input_shapes
+from compiler.frontend.onnx import (MAX_OPSET, MIN_CONVERTED_OPSET, MIN_OPSET, import_model,
+                                    parse_input_shapes)
+from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import verify
-from tests.onnx_builder import conv_bn_relu, model
+from compiler.pipeline import optimize
+from ember import ort
+from ember.compare import max_relative_error
+from tests.onnx_builder import conv_bn_relu, model, weights
 
 
 def _relu(opset: int = 17, shape=(1, 4)) -> onnx.ModelProto:
@@ -62,12 +67,99 @@ def test_unsupported_operator_names_node_op_and_supported_set() -> None:
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("opset", [10, MAX_OPSET + 1])
-def test_opset_outside_the_supported_range(opset: int) -> None:
+def test_an_opset_too_new_for_the_installed_onnx_says_so() -> None:
     proto = _relu()
-    proto.opset_import[0].version = opset
-    with pytest.raises(CompileError, match=f"opset {opset} is outside the supported range"):
+    proto.opset_import[0].version = MAX_OPSET + 1
+    with pytest.raises(CompileError, match=f"opset {MAX_OPSET + 1} is newer than the installed "
+                                           f"onnx {onnx.__version__} knows"):
         import_model(proto)
+
+
+def test_an_opset_older_than_the_converter_takes_is_refused() -> None:
+    proto = _relu()
+    proto.opset_import[0].version = MIN_CONVERTED_OPSET - 1
+    with pytest.raises(CompileError, match=f"opset {MIN_CONVERTED_OPSET - 1} is too old"):
+        import_model(proto)
+
+
+def opset9_model(accelerated_only: bool = False) -> onnx.ModelProto:
+    """A tf2onnx-era model at opset 9: BatchNormalization, Upsample (gone since opset 10),
+    Dropout, Reshape, Gemm and a 2-D-coerced Softmax, each in its old form; `accelerated_only`
+    leaves out Upsample and Softmax, which the accelerator does not run yet."""
+    rng = np.random.default_rng(0)
+    channels = 4
+    inits = {"w": weights(rng, channels, 3, 3, 3),
+             "gamma": rng.uniform(0.5, 1.5, channels).astype(np.float32),
+             "beta": weights(rng, channels), "mean": weights(rng, channels),
+             "var": rng.uniform(0.5, 2, channels).astype(np.float32),
+             "scales": np.array([1, 1, 2, 2], np.float32),
+             "fc": weights(rng, channels * 4 * 4, 5), "fcb": weights(rng, 5),
+             "shape": np.array([1, -1], np.int64)}
+    up = [helper.make_node("Upsample", ["r", "scales"], ["u"], mode="nearest", name="up"),
+          helper.make_node("MaxPool", ["u"], ["p"], kernel_shape=[2, 2], strides=[2, 2],
+                           name="pool")]
+    if accelerated_only:
+        up = [helper.make_node("Dropout", ["r"], ["p"], name="drop0")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2],
+                         name="conv"),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"],
+                         name="bn"),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        *up,
+        helper.make_node("Dropout", ["p"], ["d"], name="drop"),
+        helper.make_node("Reshape", ["d", "shape"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["g" if not accelerated_only else "y"],
+                         name="fc")]
+    if not accelerated_only:
+        nodes.append(helper.make_node("Softmax", ["g"], ["y"], name="softmax"))
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 5]}, inits, opset=9)
+
+
+def test_an_opset_9_model_is_converted_and_equals_onnxruntime() -> None:
+    proto = opset9_model()
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    expected = ort.run(ort.session(proto), {"x": x})["y"]
+    graph = import_model(proto)
+    assert graph.opset == MIN_OPSET and "Resize" in graph.op_counts()
+    assert {node.name for node in graph.nodes} >= {"conv", "bn", "up", "softmax"}
+    assert "u" in graph.values  # the profile and the per-layer report know it by this name
+    for candidate in (graph, optimize(graph)):
+        assert max_relative_error(evaluate(candidate, {"x": x})["y"], expected) <= 1e-5
+
+
+def test_legacy_softmax_axis_is_read_from_embers_types_not_value_info() -> None:
+    """Opset-11 Softmax on axis 1 of a [1, 2] value whose shape ONNX's inference loses (a
+    Reshape to a computed shape): ember's own types tell that axis 1 is the last."""
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["g"], name="fc"),
+             helper.make_node("Shape", ["g"], ["s"], name="shape"),
+             helper.make_node("Cast", ["s"], ["sf"], to=onnx.TensorProto.FLOAT, name="to_float"),
+             helper.make_node("Cast", ["sf"], ["si"], to=onnx.TensorProto.INT64, name="to_int"),
+             helper.make_node("Reshape", ["g", "si"], ["r"], name="reshape"),
+             helper.make_node("Softmax", ["r"], ["y"], axis=1, name="softmax")]
+    proto = model(nodes, {"x": [1, 3]}, {"y": [1, 2]},
+                  {"w": weights(np.random.default_rng(0), 3, 2)}, opset=11)
+    inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    assert not any(v.type.tensor_type.shape.dim for v in inferred.graph.value_info
+                   if v.name == "r")  # the case: ONNX's inference has no shape for it
+    softmax = import_model(proto).nodes[-1]
+    assert softmax.attrs["axis"] == -1
+    x = np.ones((1, 3), np.float32)
+    assert max_relative_error(evaluate(import_model(proto), {"x": x})["y"],
+                              ort.run(ort.session(proto), {"x": x})["y"]) <= 1e-6
+
+
+def test_weights_in_constant_nodes_become_constants() -> None:
+    """PicoDet-style exports hold weights in Constant nodes: after the passes they are the
+    convolution's constant operands, as initializers would be."""
+    rng = np.random.default_rng(0)
+    w = weights(rng, 4, 3, 3, 3)
+    nodes = [helper.make_node("Constant", [], ["w"], name="w_const",
+                              value=numpy_helper.from_array(w, "w")),
+             helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    graph = optimize(import_model(model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]})))
+    assert graph.op_counts() == {"Conv": 1}
+    np.testing.assert_array_equal(graph.values[graph.nodes[0].inputs[1]].const, w)
 
 
 @pytest.mark.parametrize("opset", [11, 13, 17, MAX_OPSET])

@@ -15,6 +15,7 @@ from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
+from compiler.passes.fold_pad import fold_pad
 from compiler.passes.remove_identity import remove_identity
 from compiler.pipeline import GRAPH_PASSES, INT8_PASSES, optimize
 from ember import ort
@@ -208,3 +209,53 @@ def test_verifier_catches_broken_graphs() -> None:
     no_output = graph.replace(outputs=("nothing",))
     with pytest.raises(CompileError, match="never defined"):
         verify(no_output)
+
+
+def _padded(reader: str, widths, value: float | None = None, mode: str = "constant", **attrs):
+    """x[1,3,8,8] → Pad(widths, value) → Conv (4 filters, stride 2) or AveragePool 3x3/2."""
+    rng = np.random.default_rng(0)
+    inputs = ["x", "pads"] + (["value"] if value is not None else [])
+    inits = {"pads": np.array(widths, np.int64), "w": rng.standard_normal((4, 3, 3, 3))
+             .astype(np.float32)}
+    if value is not None:
+        inits["value"] = np.array(value, np.float32)
+    second = (helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 2], name="conv", **attrs)
+              if reader == "conv" else
+              helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                               name="pool", **attrs))
+    proto = model([helper.make_node("Pad", inputs, ["p"], name="pad", mode=mode), second],
+                  {"x": [1, 3, 8, 8]}, {"y": ["n", "c", "h", "w"]}, inits)
+    return proto, import_model(proto)
+
+
+@pytest.mark.parametrize("reader, pads, attrs, expected_pads", [
+    ("conv", (0, 0, 1, 0, 0, 0, 2, 1), {}, [1, 0, 2, 1]),          # asymmetric: TF's SAME
+    ("conv", (0, 0, 1, 1, 0, 0, 1, 1), {"pads": [1, 0, 0, 1]}, [2, 1, 1, 2]),
+    ("pool", (0, 0, 1, 1, 0, 0, 1, 1), {}, [1, 1, 1, 1]),
+    ("pool", (0, 0, 1, 1, 0, 0, 1, 1), {"count_include_pad": 1, "pads": [1, 1, 1, 1]},
+     [2, 2, 2, 2]),
+])
+def test_fold_pad_moves_a_zero_pad_into_its_readers_pads(reader, pads, attrs,
+                                                         expected_pads) -> None:
+    proto, before = _padded(reader, pads, **attrs)
+    after = fold_pad(before)
+    (node,) = after.nodes
+    assert node.attrs["pads"] == expected_pads and node.inputs[0] == "x"
+    if reader == "pool":
+        assert node.attrs["count_include_pad"] == 1
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert max_relative_error(evaluate(after, {"x": x})["y"],
+                              ort.run(ort.session(proto), {"x": x})["y"]) <= 1e-5
+
+
+@pytest.mark.parametrize("reader, pads, value, mode, attrs", [
+    ("conv", (0, 0, 1, 1, 0, 0, 1, 1), 1.0, "constant", {}),         # not zeros
+    ("pool", (0, 1, 0, 0, 0, 0, 0, 0), None, "constant", {}),       # pads channels
+    ("conv", (0, 0, 1, 1, 0, 0, 1, 1), None, "reflect", {}),        # not constant
+    ("conv", (0, 0, 1, 1, 0, 0, 1, 1), None, "constant", {"auto_pad": "SAME_UPPER"}),
+    ("pool", (0, 0, 1, 1, 0, 0, 1, 1), None, "constant", {"pads": [1, 1, 1, 1]}),  # no count
+    ("pool", (0, 0, 1, 1, 0, 0, 1, 1), None, "constant", {"ceil_mode": 1}),
+])
+def test_fold_pad_leaves_what_its_reader_cannot_say(reader, pads, value, mode, attrs) -> None:
+    _, before = _padded(reader, pads, value, mode, **attrs)
+    assert fold_pad(before) is before

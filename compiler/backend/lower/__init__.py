@@ -18,7 +18,9 @@ from __future__ import annotations
 from compiler.backend.layers import Lowered
 from compiler.backend.lower.array import lower_conv, lower_gemm, lower_matmul
 from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
-                                         lower_slice, lower_split, lower_view)
+                                         lower_slice, lower_split, lower_transpose,
+                                         lower_upsample,
+                                         lower_view)
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
                                            lower_scalar_lut, lower_sub)
@@ -47,6 +49,8 @@ RULES = {
     Lower.SPLIT: lower_split,
     Lower.CONCAT: lower_concat,
     Lower.QUANTIZE: lower_quantize,
+    Lower.TRANSPOSE: lower_transpose,
+    Lower.UPSAMPLE: lower_upsample,
     Lower.DEQUANTIZE: lower_dequantize,
 }
 
