@@ -26,6 +26,7 @@ from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
+from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from simulator.arch import Arch
@@ -40,6 +41,7 @@ GRAPH_PASSES: list[Pass] = [
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
     #                    become depthwise 1x1 Convs (Div by a scalar a Mul)
+    fuse_gates,        # after Div by a constant became a Mul: x * Sigmoid(x) → Swish, ...
     eliminate_common,  # after folding, equal constant-fed nodes are now visible as equal
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]

@@ -124,6 +124,9 @@ class OpDef:
     # x's rank (`consts`: the inputs' constants, None for x), or None when it is not such a map
     # (a constant divided by x). A graph pass makes a per-channel one a depthwise convolution.
     channel_affine: Callable[..., tuple[Any, Any] | None] | None = None
+    # The attribute sets under which a graph computing one value elementwise from one input
+    # (x * Sigmoid(x), x * Clip(x + 3, 0, 6) / 6) is recognised as this op (gate fusion).
+    recognised_forms: tuple[Mapping[str, Any], ...] = ()
     # A constant zero padding of the spatial axes, which the op it feeds may take into its own
     # pads (`absorbs_zero_pad`): the pad-folding pass.
     folds_into_consumer: bool = False
@@ -430,11 +433,34 @@ _ROWS = (
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
     OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish,
-          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT, recognised_forms=({},)),
     OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
     OpDef("Abs", ("X",), {}, same_shape, np.abs, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
+    OpDef("Neg", ("X",), {}, same_shape, ref.neg, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
+    OpDef("Exp", ("input",), {}, same_shape, ref.exp, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
+    OpDef("Erf", ("input",), {}, same_shape, ref.erf, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
+    OpDef("Gelu", ("X",), {"approximate": "none"}, same_shape, ref.gelu, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT,
+          recognised_forms=({"approximate": "none"}, {"approximate": "tanh"})),
+    OpDef("Swish", ("X",), {"alpha": 1.0}, same_shape, ref.swish, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT, recognised_forms=({},)),
+    OpDef("Mish", ("X",), {}, same_shape, ref.mish, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT, recognised_forms=({},)),
+    OpDef("Softplus", ("X",), {}, same_shape, ref.softplus, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Softsign", ("input",), {}, same_shape, ref.softsign, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Elu", ("X",), {"alpha": 1.0}, same_shape, ref.elu, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Celu", ("X",), {"alpha": 1.0}, same_shape, ref.celu, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("Selu", ("X",), {"alpha": 1.6732632423543772, "gamma": 1.0507009873554805},
+          same_shape, ref.selu, quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
     OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8,
           lower=L.ADD, channel_affine=add_affine),
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,

@@ -168,6 +168,76 @@ def tanh(x):
     return np.tanh(x)
 
 
+# Smooth activations: each a function of one value, so int8 runs each as one 256-entry table.
+# Computed in float64 and rounded once to the input's type.
+
+def _f64(fn):
+    def apply(x, **attrs):
+        return np.asarray(fn(np.asarray(x, np.float64), **attrs)).astype(x.dtype)
+    apply.__name__ = fn.__name__
+    return apply
+
+
+@_f64
+def swish(x, *, alpha=1.0):
+    return x / (1.0 + np.exp(-alpha * x))
+
+
+@_f64
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+@_f64
+def mish(x):
+    return x * np.tanh(np.logaddexp(0.0, x))
+
+
+@_f64
+def erf(x):
+    return _erf(x)
+
+
+@_f64
+def gelu(x, *, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+@_f64
+def elu(x, *, alpha=1.0):
+    return np.where(x < 0, alpha * np.expm1(np.minimum(x, 0.0)), x)
+
+
+@_f64
+def celu(x, *, alpha=1.0):
+    return np.maximum(x, 0.0) + np.minimum(0.0, alpha * np.expm1(np.minimum(x, 0.0) / alpha))
+
+
+@_f64
+def selu(x, *, alpha=1.6732632423543772, gamma=1.0507009873554805):
+    return gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0.0)), x)
+
+
+@_f64
+def softsign(x):
+    return x / (1.0 + np.abs(x))
+
+
+@_f64
+def exp(x):
+    with np.errstate(over="ignore"):
+        return np.exp(x)
+
+
+def neg(x):
+    return np.negative(x)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
 def add(a, b):
     return a + b
 

@@ -44,6 +44,7 @@ class Case:
     ranges: Mapping[str, float] = field(default_factory=dict)  # input name → magnitude
     expect_ops: tuple[str, ...] = ()  # ops the quantized graph must hold
     absent_ops: tuple[str, ...] = ()  # ops it must not hold
+    opset: int = 17  # newer for operators added later (Gelu 20, Swish 24)
 
 
 def _rng(seed=0):
@@ -98,6 +99,17 @@ CASES = [
          ranges={"x": 3.0}),
     Case("HardSwish", [n("HardSwish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("Abs", [n("Abs", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Neg", [n("Neg", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Exp", [n("Exp", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 2.0}),
+    Case("Erf", [n("Erf", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 3.0}),
+    Case("Gelu", [n("Gelu", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=20),
+    Case("Swish", [n("Swish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=24),
+    Case("Mish", [n("Mish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=18),
+    Case("Softplus", [n("Softplus", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Softsign", [n("Softsign", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Elu", [n("Elu", ["x"], ["y"], alpha=0.5)], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Celu", [n("Celu", ["x"], ["y"], alpha=2.0)], X4, {"y": Y4}, ranges={"x": 4.0}),
+    Case("Selu", [n("Selu", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("LeakyRelu", [n("LeakyRelu", ["x"], ["y"], alpha=0.1)], X4, {"y": Y4}),
     Case("Softmax", [n("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {"y": (3, 10)},
          ranges={"x": 3.0}),
@@ -173,7 +185,7 @@ def _fp32_on_dequantized(graph: Graph, qgraph: Graph, env: dict) -> Graph:
 
 
 def check_case(case: Case, options: QuantOptions = QuantOptions()) -> Graph:
-    proto = model(case.nodes, case.inputs, case.outputs, case.inits)
+    proto = model(case.nodes, case.inputs, case.outputs, case.inits, opset=case.opset)
     graph = import_model(proto)  # no optimize: Identity must reach the quantizer
     samples = _samples(case)
     qgraph = quantize(graph, profile_of(proto, samples), options)

@@ -258,7 +258,7 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch) -> None:
 
 def _case_export(case: Case, options: QuantOptions = QuantOptions()
                  ) -> tuple[Graph, onnx.ModelProto, list[dict[str, np.ndarray]]]:
-    proto = model(case.nodes, case.inputs, case.outputs, case.inits)
+    proto = model(case.nodes, case.inputs, case.outputs, case.inits, opset=case.opset)
     samples = _samples(case)
     qgraph = quantize(import_model(proto), profile_of(proto, samples), options)
     return qgraph, export_qdq(qgraph), samples
