@@ -204,7 +204,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if evaluation.per_layer:
             fp32 = evaluate(graph, feeds, keep_all=True)
             for name, value in dequantized(qgraph, env).items():
-                if name not in fp32 or name in graph.outputs or graph.values[name].is_const:
+                if name not in fp32 or graph.values[name].is_const:
                     continue
                 layer_acc.setdefault(name, ErrorStats()).add(fp32[name], value)
                 if name in params:
@@ -219,6 +219,13 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if name not in top1:
             notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
                          "classifier: top-1 figures omitted, the other metrics kept")
+    if evaluation.per_layer:
+        unmeasured = [out for node in graph.nodes for out in node.outputs
+                      if out not in layer_acc]
+        if unmeasured:
+            notes.append(f"{len(unmeasured)} of the {len(layer_acc) + len(unmeasured)} "
+                         f"tensors have no int8 value of their own to measure (fused into the "
+                         f"node that reads them, or kept in fp32): {', '.join(unmeasured)}")
     counted = len(next(iter(truth.values()))) if truth else \
         None if labels is None else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:
@@ -261,8 +268,12 @@ def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:
 
 def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats]
             ) -> tuple[LayerAccuracy, ...]:
-    producers = {qgraph.origin.get(out, out): node for node in qgraph.nodes
-                 for out in node.outputs}
+    # The first node that writes a name is the one that computes it: a model output's integer
+    # node, not the DequantizeLinear after it that carries the same ONNX name.
+    producers: dict[str, object] = {}
+    for node in qgraph.nodes:
+        for out in node.outputs:
+            producers.setdefault(qgraph.origin.get(out, out), node)
     layers = []
     for name, stats in acc.items():
         node = producers.get(name)
