@@ -12,13 +12,12 @@ array instead (block-diagonal grouped and depthwise tiles include their zero blo
 higher for MobileNetV2; equal for models without groups). Then, per (model, preset), the compile
 summary's cycles (the machine's timing without data, `simulator.machine.timing`) and its busiest
 unit's cycles (perfect overlap: the figure the summary called its estimate before) against the
-simulated cycles, with their ratios. Then, for the models named by
---layers (on the first preset, double buffering on), where the cycles go, layer by layer (see
-`breakdown`).
+simulated cycles, with their ratios. Then, for the models named by --layers (on the first
+preset, double buffering on), where the cycles go, layer by layer (see `breakdown`).
 
-    .venv/bin/python benchmarks/bench_compile.py [--models digits,mlp,squeezenet,resnet18,mobilenetv2]
-                                                 [--presets default,large,edge]
-                                                 [--layers digits,mobilenetv2]
+    .venv/bin/python benchmarks/bench_compile.py
+        [--models digits,mlp,squeezenet,resnet18,mobilenetv2] [--presets default,large,edge]
+        [--layers digits,mobilenetv2]
 """
 
 from __future__ import annotations

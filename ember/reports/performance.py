@@ -2,8 +2,8 @@
 --report`), rendered as a terminal table, JSON and a self-contained HTML page.
 
 Every figure comes from the simulator's report; this module only derives ratios from it:
-a layer's exclusive cycles and share of the run (`LayerPerf.exclusive_cycles`), its array utilization (MACs / (peak × its cycles)), its arithmetic
-intensity (MACs per DRAM byte) and achieved MACs per cycle for the roofline, the whole run
+a layer's exclusive cycles and share of the run (`LayerPerf.exclusive_cycles`), its array
+utilization (MACs / (peak × its span)), its arithmetic intensity (MACs per DRAM byte) and achieved MACs per cycle for the roofline, the whole run
 against its roofline bound and its DRAM traffic against the compulsory bytes. "MACs" are those
 issued to the array (`macs`), zero blocks of grouped convolutions included; the bound counts
 the model's (`model_macs`), which the totals show beside them. Host segments (a

@@ -74,7 +74,7 @@ def test_report_of_a_program(digits) -> None:
 def test_layer_shares_are_exclusive_and_add_up_to_the_run(digits) -> None:
     """Spans overlap (fc's weights load while conv2 computes: the spans add up to more than the
     run); the exclusive cycles, what each layer adds past the ones before it, add up to it."""
-    tmp, program, sample = digits
+    _, program, sample = digits
     doc = json.loads(invoke("report", program, "-i", sample, "--json").output)
     layers = doc["layers"]
     fc_span = layers[-1]["cycles"]
