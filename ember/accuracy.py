@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from compiler.backend.codegen.host import check_segments, run_segment
+from compiler.backend.progress import Progress, quiet
 from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
@@ -159,14 +160,16 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            on_samples: Callable[[int], None] = lambda n: None,
+            progress: Progress = quiet,
             emit_onnx: str | None = None) -> AccuracyReport:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
-    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
+    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
+    `progress` hears how many samples are done (`compiler.backend.progress`)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
+    progress("quantizing", 0, None)
     quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None
@@ -186,6 +189,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     params = _params_by_name(qgraph)
     tally = batching.Tally()
     seen = 0
+    total = source.count()
+    if evaluation.samples is not None and total is not None:
+        total = min(total, evaluation.samples)
+    progress("evaluating samples", 0, total)
     for feeds in batching.stream(source, specs, batch, True, evaluation.samples, False, tally):
         reference = ort.run(session, feeds)
         env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
@@ -211,7 +218,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                     layer_own.setdefault(name, ErrorStats()).add(
                         fp32[name], _fake_quant(fp32[name], *params[name]))
         seen += n
-        on_samples(n)
+        progress("evaluating samples", seen, total)
     if seen == 0:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []

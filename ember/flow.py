@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from compiler.backend.program import BackendOptions, Compiled
+from compiler.backend.progress import Progress, quiet
 from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
 from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
@@ -80,12 +81,14 @@ def quantize_model(model: ModelSource, profile: ProfileSource,
 
 def compile_model(model: ModelSource, profile: ProfileSource,
                   options: CompileOptions = CompileOptions(),
-                  arch: Arch | str = "default") -> Built:
+                  arch: Arch | str = "default", progress: Progress = quiet) -> Built:
     """Quantize `model` with `profile` and compile it for `arch` (an Arch, a preset name or an
     architecture TOML file). The header records the tool, the options and, when `model` and
-    `profile` are files, their digests (so `ember accuracy` can refuse another profile)."""
+    `profile` are files, their digests (so `ember accuracy` can refuse another profile).
+    `progress` hears how far each step has come (`compiler.backend.progress`)."""
     proto, loaded = _load(model, profile)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
+    progress("quantizing", 0, None)
     qgraph = _quantize(proto, loaded, options.quant).qgraph
     metadata = {"tool": {"name": "ember", "version": profile_format.tool_version()},
                 "options": {"target": arch.name, **options.to_header()}}
@@ -93,7 +96,7 @@ def compile_model(model: ModelSource, profile: ProfileSource,
         metadata["inputs"] = {"model_sha256": _sha256(model),
                               "model_fingerprint": loaded.model.digest,
                               "profile_sha256": _sha256(profile)}
-    return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata))
+    return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata, progress))
 
 
 def optimized_graph(model: ModelSource,

@@ -15,6 +15,7 @@ from ember.commands.options import (json_option, model_argument, quant_options_f
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
+from ember.progress import progress_bar
 from quantizer.qdq import export_qdq
 from simulator import machine
 from simulator.arch import Arch
@@ -62,15 +63,17 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
             raise EmberError(f"{path}: directory {path.parent} does not exist")
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host))
-    built = compile_model(model, profile_path, options, target)
+    with progress_bar() as progress:
+        built = compile_model(model, profile_path, options, target, progress)
+        # The machine's timing depends on the program alone, so the summary's cycles are
+        # exactly those `ember simulate` will report, whatever the inputs.
+        progress("timing the program", 0, None)
+        cycles = machine.timing(built.compiled.program).cycles
     warn_if_synthetic(profile_path)
     compiled, arch = built.compiled, built.compiled.program.arch
     if emit_onnx:
         export_qdq(built.qgraph, emit_onnx)
     compiled.program.save(out)
-    # The machine's timing depends on the program alone, so the summary's cycles are exactly
-    # those `ember simulate` will report, whatever the inputs.
-    cycles = machine.timing(compiled.program).cycles
     report = {"model": model, "program": str(out), "target": arch.name, "cycles": cycles,
               **compiled.summary.to_dict()}
     if as_json:
