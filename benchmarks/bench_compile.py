@@ -9,13 +9,15 @@ the roofline bound max(MACs / array size, compulsory DRAM bytes / DMA bandwidth)
 model's MACs (the compile summary's), the fraction of the bound achieved, the same with double
 buffering off, whether both runs were bit-exact, and the bound with the MACs issued to the
 array instead (block-diagonal grouped and depthwise tiles include their zero blocks, so it is
-higher for MobileNetV2; equal for models without groups). Then, for the models named by
---layers (on the first preset, double buffering on), where the cycles go, layer by layer (see
-`breakdown`).
+higher for MobileNetV2; equal for models without groups). Then, per (model, preset), the compile
+summary's cycles (the machine's timing without data, `simulator.machine.timing`) and its busiest
+unit's cycles (perfect overlap: the figure the summary called its estimate before) against the
+simulated cycles, with their ratios. Then, for the models named by --layers (on the first
+preset, double buffering on), where the cycles go, layer by layer (see `breakdown`).
 
-    .venv/bin/python benchmarks/bench_compile.py [--models digits,resnet18,mobilenetv2]
-                                                 [--presets default,large,edge]
-                                                 [--layers digits,mobilenetv2]
+    .venv/bin/python benchmarks/bench_compile.py
+        [--models digits,mlp,squeezenet,resnet18,mobilenetv2] [--presets default,large,edge]
+        [--layers digits,mobilenetv2]
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from profiler.sources.images import ImageOptions
 from quantizer.reference import run_int8
-from simulator import isa
+from simulator import isa, machine
 from simulator.arch import Arch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"digits": ROOT / "examples" / "digits" / "model.onnx",
-          **{name: zoo_model_path(name) for name in ("mlp", "resnet18", "mobilenetv2")}}
+          **{name: zoo_model_path(name) for name in ("mlp", "squeezenet", "resnet18",
+                                                     "mobilenetv2")}}
 
 
 def quantized(name: str):
@@ -74,6 +77,8 @@ def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
     return {"model": name, "preset": preset, "double_buffer": double_buffer,
             "compile_s": seconds, "instructions": len(program.instructions),
             "cycles": stats.cycles, "bound": compiled.summary.bound_cycles,
+            "summary_cycles": machine.timing(program).cycles,
+            "busiest_unit": compiled.summary.busiest_unit_cycles,
             "issued_bound": max(stats.bound_cycles, arch.roofline(stats.macs, 0)[0]),
             "of_bound": compiled.summary.bound_cycles / max(stats.cycles, 1), "bit_exact": exact,
             "layers": breakdown(program, result, compiled.summary)}
@@ -130,7 +135,7 @@ def print_breakdown(row: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="digits,resnet18,mobilenetv2")
+    parser.add_argument("--models", default="digits,mlp,squeezenet,resnet18,mobilenetv2")
     parser.add_argument("--presets", default="default,large,edge")
     parser.add_argument("--layers", default="digits,mobilenetv2",
                         help="models whose per-layer breakdown to print (first preset)")
@@ -140,7 +145,7 @@ def main() -> None:
               f"{'issued bound':>12}")
     print(header)
     print("-" * len(header))
-    detail = []
+    detail, estimates = [], []
     presets = args.presets.split(",")
     for name in args.models.split(","):
         qgraph, sample = quantized(name)
@@ -152,10 +157,25 @@ def main() -> None:
                   f"{off['cycles']:>12,} {off['of_bound']:>7.0%} "
                   f"{str(on['bit_exact'] and off['bit_exact']):>6} "
                   f"{on['issued_bound']:>12,}", flush=True)
+            estimates.append(on)
             if preset == presets[0] and name in args.layers.split(","):
                 detail.append(on)
+    print_summary_against_simulated(estimates)
     for row in detail:
         print_breakdown(row)
+
+
+def print_summary_against_simulated(rows: list[dict]) -> None:
+    """The compile summary's cycle figures against the simulated cycles, per (model, preset)."""
+    header = (f"{'model':<12} {'preset':<8} {'simulated':>12} {'summary':>12} {'ratio':>6} "
+              f"{'busiest unit':>12} {'ratio':>6}")
+    print("\ncompile summary against the simulator (double buffering on)")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(f"{row['model']:<12} {row['preset']:<8} {row['cycles']:>12,} "
+              f"{row['summary_cycles']:>12,} {row['summary_cycles'] / row['cycles']:>6.3f} "
+              f"{row['busiest_unit']:>12,} {row['busiest_unit'] / row['cycles']:>6.3f}")
 
 
 if __name__ == "__main__":

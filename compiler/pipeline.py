@@ -16,6 +16,7 @@ from compiler.backend.layers import ConvLayer, HostLayer
 from compiler.backend.lower import lower
 from compiler.backend.memory import plan_dram
 from compiler.backend.program import BackendOptions, Compiled, bindings, packable, summarize
+from compiler.backend.progress import Progress, quiet
 from compiler.backend.reuse import keep_on_chip
 from compiler.backend.schedule import schedule
 from compiler.backend.tiling import alternate, tile
@@ -63,13 +64,15 @@ def optimize(graph: Graph, passes: list[Pass] | None = None, check: bool = False
 
 
 def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOptions(),
-                 metadata: dict | None = None) -> Compiled:
-    """The backend plan: a quantized graph (`quantizer.quantize`) → a Program for `arch`."""
+                 metadata: dict | None = None, progress: Progress = quiet) -> Compiled:
+    """The backend plan: a quantized graph (`quantizer.quantize`) → a Program for `arch`;
+    `progress` hears how far the per-layer and per-instruction steps have come."""
     # Lower first: views vanish and every integer node becomes one array or vector layer over
     # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it, or
     # with allow_host runs on the host (each run of such nodes one HostLayer, `partition`).
     # The int8 passes run first (uint8 activations become int8 codes; the program's bindings
     # stay uint8, and the machine flips the top bit at its I/O).
+    progress("lowering", 0, None)
     lowered = lower(optimize(qgraph, INT8_PASSES), options.allow_host)
     # Order the layers to keep little activation memory live (Glow's memory-size scheduler):
     # before tiling and codegen, which follow the layers' order.
@@ -78,8 +81,12 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     # convolution with few input channels may pack kernel taps into K. Host segments use no
     # local memory.
     sole_readers = packable(lowered)
-    tiles = [HostTiles() if isinstance(layer, HostLayer) else
-             tile(layer, arch, layer.node in sole_readers) for layer in lowered.layers]
+    tiles = []
+    for done, layer in enumerate(lowered.layers):
+        progress("tiling layers", done, len(lowered.layers))
+        tiles.append(HostTiles() if isinstance(layer, HostLayer) else
+                     tile(layer, arch, layer.node in sole_readers))
+    progress("keeping activations on chip", 0, None)
     # Keep in the scratchpad an activation only the next layer reads, when that layer loads it
     # whole and the rows fit beside both layers' own (the producer re-tiled around them): it
     # then never goes to DRAM. Before alternating, which must leave the shared rows in place.
@@ -89,14 +96,14 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     tiles = alternate(tiles, arch, reserved)
     # Codegen before DRAM planning: it packs the constants (and pre-padded inputs), so it fixes
     # the image size; DRAM addresses stay relative to each activation until the plan places them.
-    image, steps, padded = generate(lowered, tiles, arch, options, on_chip)
+    image, steps, padded = generate(lowered, tiles, arch, options, on_chip, progress)
     # Place activations above the image, reusing buffers by liveness; kept tensors get none.
     plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name,
                      set(padded) | set(on_chip))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
     steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
-    scheduled = schedule(steps, arch, options.double_buffer)
+    scheduled = schedule(steps, arch, options.double_buffer, progress)
     inputs, outputs = (tuple(unsigned_io(b, qgraph) for b in side)
                        for side in bindings(lowered, plan, padded))
     meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
@@ -106,4 +113,5 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,
                       host_segments=host_segments(lowered, plan), model_macs=model_macs)
+    progress("summarizing", 0, None)
     return Compiled(program, summarize(lowered, plan, scheduled, program, tiles))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from compiler.backend.codegen.host import check_segments, run_segment
+from compiler.backend.progress import Progress, quiet
 from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
@@ -159,14 +160,16 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            on_samples: Callable[[int], None] = lambda n: None,
+            progress: Progress = quiet,
             emit_onnx: str | None = None) -> AccuracyReport:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
-    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
+    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
+    `progress` hears how many samples are done (`compiler.backend.progress`)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
+    progress("quantizing", 0, None)
     quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None
@@ -186,6 +189,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     params = _params_by_name(qgraph)
     tally = batching.Tally()
     seen = 0
+    total = source.count()
+    if evaluation.samples is not None and total is not None:
+        total = min(total, evaluation.samples)
+    progress("evaluating samples", 0, total)
     for feeds in batching.stream(source, specs, batch, True, evaluation.samples, False, tally):
         reference = ort.run(session, feeds)
         env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
@@ -204,14 +211,14 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if evaluation.per_layer:
             fp32 = evaluate(graph, feeds, keep_all=True)
             for name, value in dequantized(qgraph, env).items():
-                if name not in fp32 or name in graph.outputs or graph.values[name].is_const:
+                if name not in fp32 or graph.values[name].is_const:
                     continue
                 layer_acc.setdefault(name, ErrorStats()).add(fp32[name], value)
                 if name in params:
                     layer_own.setdefault(name, ErrorStats()).add(
                         fp32[name], _fake_quant(fp32[name], *params[name]))
         seen += n
-        on_samples(n)
+        progress("evaluating samples", seen, total)
     if seen == 0:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []
@@ -219,6 +226,13 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if name not in top1:
             notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
                          "classifier: top-1 figures omitted, the other metrics kept")
+    if evaluation.per_layer:
+        unmeasured = [out for node in graph.nodes for out in node.outputs
+                      if out not in layer_acc]
+        if unmeasured:
+            notes.append(f"{len(unmeasured)} of the {len(layer_acc) + len(unmeasured)} "
+                         f"tensors have no int8 value of their own to measure (fused into the "
+                         f"node that reads them, or kept in fp32): {', '.join(unmeasured)}")
     counted = len(next(iter(truth.values()))) if truth else \
         None if labels is None else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:
@@ -261,8 +275,12 @@ def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:
 
 def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats]
             ) -> tuple[LayerAccuracy, ...]:
-    producers = {qgraph.origin.get(out, out): node for node in qgraph.nodes
-                 for out in node.outputs}
+    # The first node that writes a name is the one that computes it: a model output's integer
+    # node, not the DequantizeLinear after it that carries the same ONNX name.
+    producers: dict[str, object] = {}
+    for node in qgraph.nodes:
+        for out in node.outputs:
+            producers.setdefault(qgraph.origin.get(out, out), node)
     layers = []
     for name, stats in acc.items():
         node = producers.get(name)

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from compiler.backend.program import BackendOptions, Compiled
+from compiler.backend.progress import Progress, quiet
 from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
 from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
@@ -81,13 +82,15 @@ def quantize_model(model: ModelSource, profile: ProfileSource,
 
 def compile_model(model: ModelSource, profile: ProfileSource,
                   options: CompileOptions = CompileOptions(),
-                  arch: Arch | str = "default") -> Built:
+                  arch: Arch | str = "default", progress: Progress = quiet) -> Built:
     """Quantize `model` with `profile` and compile it for `arch` (an Arch, a preset name or an
     architecture TOML file). The header records the tool, the options and, when `model` and
     `profile` are files, their digests (so `ember accuracy` can refuse another profile). With
-    the backend's allow_host, nodes without an int8 form are kept in fp32 (host segments)."""
+    the backend's allow_host, nodes without an int8 form are kept in fp32 (host segments).
+    `progress` hears how far each step has come (`compiler.backend.progress`)."""
     proto, loaded = _load(model, profile)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
+    progress("quantizing", 0, None)
     graph = optimized_graph(proto)
     if options.backend.allow_host:
         # What has no int8 form runs on the host in fp32, as if named with keep_fp32; the
@@ -103,7 +106,7 @@ def compile_model(model: ModelSource, profile: ProfileSource,
         metadata["inputs"] = {"model_sha256": _sha256(model),
                               "model_fingerprint": loaded.model.digest,
                               "profile_sha256": _sha256(profile)}
-    return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata))
+    return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata, progress))
 
 
 def optimized_graph(model: ModelSource,

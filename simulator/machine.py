@@ -136,6 +136,12 @@ def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
     return Result(outputs, Stats.collect(program, timeline), timeline, state)
 
 
+def timing(program: Program) -> Timeline:
+    """The timeline `run` would give, without running anything: timing depends on the program
+    alone, never on the data, so no memories are needed (the compile summary's cycles)."""
+    return _execute(program, None, False)
+
+
 def _where(program: Program, i: int) -> str:
     node = f" of node {program.source[i]!r}" if program.source[i] else ""
     return f"instruction {i}{node} ({isa.disassemble(program.instructions[i])})"
@@ -147,7 +153,8 @@ def _channels():
     return {pair: n for n, pair in enumerate(pairs)}
 
 
-def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
+def _execute(program: Program, state: State | None, check_hazards: bool) -> Timeline:
+    """Time every instruction and, with a `state`, apply its effect to it."""
     arch = program.arch
     insns = program.instructions
     n = len(insns) - 1  # END is not executed
@@ -251,10 +258,11 @@ def _execute(program: Program, state: State, check_hazards: bool) -> Timeline:
         clock[q] = i
         if hazards is not None:
             hazards.check(i, q, clock, insns[i].op.access(arch, insns[i]))
-        try:
-            insns[i].op.run(state, insns[i])
-        except SimulatorError as err:
-            raise SimulatorError(f"{_where(program, i)}: {err}") from None
+        if state is not None:
+            try:
+                insns[i].op.run(state, insns[i])
+            except SimulatorError as err:
+                raise SimulatorError(f"{_where(program, i)}: {err}") from None
         moving = transfer[i]
         if moving is not None:  # the latency, the transfer on the port, then the rest (HOST's
             #                     compute) with the port free

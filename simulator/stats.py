@@ -40,6 +40,11 @@ class Timeline:
     queue: np.ndarray
     stall: dict
 
+    @property
+    def cycles(self) -> int:
+        """The run's length: the last instruction's end."""
+        return int(self.end.max()) if len(self.end) else 0
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -86,7 +91,6 @@ class Stats:
         insns = program.instructions[:-1]
         macs, read, written, local, sp_end, acc_end = work_columns(arch, insns)
         duration = timeline.end - timeline.start
-        total = int(timeline.end.max()) if len(insns) else 0
         units = unit_ids(program, timeline)
         busy = {unit: int(duration[units == q].sum())
                 for q, unit in enumerate((*UNITS.values(), "host"))}
@@ -96,7 +100,7 @@ class Stats:
         energy_pj = (macs.sum() * arch.energy.mac_pj + local.sum() * arch.energy.local_byte_pj
                      + traffic * arch.energy.dram_byte_pj)
         return cls(
-            arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=total,
+            arch_name=arch.name, clock_mhz=arch.clock_mhz, cycles=timeline.cycles,
             instructions=len(program.instructions), macs=int(macs.sum()),
             model_macs=program.roofline_macs(int(macs.sum())),
             bound_cycles=program.bound(int(macs.sum()), traffic)[0],

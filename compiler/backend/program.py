@@ -44,7 +44,11 @@ class Summary:
     accumulator_peak_bytes: int
     compulsory_dram_bytes: int
     dram_bytes_moved: int
-    estimated_cycles: int  # the busiest unit (or the DRAM port), overlap assumed perfect
+    # The busiest unit's (or the DRAM port's) cycles: a lower bound that assumes every unit
+    # overlaps every other perfectly. Layers mostly wait for the one before them, and each
+    # layer's first loads and last stores overlap nothing, so a run takes longer; the machine's
+    # own timing (`simulator.machine.timing`) gives the cycles.
+    busiest_unit_cycles: int
     bound_cycles: int  # the roofline, `Program.bound`, of the model's MACs
     per_layer: tuple[dict, ...] = field(default=())
     # What runs on the host: per segment its nodes, flops, DRAM bytes and HOST cycles.
@@ -138,7 +142,7 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: P
         scratchpad_peak_bytes=local_footprint(tiles, arch)[0],
         accumulator_peak_bytes=local_footprint(tiles, arch)[1],
         compulsory_dram_bytes=program.compulsory_dram_bytes, dram_bytes_moved=dram_moved,
-        estimated_cycles=max(max(busy.values()), transfer),
+        busiest_unit_cycles=max(max(busy.values()), transfer),
         bound_cycles=program.bound(array_macs, dram_moved)[0],
         per_layer=per_layer, host_segments=tuple(
             {"name": layer.node, "nodes": list(layer.nodes), "flops": layer.flops,

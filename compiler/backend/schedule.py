@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compiler.backend.progress import Progress, quiet
 from compiler.backend.steps import Op, Step
 from compiler.errors import CompileError
 from simulator import isa
@@ -40,6 +41,7 @@ from simulator.arch import Arch
 NQ = len(isa.QUEUES)
 _DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
 _DRAM_MAX_BLOCKS = 1 << 22
+_PROGRESS_EVERY = 1024  # instructions between progress reports: a report costs a lock
 
 
 @dataclass(frozen=True)
@@ -276,13 +278,16 @@ _FLAG_BITS = {"pop_prev": isa.POP_PREV, "pop_next": isa.POP_NEXT, "push_prev": i
               "push_next": isa.PUSH_NEXT}
 
 
-def schedule(layers: list[list[Step]], arch: Arch, double_buffer: bool = True) -> Scheduled:
+def schedule(layers: list[list[Step]], arch: Arch, double_buffer: bool = True,
+             progress: Progress = quiet) -> Scheduled:
     """The instruction stream with its tokens, ending in END."""
     ops = order(layers, double_buffer, arch)
     spans = [(access[0], access[1]) for op in ops for access in op.dram]
     tokens = _Tokens(arch, (min(s for s, _ in spans), max(s for _, s in spans)) if spans
                      else (0, 0))
-    for op in ops:
+    for done, op in enumerate(ops):
+        if done % _PROGRESS_EVERY == 0:
+            progress("scheduling instructions", done, len(ops))
         if op.row.queue not in isa.QUEUES:
             raise CompileError(f"internal: {op.row.mnemonic} has no fixed queue")
         tokens.add(op)

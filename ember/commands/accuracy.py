@@ -7,7 +7,6 @@ import sys
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
@@ -15,6 +14,7 @@ from ember.commands.options import (input_shape_option, json_option, model_argum
                                     quant_options_from, quantization_options,
                                     warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
+from ember.progress import progress_bar
 
 EXIT_GATE_FAILED = 3
 
@@ -69,13 +69,10 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     options = quant_options_from(quant_kwargs)
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
                             program=program)
-    with Progress(TextColumn("evaluating"), BarColumn(), TextColumn("{task.completed} samples"),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True,
-                  disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task("eval", total=samples)
+    with progress_bar() as progress:
         report = measure(model, quant_kwargs["profile_path"], evaluation, options,
-                         parse_input_shapes(input_shapes),
-                         on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx)
+                         parse_input_shapes(input_shapes), progress=progress,
+                         emit_onnx=emit_onnx)
     warn_if_synthetic(quant_kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from ember.commands.options import input_shape_option, json_option, model_argument
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
+from ember.progress import counting
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, load_model
@@ -137,29 +128,10 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     if samples is not None and total is not None:
         total = min(total, samples)
     started = time.perf_counter()
-    with _progress(total) as advance:
+    with counting("profiling samples", total) as advance:
         result = run_profile(onnx_model, source, specs, options, advance)
     profile_format.save(result, out)
     _summary(result, out, time.perf_counter() - started)
-
-
-@contextmanager
-def _progress(total: int | None):
-    """A progress bar on stderr when it is a terminal; silent otherwise."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield lambda n: None
-        return
-    columns = [TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("samples"), _Rate(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("profile", total=total)
-        yield lambda n: progress.advance(task, n)
-
-
-class _Rate(ProgressColumn):
-    def render(self, task: Task) -> str:
-        return f"{task.speed:.1f} samples/s" if task.speed else ""
 
 
 def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:

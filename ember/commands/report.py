@@ -39,8 +39,9 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
     """The performance report of PROGRAM (an .ember) on its accelerator, or of REPORT (a
     .json that `ember simulate --report` wrote).
 
-    Per layer: its unit (array, vector, dma or host), cycles and share of the run, MACs issued
-    to the array, array utilization, its own roofline bound and what bounds it (array, dram or
+    Per layer: its unit (array, vector, dma or host), its exclusive cycles (what it adds to the
+    run after the layers before it: they sum to the total) and their share, its span (first
+    start to last end; spans overlap), MACs issued to the array, array utilization, its own roofline bound and what bounds it (array, dram or
     vector), and DRAM bytes. Totals: cycles against the roofline bound (of the model's MACs),
     the MACs issued to the array and the model's, utilization per unit, DRAM traffic against
     the compulsory bytes, energy, and time at the arch's clock. Host segments, when the
@@ -49,7 +50,8 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
     \b
     JSON keys: every key of `ember simulate --report`, plus bound_ratio (bound / cycles),
     dram_bytes, dram_traffic_ratio (traffic / compulsory bytes), host_cycles, host_share,
-    host_segments, and per layer kind, share, array_utilization, macs_per_cycle and
+    host_segments, and per layer kind, exclusive_cycles, share (exclusive / total),
+    array_utilization, macs_per_cycle and
     intensity_macs_per_byte.
 
     \b

@@ -79,6 +79,14 @@ class AccuracyReport:
     def worst_layers(self) -> list[LayerAccuracy]:
         return sorted(self.layers, key=lambda layer: layer.accumulated_sqnr_db)
 
+    def applicable_options(self) -> dict[str, Any]:
+        """The recorded options that applied to this run, for people: the percentile only
+        under percentile calibration, and no option left unset or empty (`samples` when all
+        were evaluated, `program` without one, an empty `keep_fp32`). JSON keeps them all."""
+        return {k: v for k, v in self.options.items()
+                if v is not None and v != [] and v != ()
+                and (k != "percentile" or self.options.get("calibration") == "percentile")}
+
     def precision_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for layer in self.layers:

@@ -2,8 +2,8 @@
 --report`), rendered as a terminal table, JSON and a self-contained HTML page.
 
 Every figure comes from the simulator's report; this module only derives ratios from it:
-a layer's share of the run, its array utilization (MACs / (peak × its cycles)), its arithmetic
-intensity (MACs per DRAM byte) and achieved MACs per cycle for the roofline, the whole run
+a layer's exclusive cycles and share of the run (`LayerPerf.exclusive_cycles`), its array
+utilization (MACs / (peak × its span)), its arithmetic intensity (MACs per DRAM byte) and achieved MACs per cycle for the roofline, the whole run
 against its roofline bound and its DRAM traffic against the compulsory bytes. "MACs" are those
 issued to the array (`macs`), zero blocks of grouped convolutions included; the bound counts
 the model's (`model_macs`), which the totals show beside them. Host segments (a
@@ -39,7 +39,10 @@ class LayerPerf:
 
     name: str
     kind: str  # array | vector | dma (data movement only) | host
-    cycles: int
+    cycles: int  # its span: first instruction's start to last one's end (spans overlap)
+    # What it adds to the run: its end minus the latest end of the layers before it in program
+    # order (0 when it ends inside them), the first counting from cycle 0. These sum to the run.
+    exclusive_cycles: int
     start_cycle: int | None
     macs: int
     dram_bytes: int
@@ -47,14 +50,15 @@ class LayerPerf:
     bound_by: str  # array | dram | vector | host
     busy_cycles: dict
     unit_spans: dict
-    share: float  # of the run's cycles
+    share: float  # exclusive cycles / the run's cycles: the shares sum to 100%
     array_utilization: float  # MACs / (peak MACs per cycle × cycles)
     macs_per_cycle: float
     intensity: float | None  # MACs per DRAM byte; None without DRAM traffic
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "cycles": self.cycles,
-                "start_cycle": self.start_cycle, "share": self.share, "macs": self.macs,
+                "exclusive_cycles": self.exclusive_cycles, "start_cycle": self.start_cycle,
+                "share": self.share, "macs": self.macs,
                 "array_utilization": self.array_utilization,
                 "macs_per_cycle": self.macs_per_cycle,
                 "intensity_macs_per_byte": self.intensity, "dram_bytes": self.dram_bytes,
@@ -83,11 +87,14 @@ class PerformanceReport:
         try:
             total = max(int(doc["cycles"]), 1)
             peak = int(doc["peak_macs_per_cycle"])
-            layers = tuple(_layer(layer, total, peak, where) for layer in doc["layers"])
+            layers, latest_end = [], 0
+            for raw in doc["layers"]:
+                layers.append(_layer(raw, latest_end, total, peak, where))
+                latest_end += layers[-1].exclusive_cycles
             segments = tuple(dict(s) for s in doc.get("host_segments") or ())
         except (TypeError, ValueError, AttributeError) as err:
             raise EmberError(f"{where}: malformed performance report: {err}") from None
-        return cls(doc, layers, segments)
+        return cls(doc, tuple(layers), segments)
 
     # Derived totals.
     @property
@@ -158,22 +165,41 @@ class PerformanceReport:
         table.add_row("energy", f"{doc.get('energy_uj', 0.0):.3f} µJ")
         console.print(table)
         if self.layers:
-            layers = Table(title="per layer (cycles: its span on the timeline; MACs: issued to "
-                                 "the array; util: of the array's peak; bound: its own roofline "
-                                 "and what sets it)",
-                           box=box.SIMPLE_HEAD)
-            layers.add_column("layer", overflow="fold")
-            for column in ("unit", "cycles", "share", "MACs", "util", "bound", "DRAM B"):
-                layers.add_column(column, justify="left" if column == "unit" else "right",
-                                  no_wrap=True)
-            for layer in self.layers:
-                layers.add_row(layer.name, layer.kind, f"{layer.cycles:,}", f"{layer.share:.0%}",
-                               f"{layer.macs:,}", f"{layer.array_utilization:.0%}",
-                               f"{layer.bound_cycles:,} {layer.bound_by}",
-                               f"{layer.dram_bytes:,}")
-            console.print(layers)
+            console.print(self._layer_table())
+            console.print(self._span_table())
         if self.host_segments:
             console.print(self._host_table())
+
+    def _layer_table(self) -> Table:
+        table = Table(title="per layer (cycles: what it adds to the run past the layers before "
+                            "it, exclusive, so they sum to the total, and their share; MACs: "
+                            "issued to the array; util: of the array's peak over its span; "
+                            "bound: its own roofline and what sets it)", box=box.SIMPLE_HEAD)
+        table.add_column("layer", overflow="fold")
+        for column in ("unit", "cycles", "share", "MACs", "util", "bound", "DRAM B"):
+            table.add_column(column, justify="left" if column == "unit" else "right",
+                             no_wrap=True)
+        for layer in self.layers:
+            table.add_row(layer.name, layer.kind, f"{layer.exclusive_cycles:,}",
+                          f"{layer.share:.0%}", f"{layer.macs:,}",
+                          f"{layer.array_utilization:.0%}",
+                          f"{layer.bound_cycles:,} {layer.bound_by}", f"{layer.dram_bytes:,}")
+        return table
+
+    def _span_table(self) -> Table:
+        table = Table(title="per layer spans (its first instruction's start to its last one's "
+                            "end; overlap: the cycles of the span before the layers ahead of it "
+                            "had ended, such as its weights loading while they compute)",
+                      box=box.SIMPLE_HEAD)
+        table.add_column("layer", overflow="fold")
+        for column in ("start", "end", "span", "overlap"):
+            table.add_column(column, justify="right", no_wrap=True)
+        for layer in self.layers:
+            start = "—" if layer.start_cycle is None else f"{layer.start_cycle:,}"
+            end = "—" if layer.start_cycle is None else f"{layer.start_cycle + layer.cycles:,}"
+            table.add_row(layer.name, start, end, f"{layer.cycles:,}",
+                          f"{layer.cycles - layer.exclusive_cycles:,}")
+        return table
 
     def _host_table(self) -> Table:
         table = Table(title="host segments (run on the host CPU; transfer: cycles not computing)",
@@ -239,7 +265,7 @@ class PerformanceReport:
             bars.append(StackedBar(layer.name, (
                 (f"bound by {layer.bound_by}", bound, BOUND_COLOURS.get(layer.bound_by, "#666")),
                 ("above the bound (latency, token waits, overlap)", layer.cycles - bound,
-                 "#c8c8c8")), f"{layer.cycles:,} ({layer.share:.0%})"))
+                 "#c8c8c8")), f"{layer.cycles:,} (adds {layer.share:.0%})"))
         named = {layer.name for layer in self.layers}
         for name, segment in segments.items():
             if name not in named:
@@ -293,12 +319,18 @@ class PerformanceReport:
                   "Perfetto trace)")
 
 
-def _layer(layer: dict, total: int, peak: int, where: str) -> LayerPerf:
+def _layer(layer: dict, latest_end: int, total: int, peak: int, where: str) -> LayerPerf:
+    """One layer of the report; `latest_end`: the latest end of the layers before it in
+    program order (a report without start cycles is read as layers back to back)."""
     try:
         name, cycles = str(layer["name"]), int(layer["cycles"])
     except (KeyError, TypeError, ValueError):
         raise EmberError(f"{where}: a layer without a name or cycles: {layer!r:.80}") from None
     macs, dram = int(layer.get("macs", 0)), int(layer.get("dram_bytes", 0))
+    start = layer.get("start_cycle")
+    # Spans overlap (a layer's weights load while the one before computes), so they add up to
+    # more than the run; what a layer adds past the layers before it adds up to the run's end.
+    exclusive = max((latest_end if start is None else int(start)) + cycles - latest_end, 0)
     busy = dict(layer.get("busy_cycles") or {})
     host = layer.get("unit") == "host"
     if host:
@@ -310,11 +342,12 @@ def _layer(layer: dict, total: int, peak: int, where: str) -> LayerPerf:
     else:
         kind = "dma"
     return LayerPerf(
-        name=name, kind=kind, cycles=cycles, start_cycle=layer.get("start_cycle"), macs=macs,
+        name=name, kind=kind, cycles=cycles, exclusive_cycles=exclusive,
+        start_cycle=start, macs=macs,
         dram_bytes=dram, bound_cycles=int(layer.get("bound_cycles", cycles if host else 0)),
         bound_by="host" if host else str(layer.get("bound_by", "")), busy_cycles=busy,
         unit_spans={u: tuple(s) for u, s in (layer.get("unit_spans") or {}).items()},
-        share=cycles / total, array_utilization=macs / (peak * cycles) if cycles else 0.0,
+        share=exclusive / total, array_utilization=macs / (peak * cycles) if cycles else 0.0,
         macs_per_cycle=macs / cycles if cycles else 0.0,
         intensity=macs / dram if dram else None)
 

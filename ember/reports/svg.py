@@ -135,9 +135,21 @@ def roofline(points: Sequence[RooflinePoint], peak_macs_per_cycle: float,
                  f'stroke-width="2"><title>roof: min({peak_macs_per_cycle:g} MACs/cycle, '
                  f'intensity × {dram_bytes_per_cycle:g} B/cycle); ridge at {ridge:.3g} MACs/B'
                  f'</title></polyline>')
+    peak_text = f"array peak {peak_macs_per_cycle:g} MACs/cycle"
     parts.append(f'<text x="{left + plot_w - 4}" y="{py(peak_macs_per_cycle) - 5:.1f}" '
-                 f'text-anchor="end">array peak {peak_macs_per_cycle:g} MACs/cycle</text>')
+                 f'text-anchor="end">{escape(peak_text)}</text>')
+    labels = _Labels((left, top, left + plot_w, top + plot_h))
+    labels.taken.append((left + plot_w - 4 - _text_px(peak_text), py(peak_macs_per_cycle) - 16,
+                         left + plot_w - 4, py(peak_macs_per_cycle) - 2))
+    for p in points:
+        x, y = px(p.intensity), py(p.macs_per_cycle)
+        labels.taken.append((x - 7, y - 7, x + 7, y + 7))
+    # The whole program's label first: it is the one a reader looks for. Beyond a dozen
+    # points, labels would crowd the plot: the layers are then named on hover only.
     label_all = len(points) <= 12
+    for p in sorted(points, key=lambda p: p.kind != "total"):
+        if label_all or p.kind == "total":
+            parts += labels.place(p.label[:24], px(p.intensity), py(p.macs_per_cycle))
     for p in points:
         x, y = px(p.intensity), py(p.macs_per_cycle)
         tip = f"<title>{escape(p.label)}: {p.intensity:.3g} MACs/B, {p.macs_per_cycle:.3g} " \
@@ -149,13 +161,52 @@ def roofline(points: Sequence[RooflinePoint], peak_macs_per_cycle: float,
             colour = BOUND_COLOURS.get(p.kind, "#666")
             parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="5" '
                          f'fill="{colour}" fill-opacity="0.85" stroke="#fff">{tip}</circle>')
-        if label_all or p.kind == "total":
-            parts.append(f'<text x="{x + 8:.1f}" y="{y + 4:.1f}" fill="#444">'
-                         f'{escape(p.label[:24])}</text>')
     parts += _legend([(f"bound by {k}", BOUND_COLOURS[k]) for k in ("array", "dram", "vector")]
                      + [("whole program", "#222")], left + 4, 38)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _text_px(text: str) -> float:
+    """A generous width of `text` at the charts' 11 px sans-serif (about 0.55 em a character)."""
+    return 6.2 * len(text)
+
+
+class _Labels:
+    """Point labels placed where they neither leave the plot nor cover another label or point:
+    beside the point, else above or below it, else further out with a leader line; a label
+    that fits nowhere is left out (its point is still named on hover)."""
+
+    # (dx, dy) of the label's anchor from the point, and whether the text ends there.
+    _SPOTS = [(8, 4, False), (-8, 4, True), (6, -8, False), (6, 15, False), (-6, -8, True),
+              (-6, 15, True)] + [(dx * k, dy * k, dx < 0) for k in (2, 3, 4)
+                                 for dx, dy in ((10, -9), (10, 11), (-10, -9), (-10, 11))]
+
+    def __init__(self, plot: tuple[float, float, float, float]):
+        self.plot = plot
+        self.taken: list[tuple[float, float, float, float]] = []  # boxes: x0, y0, x1, y1
+
+    def place(self, text: str, x: float, y: float) -> list[str]:
+        width = _text_px(text)
+        x0, y0, x1, y1 = self.plot
+        for dx, dy, ends in self._SPOTS:
+            ax, ay = x + dx, y + dy
+            box = (ax - width if ends else ax, ay - 10, ax if ends else ax + width, ay + 2)
+            if box[0] < x0 + 2 or box[2] > x1 - 2 or box[1] < y0 + 2 or box[3] > y1 - 2:
+                continue
+            if any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3]
+                   for t in self.taken):
+                continue
+            self.taken.append(box)
+            parts = []
+            if abs(dx) > 8:
+                parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{ax:.1f}" y2="{ay - 4:.1f}" '
+                             f'stroke="#bbb"/>')
+            anchor = ' text-anchor="end"' if ends else ""
+            parts.append(f'<text x="{ax:.1f}" y="{ay:.1f}"{anchor} fill="#444">'
+                         f'{escape(text)}</text>')
+            return parts
+        return []
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,20 @@ def test_digits_int8_stays_within_half_a_point_of_fp32(digits_profile, tmp_path)
     assert any("sqnr_db" in m for m in meta.values())
 
 
+def test_per_layer_covers_every_tensor_the_output_included(digits_profile) -> None:
+    """The classifier's own row is there (its accumulated SQNR is the output's), and the
+    tensors without an int8 value of their own (BatchNorm outputs fused away) are named."""
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    DIGITS / "eval.npz", "--samples", "20", "--per-layer", "--json")
+    report = json.loads(result.output)
+    layers = {layer["name"]: layer for layer in report["layers"]}
+    assert set(layers) == {"input", "relu1", "relu2", "pool", "flatten", "logits"}
+    assert layers["logits"]["op"] == "Gemm"
+    assert layers["logits"]["accumulated_sqnr_db"] == pytest.approx(report["sqnr_db"])
+    assert any("2 of the 8 tensors" in note and note.endswith("bn1, bn2")
+               for note in report["notes"])
+
+
 def test_accuracy_gate_exits_3_and_still_reports(digits_profile) -> None:
     result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
                     DIGITS / "eval.npz", "--samples", "20", "--min-sqnr", "200", "--json")

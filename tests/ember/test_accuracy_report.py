@@ -38,3 +38,23 @@ def test_table_rendering() -> None:
     _report().print(Console(file=out, width=120))
     text = out.getvalue()
     assert "logits" in text and "30.50" in text and "relu2" in text
+
+
+def test_html_options_show_only_what_applied() -> None:
+    """No percentile under minmax calibration, nothing unset (all samples, no program); JSON
+    keeps every recorded option."""
+    options = {"calibration": "minmax", "percentile": 99.99, "per_channel": True,
+               "keep_fp32": [], "samples": None, "program": None, "data": "eval.npz"}
+    report = AccuracyReport(model="m.onnx", samples=10, outputs=_report().outputs,
+                            options=options)
+    table = report.html().split("<h2>Options</h2>")[1]
+    assert "minmax" in table and "eval.npz" in table
+    assert 'per_channel</td><td class="text">yes' in table
+    for absent in ("percentile", "99.99", "None", "keep_fp32", "samples", "program"):
+        assert absent not in table, absent
+    assert report.to_json()["options"] == options
+    percentile = AccuracyReport(model="m.onnx", samples=10, outputs=_report().outputs,
+                                options={**options, "calibration": "percentile",
+                                         "keep_fp32": ["fc"]})
+    table = percentile.html().split("<h2>Options</h2>")[1]
+    assert "99.99" in table and "keep_fp32</td><td class=\"text\">fc<" in table

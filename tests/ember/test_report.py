@@ -71,6 +71,33 @@ def test_report_of_a_program(digits) -> None:
     assert page.count("<svg") == 4  # roofline, cycles, utilization, timeline
 
 
+def test_layer_shares_are_exclusive_and_add_up_to_the_run(digits) -> None:
+    """Spans overlap (fc's weights load while conv2 computes: the spans add up to more than the
+    run); the exclusive cycles, what each layer adds past the ones before it, add up to it."""
+    _, program, sample = digits
+    doc = json.loads(invoke("report", program, "-i", sample, "--json").output)
+    layers = doc["layers"]
+    fc_span = layers[-1]["cycles"]
+    assert re.search(rf"fc\s+[\d,]+\s+{doc['cycles']:,}\s+{fc_span:,}\s",
+                     invoke("report", program, "-i", sample).output)
+    assert sum(layer["cycles"] for layer in layers) > doc["cycles"]
+    assert sum(layer["exclusive_cycles"] for layer in layers) == doc["cycles"]
+    assert sum(layer["share"] for layer in layers) == pytest.approx(1.0)
+    fc = layers[-1]
+    assert fc["exclusive_cycles"] == doc["cycles"] - max(
+        layer["start_cycle"] + layer["cycles"] for layer in layers[:-1])
+    assert fc["exclusive_cycles"] < fc["cycles"]
+
+
+def test_a_report_without_start_cycles_reads_its_layers_back_to_back() -> None:
+    doc = {"report_version": 1, "arch": "x", "clock_mhz": 1.0, "cycles": 40, "bound_cycles": 10,
+           "macs": 0, "peak_macs_per_cycle": 1, "dram_bytes_per_cycle": 1,
+           "layers": [{"name": "a", "cycles": 10}, {"name": "b", "cycles": 30}]}
+    report = PerformanceReport.from_report(doc)
+    assert [(layer.exclusive_cycles, layer.share) for layer in report.layers] == \
+        [(10, 0.25), (30, 0.75)]
+
+
 def test_saved_json_renders_the_same_and_simulate_writes_html(digits) -> None:
     tmp, program, sample = digits
     saved, page = tmp / "sim.json", tmp / "sim.html"

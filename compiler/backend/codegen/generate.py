@@ -12,20 +12,22 @@ from compiler.backend.codegen.vector import elementwise_steps, pool_steps
 from compiler.backend.layers import ConvLayer, HostLayer, Lowered, PoolLayer
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.program import BackendOptions
+from compiler.backend.progress import Progress, quiet
 from compiler.backend.steps import Step
 from compiler.backend.tiling import Tiles
 from simulator.arch import Arch
 
 
 def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions,
-             on_chip: dict | None = None):
+             on_chip: dict | None = None, progress: Progress = quiet):
     """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
     model inputs that live pre-padded in the image (by tensor). `on_chip`: the tensors kept
     in the scratchpad (`compiler.backend.reuse`)."""
     image = ImageBuilder()
     ctx = Context(arch, options.double_buffer, dict(on_chip or {}))
     steps, padded = [], {}
-    for layer, t in zip(lowered.layers, tiles):
+    for done, (layer, t) in enumerate(zip(lowered.layers, tiles)):
+        progress("generating code for layers", done, len(lowered.layers))
         if isinstance(layer, ConvLayer) and t.packed_taps > 1:
             padded[layer.x] = padded_input(layer, t, image)
         steps.append(layer_steps(layer, t, ctx, image, padded.get(getattr(layer, "x", None))))
