@@ -20,7 +20,7 @@ from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
 from compiler.graph.ops import OPS
-from ember import ort
+from ember import ort, preprocessing
 from ember.errors import EmberError
 from ember.flow import CompileOptions, quantize_model
 from ember.loading import check_array_file
@@ -45,6 +45,7 @@ class Evaluation:
     samples: int | None = None
     per_layer: bool = False
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
+    images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
 
 
 def program_options(program: Program, profile_path: str) -> QuantOptions:
@@ -57,6 +58,25 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
         return CompileOptions.from_header(program.metadata.get("options", {})).quant
     except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
         raise EmberError(f"the program's recorded options are malformed: {err}") from None
+
+
+def program_input_shapes(program: Program, path: str, given: Mapping[str, Sequence[int]]
+                         ) -> dict[str, tuple[int, ...]]:
+    """The shapes the program fixed its dynamic inputs at; --input-shape may repeat them,
+    not change them."""
+    try:
+        recorded = dict(CompileOptions.from_header(program.metadata.get("options", {}))
+                        .input_shapes)
+    except (TypeError, ValueError) as err:
+        raise EmberError(f"{path}: the program's recorded options are malformed: {err}") \
+            from None
+    for name, shape in given.items():
+        if name in recorded and tuple(shape) != recorded[name]:
+            raise EmberError(f"--input-shape {name}={','.join(map(str, shape))} differs from "
+                             f"{path}, compiled for {name}="
+                             f"{','.join(map(str, recorded[name]))}; give the program's shape "
+                             f"or recompile with yours")
+    return {**recorded, **{name: tuple(shape) for name, shape in given.items()}}
 
 
 class BitExactness:
@@ -164,14 +184,20 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
     metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
     program = Program.load(evaluation.program) if evaluation.program else None
+    input_shapes = dict(input_shapes or {})
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
-    quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
+        input_shapes = program_input_shapes(program, evaluation.program, input_shapes)
+    profile = profile_format.load(profile_path)
+    quantized = quantize_model(model_path, profile, options, input_shapes)
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None
     specs = input_specs(proto, {})
-    source = open_data(evaluation.data, specs, ImageOptions())
+    source = open_data(evaluation.data, specs, evaluation.images)
+    preprocessing.warn_if_differs(preprocessing.recorded_by(program) if program is not None
+                                  else preprocessing.profiled(profile), source,
+                                  f"--data {evaluation.data}")
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where = evaluation.labels or evaluation.data

@@ -20,7 +20,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ember.commands.options import input_shape_option, json_option, model_argument
+from ember.commands.options import (data_options, image_options_from, input_shape_option,
+                                    json_option, model_argument)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from profiler import format as profile_format
@@ -29,45 +30,18 @@ from profiler.run import RunOptions, load_model
 from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
-from profiler.sources.images import ImageOptions
 from simulator.numerics import oversize
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"'{text}': expected comma-separated numbers") from None
-
-
-def _size(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        dims = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        dims = ()
-    if len(dims) not in (1, 2) or min(dims) < 1:
-        raise click.BadParameter(f"'{text}': expected H,W or one size for both")
-    return (dims[0], dims[-1])
 
 
 @click.command("quantize-profile")
 @model_argument
-@click.option("--data", metavar="DATA", type=InputPath(),
-              help="Calibration data: an .npz keyed by input name (samples on the first axis; "
-                   "a 'labels' array is ignored), a folder of .npy/.npz files, a folder of "
-                   "png/jpg images, or a Python hook file.py:function or module:function "
-                   "returning dicts of {input name: array} (an iterable, or an object with "
-                   "get_next() such as an onnxruntime CalibrationDataReader).")
+@data_options("--data", what="Calibration data")
 @click.option("--random", "random_samples", type=click.IntRange(min=1), metavar="N",
               help="Profile N synthetic normal(0,1) samples instead of --data: a quick smoke "
                    "run; the profile is marked synthetic.")
 @click.option("-o", "--output",
               type=OutputPath(dir_okay=False, beside=("model", ".profile.json")),
               help="Profile to write.  [default: MODEL with .profile.json]")
-@click.option("--samples", type=click.IntRange(min=1), metavar="N",
-              help="Stop after the first N samples.")
 @click.option("--batch", type=click.IntRange(min=1), default=32, metavar="B", show_default=True,
               help="Most samples per onnxruntime run. A model fixed to batch 1 runs batched "
                    "only if that gives the same values (checked on the first batch); large "
@@ -80,20 +54,10 @@ def _size(text: str | None) -> tuple[int, int] | None:
 @click.option("--allow-nonfinite/--reject-nonfinite", default=False, show_default=True,
               help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
 @input_shape_option
-@click.option("--resize", metavar="H,W", help="Images: resize to H,W.  [default: the model's]")
-@click.option("--mean", default="0", show_default=True, metavar="M[,M,M]",
-              help="Images: per-channel mean subtracted after scaling pixels to [0,1].")
-@click.option("--std", default="1", show_default=True, metavar="S[,S,S]",
-              help="Images: per-channel divisor applied after --mean.")
-@click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
-              help="Images: tensor layout.  [default: guessed from the input shape]")
-@click.option("--channel-order", type=click.Choice(["RGB", "BGR"]), default="RGB",
-              show_default=True, help="Images: channel order the model expects.")
 def quantize_profile(model: str, data: str | None, random_samples: int | None,
                      output: str, samples: int | None, batch: int, workers: int,
                      seed: int, allow_nonfinite: bool, input_shapes: tuple[str, ...],
-                     resize: str | None, mean: str, std: str, layout: str | None,
-                     channel_order: str) -> None:
+                     **image_kwargs) -> None:
     """Run MODEL in fp32 over calibration data and record every tensor's range.
 
     For each input, weight and node output: min, max, count and a histogram of at least
@@ -128,9 +92,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
-        images = ImageOptions(resize=_size(resize), mean=_floats(mean), std=_floats(std),
-                              layout=layout, channel_order=channel_order)
-        source = open_data(data, specs, images)
+        source = open_data(data, specs, image_options_from(image_kwargs))
     options = RunOptions(batch=batch, samples=samples, workers=workers,
                          allow_nonfinite=allow_nonfinite)
     total = source.count()

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
 from ember.commands.options import json_option
-from ember.commands.simulate import performance_doc, read_inputs
+from ember.commands.simulate import Feeds, performance_doc, read_inputs
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.reports.performance import PerformanceReport
@@ -91,10 +91,10 @@ def _simulate(source: str, input_path: str | None, check_hazards: bool) -> dict:
     prog = Program.load(source)
     check_segments(prog, source)
     if input_path:
-        samples, batch = read_inputs(prog, input_path)
+        feeds = read_inputs(prog, input_path)
     else:  # every input at its zero point
-        samples, batch = [{b.name: b.quantize(np.zeros(b.shape, np.float32))
-                           for b in prog.inputs}], 0
-    result = machine.run(prog, samples[0], check_hazards=check_hazards, host=run_segment)
-    return performance_doc(source, input_path or "(zero-point inputs)", samples, batch, result,
+        feeds = Feeds([{b.name: b.quantize(np.zeros(b.shape, np.float32))
+                        for b in prog.inputs}], 0, 1)
+    result = machine.run(prog, feeds.runs[0], check_hazards=check_hazards, host=run_segment)
+    return performance_doc(source, input_path or "(zero-point inputs)", feeds, result,
                            {"check_hazards": check_hazards})
