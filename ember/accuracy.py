@@ -245,6 +245,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if name not in top1:
             notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
                          "classifier: top-1 figures omitted, the other metrics kept")
+    if tally.dropped:
+        notes.append(f"{tally.dropped} of {seen + tally.dropped} samples left out: they do not "
+                     f"fill a batch of {batch}, the model's batch size")
     counted = len(next(iter(truth.values()))) if truth else \
         None if labels is None else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:

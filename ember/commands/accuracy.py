@@ -58,10 +58,16 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     executes bit for bit; onnxruntime runs the fp32 model on the same samples. Per output:
     top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|.
 
+    Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
+    warning names any that differ from the calibration images' (recorded in the profile and
+    the program).
+
     \b
-    Example:
+    Examples:
       ember accuracy examples/digits/model.onnx --profile digits.profile.json \\
           --data examples/digits/eval.npz --per-layer --html accuracy.html
+      ember accuracy resnet.onnx resnet.ember --profile resnet.profile.json \\
+          --data imagenet_val/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
     """
     options = quant_options_from(kwargs)
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,

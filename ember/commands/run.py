@@ -92,8 +92,7 @@ def _array_file(file: Path, graph: Graph) -> dict[str, np.ndarray]:
 @click.command()
 @model_argument
 @data_options("-i", "--input",
-              what="Input data, every sample run (samples on the model's batch axis, in "
-                   "batches of its size; default: one batch of seeded random normal data)")
+              what="Input data, every sample run (without it, seeded random normal data)")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Write the outputs to this .npz, keyed by output name.")
 @input_shape_option
@@ -110,7 +109,9 @@ def run(model: str, data: str | None, samples: int | None, output: str | None,
 
     The reference interpreter is the fp32 half of ember's correctness story: it runs the
     imported (and, by default, optimized) graph with numpy, so any disagreement with
-    onnxruntime points at the importer, a pass or an operator row.
+    onnxruntime points at the importer, a pass or an operator row. Samples run in batches of
+    the model's batch size (--input-shape fixes a dynamic one); the last batch is filled with
+    zeros, their outputs dropped.
 
     \b
     Example:

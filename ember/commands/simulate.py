@@ -30,11 +30,7 @@ from simulator.program import Program, write_atomic
 
 @click.command()
 @click.argument("program", type=InputPath(dir_okay=False))
-@data_options("-i", "--input", required=True,
-              what="Inputs, every sample run (float arrays are quantized with the program's "
-                   "scale and zero point; .npy/.npz arrays of its int8 type are taken raw; "
-                   "samples on a leading axis run one by one, samples on the model's batch "
-                   "axis in batches of the program's batch size)")
+@data_options("-i", "--input", required=True, what="Inputs, every sample run")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
@@ -53,6 +49,12 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
              report: str | None, trace_path: str | None, trace_level: str, check_hazards: bool,
              as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
+
+    Float inputs are quantized with the program's scale and zero point; .npy/.npz arrays of
+    its int8 type are taken raw. Samples on a leading axis run one by one; samples on the
+    model's batch axis run in batches of the program's batch size (the last filled with
+    zero-point samples, their outputs dropped), and the outputs hold one row per sample. The
+    report times one run: the timing does not depend on the values.
 
     \b
     The report's keys: cycles, time_ms, bound_cycles (roofline: max of the model's MACs / array
@@ -144,13 +146,10 @@ class Feeds:
         """What a reader of one run's report must know, or None for a single run."""
         if len(self.runs) == 1 and not self.padded:
             return None
-        text = (f"{self.samples} samples in {len(self.runs)} runs of {self.batch}: the outputs "
-                f"hold every sample; the report times one run (the timing does not depend "
-                f"on the values)")
-        if self.padded:
-            text += (f"; {self.samples} samples do not divide into batches of {self.batch}, "
-                     f"so the last run is filled with {self.padded} zero-point samples whose "
-                     f"outputs are dropped")
+        filled = (f" (the last filled with {self.padded} zero-point samples, their outputs "
+                  f"dropped)" if self.padded else "")
+        text = (f"{self.samples} samples in {len(self.runs)} runs of {self.batch}{filled}; "
+                f"the report times one run: the timing does not depend on the values")
         return text
 
 
