@@ -124,7 +124,8 @@ def compile_model(model: ModelSource, profile: ProfileSource,
 def resolve_input_shapes(proto: onnx.ModelProto, profile: Profile,
                          given: Mapping[str, Sequence[int]], label: str = "model"
                          ) -> dict[str, tuple[int, ...]]:
-    """The shape of each dynamic input: as `given` (--input-shape), else as profiled.
+    """The shape of each dynamic input: as `given` (--input-shape), else as profiled (at
+    batch 1 when the profile's data chose the batch size).
 
     A given shape must equal the profiled one except on the batch axis: ranges are per
     sample, so a profile made at batch 1 serves a program compiled for batch 4, but not one
@@ -146,8 +147,8 @@ def resolve_input_shapes(proto: onnx.ModelProto, profile: Profile,
                             f"dimension {axis} is {now}, the profile's {was} (only the batch "
                             f"axis may differ); re-profile with --input-shape "
                             f"{value.name}={_dims(shape)}")
-        elif recorded is not None and None not in recorded and len(recorded) == len(dims):
-            shape = tuple(recorded)
+        elif recorded and None not in recorded[1:] and len(recorded) == len(dims):
+            shape = (recorded[0] or 1, *recorded[1:])  # batch 1 when the data chose it
         else:
             continue
         if any(not d.HasField("dim_value") for d in dims):

@@ -51,9 +51,10 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     what the accelerator cannot run runs on the host in host segments (still bit-exact); the
     summary lists each segment's nodes and cost.
 
-    A dynamic input is compiled at the shape it was profiled at, or at the one --input-shape
-    gives; that may change only the batch axis (a profile made at batch 1 serves a program for
-    batch 8, whose array tiles the batch like any other axis). The header records the shape.
+    A dynamic input is compiled at the shape it was profiled at (batch 1 if the data chose
+    the batch size), or at the one --input-shape gives, which may differ only on the batch
+    axis: a profile made at batch 1 serves a program for batch 8, which tiles the batch like
+    any other axis. The header records the shape.
 
     \b
     Example:
@@ -70,6 +71,11 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
                              parse_input_shapes(input_shapes))
     built = compile_model(model, profile_path, options, target)
+    for name, shape in built.compiled.program.metadata["options"].get("input_shapes", {}).items():
+        if name not in options.input_shapes:
+            click.echo(f"ember: dynamic input {name!r} compiled as {name}="
+                       f"{','.join(map(str, shape))}, from the profile (--input-shape to choose)",
+                       err=True)
     warn_if_synthetic(profile_path)
     compiled, arch = built.compiled, built.compiled.program.arch
     if emit_onnx:

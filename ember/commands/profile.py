@@ -183,16 +183,20 @@ def merge(profiles: tuple[str, ...], output: str, allow_same_data: bool) -> None
 @click.argument("path", type=InputPath(dir_okay=False))
 @json_option
 def show(path: str, as_json: bool) -> None:
-    """Print each tensor of a profile: kind, range, values counted, histogram bins."""
+    """Print each tensor of a profile: kind, range, values counted, histogram bins; and the
+    input shapes it was profiled at (? where the data chose)."""
     p = profile_format.load(path)
     rows = {name: {"kind": t.kind, "min": t.min, "max": t.max, "count": t.count,
                    "nonfinite": t.nonfinite, "bins": len(t.hist), "bin_width": t.bin_width}
             for name, t in p.tensors.items()}
     if as_json:
         click.echo(json.dumps({"fingerprint": p.model.digest, "samples": p.samples,
-                               "tensors": rows}, indent=1))
+                               "input_shapes": p.input_shapes, "tensors": rows}, indent=1))
         return
-    table = Table(title=f"{path}: {p.samples} samples, model {p.model.digest[:12]}")
+    shapes = ", ".join(f"{name}[{','.join('?' if d is None else str(d) for d in dims)}]"
+                       for name, dims in p.input_shapes.items())
+    table = Table(title=f"{path}: {p.samples} samples of {shapes or 'the model'}, model "
+                        f"{p.model.digest[:12]}")
     for column in ("tensor", "kind", "min", "max", "count", "nonfinite", "bins"):
         table.add_column(column, justify="left" if column in ("tensor", "kind") else "right")
     for name, r in rows.items():

@@ -33,6 +33,9 @@ def test_the_profile_records_the_shapes_it_was_made_at(files) -> None:
     assert runs[0]["options"]["input_shapes"] == {"image": [1, 3, 8, 8]}
     runs = json.loads((files / "free.json").read_text())["runs"]
     assert runs[0]["options"]["input_shapes"] == {"image": [None, 3, 8, 8]}
+    shown = invoke("profile", "show", files / "free.json", "--json")
+    assert json.loads(shown.stdout)["input_shapes"] == {"image": [None, 3, 8, 8]}
+    assert "10 samples of image[1,3,8,8]" in invoke("profile", "show", files / "p1.json").stdout
 
 
 def test_compile_takes_the_profiled_shape_and_records_it(files) -> None:
@@ -51,11 +54,13 @@ def test_compile_takes_input_shape_for_another_batch(files) -> None:
     assert Program.load(files / "d3.ember").inputs[0].shape == (3, 3, 8, 8)
 
 
-def test_a_profile_without_a_batch_size_needs_input_shape(files) -> None:
+def test_a_profile_without_a_batch_size_compiles_for_batch_1_and_says_so(files) -> None:
     result = invoke("compile", files / "dyn.onnx", "--profile", files / "free.json",
-                    "-o", files / "x.ember")
-    assert result.exit_code == 2
-    assert "--input-shape image=" in result.output and not (files / "x.ember").exists()
+                    "-o", files / "free.ember")
+    assert result.exit_code == 0, result.output
+    assert ("dynamic input 'image' compiled as image=1,3,8,8, from the profile "
+            "(--input-shape to choose)") in result.stderr
+    assert Program.load(files / "free.ember").inputs[0].shape == (1, 3, 8, 8)
 
 
 def test_a_shape_the_profile_was_not_made_at_is_an_error(files) -> None:
