@@ -35,7 +35,8 @@ def test_the_profile_records_the_shapes_it_was_made_at(files) -> None:
     assert runs[0]["options"]["input_shapes"] == {"image": [None, 3, 8, 8]}
     shown = invoke("profile", "show", files / "free.json", "--json")
     assert json.loads(shown.stdout)["input_shapes"] == {"image": [None, 3, 8, 8]}
-    assert "10 samples of image[1,3,8,8]" in invoke("profile", "show", files / "p1.json").stdout
+    table = invoke("profile", "show", files / "p1.json").stdout
+    assert "10 samples of image[1,3,8,8]" in " ".join(table.split())  # the title may wrap
 
 
 def test_compile_takes_the_profiled_shape_and_records_it(files) -> None:
