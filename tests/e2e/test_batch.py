@@ -14,7 +14,8 @@ from quantizer.reference import run_int8
 from simulator import machine
 from tests import onnx_builder as ob
 from tests.cli import invoke
-from tests.e2e.flow import check_bit_exact
+from tests.e2e.flow import check_bit_exact, compile_and_check
+from tests.e2e.models import chain
 
 
 def dynamic_batch_model() -> onnx.ModelProto:
@@ -85,3 +86,10 @@ def test_simulate_groups_samples_into_the_programs_batches(files) -> None:
     four, one = np.load(tmp / "four.npz")["y"], np.load(tmp / "one.npz")["y"]
     assert four.shape == (10, 10) and one.shape == (10, 1, 10)
     np.testing.assert_array_equal(four, one[:, 0])
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_a_batch_kept_on_chip_is_bit_exact(preset) -> None:
+    """The chain keeps its tensors in the scratchpad, one block per image: every image's
+    output still equals the integer reference."""
+    compile_and_check(ob.with_batch(chain(), 3), preset, count=2)
