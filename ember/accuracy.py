@@ -195,8 +195,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     exactness = BitExactness(program, qgraph) if program is not None else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, evaluation.images)
-    preprocessing.warn_if_differs(preprocessing.recorded_by(program) if program is not None
-                                  else preprocessing.profiled(profile), source,
+    # The program, if any, was compiled with this profile: its record is the profile's.
+    preprocessing.warn_if_differs(preprocessing.profiled(profile), source,
                                   f"--data {evaluation.data}")
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)

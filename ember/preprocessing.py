@@ -7,6 +7,7 @@ import click
 
 from profiler.format import Profile
 from profiler.sources.images import preprocessing
+from simulator.program import Program
 
 
 def profiled(profile: Profile) -> dict | None:
@@ -17,7 +18,7 @@ def profiled(profile: Profile) -> dict | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
-def recorded_by(program) -> dict | None:
+def recorded_by(program: Program) -> dict | None:
     """The preprocessing a program header records (`ember compile` copies the profile's)."""
     record = program.metadata.get("preprocessing")
     return record if isinstance(record, dict) else None

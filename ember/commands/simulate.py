@@ -148,9 +148,8 @@ class Feeds:
             return None
         filled = (f" (the last filled with {self.padded} zero-point samples, their outputs "
                   f"dropped)" if self.padded else "")
-        text = (f"{self.samples} samples in {len(self.runs)} runs of {self.batch}{filled}; "
+        return (f"{self.samples} samples in {len(self.runs)} runs of {self.batch}{filled}; "
                 f"the report times one run: the timing does not depend on the values")
-        return text
 
 
 def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
