@@ -76,6 +76,11 @@ def _size(text: str | None) -> tuple[int, int] | None:
     return (dims[0], dims[-1])
 
 
+program_shape_option = click.option(
+    "--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+    help="Check that PROGRAM was compiled for this input shape: a program's shapes are fixed "
+         "by `ember compile --input-shape` (repeatable).")
+
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of a table.")
 

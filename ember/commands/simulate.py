@@ -15,7 +15,9 @@ from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
 from ember import preprocessing
-from ember.commands.options import data_options, image_options_from, json_option
+from compiler.frontend.onnx import parse_input_shapes
+from ember.commands.options import (data_options, image_options_from, json_option,
+                                    program_shape_option)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.loading import check_array_file
@@ -44,10 +46,11 @@ from simulator.program import Program, write_atomic
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="Reject cross-queue accesses to local memory that no dependency token "
                    "orders (a race), even when the timing hides them.")
+@program_shape_option
 @json_option
 def simulate(program: str, data: str, samples: int | None, output: str | None, raw: bool,
              report: str | None, trace_path: str | None, trace_level: str, check_hazards: bool,
-             as_json: bool, **image_kwargs) -> None:
+             input_shapes: tuple[str, ...], as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     Float inputs are quantized with the program's scale and zero point; .npy/.npz arrays of
@@ -74,6 +77,7 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     """
     prog = Program.load(program)
     check_segments(prog, program)
+    check_shapes(prog, program, input_shapes)
     feeds = read_inputs(prog, data, image_options_from(image_kwargs), samples)
     if (note := feeds.describe()) is not None:
         click.echo(f"ember: {note}", err=True)
@@ -119,6 +123,21 @@ def performance_doc(program: str, input_path: str, feeds: Feeds, result: machine
         "options": options,
     }
     return perf
+
+
+def check_shapes(prog: Program, path: str, input_shapes: tuple[str, ...]) -> None:
+    """--input-shape given for a program must name its inputs at the shapes it has."""
+    names = [b.name for b in prog.inputs]
+    for name, shape in parse_input_shapes(input_shapes).items():
+        if name not in names:
+            raise EmberError(f"{path}: --input-shape names {name!r}, but the program's inputs "
+                             f"are {names}")
+        compiled = prog.inputs[names.index(name)].shape
+        if tuple(compiled) != shape:
+            raise EmberError(f"{path}: compiled for {name}={','.join(map(str, compiled))}, not "
+                             f"{','.join(map(str, shape))}: a program's shapes are fixed; "
+                             f"recompile with `ember compile --input-shape "
+                             f"{name}={','.join(map(str, shape))}`")
 
 
 @dataclass(frozen=True)

@@ -115,3 +115,18 @@ def test_run_of_an_evaluation_file_runs_every_sample(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "5 samples in 5 runs" in result.stderr
     assert np.load(tmp_path / "out.npz")["logits"].shape == (5, 10)
+
+
+def test_simulate_and_report_check_a_given_shape_against_the_programs(files) -> None:
+    result = invoke("compile", files / "dyn.onnx", "--profile", files / "p1.json",
+                    "--input-shape", "image=2,3,8,8", "-o", files / "d2.ember")
+    assert result.exit_code == 0, result.output
+    same = invoke("simulate", files / "d2.ember", "-i", files / "ten.npz",
+                  "--input-shape", "image=2,3,8,8")
+    assert same.exit_code == 0, same.output
+    for command in (("simulate", files / "d2.ember", "-i", files / "ten.npz"),
+                    ("report", files / "d2.ember")):
+        result = invoke(*command, "--input-shape", "image=4,3,8,8")
+        assert result.exit_code == 2
+        assert ("compiled for image=2,3,8,8, not 4,3,8,8: a program's shapes are fixed; "
+                "recompile with `ember compile --input-shape image=4,3,8,8`") in result.output
