@@ -196,7 +196,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, evaluation.images)
     # The program, if any, was compiled with this profile: its record is the profile's.
-    preprocessing.warn_if_differs(preprocessing.profiled(profile), source,
+    preprocessing.warn_if_differs(preprocessing.profiled(profile), evaluation.images, source,
                                   f"--data {evaluation.data}")
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)

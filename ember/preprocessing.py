@@ -3,10 +3,13 @@ header, and the warning when later commands preprocess images otherwise."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import click
 
+from profiler.batching import Source
 from profiler.format import Profile
-from profiler.sources.images import preprocessing
+from profiler.sources.images import ImageOptions, preprocessing
 from simulator.program import Program
 
 
@@ -24,12 +27,22 @@ def recorded_by(program: Program) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def warn_if_differs(recorded: dict | None, source, where: str) -> None:
+def warn_if_differs(recorded: dict | None, images: ImageOptions, source: Source | None,
+                    where: str) -> None:
     """One line on stderr when images are preprocessed otherwise than the calibration images
     were (`recorded`, from the profile or the program header): a model calibrated on
-    normalised pixels and fed raw ones still runs, but its figures mean nothing."""
-    given = preprocessing(source.describe())
-    if recorded is None or given is None or given == recorded:
+    normalised pixels and fed raw ones still runs, but its figures mean nothing. Likewise
+    when image options are given for data that is not images (`source` None: an array
+    file), which ignores them."""
+    given = preprocessing(source.describe()) if source is not None else None
+    if given is None:
+        unused = [f"--{f.name.replace('_', '-')}" for f in fields(images)
+                  if getattr(images, f.name) != getattr(ImageOptions(), f.name)]
+        if unused:
+            click.echo(f"ember: warning: {where}: only a folder of images uses "
+                       f"{', '.join(unused)}; this data is arrays, taken as they are", err=True)
+        return
+    if recorded is None or given == recorded:
         return
     differing = [key for key in given if given[key] != recorded.get(key)]
 

@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ember import preprocessing
 from ember.commands.options import (data_options, image_options_from, input_shape_option,
                                     json_option, model_argument)
 from ember.errors import EmberError
@@ -92,7 +93,9 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
-        source = open_data(data, specs, image_options_from(image_kwargs))
+        images = image_options_from(image_kwargs)
+        source = open_data(data, specs, images)
+        preprocessing.warn_if_differs(None, images, source, f"--data {data}")
     options = RunOptions(batch=batch, samples=samples, workers=workers,
                          allow_nonfinite=allow_nonfinite)
     total = source.count()

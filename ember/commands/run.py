@@ -13,7 +13,7 @@ from rich.table import Table
 from compiler.frontend.onnx import fix_input_shapes, load_model, parse_input_shapes
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph
-from ember import ort
+from ember import ort, preprocessing
 from ember.commands.options import (data_options, image_options_from, input_shape_option,
                                     json_option, model_argument)
 from ember.compare import max_relative_error
@@ -38,11 +38,14 @@ def read_inputs(path: str | None, graph: Graph, seed: int, images: ImageOptions 
     file = Path(path)
     if file.suffix in (".npy", ".npz"):
         arrays = _array_file(file, graph)
+        preprocessing.warn_if_differs(None, images, None, f"-i {path}")
     else:
         specs = [InputSpec(n, np.dtype(graph.type_of(n).dtype), (None, *graph.type_of(n).shape[1:]))
                  for n in graph.inputs]
-        batches = list(batching.stream(open_data(path, specs, images, "-i"), specs, 64, False,
-                                       limit, False, batching.Tally()))
+        source = open_data(path, specs, images, "-i")
+        preprocessing.warn_if_differs(None, images, source, f"-i {path}")
+        batches = list(batching.stream(source, specs, 64, False, limit, False,
+                                       batching.Tally()))
         if not batches:
             raise EmberError(f"{path}: no samples")
         arrays = {n: np.concatenate([b[n] for b in batches]) for n in graph.inputs}

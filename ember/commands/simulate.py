@@ -178,11 +178,13 @@ def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
     .npz only) are taken raw."""
     if Path(path).suffix in (".npy", ".npz"):
         arrays = _array_file(prog, path)
+        preprocessing.warn_if_differs(None, images, None, f"-i {path}")
     else:
         specs = [InputSpec(b.name, np.dtype(np.float32), (None, *b.shape[1:]))
                  for b in prog.inputs]
         source = open_data(path, specs, images, "-i")
-        preprocessing.warn_if_differs(preprocessing.recorded_by(prog), source, f"-i {path}")
+        preprocessing.warn_if_differs(preprocessing.recorded_by(prog), images, source,
+                                      f"-i {path}")
         batches = list(batching.stream(source, specs, 64, False, limit, False,
                                        batching.Tally()))
         if not batches:

@@ -98,3 +98,20 @@ def test_simulate_of_a_calibration_file_says_it_runs_every_sample(digits_profile
     assert result.exit_code == 0, result.output
     assert "3 samples in 3 runs of 1" in result.stderr and "report times one run" in result.stderr
     assert json.loads(result.stdout)["run"]["inputs"]["runs"] == 3
+
+
+@pytest.mark.parametrize("command", [
+    ("quantize-profile", "{model}", "--data", "{npz}", "-o", "{tmp}/p.json"),
+    ("accuracy", "{model}", "--profile", "{profile}", "--data", "{npz}"),
+    ("simulate", "{program}", "-i", "{npz}"),
+    ("run", "{model}", "--input-shape", "image=1,3,8,8", "-i", "{npz}"),
+])
+def test_image_options_on_arrays_are_said_to_do_nothing(files, tmp_path, command) -> None:
+    np.savez(tmp_path / "x.npz", image=np.zeros((2, 3, 8, 8), np.float32))
+    paths = {"model": files / "m.onnx", "npz": tmp_path / "x.npz", "tmp": tmp_path,
+             "profile": files / "p.json", "program": files / "m.ember"}
+    result = invoke(*[part.format(**paths) for part in command], "--mean", "0.5",
+                    "--layout", "NHWC")
+    assert result.exit_code == 0, result.output
+    assert ("only a folder of images uses --mean, --layout; this data is arrays, taken as "
+            "they are") in result.stderr
