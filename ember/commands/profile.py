@@ -21,8 +21,13 @@ from rich.progress import (
 from rich.table import Table
 
 from ember import preprocessing
-from ember.commands.options import (data_options, image_options_from, input_shape_option,
-                                    json_option, model_argument)
+from ember.commands.options import (
+    data_options,
+    image_options_from,
+    input_shape_option,
+    json_option,
+    model_argument,
+)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from profiler import format as profile_format

@@ -14,11 +14,16 @@ from compiler.frontend.onnx import fix_input_shapes, load_model, parse_input_sha
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph
 from ember import ort, preprocessing
-from ember.commands.options import (data_options, image_options_from, input_shape_option,
-                                    json_option, model_argument)
+from ember.commands.options import (
+    data_options,
+    image_options_from,
+    input_shape_option,
+    json_option,
+    model_argument,
+)
 from ember.compare import max_relative_error
 from ember.errors import EmberError
-from ember.files import InputPath, OutputPath, atomic_path
+from ember.files import OutputPath, atomic_path
 from ember.loading import check_array_file, load_graph
 from profiler import batching
 from profiler.model_inputs import InputSpec

@@ -14,10 +14,14 @@ import numpy as np
 from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
-from ember import preprocessing
 from compiler.frontend.onnx import parse_input_shapes
-from ember.commands.options import (data_options, image_options_from, json_option,
-                                    program_shape_option)
+from ember import preprocessing
+from ember.commands.options import (
+    data_options,
+    image_options_from,
+    json_option,
+    program_shape_option,
+)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.loading import check_array_file
