@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
+from ember.flow import CompileOptions
 from simulator.program import Program
 from tests.cli import DIGITS, invoke
 from tests.e2e.test_batch import dynamic_batch_model
@@ -130,3 +131,12 @@ def test_simulate_and_report_check_a_given_shape_against_the_programs(files) -> 
         assert result.exit_code == 2
         assert ("compiled for image=2,3,8,8, not 4,3,8,8: a program's shapes are fixed; "
                 "recompile with `ember compile --input-shape image=4,3,8,8`") in result.output
+
+
+def test_the_shapes_round_trip_through_the_header_and_a_forged_one_is_refused() -> None:
+    options = CompileOptions(input_shapes={"image": (4, 3, 8, 8)})
+    assert CompileOptions.from_header(options.to_header()) == options
+    assert "input_shapes" not in CompileOptions().to_header()
+    for forged in ("4,3,8,8", {"image": ["4"]}, {"image": [0, 3]}, {"image": [True]}):
+        with pytest.raises(ValueError, match="input_shapes"):
+            CompileOptions.from_header({"input_shapes": forged})
