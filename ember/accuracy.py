@@ -21,7 +21,7 @@ from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
 from compiler.graph.ops import OPS
-from ember import ort
+from ember import ort, preprocessing
 from ember.errors import EmberError
 from ember.flow import CompileOptions, quantize_model
 from ember.loading import check_array_file
@@ -46,6 +46,7 @@ class Evaluation:
     samples: int | None = None
     per_layer: bool = False
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
+    images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
 
 
 def program_options(program: Program, profile_path: str) -> QuantOptions:
@@ -58,6 +59,25 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
         return CompileOptions.from_header(program.metadata.get("options", {})).quant
     except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
         raise EmberError(f"the program's recorded options are malformed: {err}") from None
+
+
+def program_input_shapes(program: Program, path: str, given: Mapping[str, Sequence[int]]
+                         ) -> dict[str, tuple[int, ...]]:
+    """The shapes the program fixed its dynamic inputs at; --input-shape may repeat them,
+    not change them."""
+    try:
+        recorded = dict(CompileOptions.from_header(program.metadata.get("options", {}))
+                        .input_shapes)
+    except (TypeError, ValueError) as err:
+        raise EmberError(f"{path}: the program's recorded options are malformed: {err}") \
+            from None
+    for name, shape in given.items():
+        if name in recorded and tuple(shape) != recorded[name]:
+            raise EmberError(f"--input-shape {name}={','.join(map(str, shape))} differs from "
+                             f"{path}, compiled for {name}="
+                             f"{','.join(map(str, recorded[name]))}; give the program's shape "
+                             f"or recompile with yours")
+    return {**recorded, **{name: tuple(shape) for name, shape in given.items()}}
 
 
 class BitExactness:
@@ -166,15 +186,21 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
     `progress` hears how many samples are done (`compiler.backend.progress`)."""
     program = Program.load(evaluation.program) if evaluation.program else None
+    input_shapes = dict(input_shapes or {})
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
+        input_shapes = program_input_shapes(program, evaluation.program, input_shapes)
     progress("quantizing", 0, None)
-    quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
+    profile = profile_format.load(profile_path)
+    quantized = quantize_model(model_path, profile, options, input_shapes)
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None
     specs = input_specs(proto, {})
-    source = open_data(evaluation.data, specs, ImageOptions())
+    source = open_data(evaluation.data, specs, evaluation.images)
+    # The program, if any, was compiled with this profile: its record is the profile's.
+    preprocessing.warn_if_differs(preprocessing.profiled(profile), evaluation.images, source,
+                                  f"--data {evaluation.data}")
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where = evaluation.labels or evaluation.data
@@ -233,6 +259,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
             notes.append(f"{len(unmeasured)} of the {len(layer_acc) + len(unmeasured)} "
                          f"tensors have no int8 value of their own to measure (fused into the "
                          f"node that reads them, or kept in fp32): {', '.join(unmeasured)}")
+    if tally.dropped:
+        notes.append(f"{tally.dropped} of {seen + tally.dropped} samples left out: they do not "
+                     f"fill a batch of {batch}, the model's batch size")
     counted = len(next(iter(truth.values()))) if truth else \
         None if labels is None else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:

@@ -65,7 +65,7 @@ def run_demo(ctx: click.Context, out_dir: Path, console: Console | None = None) 
         _save_npz(sample_path, input=data["input"][:1])
     perf_path, trace_path, outputs_path = (out_dir / "perf.json", out_dir / "trace.json",
                                            out_dir / "outputs.npz")
-    ctx.invoke(simulate, program=str(program_path), input_path=str(sample_path),
+    ctx.invoke(simulate, program=str(program_path), data=str(sample_path),
                output=str(outputs_path), report=str(perf_path), trace_path=str(trace_path))
     perf_html = out_dir / "perf.html"  # what `ember report perf.json --html perf.html` writes
     write_text(perf_html, PerformanceReport.from_report(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -20,7 +20,10 @@ from compiler.backend.progress import Progress, quiet
 from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
 from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
+from ember import preprocessing
+from ember.errors import EmberError
 from profiler import format as profile_format
+from profiler.fingerprint import graph_inputs
 from profiler.format import Profile
 from quantizer.checks import unquantizable
 from quantizer.options import QuantOptions
@@ -34,15 +37,22 @@ ProfileSource = Profile | str | os.PathLike
 @dataclass(frozen=True)
 class CompileOptions:
     """Everything besides the model, its profile and the target that decides a program; the
-    program header records it (`to_header`) and `ember accuracy` reads it back (`from_header`)."""
+    program header records it (`to_header`) and `ember accuracy` reads it back (`from_header`).
+    `input_shapes` fixes dynamic inputs (--input-shape); `compile_model` records the shapes it
+    resolved, and only for dynamic inputs, so a static model's header is as it always was."""
 
     quant: QuantOptions = QuantOptions()
     backend: BackendOptions = BackendOptions()
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def to_header(self) -> dict:
         """Every option by its field name, the quantizer's first (tuples as JSON lists)."""
-        return {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
-                for options in (self.quant, self.backend) for f in fields(options)}
+        recorded = {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
+                    for options in (self.quant, self.backend) for f in fields(options)}
+        if self.input_shapes:
+            recorded["input_shapes"] = {name: list(dims)
+                                        for name, dims in self.input_shapes.items()}
+        return recorded
 
     @classmethod
     def from_header(cls, recorded: Mapping) -> CompileOptions:
@@ -51,7 +61,13 @@ class CompileOptions:
             known = {f.name for f in fields(kind)}
             return kind(**{k: (tuple(v) if isinstance(v, list) else v)
                            for k, v in recorded.items() if k in known})
-        return cls(rebuild(QuantOptions), rebuild(BackendOptions))
+        shapes = recorded.get("input_shapes", {})
+        if not isinstance(shapes, Mapping) or not all(
+                isinstance(dims, list) and all(type(d) is int and d > 0 for d in dims)
+                for dims in shapes.values()):
+            raise ValueError(f"input_shapes = {shapes!r:.60}: expected lists of positive sizes")
+        return cls(rebuild(QuantOptions), rebuild(BackendOptions),
+                   {name: tuple(dims) for name, dims in shapes.items()})
 
 
 @dataclass(frozen=True)
@@ -74,24 +90,31 @@ class Built:
 def quantize_model(model: ModelSource, profile: ProfileSource,
                    options: QuantOptions = QuantOptions(),
                    input_shapes: Mapping[str, Sequence[int]] | None = None) -> Quantized:
-    """Import `model` (with `input_shapes`, fix its dynamic inputs), run the fp32 graph passes
-    and quantize it with `profile`, which must have been made for this model."""
-    return _quantize(*_load(model, profile), options, input_shapes,
-                     "model" if isinstance(model, onnx.ModelProto) else str(model))
+    """Import `model` (its dynamic inputs fixed by `input_shapes`, else at the shapes the
+    profile was made at), run the fp32 graph passes and quantize it with `profile`, which must
+    have been made for this model."""
+    proto, loaded = _load(model, profile)
+    label = _label(model)
+    shapes = resolve_input_shapes(proto, loaded, input_shapes or {}, label)
+    return _quantize(proto, loaded, options, shapes, label)
 
 
 def compile_model(model: ModelSource, profile: ProfileSource,
                   options: CompileOptions = CompileOptions(),
                   arch: Arch | str = "default", progress: Progress = quiet) -> Built:
     """Quantize `model` with `profile` and compile it for `arch` (an Arch, a preset name or an
-    architecture TOML file). The header records the tool, the options and, when `model` and
-    `profile` are files, their digests (so `ember accuracy` can refuse another profile). With
-    the backend's allow_host, nodes without an int8 form are kept in fp32 (host segments).
-    `progress` hears how far each step has come (`compiler.backend.progress`)."""
+    architecture TOML file). The header records the tool, the options (with the shapes that
+    fixed dynamic inputs) and, when `model` and `profile` are files, their digests (so
+    `ember accuracy` can refuse another profile). With the backend's allow_host, nodes without
+    an int8 form are kept in fp32 (host segments). `progress` hears how far each step has come
+    (`compiler.backend.progress`)."""
     proto, loaded = _load(model, profile)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
+    label = _label(model)
+    shapes = resolve_input_shapes(proto, loaded, options.input_shapes, label)
+    options = replace(options, input_shapes=shapes)
     progress("quantizing", 0, None)
-    graph = optimized_graph(proto)
+    graph = optimized_graph(fix_input_shapes(proto, shapes, label))
     if options.backend.allow_host:
         # What has no int8 form runs on the host in fp32, as if named with keep_fp32; the
         # header records it so, and `ember accuracy` rebuilds the same int8 graph.
@@ -102,11 +125,50 @@ def compile_model(model: ModelSource, profile: ProfileSource,
     qgraph = quantize(graph, loaded, options.quant)
     metadata = {"tool": {"name": "ember", "version": profile_format.tool_version()},
                 "options": {"target": arch.name, **options.to_header()}}
+    if (images := preprocessing.profiled(loaded)) is not None:
+        metadata["preprocessing"] = images  # for `ember simulate -i images/` to check
     if not isinstance(model, onnx.ModelProto) and not isinstance(profile, Profile):
         metadata["inputs"] = {"model_sha256": _sha256(model),
                               "model_fingerprint": loaded.model.digest,
                               "profile_sha256": _sha256(profile)}
     return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata, progress))
+
+
+def resolve_input_shapes(proto: onnx.ModelProto, profile: Profile,
+                         given: Mapping[str, Sequence[int]], label: str = "model"
+                         ) -> dict[str, tuple[int, ...]]:
+    """The shape of each dynamic input: as `given` (--input-shape), else as profiled (at
+    batch 1 when the profile's data chose the batch size).
+
+    A given shape must equal the profiled one except on the batch axis: ranges are per
+    sample, so a profile made at batch 1 serves a program compiled for batch 4, but not one
+    for another image size. Static inputs are left to `fix_input_shapes` to check.
+    """
+    profiled = profile.input_shapes
+    resolved = {}
+    for value in graph_inputs(proto):
+        dims = value.type.tensor_type.shape.dim
+        recorded = profiled.get(value.name)
+        if value.name in given:
+            shape = tuple(given[value.name])
+            if recorded is not None and len(recorded) == len(shape):
+                for axis, (was, now) in enumerate(zip(recorded, shape)):
+                    if axis and was is not None and was != now:
+                        raise EmberError(
+                            f"{label}: --input-shape {value.name}={_dims(shape)} does not fit "
+                            f"{_name(profile)}, profiled at {value.name}={_dims(recorded)}: "
+                            f"dimension {axis} is {now}, the profile's {was} (only the batch "
+                            f"axis may differ); re-profile with --input-shape "
+                            f"{value.name}={_dims(shape)}")
+        elif recorded and None not in recorded[1:] and len(recorded) == len(dims):
+            shape = (recorded[0] or 1, *recorded[1:])  # batch 1 when the data chose it
+        else:
+            continue
+        if any(not d.HasField("dim_value") for d in dims):
+            resolved[value.name] = shape
+    for name in given:  # a static input named, or an unknown name: fix_input_shapes checks it
+        resolved.setdefault(name, tuple(given[name]))
+    return resolved
 
 
 def optimized_graph(model: ModelSource,
@@ -124,12 +186,22 @@ def _load(model: ModelSource, profile: ProfileSource) -> tuple[onnx.ModelProto, 
 
 
 def _quantize(proto: onnx.ModelProto, profile: Profile, options: QuantOptions,
-              input_shapes: Mapping[str, Sequence[int]] | None = None,
-              label: str = "model") -> Quantized:
-    if input_shapes is not None:
-        proto = fix_input_shapes(proto, input_shapes, label)
+              input_shapes: Mapping[str, Sequence[int]], label: str) -> Quantized:
+    proto = fix_input_shapes(proto, input_shapes, label)
     graph = optimized_graph(proto)
     return Quantized(proto, graph, quantize(graph, profile, options))
+
+
+def _label(model: ModelSource) -> str:
+    return "model" if isinstance(model, onnx.ModelProto) else str(model)
+
+
+def _name(profile: Profile) -> str:
+    return profile.path or "the profile"
+
+
+def _dims(shape: Sequence[int | None]) -> str:
+    return ",".join("?" if d is None else str(d) for d in shape)
 
 
 def _sha256(path: str | os.PathLike) -> str:

@@ -78,6 +78,18 @@ class Profile:
         """Whether any run profiled made-up data (`--random`) rather than real samples."""
         return any(run["data"].get("synthetic", False) for run in self.runs)
 
+    @property
+    def input_shapes(self) -> dict[str, list[int | None]]:
+        """The shape each input was profiled at: what --input-shape fixed or the model
+        declared, None where the data decided. Runs merged at different batch sizes leave the
+        batch axis None: ranges are per sample, so the batch size does not change them."""
+        shapes: dict[str, list[int | None]] = {}
+        for run in self.runs:
+            for name, dims in run["options"]["input_shapes"].items():
+                seen = shapes.setdefault(name, list(dims))
+                shapes[name] = [a if a == b else None for a, b in zip(seen, dims)]
+        return shapes
+
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION,
                 "tool": {"name": "ember", "version": self.tool_version},
@@ -133,6 +145,10 @@ def merge(profiles: list[Profile], allow_same_data: bool = False) -> Profile:
         if diff:
             raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: profiles of "
                                f"different models: {diff}")
+        if _per_sample(other.input_shapes) != _per_sample(first.input_shapes):
+            raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: profiled at "
+                               f"different input shapes: {_shown(first.input_shapes)} and "
+                               f"{_shown(other.input_shapes)}")
         if set(other.tensors) != set(first.tensors):
             odd = sorted(set(other.tensors) ^ set(first.tensors))[0]
             raise ProfileError(f"cannot merge {_name(other)} into {_name(first)}: tensor "
@@ -144,6 +160,16 @@ def merge(profiles: list[Profile], allow_same_data: bool = False) -> Profile:
         tensors = {name: merge_stats(stats, other.tensors[name]) for name, stats in tensors.items()}
     return Profile(first.model, tool_version(), sum(p.samples for p in profiles),
                    tuple(run for p in profiles for run in p.runs), tensors)
+
+
+def _per_sample(shapes: dict[str, list]) -> dict[str, list]:
+    """Shapes without their batch axis: what a sample's ranges depend on."""
+    return {name: dims[1:] for name, dims in shapes.items()}
+
+
+def _shown(shapes: dict[str, list]) -> str:
+    return ", ".join(f"{name}[{','.join('?' if d is None else str(d) for d in dims)}]"
+                     for name, dims in shapes.items())
 
 
 def _check_disjoint(profiles: list[Profile]) -> None:
@@ -301,8 +327,16 @@ def _from_json(doc: dict, path: str) -> Profile:
 
 
 def _check_run(run, where: str) -> None:
-    """What ember reads of a run record: its sample counts and its data's kind and digest."""
+    """What ember reads of a run record: its sample counts, the input shapes it fed, and its
+    data's kind and digest."""
     _require(isinstance(run, dict), where, run, "an object")
+    options = run.get("options")
+    _require(isinstance(options, dict), f"{where}.options", options, "an object")
+    shapes = options.get("input_shapes")
+    _require(isinstance(shapes, dict) and all(
+        isinstance(dims, list) and all(d is None or _is_int(d, 1) for d in dims)
+        for dims in shapes.values()), f"{where}.options.input_shapes", shapes,
+        "an object of lists of positive dimensions or null")
     for key in ("samples", "skipped_nonfinite", "dropped"):
         _require(_is_int(run.get(key)), f"{where}.{key}", run.get(key),
                  "a non-negative integer below 2^53")

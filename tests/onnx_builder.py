@@ -31,6 +31,13 @@ def model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequence[int | s
     return proto
 
 
+def with_batch(proto: onnx.ModelProto, batch: int) -> onnx.ModelProto:
+    """`proto` with its inputs' and outputs' batch axis set to `batch` (changed in place)."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_value = batch
+    return proto
+
+
 def conv_bn_relu(channels: int = 4, seed: int = 0) -> onnx.ModelProto:
     """x[1,3,8,8] → Conv → BatchNormalization → Relu → y: the pattern BN folding removes."""
     rng = np.random.default_rng(seed)

@@ -13,6 +13,9 @@ of the scratchpad, reserved in both layers' plans (`tiling.alternate` keeps it i
 the producer is tiled with fewer rows); the tensor gets no DRAM buffer (`memory.plan_dram`).
 Tokens come from the scheduler's hazards on local rows, as for every other access.
 
+A batch keeps every image: the producer finishes all of them before the consumer starts, so
+the block holds one image's slots after another, and each layer reads or writes its image's.
+
 Pairs are taken in layer order; in a chain (a consumer that keeps its own output too) each
 block goes just below the blocks its producer already holds. A pair is kept when
 the producer, tiled again with the rows reserved, keeps its pixel tiles and its plan's cost
@@ -36,9 +39,10 @@ from simulator.arch import Arch
 
 @dataclass(frozen=True)
 class OnChip:
-    """Where a tensor kept in the scratchpad sits: `slots` blocks of height x width pixel rows
-    from row `base`, slot s holding channels [s * block, (s + 1) * block); the image's pixel
-    (y, x) at row (y + top) * width + x + left of its slot; the other rows are `pad_value`."""
+    """Where a tensor kept in the scratchpad sits: per image of the batch, `slots` blocks of
+    height x width pixel rows, image i's from row `base + i * image_rows`, slot s holding
+    channels [s * block, (s + 1) * block); the image's pixel (y, x) at row
+    (y + top) * width + x + left of its slot; the other rows are `pad_value`."""
 
     tensor: str
     base: int
@@ -50,14 +54,19 @@ class OnChip:
     block: int
     pad_value: int
     image_hw: tuple[int, int]
+    images: int = 1  # the batch: the consumer reads image by image, the producer writes all
 
     @property
     def slot_rows(self) -> int:
         return self.height * self.width
 
     @property
-    def rows(self) -> int:
+    def image_rows(self) -> int:
         return self.slots * self.slot_rows
+
+    @property
+    def rows(self) -> int:
+        return self.images * self.image_rows
 
     @property
     def padded(self) -> bool:
@@ -65,32 +74,34 @@ class OnChip:
         return (self.top > 0 or self.left > 0 or self.height > self.top + h
                 or self.width > self.left + w)
 
-    def row(self, y: int, x: int, c0: int) -> int:
-        return (self.base + c0 // self.block * self.slot_rows + (y + self.top) * self.width
-                + x + self.left)
+    def row(self, y: int, x: int, c0: int, image: int = 0) -> int:
+        return (self.base + image * self.image_rows + c0 // self.block * self.slot_rows
+                + (y + self.top) * self.width + x + self.left)
 
     def fill(self, node: str, lanes: int) -> list:
-        """The LOADs with only padding that set every row of the block to the pad value."""
-        per = self.slots if self.slots * self.height <= PAD_MAX else 1
+        """The LOADs with only padding that set every row of the block to the pad value (the
+        images' slots are contiguous: one run of slots)."""
+        slots = self.images * self.slots
+        per = slots if slots * self.height <= PAD_MAX else 1
         return [instruction(node, isa.LOAD, mem="scratchpad", sram=self.base + s * self.slot_rows,
                             dram=0, y_size=0, x_size=0, elem_bytes=lanes, x_stride=lanes,
                             y_stride=lanes, pad_top=per * self.height, pad_left=self.width,
                             pad_value=self.pad_value)
-                for s in range(0, self.slots, per)] if self.padded else []
+                for s in range(0, slots, per)] if self.padded else []
 
 
 def _consumer_layout(layer, t: Tiles, arch: Arch) -> dict | None:
     """The input block's layout (OnChip's fields but tensor and base) when `layer` loads its
     whole input as one tile, else None."""
     if isinstance(layer, ConvLayer) and isinstance(t, ConvTiles):
-        if (layer.batch != 1 or layer.x_view is not None or not t.whole_layer
-                or t.tile_hw != layer.out_hw or t.packed_taps != 1):
+        if (layer.x_view is not None or not t.whole_layer or t.tile_hw != layer.out_hw
+                or t.packed_taps != 1):
             return None
         n_in = ceil_div(layer.in_channels, t.in_block)
         if t.blocked_input:
             h, w = layer.in_hw
             return dict(slots=n_in, height=h, width=w, top=0, left=0, block=t.in_block,
-                        pad_value=layer.x_zero_point)
+                        pad_value=layer.x_zero_point, images=layer.batch)
         # every K slice must have its slot (`conv_steps` numbers the used ones)
         used = {ib for a in active_blocks(layer, t.in_block, t.out_block) for ib in a}
         if used != set(range(n_in)):
@@ -99,15 +110,17 @@ def _consumer_layout(layer, t: Tiles, arch: Arch) -> dict | None:
         (sh, sw), (dh, dw) = layer.strides, layer.dilations
         return dict(slots=n_in, height=conv_input_extent(oh, sh, kh, dh),
                     width=conv_input_extent(ow, sw, kw, dw), top=layer.pads[0],
-                    left=layer.pads[1], block=t.in_block, pad_value=layer.x_zero_point)
+                    left=layer.pads[1], block=t.in_block, pad_value=layer.x_zero_point,
+                    images=layer.batch)
     if isinstance(layer, PoolLayer) and isinstance(t, PoolTiles):
-        if layer.batch != 1 or layer.x_view is not None or t.tile_hw != layer.out_hw:
+        if layer.x_view is not None or t.tile_hw != layer.out_hw:
             return None
         (oh, ow), (kh, kw), (sh, sw) = layer.out_hw, layer.kernel, layer.strides
         return dict(slots=ceil_div(layer.channels, t.channel_block),
                     height=conv_input_extent(oh, sh, kh, 1),
                     width=conv_input_extent(ow, sw, kw, 1), top=layer.pads[0],
-                    left=layer.pads[1], block=t.channel_block, pad_value=layer.pad_value)
+                    left=layer.pads[1], block=t.channel_block, pad_value=layer.pad_value,
+                    images=layer.batch)
     return None
 
 
@@ -146,7 +159,7 @@ def keep_on_chip(lowered: Lowered, tiles: list[Tiles], arch: Arch,
     for i in range(len(layers) - 1):
         producer, consumer = layers[i], layers[i + 1]
         if not (isinstance(producer, ConvLayer) and producer.y_view is None
-                and producer.batch == 1 and getattr(consumer, "x", None) == producer.y
+                and getattr(consumer, "x", None) == producer.y
                 and readers.get(producer.y) == 1 and producer.y not in outputs
                 and producer.y not in viewed):
             continue

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options,
-                                    warn_if_synthetic)
+from ember.commands.options import (data_options, image_options_from, input_shape_option,
+                                    json_option, model_argument, quant_options_from,
+                                    quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
 
@@ -23,14 +23,11 @@ EXIT_GATE_FAILED = 3
 @model_argument
 @click.argument("program", required=False, type=InputPath(dir_okay=False))
 @quantization_options
-@click.option("--data", required=True, metavar="DATA", type=InputPath(),
-              help="Evaluation data: an .npz keyed by input name (samples on the first axis; a "
-                   "`labels` array is ground truth), a folder of .npy/.npz, or file.py:function.")
+@data_options("--data", what="Evaluation data", required=True)
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Ground truth for top-1 accuracy (.npy, or .npz with `labels`): one class "
                    "index in [0, classes) per sample, or one-hot rows [N, classes] (each exactly "
                    "one 1). Anything else is refused.")
-@click.option("--samples", type=click.IntRange(min=1), help="Evaluate at most this many samples.")
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first.")
@@ -49,7 +46,7 @@ EXIT_GATE_FAILED = 3
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
              per_layer: bool, html_path: str | None, emit_onnx: str | None, min_sqnr: float | None,
              max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
-             **quant_kwargs) -> None:
+             **kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
 
     With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
@@ -61,19 +58,25 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     executes bit for bit; onnxruntime runs the fp32 model on the same samples. Per output:
     top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|.
 
+    Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
+    warning names any that differ from the calibration images' (recorded in the profile and
+    the program).
+
     \b
-    Example:
+    Examples:
       ember accuracy examples/digits/model.onnx --profile digits.profile.json \\
           --data examples/digits/eval.npz --per-layer --html accuracy.html
+      ember accuracy resnet.onnx resnet.ember --profile resnet.profile.json \\
+          --data imagenet_val/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
     """
-    options = quant_options_from(quant_kwargs)
+    options = quant_options_from(kwargs)
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
-                            program=program)
+                            program=program, images=image_options_from(kwargs))
     with progress_bar() as progress:
-        report = measure(model, quant_kwargs["profile_path"], evaluation, options,
+        report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,
                          emit_onnx=emit_onnx)
-    warn_if_synthetic(quant_kwargs["profile_path"])
+    warn_if_synthetic(kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())
     if as_json:

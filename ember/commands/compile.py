@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
-from ember.commands.options import (json_option, model_argument, quant_options_from,
-                                    quantization_options, warn_if_synthetic)
+from compiler.frontend.onnx import parse_input_shapes
+from ember.commands.options import (input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options, warn_if_synthetic)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
@@ -39,9 +40,11 @@ from simulator.arch import Arch
                    "it lacks) on the host CPU, in host segments; without it they are errors.")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, beside=("model", ".ember")),
               help="Program to write.  [default: MODEL with .ember]")
+@input_shape_option
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
-             allow_host: bool, output: str, as_json: bool, **quant_kwargs) -> None:
+             allow_host: bool, output: str, input_shapes: tuple[str, ...], as_json: bool,
+             **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -49,6 +52,11 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     program header, and `ember simulate` quantizes float inputs with them. With --allow-host,
     what the accelerator cannot run runs on the host in host segments (still bit-exact); the
     summary lists each segment's nodes and cost.
+
+    A dynamic input is compiled at the shape it was profiled at (batch 1 if the data chose
+    the batch size), or at the one --input-shape gives, which may differ only on the batch
+    axis: a profile made at batch 1 serves a program for batch 8, which tiles the batch like
+    any other axis. The header records the shape.
 
     \b
     Example:
@@ -62,13 +70,19 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
         if not path.parent.is_dir():
             raise EmberError(f"{path}: directory {path.parent} does not exist")
     options = CompileOptions(quant_options_from(quant_kwargs),
-                             BackendOptions(double_buffer=double_buffer, allow_host=allow_host))
+                             BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
+                             parse_input_shapes(input_shapes))
     with progress_bar() as progress:
         built = compile_model(model, profile_path, options, target, progress)
         # The machine's timing depends on the program alone, so the summary's cycles are
         # exactly those `ember simulate` will report, whatever the inputs.
         progress("timing the program", 0, None)
         cycles = machine.timing(built.compiled.program).cycles
+    for name, shape in built.compiled.program.metadata["options"].get("input_shapes", {}).items():
+        if name not in options.input_shapes:
+            click.echo(f"ember: dynamic input {name!r} compiled as {name}="
+                       f"{','.join(map(str, shape))}, from the profile (--input-shape to choose)",
+                       err=True)
     warn_if_synthetic(profile_path)
     compiled, arch = built.compiled, built.compiled.program.arch
     if emit_onnx:

@@ -12,6 +12,75 @@ input_shape_option = click.option(
     "--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
     help="Fix a dynamic input shape, e.g. --input-shape input=1,3,224,224 (repeatable).")
 
+DATA_FORMS = ("an .npz keyed by input name (samples on the first axis; a 'labels' array is "
+              "ground truth, never an input), an .npy (one-input models), a folder of "
+              ".npy/.npz files, a folder of png/jpg images (preprocessed as --resize, --mean, "
+              "--std, --layout and --channel-order say), or a Python hook file.py:function or "
+              "module:function returning dicts of {input name: array} (an iterable, or an "
+              "object with get_next() such as an onnxruntime CalibrationDataReader)")
+
+
+def data_options(*names: str, what: str, required: bool = False):
+    """The data option (`--data`, or `-i/--input` where a command runs one input), --samples
+    and the image preprocessing options, shared by every command that reads samples so that
+    each takes every data form and preprocesses images the same way. The command receives
+    `data`, `samples` and the keywords `image_options_from` reads."""
+    def decorate(command):
+        decorators = [
+            click.option(*names, "data", metavar="DATA", type=InputPath(), required=required,
+                         help=f"{what}: {DATA_FORMS}."),
+            click.option("--samples", type=click.IntRange(min=1), metavar="N",
+                         help="Read only the first N samples."),
+            click.option("--resize", metavar="H,W",
+                         help="Images: resize to H,W.  [default: the model's]"),
+            click.option("--mean", default="0", show_default=True, metavar="M[,M,M]",
+                         help="Images: per-channel mean subtracted after scaling pixels to "
+                              "[0,1]."),
+            click.option("--std", default="1", show_default=True, metavar="S[,S,S]",
+                         help="Images: per-channel divisor applied after --mean."),
+            click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
+                         help="Images: tensor layout.  [default: guessed from the input shape]"),
+            click.option("--channel-order", type=click.Choice(["RGB", "BGR"]), default="RGB",
+                         show_default=True, help="Images: channel order the model expects."),
+        ]
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+    return decorate
+
+
+def image_options_from(kwargs: dict):
+    """An ImageOptions from the keywords `data_options` declared (removed from `kwargs`)."""
+    from profiler.sources.images import ImageOptions
+    return ImageOptions(resize=_size(kwargs.pop("resize")), mean=_floats(kwargs.pop("mean")),
+                        std=_floats(kwargs.pop("std")), layout=kwargs.pop("layout"),
+                        channel_order=kwargs.pop("channel_order"))
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"'{text}': expected comma-separated numbers") from None
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) not in (1, 2) or min(dims) < 1:
+        raise click.BadParameter(f"--resize '{text}': expected H,W or one size for both")
+    return (dims[0], dims[-1])
+
+
+program_shape_option = click.option(
+    "--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+    help="Check that PROGRAM was compiled for this input shape: a program's shapes are fixed "
+         "by `ember compile --input-shape` (repeatable).")
+
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of a table.")
 

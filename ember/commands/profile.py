@@ -10,7 +10,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ember.commands.options import input_shape_option, json_option, model_argument
+from ember import preprocessing
+from ember.commands.options import (
+    data_options,
+    image_options_from,
+    input_shape_option,
+    json_option,
+    model_argument,
+)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.progress import counting
@@ -20,45 +27,18 @@ from profiler.run import RunOptions, load_model
 from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
-from profiler.sources.images import ImageOptions
 from simulator.numerics import oversize
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"'{text}': expected comma-separated numbers") from None
-
-
-def _size(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        dims = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        dims = ()
-    if len(dims) not in (1, 2) or min(dims) < 1:
-        raise click.BadParameter(f"'{text}': expected H,W or one size for both")
-    return (dims[0], dims[-1])
 
 
 @click.command("quantize-profile")
 @model_argument
-@click.option("--data", metavar="DATA", type=InputPath(),
-              help="Calibration data: an .npz keyed by input name (samples on the first axis; "
-                   "a 'labels' array is ignored), a folder of .npy/.npz files, a folder of "
-                   "png/jpg images, or a Python hook file.py:function or module:function "
-                   "returning dicts of {input name: array} (an iterable, or an object with "
-                   "get_next() such as an onnxruntime CalibrationDataReader).")
+@data_options("--data", what="Calibration data")
 @click.option("--random", "random_samples", type=click.IntRange(min=1), metavar="N",
               help="Profile N synthetic normal(0,1) samples instead of --data: a quick smoke "
                    "run; the profile is marked synthetic.")
 @click.option("-o", "--output",
               type=OutputPath(dir_okay=False, beside=("model", ".profile.json")),
               help="Profile to write.  [default: MODEL with .profile.json]")
-@click.option("--samples", type=click.IntRange(min=1), metavar="N",
-              help="Stop after the first N samples.")
 @click.option("--batch", type=click.IntRange(min=1), default=32, metavar="B", show_default=True,
               help="Most samples per onnxruntime run. A model fixed to batch 1 runs batched "
                    "only if that gives the same values (checked on the first batch); large "
@@ -71,20 +51,10 @@ def _size(text: str | None) -> tuple[int, int] | None:
 @click.option("--allow-nonfinite/--reject-nonfinite", default=False, show_default=True,
               help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
 @input_shape_option
-@click.option("--resize", metavar="H,W", help="Images: resize to H,W.  [default: the model's]")
-@click.option("--mean", default="0", show_default=True, metavar="M[,M,M]",
-              help="Images: per-channel mean subtracted after scaling pixels to [0,1].")
-@click.option("--std", default="1", show_default=True, metavar="S[,S,S]",
-              help="Images: per-channel divisor applied after --mean.")
-@click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
-              help="Images: tensor layout.  [default: guessed from the input shape]")
-@click.option("--channel-order", type=click.Choice(["RGB", "BGR"]), default="RGB",
-              show_default=True, help="Images: channel order the model expects.")
 def quantize_profile(model: str, data: str | None, random_samples: int | None,
                      output: str, samples: int | None, batch: int, workers: int,
                      seed: int, allow_nonfinite: bool, input_shapes: tuple[str, ...],
-                     resize: str | None, mean: str, std: str, layout: str | None,
-                     channel_order: str) -> None:
+                     **image_kwargs) -> None:
     """Run MODEL in fp32 over calibration data and record every tensor's range.
 
     For each input, weight and node output: min, max, count and a histogram of at least
@@ -119,9 +89,9 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
-        images = ImageOptions(resize=_size(resize), mean=_floats(mean), std=_floats(std),
-                              layout=layout, channel_order=channel_order)
+        images = image_options_from(image_kwargs)
         source = open_data(data, specs, images)
+        preprocessing.warn_if_differs(None, images, source, f"--data {data}")
     options = RunOptions(batch=batch, samples=samples, workers=workers,
                          allow_nonfinite=allow_nonfinite)
     total = source.count()
@@ -193,16 +163,20 @@ def merge(profiles: tuple[str, ...], output: str, allow_same_data: bool) -> None
 @click.argument("path", type=InputPath(dir_okay=False))
 @json_option
 def show(path: str, as_json: bool) -> None:
-    """Print each tensor of a profile: kind, range, values counted, histogram bins."""
+    """Print each tensor of a profile: kind, range, values counted, histogram bins; and the
+    input shapes it was profiled at (? where the data chose)."""
     p = profile_format.load(path)
     rows = {name: {"kind": t.kind, "min": t.min, "max": t.max, "count": t.count,
                    "nonfinite": t.nonfinite, "bins": len(t.hist), "bin_width": t.bin_width}
             for name, t in p.tensors.items()}
     if as_json:
         click.echo(json.dumps({"fingerprint": p.model.digest, "samples": p.samples,
-                               "tensors": rows}, indent=1))
+                               "input_shapes": p.input_shapes, "tensors": rows}, indent=1))
         return
-    table = Table(title=f"{path}: {p.samples} samples, model {p.model.digest[:12]}")
+    shapes = ", ".join(f"{name}[{','.join('?' if d is None else str(d) for d in dims)}]"
+                       for name, dims in p.input_shapes.items())
+    table = Table(title=f"{path}: {p.samples} samples of {shapes or 'the model'}, model "
+                        f"{p.model.digest[:12]}")
     for column in ("tensor", "kind", "min", "max", "count", "nonfinite", "bins"):
         table.add_column(column, justify="left" if column in ("tensor", "kind") else "right")
     for name, r in rows.items():

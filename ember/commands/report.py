@@ -11,8 +11,8 @@ import numpy as np
 from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
-from ember.commands.options import json_option
-from ember.commands.simulate import performance_doc, read_inputs
+from ember.commands.options import json_option, program_shape_option
+from ember.commands.simulate import Feeds, check_shapes, performance_doc, read_inputs
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.reports.performance import PerformanceReport
@@ -33,9 +33,10 @@ from simulator.program import Program
               help="Also write the report as JSON here (the keys --json prints).")
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="As for `ember simulate`: reject races that no dependency token orders.")
+@program_shape_option
 @json_option
 def report(source: str, input_path: str | None, html_path: str | None, output: str | None,
-           check_hazards: bool, as_json: bool) -> None:
+           check_hazards: bool, input_shapes: tuple[str, ...], as_json: bool) -> None:
     """The performance report of PROGRAM (an .ember) on its accelerator, or of REPORT (a
     .json that `ember simulate --report` wrote).
 
@@ -67,10 +68,13 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
         if input_path:
             raise EmberError(f"{source}: a saved report is rendered as it is; -i is for a "
                              f"program")
+        if input_shapes:
+            raise EmberError(f"{source}: a saved report is rendered as it is; --input-shape "
+                             f"is for a program")
         perf = PerformanceReport.from_report(_load_json(path), source)
     else:
-        perf = PerformanceReport.from_report(_simulate(source, input_path, check_hazards),
-                                             source)
+        perf = PerformanceReport.from_report(
+            _simulate(source, input_path, check_hazards, input_shapes), source)
     if html_path:
         write_text(html_path, perf.html())
     text = json.dumps(perf.to_json(), indent=2)
@@ -89,14 +93,16 @@ def _load_json(path: Path) -> dict:
         raise EmberError(f"{path}: not a JSON performance report: {err}") from None
 
 
-def _simulate(source: str, input_path: str | None, check_hazards: bool) -> dict:
+def _simulate(source: str, input_path: str | None, check_hazards: bool,
+              input_shapes: tuple[str, ...]) -> dict:
     prog = Program.load(source)
     check_segments(prog, source)
+    check_shapes(prog, source, input_shapes)
     if input_path:
-        samples, batch = read_inputs(prog, input_path)
+        feeds = read_inputs(prog, input_path)
     else:  # every input at its zero point
-        samples, batch = [{b.name: b.quantize(np.zeros(b.shape, np.float32))
-                           for b in prog.inputs}], 0
-    result = machine.run(prog, samples[0], check_hazards=check_hazards, host=run_segment)
-    return performance_doc(source, input_path or "(zero-point inputs)", samples, batch, result,
+        feeds = Feeds([{b.name: b.quantize(np.zeros(b.shape, np.float32))
+                        for b in prog.inputs}], 0, 1)
+    result = machine.run(prog, feeds.runs[0], check_hazards=check_hazards, host=run_segment)
+    return performance_doc(source, input_path or "(zero-point inputs)", feeds, result,
                            {"check_hazards": check_hazards})

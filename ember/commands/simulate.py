@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -13,21 +14,29 @@ import numpy as np
 from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
-from ember.commands.options import json_option
+from compiler.frontend.onnx import parse_input_shapes
+from ember import preprocessing
+from ember.commands.options import (
+    data_options,
+    image_options_from,
+    json_option,
+    program_shape_option,
+)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.loading import check_array_file
 from ember.reports.performance import PerformanceReport
+from profiler import batching
+from profiler.model_inputs import InputSpec
+from profiler.sources import open_data
+from profiler.sources.images import ImageOptions
 from simulator import machine, trace
 from simulator.program import Program, write_atomic
 
 
 @click.command()
 @click.argument("program", type=InputPath(dir_okay=False))
-@click.option("-i", "--input", "input_path", required=True, type=InputPath(dir_okay=False),
-              help="Inputs: a .npy (programs with one input) or a .npz keyed by input name. "
-                   "Float arrays are quantized with the program's scale and zero point; int8 "
-                   "arrays are taken raw. A leading batch axis runs each sample.")
+@data_options("-i", "--input", required=True, what="Inputs, every sample run")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False),
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
@@ -41,11 +50,18 @@ from simulator.program import Program, write_atomic
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="Reject cross-queue accesses to local memory that no dependency token "
                    "orders (a race), even when the timing hides them.")
+@program_shape_option
 @json_option
-def simulate(program: str, input_path: str, output: str | None, raw: bool, report: str | None,
-             trace_path: str | None, trace_level: str, check_hazards: bool,
-             as_json: bool) -> None:
+def simulate(program: str, data: str, samples: int | None, output: str | None, raw: bool,
+             report: str | None, trace_path: str | None, trace_level: str, check_hazards: bool,
+             input_shapes: tuple[str, ...], as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
+
+    Float inputs are quantized with the program's scale and zero point; .npy/.npz arrays of
+    its int8 type are taken raw. Samples on a leading axis run one by one; samples on the
+    model's batch axis run in batches of the program's batch size (the last filled with
+    zero-point samples, their outputs dropped), and the outputs hold one row per sample. The
+    report times one run: the timing does not depend on the values.
 
     \b
     The report's keys: cycles, time_ms, bound_cycles (roofline: max of the model's MACs / array
@@ -65,20 +81,22 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     """
     prog = Program.load(program)
     check_segments(prog, program)
-    samples, batch = read_inputs(prog, input_path)
-    results = [machine.run(prog, sample, check_hazards=check_hazards, host=run_segment)
-               for sample in samples]
+    check_shapes(prog, program, input_shapes)
+    feeds = read_inputs(prog, data, image_options_from(image_kwargs), samples)
+    if (note := feeds.describe()) is not None:
+        click.echo(f"ember: {note}", err=True)
+    results = [machine.run(prog, run, check_hazards=check_hazards, host=run_segment)
+               for run in feeds.runs]
     first = results[0]
     if output:
         outputs = {}
         for b in prog.outputs:
-            values = np.stack([r.outputs[b.name] for r in results]) if batch else \
-                first.outputs[b.name]
+            values = feeds.outputs(results, b.name)
             outputs[b.name] = values if raw else b.dequantize(values)
         buffer = io.BytesIO()
         np.savez(buffer, **outputs)
         write_atomic(output, buffer.getvalue())
-    perf = performance_doc(program, input_path, samples, batch, first,
+    perf = performance_doc(program, data, feeds, first,
                            {"raw": raw, "trace_level": trace_level,
                             "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
@@ -95,23 +113,129 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
         PerformanceReport.from_report(perf, program).print(Console())
 
 
-def performance_doc(program: str, input_path: str, samples: list[dict], batch: int,
-                    result: machine.Result, options: dict) -> dict:
-    """The JSON performance report of one run, with what reproduces it under "run"."""
+def performance_doc(program: str, input_path: str, feeds: Feeds, result: machine.Result,
+                    options: dict) -> dict:
+    """The JSON performance report of one run (the first of `feeds`), with what reproduces it
+    under "run": the inputs' `batch` of samples, in `runs` runs."""
     perf = result.stats.to_report()
     perf["run"] = {
         "tool": {"name": "ember", "version": _version()},
         "program": {"path": program, "sha256": _sha256(Path(program).read_bytes())},
-        "inputs": {"path": input_path, "batch": batch or 1,
+        "inputs": {"path": input_path, "batch": feeds.samples or 1, "runs": len(feeds.runs),
                    "sha256": {name: _sha256(np.ascontiguousarray(a).tobytes())
-                              for name, a in sorted(samples[0].items())}},
+                              for name, a in sorted(feeds.runs[0].items())}},
         "options": options,
     }
     return perf
 
 
-def read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
-    """Quantized samples keyed by input name, and the batch size (0: no batch axis)."""
+def check_shapes(prog: Program, path: str, input_shapes: tuple[str, ...]) -> None:
+    """--input-shape given for a program must name its inputs at the shapes it has."""
+    names = [b.name for b in prog.inputs]
+    for name, shape in parse_input_shapes(input_shapes).items():
+        if name not in names:
+            raise EmberError(f"{path}: --input-shape names {name!r}, but the program's inputs "
+                             f"are {names}")
+        compiled = prog.inputs[names.index(name)].shape
+        if tuple(compiled) != shape:
+            raise EmberError(f"{path}: compiled for {name}={','.join(map(str, compiled))}, not "
+                             f"{','.join(map(str, shape))}: a program's shapes are fixed; "
+                             f"recompile with `ember compile --input-shape "
+                             f"{name}={','.join(map(str, shape))}`")
+
+
+@dataclass(frozen=True)
+class Feeds:
+    """The program's runs over the samples `-i` gave, and how their outputs go back together.
+
+    Samples on a leading axis run one at a time; samples on the model's own batch axis run
+    in groups of the program's batch size, the last group filled with zero-point samples
+    (`padded`) whose outputs are dropped.
+    """
+
+    runs: list[dict[str, np.ndarray]]  # quantized inputs of each run, keyed by input name
+    samples: int  # 0: one set of inputs without a sample axis
+    batch: int  # samples per run: the program's batch when samples lie on its batch axis
+    padded: int = 0
+
+    def outputs(self, results: list[machine.Result], name: str) -> np.ndarray:
+        if not self.samples:
+            return results[0].outputs[name]
+        if self.batch == 1:
+            return np.stack([r.outputs[name] for r in results])
+        return np.concatenate([r.outputs[name] for r in results])[:self.samples]
+
+    def describe(self) -> str | None:
+        """What a reader of one run's report must know, or None for a single run."""
+        if len(self.runs) == 1 and not self.padded:
+            return None
+        filled = (f" (the last filled with {self.padded} zero-point samples, their outputs "
+                  f"dropped)" if self.padded else "")
+        return (f"{self.samples} samples in {len(self.runs)} runs of {self.batch}{filled}; "
+                f"the report times one run: the timing does not depend on the values")
+
+
+def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
+                limit: int | None = None) -> Feeds:
+    """The runs over the samples in `path`, in any data form `--data` takes: floats are
+    quantized with the program's scale and zero point, arrays of the binding's type (.npy and
+    .npz only) are taken raw."""
+    if Path(path).suffix in (".npy", ".npz"):
+        arrays = _array_file(prog, path)
+        preprocessing.warn_if_differs(None, images, None, f"-i {path}")
+    else:
+        specs = [InputSpec(b.name, np.dtype(np.float32), (None, *b.shape[1:]))
+                 for b in prog.inputs]
+        source = open_data(path, specs, images, "-i")
+        preprocessing.warn_if_differs(preprocessing.recorded_by(prog), images, source,
+                                      f"-i {path}")
+        batches = list(batching.stream(source, specs, 64, False, limit, False,
+                                       batching.Tally()))
+        if not batches:
+            raise EmberError(f"{path}: no samples")
+        arrays = {b.name: np.concatenate([batch[b.name] for batch in batches])
+                  for b in prog.inputs}
+    forms = set()
+    quantized = {}
+    for b in prog.inputs:
+        a = arrays[b.name]
+        if a.shape == b.shape:
+            forms.add(("whole", 0))
+        elif a.shape[1:] == b.shape:
+            forms.add(("leading", a.shape[0]))
+        elif b.shape and a.ndim == len(b.shape) and a.shape[1:] == b.shape[1:]:
+            forms.add(("batch", a.shape[0]))  # samples on the model's batch axis
+        else:
+            raise EmberError(f"{path}: input {b.name!r} has shape {list(a.shape)}, expected "
+                             f"{list(b.shape)} (optionally with a leading batch axis)")
+        if a.dtype == np.dtype(b.dtype):
+            quantized[b.name] = a
+        elif np.issubdtype(a.dtype, np.floating):
+            quantized[b.name] = b.quantize(a)
+        else:
+            raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected floats to "
+                             f"quantize or raw {b.dtype}")
+    if len(forms) > 1:
+        raise EmberError(f"{path}: inputs disagree on the batch axis")
+    form, count = forms.pop()
+    if limit is not None and form != "whole":
+        count = min(count, limit)
+    if form == "whole":
+        return Feeds([quantized], 0, 1)
+    if form == "leading":
+        return Feeds([{name: a[n] for name, a in quantized.items()} for n in range(count)],
+                     count, 1)
+    batch = prog.inputs[0].shape[0]
+    padded = -count % batch
+    filled = {b.name: np.concatenate([quantized[b.name][:count], np.broadcast_to(
+        b.quantize(np.zeros(b.shape[1:], np.float32)), (padded, *b.shape[1:]))])
+        for b in prog.inputs}
+    return Feeds([{name: a[start:start + batch] for name, a in filled.items()}
+                  for start in range(0, count + padded, batch)], count, batch, padded)
+
+
+def _array_file(prog: Program, path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npy or .npz, keyed by the program's input names."""
     check_array_file(path)
     try:
         loaded = np.load(path, allow_pickle=False)
@@ -133,33 +257,7 @@ def read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
         arrays.pop("labels", None)  # ground truth beside the inputs, never an input
     if sorted(arrays) != sorted(names):
         raise EmberError(f"{path}: has arrays {sorted(arrays)}, the program takes {names}")
-    batches = set()
-    quantized = {}
-    for b in prog.inputs:
-        a = arrays[b.name]
-        if a.shape == b.shape:
-            batches.add(0)
-        elif a.shape[1:] == b.shape:
-            batches.add(a.shape[0])
-        elif b.shape and b.shape[0] == 1 and a.ndim == len(b.shape) and a.shape[1:] == b.shape[1:]:
-            a = a.reshape((a.shape[0],) + tuple(b.shape))  # samples on the model's batch axis
-            batches.add(a.shape[0])
-        else:
-            raise EmberError(f"{path}: input {b.name!r} has shape {list(a.shape)}, expected "
-                             f"{list(b.shape)} (optionally with a leading batch axis)")
-        if a.dtype == np.dtype(b.dtype):
-            quantized[b.name] = a
-        elif np.issubdtype(a.dtype, np.floating):
-            quantized[b.name] = b.quantize(a)
-        else:
-            raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected floats to "
-                             f"quantize or raw {b.dtype}")
-    if len(batches) > 1:
-        raise EmberError(f"{path}: inputs disagree on the batch axis")
-    batch = batches.pop() if batches else 0
-    if not batch:
-        return [quantized], 0
-    return [{name: a[n] for name, a in quantized.items()} for n in range(batch)], batch
+    return arrays
 
 
 def _sha256(data: bytes) -> str:

@@ -17,6 +17,9 @@ from profiler.errors import ProfileError
 from profiler.model_inputs import InputSpec
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# What `ImageFolder.describe` records of the preprocessing: the same options give the same
+# tensors from the same images.
+PREPROCESSING = ("resize", "mean", "std", "layout", "channel_order")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,14 @@ class ImageFolder:
         if self.layout == "NCHW":
             pixels = pixels.transpose(2, 0, 1)
         return np.ascontiguousarray(pixels, dtype=self.spec.dtype)
+
+
+def preprocessing(described: dict) -> dict | None:
+    """The preprocessing a data source's description records, or None for data that is not
+    images (arrays arrive as the model takes them)."""
+    if described.get("kind") != "images":
+        return None
+    return {key: described.get(key) for key in PREPROCESSING}
 
 
 def _guess_layout(spec: InputSpec) -> str:

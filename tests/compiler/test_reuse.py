@@ -15,7 +15,7 @@ from compiler.backend.tiling import Region, tile
 from simulator.arch import Arch
 from tests.compiler.tiny import quantize_model
 from tests.e2e.models import chain
-from tests.onnx_builder import model, weights
+from tests.onnx_builder import model, weights, with_batch
 
 EDGE = Arch.load("edge")  # 4096 scratchpad rows of 8 lanes
 
@@ -72,3 +72,22 @@ def test_a_tensor_read_twice_or_a_model_output_stays_in_dram() -> None:
     sole_readers = packable(lowered)
     own = [tile(layer, EDGE, layer.node in sole_readers) for layer in lowered.layers]
     assert _keep(lowered) == (own, {}, [0, 0, 0])
+
+
+def test_a_batch_keeps_every_image_in_its_own_block() -> None:
+    """Expected: the chain's blocks at batch 2, each holding image 0's block and then image
+    1's (twice the rows, from the top of the scratchpad down as at batch 1)."""
+    lowered = lower(quantize_model(with_batch(chain(), 2)))
+    b_zero_point = lowered.layers[2].x_zero_point
+    expected = {
+        "ar": OnChip("ar", 4096 - 858, slots=3, height=11, width=13, top=1, left=1, block=8,
+                     pad_value=-128, image_hw=(10, 12), images=2),
+        "b": OnChip("b", 3238 - 120, slots=2, height=5, width=6, top=0, left=0, block=8,
+                    pad_value=b_zero_point, image_hw=(5, 6), images=2),
+        "c": OnChip("c", 3118 - 196, slots=2, height=7, width=7, top=1, left=1, block=8,
+                    pad_value=-128, image_hw=(5, 6), images=2),
+    }
+    _, kept, reserved = _keep(lowered)
+    assert kept == expected
+    assert reserved == [858, 858 + 120, 858 + 120 + 196, 858 + 120 + 196]
+    assert expected["ar"].row(0, 0, 8, image=1) == 4096 - 858 + 429 + 143 + 13 + 1

@@ -65,6 +65,22 @@ def test_merging_profiles_of_different_models_fails(tmp_path):
         pf.merge([a, b])
 
 
+def test_the_recorded_shapes_merge_over_the_batch_axis_only(tmp_path):
+    """Ranges are per sample: shards at batch sizes 1 and 4 merge (the batch axis becomes
+    unknown), shards at other image sizes do not."""
+    p = run_on(conv_model(), samples(4), tmp_path)
+    assert p.input_shapes == {"x": [1, 2, 4, 4]}
+
+    def shard(shape, digest):
+        run = {**p.runs[0], "options": {**p.runs[0]["options"], "input_shapes": {"x": shape}},
+               "data": {**p.runs[0]["data"], "sha256": digest * 64}}
+        return pf.Profile(p.model, p.tool_version, p.samples, (run,), p.tensors)
+    assert pf.merge([p, shard([4, 2, 4, 4], "a")]).input_shapes == {"x": [None, 2, 4, 4]}
+    with pytest.raises(ProfileError, match=r"profiled at different input shapes: "
+                                           r"x\[1,2,4,4\] and x\[1,2,9,9\]"):
+        pf.merge([p, shard([1, 2, 9, 9], "b")])
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"format": "ember.profile", "version": 1, "tool"', "not a JSON profile, or truncated"),
     ("hello", "not a JSON profile"),

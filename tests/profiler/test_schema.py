@@ -79,6 +79,10 @@ BAD = [
     ("runs as a string", _set("runs", "x"), "runs = 'x'"),
     ("run digest", _set("runs", 0, "data", "sha256", 5), "runs[0].data.sha256 = 5"),
     ("shapes", _set("model", "input_shapes", "x", "1,2"), "model.input_shapes"),
+    ("run shapes", _set("runs", 0, "options", "input_shapes", {"x": [1, "3"]}),
+     "runs[0].options.input_shapes = {'x': [1, '3']}: expected an object of lists"),
+    ("run without options", lambda doc: doc["runs"][0].pop("options"),
+     "runs[0].options = None: expected an object"),
     ("tool", _set("tool", "version", 1), "tool.version = 1"),
 ]
 

@@ -231,6 +231,8 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
             if load_input:
                 in_row = ctx.buffer(tiles.inputs, input_loads)
                 input_loads += 1
+                if (kept_input := ctx.on_chip.get(layer.x)) is not None:
+                    in_row += image_index * kept_input.image_rows  # its image's block
                 if tiles.blocked_input:
                     slot, slot_rows = None, pixels
                     inputs = _blocked_input(node, ctx, layer, kb, in_row,
@@ -299,8 +301,9 @@ def _output(node: str, ctx: Context, layer: ConvLayer, acc_row: int, out_row: in
     if rows <= 0 or cols <= 0:
         return []
     if cols == tw == kept.width:
-        return [requant(acc_row, kept.row(y0, x0, c0), rows * tw)]
-    return [requant(acc_row + r * tw, kept.row(y0 + r, x0, c0), cols) for r in range(rows)]
+        return [requant(acc_row, kept.row(y0, x0, c0, image_index), rows * tw)]
+    return [requant(acc_row + r * tw, kept.row(y0 + r, x0, c0, image_index), cols)
+            for r in range(rows)]
 
 
 def _fill_kept(ctx: Context, layer: ConvLayer, steps: list[Step]) -> list[Step]:

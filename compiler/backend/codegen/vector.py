@@ -44,7 +44,7 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
             count += 1
             kept = ctx.on_chip.get(layer.x)
             if kept is not None:  # its producer left the whole input in these rows
-                in_row = kept.row(-kept.top, -kept.left, c0)
+                in_row = kept.row(-kept.top, -kept.left, c0, image_index)
             loads = pending + ([] if kept is not None else
                                [load_window(node, ctx, layer.x, layer.in_view, image_index, win,
                                             c0, n, in_row, layer.pad_value)])
