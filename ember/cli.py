@@ -50,7 +50,12 @@ class _Group(click.Group):
             sys.exit(1)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_CODES = ("Exit codes: 0 success, 1 internal error, 2 bad usage or input, 3 an accuracy gate "
+              "failed (the report is still written), 130 interrupted (Ctrl-C).")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES)
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.version_option(package_name="ember")
 @click.pass_context

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from compiler.frontend.onnx import parse_input_shapes
+from ember import console
 from ember.accuracy import Evaluation, measure
 from ember.commands.options import (input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options,
@@ -82,7 +83,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
     else:
-        report.print(Console())
+        report.print(console.results())
     failed = _gate(report, min_sqnr, max_top1_drop)
     if report.bit_exact is False:
         click.echo(f"ember: the simulator differs from the integer reference: "

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
+from ember import console
 from ember.commands.options import (json_option, model_argument, quant_options_from,
                                     quantization_options, warn_if_synthetic)
-from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq
@@ -56,9 +55,6 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
-    for path in (out, Path(emit_onnx) if emit_onnx else out):
-        if not path.parent.is_dir():
-            raise EmberError(f"{path}: directory {path.parent} does not exist")
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host))
     built = compile_model(model, profile_path, options, target)
@@ -103,4 +99,4 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
                       f"{segment['cycles']:,} cycles ({segment['flops']:,} FLOPs, "
                       f"{segment['read_bytes'] + segment['write_bytes']:,} B): "
                       + ", ".join(segment["nodes"]))
-    Console().print(table)
+    console.results().print(table)

@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ember import console
 from ember.commands.options import input_shape_option, json_option, model_argument
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
@@ -146,13 +147,13 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
 @contextmanager
 def _progress(total: int | None):
     """A progress bar on stderr when it is a terminal; silent otherwise."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
         yield lambda n: None
         return
     columns = [TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
                TextColumn("samples"), _Rate(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
+    with Progress(*columns, console=stderr, transient=True) as progress:
         task = progress.add_task("profile", total=total)
         yield lambda n: progress.advance(task, n)
 
@@ -165,7 +166,6 @@ class _Rate(ProgressColumn):
 def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
     run = result.runs[0]
     kinds = {k: sum(t.kind == k for t in result.tensors.values()) for k in profile_format.KINDS}
-    console = Console()
     notes = [f"{run['skipped_nonfinite']} skipped (NaN/Inf)" if run["skipped_nonfinite"] else "",
              f"{run['dropped']} dropped (partial batch)" if run["dropped"] else "",
              "synthetic --random data" if run["data"]["kind"] == "random" else ""]
@@ -179,7 +179,7 @@ def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
     for label, picks in (("widest", ranged[::-1][:3]), ("narrowest", ranged[:3])):
         table.add_row(label, "\n".join(_range_text(name, result.tensors[name])
                                        for _, name in picks))
-    console.print(table)
+    console.results().print(table)
 
 
 def _range_text(name: str, t: profile_format.TensorStats) -> str:
@@ -236,7 +236,7 @@ def show(path: str, as_json: bool) -> None:
     for name, r in rows.items():
         table.add_row(name, r["kind"], _number(r["min"]), _number(r["max"]), str(r["count"]),
                       str(r["nonfinite"]), str(r["bins"]))
-    Console().print(table)
+    console.results().print(table)
 
 
 def _number(value: float | None) -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
+from ember import console
 from ember.commands.options import json_option
 from ember.commands.simulate import performance_doc, read_inputs
 from ember.errors import EmberError
@@ -77,7 +77,7 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
     if as_json:
         click.echo(text)
     else:
-        perf.print(Console())
+        perf.print(console.results())
 
 
 def _load_json(path: Path) -> dict:

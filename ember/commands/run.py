@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from compiler.frontend.onnx import fix_input_shapes, load_model, parse_input_shapes
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph
-from ember import ort
+from ember import console, ort
 from ember.commands.options import input_shape_option, json_option, model_argument
 from ember.compare import max_relative_error
 from ember.errors import EmberError
@@ -117,4 +116,4 @@ def run(model: str, input_path: str | None, output: str | None, input_shapes: tu
         if check:
             cells.append(f"{row['max_rel_error']:.2e}")
         table.add_row(*cells)
-    Console().print(table)
+    console.results().print(table)

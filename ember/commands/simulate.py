@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
+from ember import console
 from ember.commands.options import json_option
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
@@ -92,7 +92,7 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     if as_json:
         click.echo(text)
     else:
-        PerformanceReport.from_report(perf, program).print(Console())
+        PerformanceReport.from_report(perf, program).print(console.results())
 
 
 def performance_doc(program: str, input_path: str, samples: list[dict], batch: int,
