@@ -6,6 +6,7 @@ import importlib
 import sys
 
 import click
+import onnxruntime
 
 from ember.errors import user_error_types
 from ember.files import guard
@@ -72,6 +73,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    # onnxruntime logs its own errors in red on stderr, even those ember expects and handles
+    # (the profiler's batch probe of a model fixed to batch 1): only its fatal ones, unless
+    # --debug asks for its warnings and errors too (severities: 2 warning, 3 error, 4 fatal).
+    onnxruntime.set_default_logger_severity(2 if debug else 4)
 
 
 for _module, _attr in COMMANDS:

@@ -74,8 +74,7 @@ def quantize_model(model: ModelSource, profile: ProfileSource,
                    input_shapes: Mapping[str, Sequence[int]] | None = None) -> Quantized:
     """Import `model` (with `input_shapes`, fix its dynamic inputs), run the fp32 graph passes
     and quantize it with `profile`, which must have been made for this model."""
-    return _quantize(*_load(model, profile), options, input_shapes,
-                     "model" if isinstance(model, onnx.ModelProto) else str(model))
+    return _quantize(*_load(model, profile), options, input_shapes, _label(model))
 
 
 def compile_model(model: ModelSource, profile: ProfileSource,
@@ -86,7 +85,7 @@ def compile_model(model: ModelSource, profile: ProfileSource,
     `profile` are files, their digests (so `ember accuracy` can refuse another profile)."""
     proto, loaded = _load(model, profile)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
-    qgraph = _quantize(proto, loaded, options.quant).qgraph
+    qgraph = _quantize(proto, loaded, options.quant, label=_label(model)).qgraph
     metadata = {"tool": {"name": "ember", "version": profile_format.tool_version()},
                 "options": {"target": arch.name, **options.to_header()}}
     if not isinstance(model, onnx.ModelProto) and not isinstance(profile, Profile):
@@ -97,9 +96,10 @@ def compile_model(model: ModelSource, profile: ProfileSource,
 
 
 def optimized_graph(model: ModelSource,
-                    input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+                    input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    label: str | None = None) -> Graph:
     """The fp32 Graph the quantizer starts from: imported, then the fp32 graph passes."""
-    return optimize(import_model(model, input_shapes))
+    return optimize(import_model(model, input_shapes, label))
 
 
 def _load(model: ModelSource, profile: ProfileSource) -> tuple[onnx.ModelProto, Profile]:
@@ -115,8 +115,13 @@ def _quantize(proto: onnx.ModelProto, profile: Profile, options: QuantOptions,
               label: str = "model") -> Quantized:
     if input_shapes is not None:
         proto = fix_input_shapes(proto, input_shapes, label)
-    graph = optimized_graph(proto)
+    graph = optimized_graph(proto, label=label)
     return Quantized(proto, graph, quantize(graph, profile, options))
+
+
+def _label(model: ModelSource) -> str:
+    """How errors name `model`: its path, as the user typed it."""
+    return "model" if isinstance(model, onnx.ModelProto) else str(model)
 
 
 def _sha256(path: str | os.PathLike) -> str:

@@ -46,7 +46,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def build_digits(out_dir: Path) -> list[Written]:
-    from examples.digits import train  # imports scikit-learn; only this example needs it
+    from examples.digits import (
+        train,  # imports scikit-learn; only this example needs it
+    )
 
     result = train.build()
     summaries = {

@@ -13,9 +13,10 @@ def ratio(real: float, where: str) -> tuple[int, int]:
     """numerics.quantize_multiplier(real), with an error that names the node when it fails."""
     try:
         return numerics.quantize_multiplier(float(real))
-    except SimulatorError as err:
-        raise QuantizeError(f"{where}: cannot requantize by the ratio {real!r} of its scales "
-                            f"({err}); its input or output range is degenerate") from None
+    except SimulatorError:
+        raise QuantizeError(f"{where}: cannot requantize by the ratio {float(real):.3g} of its "
+                            f"scales (a multiplier and shift represent [2^-32, 2^31)); its "
+                            f"input or output range is degenerate") from None
 
 
 def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[int, ...]]:

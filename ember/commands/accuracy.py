@@ -12,9 +12,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options,
-                                    warn_if_synthetic)
+from ember.commands.options import (
+    input_shape_option,
+    json_option,
+    model_argument,
+    quant_options_from,
+    quantization_options,
+    warn_if_synthetic,
+)
 from ember.files import InputPath, OutputPath, write_text
 
 EXIT_GATE_FAILED = 3

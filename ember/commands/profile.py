@@ -20,10 +20,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from compiler.errors import CompileError
+from compiler.graph.ops import OPS
 from ember import console
 from ember.commands.options import input_shape_option, json_option, model_argument
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
+from ember.flow import optimized_graph
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, load_model
@@ -31,6 +34,8 @@ from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from profiler.sources.images import ImageOptions
+from quantizer.checks import unquantizable
+from simulator.errors import listing
 from simulator.numerics import oversize
 
 
@@ -126,6 +131,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     for spec in specs:  # one sample of each, before anything is allocated
         if (why := oversize([1 if d is None else d for d in spec.shape], spec.dtype)):
             raise EmberError(f"{model}: input {spec.name!r} is too large: {why}")
+    _warn_unsupported(model, onnx_model, specs)
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
@@ -142,6 +148,26 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
         result = run_profile(onnx_model, source, specs, options, advance)
     profile_format.save(result, out)
     _summary(result, out, time.perf_counter() - started)
+
+
+def _warn_unsupported(model: str, onnx_model, specs) -> None:
+    """Before profiling, say on stderr which nodes the accelerator cannot run, so that the
+    user learns it now rather than from `ember compile` after the profile is made: the
+    profile is still written (host segments need it too)."""
+    shapes = {s.name: tuple(1 if d is None else d for d in s.shape) for s in specs}
+    try:
+        graph = optimized_graph(onnx_model, shapes, label=model)
+    except CompileError as err:
+        click.echo(f"ember: warning: {err}; `ember compile` will refuse this model, with or "
+                   f"without --allow-host", err=True)
+        return
+    host = [f"{node.name} ({node.op})" for node in graph.nodes
+            if OPS[node.op].lower is None or unquantizable(graph, node)]
+    if host:
+        click.echo(f"ember: warning: {model}: the accelerator cannot run {len(host)} node(s): "
+                   f"{listing(host)}; `ember compile` refuses them unless given --allow-host, "
+                   f"which runs them on the host CPU in host segments (bit-exact, priced in "
+                   f"the cycle count)", err=True)
 
 
 @contextmanager
