@@ -160,13 +160,18 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             on_samples: Callable[[int], None] = lambda n: None,
-            emit_onnx: str | None = None) -> AccuracyReport:
+            emit_onnx: str | None = None,
+            check_program_options: Callable[[QuantOptions], None] = lambda fixed: None
+            ) -> AccuracyReport:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
-    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only)."""
+    metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
+    With a program, its recorded options replace `options`, once `check_program_options`
+    (which may raise) has seen them."""
     program = Program.load(evaluation.program) if evaluation.program else None
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
+        check_program_options(options)
     quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
     exactness = BitExactness(program, qgraph) if program is not None else None

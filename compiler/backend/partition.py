@@ -26,14 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (
-    Binding,
-    HostLayer,
-    HostPort,
-    Layout,
-    Tensor,
-    block_axis,
-)
+from compiler.backend.layers import Binding, HostLayer, HostPort, Layout, Tensor, block_axis
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, is_integer_node, node_macs
@@ -57,7 +50,8 @@ def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | N
             return f"it quantizes {x!r}, which an fp32 node computes (not a model input)"
         fp32 = [n.name for n in users.get(x, []) if OPS[n.op].lower is not Lower.QUANTIZE]
         if fp32:
-            return f"model input {x!r} is also read in fp32 by node(s) {listing(fp32, quote=True)}"
+            return (f"model input {x!r} is also read in fp32 by node(s) "
+                    f"{listing(fp32, quote=True)}")
         return None
     if kind is Lower.DEQUANTIZE:
         y = node.outputs[0]

@@ -12,14 +12,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (
-    input_shape_option,
-    json_option,
-    model_argument,
-    quant_options_from,
-    quantization_options,
-    warn_if_synthetic,
-)
+from ember.commands.options import (input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options,
+                                    refuse_conflicts, warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
 
 EXIT_GATE_FAILED = 3
@@ -60,7 +55,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
 
     With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
     runs every sample and must equal the integer reference bit for bit (JSON `bit_exact`,
-    and `first_difference` when it does not); the quantizer options come from the program.
+    and `first_difference` when it does not); the quantizer options come from the program,
+    and one given that differs from what the program recorded is an error naming both.
 
     MODEL is quantized with the profile and options given (exactly as `ember compile` would)
     and run by ember's integer reference interpreter, the arithmetic the accelerator
@@ -81,7 +77,9 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
         task = progress.add_task("eval", total=samples)
         report = measure(model, quant_kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes),
-                         on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx)
+                         on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx,
+                         check_program_options=lambda fixed: refuse_conflicts(
+                             click.get_current_context(), program, fixed))
     warn_if_synthetic(quant_kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())

@@ -10,13 +10,8 @@ from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
 from ember import console
-from ember.commands.options import (
-    json_option,
-    model_argument,
-    quant_options_from,
-    quantization_options,
-    warn_if_synthetic,
-)
+from ember.commands.options import (json_option, model_argument, quant_options_from,
+                                    quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq

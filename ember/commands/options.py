@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 
+from ember.errors import EmberError
 from ember.files import InputPath
 
 model_argument = click.argument("model", type=InputPath(dir_okay=False))
@@ -44,14 +46,48 @@ def quantization_options(command):
     return command
 
 
+# The QuantOptions field that each parameter of `quantization_options` sets.
+QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
+                "per_channel": "per_channel", "activation_dtype": "activation_dtype",
+                "symmetric": "symmetric_activations", "schema": "schema",
+                "keep_fp32": "keep_fp32"}
+
+
 def quant_options_from(kwargs: dict):
     """A QuantOptions from the click keyword arguments `quantization_options` declared."""
     from quantizer.options import QuantOptions
-    return QuantOptions(calibration=kwargs["calibration"], percentile=kwargs["percentile"],
-                        per_channel=kwargs["per_channel"],
-                        activation_dtype=kwargs["activation_dtype"],
-                        symmetric_activations=kwargs["symmetric"], schema=kwargs["schema"],
-                        keep_fp32=tuple(kwargs["keep_fp32"]))
+    return QuantOptions(**{field: kwargs[param] for param, field in QUANT_FIELDS.items()})
+
+
+def refuse_conflicts(ctx: click.Context, program: str, fixed) -> None:
+    """The quantization options the user typed must say what PROGRAM was compiled with
+    (`fixed`, a QuantOptions): an error naming both values, rather than the program's
+    silently winning. Options left at their defaults take the program's."""
+    conflicts = []
+    for param in ctx.command.params:
+        field = QUANT_FIELDS.get(param.name)
+        if field is None or ctx.get_parameter_source(param.name) in (
+                ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            continue
+        given, recorded = ctx.params[param.name], getattr(fixed, field)
+        if (tuple(given) if param.multiple else given) != recorded:
+            conflicts.append(f"{_spelled(param, given)} was given, but the program was "
+                             f"compiled with {_spelled(param, recorded)}")
+    if conflicts:
+        them = "them" if len(conflicts) > 1 else "it"
+        raise EmberError(f"{program}: " + "; ".join(conflicts) + f"; drop {them} (the "
+                         f"program's options apply) or compile the program again with {them}")
+
+
+def _spelled(param: click.Parameter, value) -> str:
+    """`value` as the user would type it: `--per-tensor`, `--calibration mse`,
+    `--keep-fp32 a --keep-fp32 b` (or `no --keep-fp32`)."""
+    flag = max(param.opts, key=len)
+    if isinstance(param, click.Option) and param.is_flag and param.secondary_opts:
+        return flag if value else max(param.secondary_opts, key=len)
+    if param.multiple:
+        return " ".join(f"{flag} {v}" for v in value) or f"no {flag}"
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
 
 
 def warn_if_synthetic(profile_path: str) -> None:

@@ -138,3 +138,19 @@ def test_help_documents_the_exit_codes() -> None:
     text = " ".join(invoke("--help").output.split())
     assert "Exit codes: 0 success, 1 internal error, 2 bad usage or input, 3 an accuracy gate " \
            "failed (the report is still written), 130 interrupted (Ctrl-C)." in text
+
+
+def test_an_option_the_program_fixes_must_match_it(program, digits_profile) -> None:
+    common = ("accuracy", DIGITS / "model.onnx", program, "--profile", digits_profile, "--data",
+              DIGITS / "eval.npz", "--samples", 2)
+    result = invoke(*common, "--calibration", "mse", "--per-tensor")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"ember: error: {program}: --calibration mse was given, but the program was compiled "
+        f"with --calibration minmax; --per-tensor was given, but the program was compiled with "
+        f"--per-channel; drop them (the program's options apply) or compile the program again "
+        f"with them")
+    assert "--keep-fp32 fc was given, but the program was compiled with no --keep-fp32" in \
+        invoke(*common, "--keep-fp32", "fc").output
+    agreeing = invoke(*common, "--calibration", "minmax", "--per-channel", "--json")
+    assert agreeing.exit_code == 0, agreeing.output
