@@ -23,8 +23,8 @@ class InputPath(click.Path):
 class OutputPath(click.Path):
     """A file a command writes: `refuse_overwrites` keeps it off the inputs and other outputs.
 
-    `beside=(parameter, suffix)` makes the default that parameter's path with this suffix, so
-    that the default is checked like a path the user gave.
+    `beside=(parameter, suffix)` makes the default that parameter's path (its first, when it
+    takes several) with this suffix, so that the default is checked like a path the user gave.
     """
 
     def __init__(self, *args: Any, beside: tuple[str, str] | None = None, **kwargs: Any):
@@ -49,7 +49,8 @@ def guard(command: click.Command) -> click.Command:
             if isinstance(param.type, OutputPath) and param.type.beside and \
                     kwargs.get(param.name) is None:
                 source, suffix = param.type.beside
-                kwargs[param.name] = str(Path(kwargs[source]).with_suffix(suffix))
+                first = kwargs[source][0] if isinstance(kwargs[source], tuple) else kwargs[source]
+                kwargs[param.name] = str(Path(first).with_suffix(suffix))
             if isinstance(param.type, (InputPath, OutputPath)):
                 what = param.human_readable_name if isinstance(param, click.Argument) \
                     else max(param.opts, key=len)

@@ -21,7 +21,9 @@ from simulator.arch import Arch
 @click.command("compile")
 @model_argument
 @click.option("--int8", "int8", is_flag=True, default=True,
-              help="Quantize to int8 and compile for the accelerator (the only mode).")
+              help="Quantize weights and activations to int8 for the accelerator: the default "
+                   "and only precision, so the flag may be left out (accepted, as trtexec's "
+                   "--int8 is, so that scripts say what they build).")
 @quantization_options
 @click.option("--target", default="default", show_default=True, metavar="PRESET|ARCH.toml",
               type=InputPath(),

@@ -220,8 +220,9 @@ def profile() -> None:
 
 @profile.command("merge")
 @click.argument("profiles", nargs=-1, required=True, type=InputPath(dir_okay=False))
-@click.option("-o", "--output", required=True, type=OutputPath(dir_okay=False),
-              help="Merged profile to write.")
+@click.option("-o", "--output",
+              type=OutputPath(dir_okay=False, beside=("profiles", ".merged.json")),
+              help="Merged profile to write.  [default: the first PROFILE with .merged.json]")
 @click.option("--allow-same-data", is_flag=True,
               help="Merge runs over the same data (equal data digests), counting those "
                    "samples twice on purpose; refused by default.")

@@ -29,8 +29,9 @@ from simulator.program import Program
 @click.option("--html", "html_path", type=OutputPath(dir_okay=False),
               help="Also write the self-contained HTML report (roofline, where the cycles go, "
                    "unit utilization, a per-layer timeline, the tables).")
-@click.option("-o", "--output", type=OutputPath(dir_okay=False),
-              help="Also write the report as JSON here (the keys --json prints).")
+@click.option("-o", "--output", "--report", "output", type=OutputPath(dir_okay=False),
+              help="Also write the report as JSON here (the keys --json prints); --report is "
+                   "`ember simulate`'s spelling.")
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="As for `ember simulate`: reject races that no dependency token orders.")
 @json_option

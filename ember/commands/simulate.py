@@ -32,8 +32,11 @@ from simulator.program import Program, write_atomic
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
 @click.option("--report", type=OutputPath(dir_okay=False),
-              help="Write the performance report here: JSON, or the HTML page (roofline, "
-                   "where the cycles go, per-layer table) when the name ends in .html.")
+              help="Write the JSON performance report here (as `ember report --report`); a "
+                   "name ending in .html writes the HTML page instead, as --html does.")
+@click.option("--html", "html_path", type=OutputPath(dir_okay=False),
+              help="Write the self-contained HTML performance page here (roofline, where the "
+                   "cycles go, per-layer table), as `ember report --html` does.")
 @click.option("--trace", "trace_path", type=OutputPath(dir_okay=False),
               help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
 @click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
@@ -43,8 +46,8 @@ from simulator.program import Program, write_atomic
                    "orders (a race), even when the timing hides them.")
 @json_option
 def simulate(program: str, input_path: str, output: str | None, raw: bool, report: str | None,
-             trace_path: str | None, trace_level: str, check_hazards: bool,
-             as_json: bool) -> None:
+             html_path: str | None, trace_path: str | None, trace_level: str,
+             check_hazards: bool, as_json: bool) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     \b
@@ -61,7 +64,7 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
     \b
     Example:
       ember simulate model.ember -i input.npz -o out.npz --report perf.json --trace trace.json
-      ember simulate model.ember -i input.npz --report perf.html
+      ember simulate model.ember -i input.npz --html perf.html
     """
     prog = Program.load(program)
     check_segments(prog, program)
@@ -83,8 +86,12 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
                             "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
     if report and Path(report).suffix.lower() in (".html", ".htm"):
-        write_atomic(report, PerformanceReport.from_report(perf, program).html().encode())
-    elif report:
+        report, html_paths = None, [report, html_path]  # --report page.html: the older --html
+    else:
+        html_paths = [html_path]
+    for page in filter(None, html_paths):
+        write_atomic(page, PerformanceReport.from_report(perf, program).html().encode())
+    if report:
         write_atomic(report, (text + "\n").encode())
     if trace_path:
         events = trace.chrome_trace(prog, first.timeline, trace_level)

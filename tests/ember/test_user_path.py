@@ -4,6 +4,7 @@ output modes, unwrapped tables when piped, and what --help documents (exit codes
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import shutil
@@ -154,3 +155,38 @@ def test_an_option_the_program_fixes_must_match_it(program, digits_profile) -> N
         invoke(*common, "--keep-fp32", "fc").output
     agreeing = invoke(*common, "--calibration", "minmax", "--per-channel", "--json")
     assert agreeing.exit_code == 0, agreeing.output
+
+
+def test_int8_is_the_documented_default_and_changes_nothing(digits_profile, program,
+                                                            tmp_path) -> None:
+    help_text = " ".join(invoke("compile", "--help").output.split())
+    assert "--int8 Quantize weights and activations to int8 for the accelerator: the default " \
+           "and only precision" in help_text
+    flagged = tmp_path / "flagged.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "-o", flagged)
+    assert result.exit_code == 0, result.output
+    assert flagged.read_bytes() == program.read_bytes()
+
+
+def test_simulate_and_report_spell_their_outputs_alike(program, tmp_path) -> None:
+    np.savez(tmp_path / "in.npz", input=np.zeros((1, 1, 8, 8), np.float32))
+    common = ("simulate", program, "-i", tmp_path / "in.npz")
+    assert invoke(*common, "--report", tmp_path / "s.json", "--html",
+                  tmp_path / "s.html").exit_code == 0
+    assert invoke(*common, "--report", tmp_path / "old.html").exit_code == 0  # older spelling
+    assert invoke("report", tmp_path / "s.json", "--report", tmp_path / "r.json", "--html",
+                  tmp_path / "r.html").exit_code == 0
+    for page in ("s.html", "old.html", "r.html"):
+        assert (tmp_path / page).read_text().lstrip().lower().startswith("<!doctype html")
+    assert json.loads((tmp_path / "r.json").read_text())["cycles"] == \
+        json.loads((tmp_path / "s.json").read_text())["cycles"]
+
+
+def test_profile_merge_has_a_default_output(digits_profile, tmp_path) -> None:
+    first = tmp_path / "part1.json"
+    shutil.copy(digits_profile, first)
+    result = invoke("profile", "merge", first, digits_profile, "--allow-same-data")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "part1.merged.json").is_file()
+    assert str(tmp_path / "part1.merged.json") in result.output
