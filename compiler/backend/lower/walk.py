@@ -22,6 +22,7 @@ from compiler.backend.partition import BINDINGS, HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, int8_attrs
+from simulator.errors import listing
 
 
 class Unsupported(CompileError):
@@ -192,7 +193,8 @@ class Walk:
         bound = {b.name for b in self.outputs}
         missing = [name for name in self.g.outputs if name not in bound]
         if missing:
-            raise CompileError(f"graph output(s) {missing} are neither DequantizeLinear of an "
+            raise CompileError(f"graph output(s) {listing(missing, quote=True)} are neither "
+                               f"DequantizeLinear of an "
                                f"int8 tensor nor computed on the host (--allow-host): the "
                                f"program cannot return them")
         views = {v: b for v, b in self.buffer.items() if v != b}
