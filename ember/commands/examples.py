@@ -54,5 +54,6 @@ def build(out_dir: Path, only: tuple[str, ...]) -> None:
         except ImportError as err:
             raise EmberError(f"example {name!r} needs {err.name}: pip install 'ember[examples]'")
         except OSError as err:
-            raise EmberError(f"cannot write example {name!r} under {out_dir}: {err}")
+            raise EmberError(f"{out_dir}: cannot write example {name!r}: "
+                             f"{err.strerror or err}") from None  # not the temporary name
     print_table(written)

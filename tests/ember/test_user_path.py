@@ -190,3 +190,18 @@ def test_profile_merge_has_a_default_output(digits_profile, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "part1.merged.json").is_file()
     assert str(tmp_path / "part1.merged.json") in result.output
+
+
+def test_examples_build_never_names_its_temporary_file(tmp_path, monkeypatch) -> None:
+    import errno
+    import tempfile
+
+    def refuse(*args, dir=None, prefix="", suffix="", **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                              f"{dir}/{prefix}abc{suffix}")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    result = invoke("examples", "build", "--only", "mlp", "--out", tmp_path)
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == \
+        f"ember: error: {tmp_path}: cannot write example 'mlp': Permission denied"
