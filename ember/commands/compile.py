@@ -16,6 +16,7 @@ from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from quantizer.qdq import export_qdq
 from simulator.arch import Arch
+from simulator.errors import listing
 
 
 @click.command("compile")
@@ -100,5 +101,5 @@ def _print_summary(compiled: Compiled, out: Path, arch: Arch) -> None:
         table.add_row(f"host segment {segment['name']}",
                       f"{segment['cycles']:,} cycles ({segment['flops']:,} FLOPs, "
                       f"{segment['read_bytes'] + segment['write_bytes']:,} B): "
-                      + ", ".join(segment["nodes"]))
+                      + listing(segment["nodes"]))  # all of them in --json
     console.results().print(table)

@@ -205,3 +205,31 @@ def test_examples_build_never_names_its_temporary_file(tmp_path, monkeypatch) ->
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == \
         f"ember: error: {tmp_path}: cannot write example 'mlp': Permission denied"
+
+
+@pytest.mark.parametrize("line", [
+    "compile {model} --profile {profile} -o {x} --emit-onnx {o}",
+    "quantize-profile {model} --data {calib} -o {o}",
+    "simulate {program} -i {input} --trace {o}",
+    "report {program} --html {o}",
+    "run {model} -o {o}",
+])
+def test_a_failed_rename_names_the_output_not_the_temporary_file(program, digits_profile,
+                                                                 tmp_path, monkeypatch,
+                                                                 line) -> None:
+    """os.replace's own message names both files, the temporary one first."""
+    import errno
+
+    def cross_device(source, target):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(source), None, str(target))
+
+    np.savez(tmp_path / "in.npz", input=np.zeros((1, 1, 8, 8), np.float32))
+    paths = {"program": program, "input": tmp_path / "in.npz", "o": tmp_path / "out.file",
+             "model": DIGITS / "model.onnx", "calib": DIGITS / "calib.npz",
+             "profile": digits_profile, "x": tmp_path / "x.out"}
+    monkeypatch.setattr(os, "replace", cross_device)
+    result = invoke(*line.format(**paths).split())
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"ember: error: {paths['o']}: cannot write: " \
+                                    f"{os.strerror(errno.EXDEV)}"
+    assert not any(".tmp" in p.name for p in tmp_path.iterdir())
