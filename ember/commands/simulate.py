@@ -85,10 +85,9 @@ def simulate(program: str, input_path: str, output: str | None, raw: bool, repor
                            {"raw": raw, "trace_level": trace_level,
                             "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
-    if report and Path(report).suffix.lower() in (".html", ".htm"):
-        report, html_paths = None, [report, html_path]  # --report page.html: the older --html
-    else:
-        html_paths = [html_path]
+    html_paths = [html_path]
+    if report and Path(report).suffix.lower() in (".html", ".htm"):  # the older --html
+        html_paths, report = [html_path, report], None
     for page in filter(None, html_paths):
         write_atomic(page, PerformanceReport.from_report(perf, program).html().encode())
     if report:
