@@ -6,10 +6,10 @@ import importlib
 import sys
 
 import click
-import onnxruntime
 
 from ember.errors import user_error_types
 from ember.files import guard
+from profiler.session import set_log_severity
 
 # (module under ember.commands, attribute): each attribute is a click command or group.
 COMMANDS = [
@@ -76,7 +76,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     # onnxruntime logs its own errors in red on stderr, even those ember expects and handles
     # (the profiler's batch probe of a model fixed to batch 1): only its fatal ones, unless
     # --debug asks for its warnings and errors too (severities: 2 warning, 3 error, 4 fatal).
-    onnxruntime.set_default_logger_severity(2 if debug else 4)
+    set_log_severity(2 if debug else 4)
 
 
 for _module, _attr in COMMANDS:

@@ -127,3 +127,18 @@ def test_cannot_quantize_names_the_flag_not_python(tmp_path) -> None:
     message = str(caught.value)
     assert "--keep-fp32 NODE" in message and "compiler.pipeline" not in message
     assert not re.search(r"\bkeep_fp32\b", message)
+
+
+def test_profiling_workers_keep_onnxruntime_quiet_too(tmp_path, capfd) -> None:
+    """Workers are spawned: they would start at onnxruntime's default, which warns about an
+    unused initializer when each one makes its session."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    path = tmp_path / "unused.onnx"
+    onnx.save(model(nodes, {"x": [1, 4]}, {"y": [1, 4]}, {"unused": np.ones(3, np.float32)}),
+              path)
+    np.savez(tmp_path / "d.npz", x=np.ones((8, 1, 4), np.float32))
+    capfd.readouterr()
+    result = invoke("quantize-profile", path, "--data", tmp_path / "d.npz", "--workers", 2,
+                    "--batch", 2, "-o", tmp_path / "p.json")
+    assert result.exit_code == 0, result.output
+    assert "onnxruntime" not in capfd.readouterr().err
