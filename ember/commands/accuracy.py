@@ -12,8 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options,
+from ember.commands.options import (QUANT_FIELDS, input_shape_option, json_option,
+                                    model_argument, quant_options_from, quantization_options,
                                     refuse_conflicts, warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
 
@@ -79,7 +79,10 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
                          parse_input_shapes(input_shapes),
                          on_samples=lambda n: progress.advance(task, n), emit_onnx=emit_onnx,
                          check_program_options=lambda fixed: refuse_conflicts(
-                             click.get_current_context(), program, fixed))
+                             click.get_current_context(), program,
+                             {param: getattr(fixed, field)
+                              for param, field in QUANT_FIELDS.items()},
+                             "the program was compiled with", "compile the program again"))
     warn_if_synthetic(quant_kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())

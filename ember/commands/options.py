@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import click
 from click.core import ParameterSource
 
@@ -59,27 +61,29 @@ def quant_options_from(kwargs: dict):
     return QuantOptions(**{field: kwargs[param] for param, field in QUANT_FIELDS.items()})
 
 
-def refuse_conflicts(ctx: click.Context, program: str, fixed) -> None:
-    """The quantization options the user typed must say what PROGRAM was compiled with
-    (`fixed`, a QuantOptions): an error naming both values, rather than the program's
-    silently winning. Options left at their defaults take the program's."""
+def refuse_conflicts(ctx: click.Context, source: str, fixed: Mapping[str, Any], made: str,
+                     again: str) -> None:
+    """The options the user typed that `source` fixes must say what it recorded: an error
+    naming both values, rather than the file's silently winning. `fixed` maps a parameter's
+    name to the recorded value; `made` says how the file got it ("compiled with") and
+    `again` how to get another ("compile the program again"). Options left at their defaults
+    take the file's."""
     conflicts = []
     for param in ctx.command.params:
-        field = QUANT_FIELDS.get(param.name)
-        if field is None or ctx.get_parameter_source(param.name) in (
+        if param.name not in fixed or ctx.get_parameter_source(param.name) in (
                 ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
             continue
-        given, recorded = ctx.params[param.name], getattr(fixed, field)
-        if (tuple(given) if param.multiple else given) != recorded:
-            conflicts.append(f"{_spelled(param, given)} was given, but the program was "
-                             f"compiled with {_spelled(param, recorded)}")
+        given = ctx.params[param.name]
+        if (tuple(given) if param.multiple else given) != fixed[param.name]:
+            conflicts.append(f"{spelled(param, given)} was given, but {made} "
+                             f"{spelled(param, fixed[param.name])}")
     if conflicts:
         them = "them" if len(conflicts) > 1 else "it"
-        raise EmberError(f"{program}: " + "; ".join(conflicts) + f"; drop {them} (the "
-                         f"program's options apply) or compile the program again with {them}")
+        raise EmberError(f"{source}: " + "; ".join(conflicts) + f"; drop {them}, or {again} "
+                         f"with {them}")
 
 
-def _spelled(param: click.Parameter, value) -> str:
+def spelled(param: click.Parameter, value) -> str:
     """`value` as the user would type it: `--per-tensor`, `--calibration mse`,
     `--keep-fp32 a --keep-fp32 b` (or `no --keep-fp32`)."""
     flag = max(param.opts, key=len)

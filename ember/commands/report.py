@@ -11,7 +11,7 @@ import numpy as np
 
 from compiler.backend.codegen.host import check_segments, run_segment
 from ember import console
-from ember.commands.options import json_option
+from ember.commands.options import json_option, refuse_conflicts
 from ember.commands.simulate import performance_doc, read_inputs
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
@@ -66,7 +66,14 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
         if input_path:
             raise EmberError(f"{source}: a saved report is rendered as it is; -i is for a "
                              f"program")
-        perf = PerformanceReport.from_report(_load_json(path), source)
+        doc = _load_json(path)
+        run = doc.get("run") if isinstance(doc, dict) else None
+        recorded = run.get("options") if isinstance(run, dict) else None
+        hazards = recorded.get("check_hazards") if isinstance(recorded, dict) else None
+        refuse_conflicts(click.get_current_context(), source,
+                         {"check_hazards": hazards} if isinstance(hazards, bool) else {},
+                         "the report was simulated with", "simulate again")
+        perf = PerformanceReport.from_report(doc, source)
     else:
         perf = PerformanceReport.from_report(_simulate(source, input_path, check_hazards),
                                              source)

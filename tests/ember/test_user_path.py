@@ -149,8 +149,7 @@ def test_an_option_the_program_fixes_must_match_it(program, digits_profile) -> N
     assert result.output.strip() == (
         f"ember: error: {program}: --calibration mse was given, but the program was compiled "
         f"with --calibration minmax; --per-tensor was given, but the program was compiled with "
-        f"--per-channel; drop them (the program's options apply) or compile the program again "
-        f"with them")
+        f"--per-channel; drop them, or compile the program again with them")
     assert "--keep-fp32 fc was given, but the program was compiled with no --keep-fp32" in \
         invoke(*common, "--keep-fp32", "fc").output
     agreeing = invoke(*common, "--calibration", "minmax", "--per-channel", "--json")
@@ -233,3 +232,15 @@ def test_a_failed_rename_names_the_output_not_the_temporary_file(program, digits
     assert result.output.strip() == f"ember: error: {paths['o']}: cannot write: " \
                                     f"{os.strerror(errno.EXDEV)}"
     assert not any(".tmp" in p.name for p in tmp_path.iterdir())
+
+
+def test_a_saved_report_refuses_another_hazard_check(tmp_path, program) -> None:
+    np.savez(tmp_path / "in.npz", input=np.zeros((1, 1, 8, 8), np.float32))
+    perf = tmp_path / "perf.json"
+    assert invoke("simulate", program, "-i", tmp_path / "in.npz", "--report", perf).exit_code == 0
+    result = invoke("report", perf, "--no-check-hazards")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"ember: error: {perf}: --no-check-hazards was given, but the report was simulated "
+        f"with --check-hazards; drop it, or simulate again with it")
+    assert invoke("report", perf, "--check-hazards").exit_code == 0
