@@ -117,9 +117,9 @@ def test_a_degenerate_ratio_is_a_formatted_number() -> None:
 
 def test_cannot_quantize_names_the_flag_not_python(tmp_path) -> None:
     from compiler.graph.ir import Graph
+    from ember.flow import optimized_graph
     from quantizer.checks import check_quantizable
     from quantizer.options import QuantOptions
-    from ember.flow import optimized_graph
     nodes = [helper.make_node("Div", ["x", "z"], ["y"], name="divide")]
     graph: Graph = optimized_graph(model(nodes, {"x": [1, 4], "z": [1, 4]}, {"y": [1, 4]}))
     with pytest.raises(QuantizeError) as caught:
