@@ -93,11 +93,18 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     failed = _gate(report, min_sqnr, max_top1_drop)
     if report.bit_exact is False:
         click.echo(f"ember: the simulator differs from the integer reference: "
-                   f"{report.first_difference}", err=True)
+                   f"{difference_text(report.first_difference)}", err=True)
         sys.exit(1)
     if failed:
         click.echo(f"ember: accuracy gate failed: {failed}", err=True)
         sys.exit(EXIT_GATE_FAILED)
+
+
+def difference_text(first: dict) -> str:
+    """Where the program first differs from the integer reference, in words."""
+    at = ",".join(map(str, first["element"]))
+    return (f"sample {first['sample']}, output {first['output']!r}[{at}]: the simulator gives "
+            f"{first['simulator']}, the integer reference {first['reference']}")
 
 
 def _gate(report, min_sqnr: float | None, max_top1_drop: float | None) -> str | None:

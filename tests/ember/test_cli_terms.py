@@ -142,3 +142,11 @@ def test_profiling_workers_keep_onnxruntime_quiet_too(tmp_path, capfd) -> None:
                     "--batch", 2, "-o", tmp_path / "p.json")
     assert result.exit_code == 0, result.output
     assert "onnxruntime" not in capfd.readouterr().err
+
+
+def test_a_difference_from_the_reference_is_said_in_words() -> None:
+    from ember.commands.accuracy import difference_text
+    text = difference_text({"sample": 3, "output": "logits", "element": [0, 7],
+                            "simulator": -12, "reference": -11})
+    assert text == "sample 3, output 'logits'[0,7]: the simulator gives -12, the integer " \
+                   "reference -11"
