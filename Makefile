@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo ember test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ember demo
+	@$(MAKE) --no-print-directory ember
+
+# ember lives in $(VENV), not on PATH: say how to reach it.
+ember:
+	@echo "ember is installed in $(VENV): run 'source $(BIN)/activate' to type 'ember ...'," \
+	      "or call $(BIN)/ember directly."
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -181,15 +181,20 @@ def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
 def measure(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             progress: Progress = quiet,
-            emit_onnx: str | None = None) -> AccuracyReport:
+            emit_onnx: str | None = None,
+            check_program_options: Callable[[QuantOptions], None] = lambda fixed: None
+            ) -> AccuracyReport:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
     metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
-    `progress` hears how many samples are done (`compiler.backend.progress`)."""
+    With a program, its recorded options replace `options`, once `check_program_options`
+    (which may raise) has seen them. `progress` hears how many samples are done
+    (`compiler.backend.progress`)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     input_shapes = dict(input_shapes or {})
     if program is not None:
         check_segments(program, evaluation.program)
         options = program_options(program, profile_path)
+        check_program_options(options)
         input_shapes = program_input_shapes(program, evaluation.program, input_shapes)
     progress("quantizing", 0, None)
     profile = profile_format.load(profile_path)

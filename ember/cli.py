@@ -10,6 +10,7 @@ import click
 
 from ember.errors import user_error_types, user_warning_types
 from ember.files import guard
+from profiler.session import set_log_severity
 
 # (module under ember.commands, attribute): each attribute is a click command or group.
 COMMANDS = [
@@ -51,7 +52,12 @@ class _Group(click.Group):
             sys.exit(1)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_CODES = ("Exit codes: 0 success, 1 internal error, 2 bad usage or input, 3 an accuracy gate "
+              "failed (the report is still written), 130 interrupted (Ctrl-C).")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES)
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.version_option(package_name="ember")
 @click.pass_context
@@ -68,6 +74,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    # onnxruntime logs its own errors in red on stderr, even those ember expects and handles
+    # (the profiler's batch probe of a model fixed to batch 1): only its fatal ones, unless
+    # --debug asks for its warnings and errors too (severities: 2 warning, 3 error, 4 fatal).
+    set_log_severity(2 if debug else 4)
     warnings.showwarning = _show_warning
 
 

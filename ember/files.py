@@ -23,8 +23,8 @@ class InputPath(click.Path):
 class OutputPath(click.Path):
     """A file a command writes: `refuse_overwrites` keeps it off the inputs and other outputs.
 
-    `beside=(parameter, suffix)` makes the default that parameter's path with this suffix, so
-    that the default is checked like a path the user gave.
+    `beside=(parameter, suffix)` makes the default that parameter's path (its first, when it
+    takes several) with this suffix, so that the default is checked like a path the user gave.
     """
 
     def __init__(self, *args: Any, beside: tuple[str, str] | None = None, **kwargs: Any):
@@ -34,7 +34,8 @@ class OutputPath(click.Path):
 
 def guard(command: click.Command) -> click.Command:
     """Make `command` (and, in a group, every subcommand) call `refuse_overwrites` with its
-    InputPath and OutputPath parameters before it does anything else."""
+    InputPath and OutputPath parameters, and `check_writable` on each output, before it does
+    anything else: a bad output path fails in a second, not after the work."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             guard(sub)
@@ -48,7 +49,8 @@ def guard(command: click.Command) -> click.Command:
             if isinstance(param.type, OutputPath) and param.type.beside and \
                     kwargs.get(param.name) is None:
                 source, suffix = param.type.beside
-                kwargs[param.name] = str(Path(kwargs[source]).with_suffix(suffix))
+                first = kwargs[source][0] if isinstance(kwargs[source], tuple) else kwargs[source]
+                kwargs[param.name] = str(Path(first).with_suffix(suffix))
             if isinstance(param.type, (InputPath, OutputPath)):
                 what = param.human_readable_name if isinstance(param, click.Argument) \
                     else max(param.opts, key=len)
@@ -57,6 +59,8 @@ def guard(command: click.Command) -> click.Command:
                 found = inputs if isinstance(param.type, InputPath) else outputs
                 found += [(what, str(v)) for v in values if v is not None]
         refuse_overwrites(inputs, outputs)
+        for _, path in outputs:
+            check_writable(path)
         return callback(*args, **kwargs)
 
     command.callback = checked
@@ -91,6 +95,26 @@ def _identity(path: str | os.PathLike) -> set:
     return names | {(st.st_dev, st.st_ino)}
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """Refuse, in one line naming `path`, an output whose folder is missing or cannot be
+    written: by making (and removing) a file there, the one test that also holds for root and
+    for read-only mounts."""
+    os.unlink(_temporary_beside(Path(path)))
+
+
+def _temporary_beside(path: Path) -> str:
+    """A new empty file in `path`'s folder, or a one-line error naming `path` (never the
+    temporary name)."""
+    if not path.parent.is_dir():
+        raise EmberError(f"{path}: directory {path.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise EmberError(f"{path}: cannot write: {err.strerror or err}") from None
+    os.close(fd)
+    return tmp
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
@@ -99,13 +123,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     folder that cannot be written is the user's error, named in one line.
     """
     path = Path(path)
-    if not path.parent.is_dir():
-        raise EmberError(f"{path}: directory {path.parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise EmberError(f"{path}: cannot write: {err.strerror or err}") from None
-    os.close(fd)
+    tmp = _temporary_beside(path)
     try:
         yield Path(tmp)
         os.chmod(tmp, output_mode())

@@ -25,7 +25,7 @@ from ember.errors import EmberError
 from profiler import format as profile_format
 from profiler.fingerprint import graph_inputs
 from profiler.format import Profile
-from quantizer.checks import unquantizable
+from quantizer.checks import unquantizable_nodes
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
 from simulator.arch import Arch
@@ -114,11 +114,11 @@ def compile_model(model: ModelSource, profile: ProfileSource,
     shapes = resolve_input_shapes(proto, loaded, options.input_shapes, label)
     options = replace(options, input_shapes=shapes)
     progress("quantizing", 0, None)
-    graph = optimized_graph(fix_input_shapes(proto, shapes, label))
+    graph = optimized_graph(fix_input_shapes(proto, shapes, label), label=label)
     if options.backend.allow_host:
         # What has no int8 form runs on the host in fp32, as if named with keep_fp32; the
         # header records it so, and `ember accuracy` rebuilds the same int8 graph.
-        kept = unquantizable(graph, options.quant)
+        kept = unquantizable_nodes(graph, options.quant)
         if kept:
             options = replace(options, quant=replace(
                 options.quant, keep_fp32=options.quant.keep_fp32 + kept))
@@ -172,9 +172,10 @@ def resolve_input_shapes(proto: onnx.ModelProto, profile: Profile,
 
 
 def optimized_graph(model: ModelSource,
-                    input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+                    input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    label: str | None = None) -> Graph:
     """The fp32 Graph the quantizer starts from: imported, then the fp32 graph passes."""
-    return optimize(import_model(model, input_shapes))
+    return optimize(import_model(model, input_shapes, label))
 
 
 def _load(model: ModelSource, profile: ProfileSource) -> tuple[onnx.ModelProto, Profile]:
@@ -188,11 +189,12 @@ def _load(model: ModelSource, profile: ProfileSource) -> tuple[onnx.ModelProto, 
 def _quantize(proto: onnx.ModelProto, profile: Profile, options: QuantOptions,
               input_shapes: Mapping[str, Sequence[int]], label: str) -> Quantized:
     proto = fix_input_shapes(proto, input_shapes, label)
-    graph = optimized_graph(proto)
+    graph = optimized_graph(proto, label=label)
     return Quantized(proto, graph, quantize(graph, profile, options))
 
 
 def _label(model: ModelSource) -> str:
+    """How errors name `model`: its path, as the user typed it."""
     return "model" if isinstance(model, onnx.ModelProto) else str(model)
 
 

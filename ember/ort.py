@@ -10,10 +10,10 @@ import onnxruntime as ort
 
 
 def session(model: onnx.ModelProto | str, threads: int = 0) -> ort.InferenceSession:
-    """A CPU session at the basic optimization level (no contrib ops, no layout changes)."""
+    """A CPU session at the basic optimization level (no contrib ops, no layout changes); it
+    logs at the default logger's severity, which `ember --debug` raises."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model

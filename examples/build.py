@@ -16,8 +16,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from examples.zoo import MODELS
+from simulator.program import output_mode
+
 EXAMPLES_DIR = Path(__file__).resolve().parent
-NAMES = ("digits", "resnet18", "mobilenetv2", "mlp")
+# The trained digits CNN, then every model of the zoo (so that a zoo model is always buildable).
+NAMES = ("digits", *MODELS)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(temp_name, 0o644)  # mkstemp makes it private; these files are for sharing
+        os.chmod(temp_name, output_mode())  # mkstemp makes it private; give open()'s mode
         os.replace(temp_name, path)
     except BaseException:
         os.unlink(temp_name)
@@ -42,7 +46,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def build_digits(out_dir: Path) -> list[Written]:
-    from examples.digits import train  # imports scikit-learn; only this example needs it
+    from examples.digits import (
+        train,  # imports scikit-learn; only this example needs it
+    )
 
     result = train.build()
     summaries = {
@@ -56,9 +62,7 @@ def build_digits(out_dir: Path) -> list[Written]:
 
 
 def build_zoo_model(name: str, out_dir: Path) -> list[Written]:
-    from examples import zoo
-
-    model = zoo.MODELS[name]()
+    model = MODELS[name]()
     path = out_dir / "models" / f"{name}.onnx"
     return [_write(path, model.SerializeToString(), _describe(model))]
 

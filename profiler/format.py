@@ -213,13 +213,16 @@ def save(profile: Profile, path: str | os.PathLike) -> None:
     text = head + ',\n "tensors": {\n' + ",\n".join(lines) + "\n }\n}\n"
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise ProfileError(f"{path}: cannot write profile ({err})") from None
+    except OSError as err:  # its message would name the temporary file: say what failed
+        raise ProfileError(f"{path}: cannot write: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, output_mode())
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, a permission lost since the file was made
+        os.unlink(tmp)
+        raise ProfileError(f"{path}: cannot write: {err.strerror or err}") from None
     except BaseException:
         os.unlink(tmp)
         raise

@@ -23,7 +23,7 @@ import numpy as np
 
 from profiler.errors import ProfileError
 from profiler.format import TensorStats, merge_stats
-from profiler.session import Plan, Runner, make_session
+from profiler.session import Plan, Runner, log_severity, make_session, set_log_severity
 
 _POLL_SECONDS = 0.1
 _JOIN_SECONDS = 2.0
@@ -46,7 +46,7 @@ def run_parallel(model_bytes: bytes, plan: Plan, batches: Iterable[dict[str, np.
     done: list[dict[str, TensorStats]] = []
     try:
         for _ in processes:
-            setups.put((model_bytes, plan))
+            setups.put((model_bytes, plan, log_severity()))
         for batch in batches:
             _put(tasks, batch, results, processes, done, on_batch)
         for _ in processes:
@@ -109,7 +109,8 @@ def _receive(results, processes, done, on_batch) -> None:
 def _work(setups, tasks, results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides; see the docstring
     try:
-        model_bytes, plan = setups.get()
+        model_bytes, plan, severity = setups.get()
+        set_log_severity(severity)
         runner = Runner(make_session(model_bytes, threads=1), plan)
         while (batch := tasks.get()) is not None:
             runner.run(batch)

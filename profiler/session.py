@@ -28,6 +28,20 @@ from profiler.histogram import Binner
 _FLUSH_BYTES = 8 << 20
 _BATCH_DIM = "ember_batch"
 _BATCH_BYTES = 16 << 20  # above this many bytes of values per run, run one sample at a time
+# The least severe of onnxruntime's own log messages it prints (2 warning, 3 error, 4 fatal), in
+# this process and in the workers it starts, which do not inherit onnxruntime's setting.
+_log_severity = 2  # onnxruntime's default
+
+
+def set_log_severity(level: int) -> None:
+    """Set onnxruntime's log threshold for every session from now on, workers' included."""
+    global _log_severity
+    _log_severity = level
+    ort.set_default_logger_severity(level)
+
+
+def log_severity() -> int:
+    return _log_severity
 
 # Ops whose first output holds exactly the values of their first input, only arranged
 # differently, so its statistics (min, max, count, histogram: all order-free) are the input's.

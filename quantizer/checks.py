@@ -12,21 +12,23 @@ from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
+from simulator.errors import listing
 
 
 def check_quantizable(graph: Graph, options: QuantOptions) -> None:
     """Reject unknown keep_fp32 names, unquantizable nodes and non-finite weights, naming them."""
-    names = {node.name for node in graph.nodes}
+    names = [node.name for node in graph.nodes]
     unknown = [n for n in options.keep_fp32 if n not in names]
     if unknown:
-        raise QuantizeError(f"keep_fp32 names node(s) {unknown} that the graph "
-                            f"{graph.name!r} does not have")
+        raise QuantizeError(f"--keep-fp32 {listing(unknown)}: no such node in graph "
+                            f"{graph.name!r} after the fp32 passes; its nodes: "
+                            f"{listing(names)}")
     keep = set(options.keep_fp32)
     problems = [f"node {node.name!r} ({node.op}): {reason}" for node in graph.nodes
-                if node.name not in keep and (reason := _unquantizable(graph, node))]
+                if node.name not in keep and (reason := unquantizable(graph, node))]
     if problems:
-        raise QuantizeError("cannot quantize " + "; ".join(problems) + " (keep such nodes in "
-                            "fp32 with keep_fp32, or run compiler.pipeline.optimize first)")
+        raise QuantizeError(f"cannot quantize {listing(problems, limit=3, sep='; ')}"
+                            f"; keep such nodes in fp32 with --keep-fp32 NODE")
     for node in graph.nodes:
         if node.name in keep:
             continue
@@ -39,15 +41,15 @@ def check_quantizable(graph: Graph, options: QuantOptions) -> None:
                                     f"holds {bad} NaN or Inf value(s); it cannot be quantized")
 
 
-def unquantizable(graph: Graph, options: QuantOptions) -> tuple[str, ...]:
+def unquantizable_nodes(graph: Graph, options: QuantOptions) -> tuple[str, ...]:
     """The nodes not kept in fp32 that have no int8 form: with them kept in fp32 as well, the
     graph quantizes (the backend's host segments run them)."""
     keep = set(options.keep_fp32)
     return tuple(node.name for node in graph.nodes
-                 if node.name not in keep and _unquantizable(graph, node))
+                 if node.name not in keep and unquantizable(graph, node))
 
 
-def _unquantizable(graph: Graph, node: Node) -> str | None:
+def unquantizable(graph: Graph, node: Node) -> str | None:
     """Why `node` has no int8 form, or None when it has one."""
     row = OPS[node.op]
     if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):

@@ -110,6 +110,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
             handle.write(data)
         os.chmod(tmp, output_mode())
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, a lost permission: name the output, not `tmp`
+        Path(tmp).unlink(missing_ok=True)
+        raise QuantizeError(f"{path}: cannot write: {err.strerror or err}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -20,8 +20,13 @@ import warnings
 
 import numpy as np
 
-from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, softmax_table,
-                                 zero_point_fold)
+from compiler.graph.int8 import (
+    SOFTMAX_OUT_SCALE,
+    Quant,
+    lookup_table,
+    softmax_table,
+    zero_point_fold,
+)
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RESCALE
 from profiler.format import Profile
@@ -33,6 +38,7 @@ from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
 from simulator import numerics
+from simulator.errors import listing
 from simulator.numerics import ADD_LEFT_SHIFT, RANGES
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
@@ -127,7 +133,8 @@ class _Rewriter:
                    if self.onnx_name(n) not in self.profile.tensors]
         if missing:
             where = f" ({self.profile.path})" if self.profile.path else ""
-            raise QuantizeError(f"the profile{where} lacks tensor(s) {missing} that quantizing "
+            raise QuantizeError(f"the profile{where} lacks tensor(s) {listing(missing, quote=True)}"
+                                f" that quantizing "
                                 f"graph {self.g.name!r} needs; profile this model again")
 
     # -- naming and values --

@@ -41,7 +41,7 @@ import numpy as np
 
 from simulator import isa
 from simulator.arch import Arch
-from simulator.errors import SimulatorError
+from simulator.errors import SimulatorError, listing
 from simulator.hazards import Hazards
 from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
@@ -118,8 +118,8 @@ def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
     if program.host_segments:
         if host is None and any(insn.op is isa.HOST for insn in program.instructions):
             names = [segment["name"] for segment in program.host_segments]
-            raise SimulatorError(f"program has host segment(s) {names}: run it with a host "
-                                 f"runner (ember simulate supplies one)")
+            raise SimulatorError(f"program has host segment(s) {listing(names)}: run it with a "
+                                 f"host runner (ember simulate supplies one)")
         state.host = host
         state.host_segments = tuple((segment, *segment_bindings(segment))
                                     for segment in program.host_segments)
@@ -127,8 +127,9 @@ def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
     missing = [b.name for b in program.inputs if b.name not in inputs]
     unknown = sorted(set(inputs) - {b.name for b in program.inputs})
     if missing or unknown:
-        raise SimulatorError(f"inputs: missing {missing}, unknown {unknown}; the program takes "
-                             f"{[b.name for b in program.inputs]}")
+        raise SimulatorError(f"inputs: missing {listing(missing, quote=True) or 'none'}, unknown "
+                             f"{listing(unknown, quote=True) or 'none'}; the program takes "
+                             f"{listing([b.name for b in program.inputs], quote=True)}")
     for binding in program.inputs:
         state.write(binding, inputs[binding.name])
     timeline = _execute(program, state, check_hazards)
@@ -172,7 +173,8 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
         row, q, d = insn.op, isa.QUEUES.index(insn.queue), insn.deps
         if q == vector_q and row is not isa.SYNC and row.mnemonic not in arch.vector.ops:
             raise SimulatorError(f"{_where(program, i)}: the {arch.name} vector unit does not "
-                                 f"support {row.mnemonic} (it supports {list(arch.vector.ops)})")
+                                 f"support {row.mnemonic} (it supports "
+                                 f"{listing(arch.vector.ops)})")
         queue_of.append(q)
         pops.append(tuple(channel[(q + dq, q)] for bit, dq in
                           ((isa.POP_PREV, -1), (isa.POP_NEXT, 1)) if d & bit))

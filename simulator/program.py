@@ -415,7 +415,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
+        os.chmod(tmp, output_mode())  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
     except OSError as err:  # a full disk, or a folder that lost its write permission
         Path(tmp).unlink(missing_ok=True)
@@ -425,7 +425,9 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
-def _umask() -> int:
+def output_mode() -> int:
+    """0666 minus the umask, the mode `open()` would give a new file (profiler.format, which
+    may not import this package, repeats it)."""
     mask = os.umask(0)
     os.umask(mask)
-    return mask
+    return 0o666 & ~mask

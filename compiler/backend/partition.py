@@ -31,6 +31,7 @@ from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, is_integer_node, node_macs
 from compiler.graph.serialize import graph_to_dict
+from simulator.errors import listing
 
 # The element types a host port may carry (those a program binding describes).
 PORT_DTYPES = ("int8", "uint8", "float32")
@@ -49,13 +50,14 @@ def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | N
             return f"it quantizes {x!r}, which an fp32 node computes (not a model input)"
         fp32 = [n.name for n in users.get(x, []) if OPS[n.op].lower is not Lower.QUANTIZE]
         if fp32:
-            return f"model input {x!r} is also read in fp32 by node(s) {fp32}"
+            return (f"model input {x!r} is also read in fp32 by node(s) "
+                    f"{listing(fp32, quote=True)}")
         return None
     if kind is Lower.DEQUANTIZE:
         y = node.outputs[0]
         readers = [n.name for n in users.get(y, [])]
         if readers:
-            return f"fp32 node(s) {readers} read its output {y!r}"
+            return f"fp32 node(s) {listing(readers, quote=True)} read its output {y!r}"
         if y not in graph.outputs:
             return f"its output {y!r} is not a model output"
         return None

@@ -62,9 +62,12 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def import_model(source: str | os.PathLike | onnx.ModelProto,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Import an ONNX model (a path or a ModelProto) into a typed, verified Graph."""
-    label = str(source) if not isinstance(source, onnx.ModelProto) else "model"
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 label: str | None = None) -> Graph:
+    """Import an ONNX model (a path or a ModelProto) into a typed, verified Graph. Errors
+    start with `label`: by default the path, or "model" for a ModelProto, whose caller
+    should pass the file it came from."""
+    label = label or (str(source) if not isinstance(source, onnx.ModelProto) else "model")
     model = load_model(source) if not isinstance(source, onnx.ModelProto) else source
     opset = _check_opset(model, label)
     if opset < MIN_OPSET:

@@ -16,13 +16,15 @@ from compiler.errors import CompileError
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, int8_attrs, is_integer_node, run_fp32
+from simulator.errors import listing
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The feeds as arrays of the graph's input types; a mismatch names the input."""
     missing = [name for name in graph.inputs if name not in feeds]
     if missing:
-        raise CompileError(f"missing input(s) {missing}; the model takes {list(graph.inputs)}")
+        raise CompileError(f"missing input(s) {listing(missing, quote=True)}; the model takes "
+                           f"{listing(graph.inputs, quote=True)}")
     checked = {}
     for name in graph.inputs:
         want = graph.type_of(name)

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from compiler.errors import CompileError
+from simulator.errors import listing
 
 DTYPES = ("float32", "int8", "uint8", "int32", "int64", "bool", "float64", "float16")
 
@@ -169,7 +170,8 @@ def toposort(nodes: Iterable[Node], available: Iterable[str]) -> tuple[Node, ...
         if not progressed:
             stuck = remaining[0]
             missing = [n for n in stuck.inputs if n not in ready_values]
-            raise CompileError(f"node {stuck.name!r} ({stuck.op}) reads {missing}, which nothing "
+            raise CompileError(f"node {stuck.name!r} ({stuck.op}) reads "
+                               f"{listing(missing, quote=True)}, which nothing "
                                "produces (or the graph has a cycle)")
         pending = remaining
     return tuple(ordered)

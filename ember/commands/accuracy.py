@@ -6,13 +6,14 @@ import json
 import sys
 
 import click
-from rich.console import Console
 
 from compiler.frontend.onnx import parse_input_shapes
+from ember import console
 from ember.accuracy import Evaluation, measure
-from ember.commands.options import (data_options, image_options_from, input_shape_option,
-                                    json_option, model_argument, quant_options_from,
-                                    quantization_options, warn_if_synthetic)
+from ember.commands.options import (QUANT_FIELDS, data_options, image_options_from,
+                                    input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options, refuse_conflicts,
+                                    warn_if_synthetic)
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
 
@@ -51,7 +52,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
 
     With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
     runs every sample and must equal the integer reference bit for bit (JSON `bit_exact`,
-    and `first_difference` when it does not); the quantizer options come from the program.
+    and `first_difference` when it does not); the quantizer options come from the program,
+    and one given that differs from what the program recorded is an error naming both.
 
     MODEL is quantized with the profile and options given (exactly as `ember compile` would)
     and run by ember's integer reference interpreter, the arithmetic the accelerator
@@ -75,22 +77,34 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     with progress_bar() as progress:
         report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,
-                         emit_onnx=emit_onnx)
+                         emit_onnx=emit_onnx,
+                         check_program_options=lambda fixed: refuse_conflicts(
+                             click.get_current_context(), program,
+                             {param: getattr(fixed, field)
+                              for param, field in QUANT_FIELDS.items()},
+                             "the program was compiled with", "compile the program again"))
     warn_if_synthetic(kwargs["profile_path"])
     if html_path:
         write_text(html_path, report.html())
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
     else:
-        report.print(Console())
+        report.print(console.results())
     failed = _gate(report, min_sqnr, max_top1_drop)
     if report.bit_exact is False:
         click.echo(f"ember: the simulator differs from the integer reference: "
-                   f"{report.first_difference}", err=True)
+                   f"{difference_text(report.first_difference)}", err=True)
         sys.exit(1)
     if failed:
         click.echo(f"ember: accuracy gate failed: {failed}", err=True)
         sys.exit(EXIT_GATE_FAILED)
+
+
+def difference_text(first: dict) -> str:
+    """Where the program first differs from the integer reference, in words."""
+    at = ",".join(map(str, first["element"]))
+    return (f"sample {first['sample']}, output {first['output']!r}[{at}]: the simulator gives "
+            f"{first['simulator']}, the integer reference {first['reference']}")
 
 
 def _gate(report, min_sqnr: float | None, max_top1_drop: float | None) -> str | None:

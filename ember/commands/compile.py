@@ -6,26 +6,28 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
 from compiler.frontend.onnx import parse_input_shapes
+from ember import console
 from ember.commands.options import (input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, warn_if_synthetic)
-from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from ember.progress import progress_bar
 from quantizer.qdq import export_qdq
 from simulator import machine
 from simulator.arch import Arch
+from simulator.errors import listing
 
 
 @click.command("compile")
 @model_argument
 @click.option("--int8", "int8", is_flag=True, default=True,
-              help="Quantize to int8 and compile for the accelerator (the only mode).")
+              help="Quantize weights and activations to int8 for the accelerator: the default "
+                   "and only precision, so the flag may be left out (accepted, as trtexec's "
+                   "--int8 is, so that scripts say what they build).")
 @quantization_options
 @click.option("--target", default="default", show_default=True, metavar="PRESET|ARCH.toml",
               type=InputPath(),
@@ -66,9 +68,6 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
-    for path in (out, Path(emit_onnx) if emit_onnx else out):
-        if not path.parent.is_dir():
-            raise EmberError(f"{path}: directory {path.parent} does not exist")
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
                              parse_input_shapes(input_shapes))
@@ -125,5 +124,5 @@ def _print_summary(compiled: Compiled, cycles: int, out: Path, arch: Arch) -> No
         table.add_row(f"host segment {segment['name']}",
                       f"{segment['cycles']:,} cycles ({segment['flops']:,} FLOPs, "
                       f"{segment['read_bytes'] + segment['write_bytes']:,} B): "
-                      + ", ".join(segment["nodes"]))
-    Console().print(table)
+                      + listing(segment["nodes"]))  # all of them in --json
+    console.results().print(table)

@@ -37,6 +37,7 @@ def build(out_dir: Path, only: tuple[str, ...]) -> None:
       digits/eval.npz        450 held-out images, key "input", and their "labels"
       models/resnet18.onnx   ResNet-18, 1x3x224x224 -> 1x1000 (47 MB)
       models/mobilenetv2.onnx
+      models/squeezenet.onnx SqueezeNet 1.1, 1x3x224x224 -> 1x1000 (5 MB)
       models/mlp.onnx        784-512-256-10
     The zoo models have seeded random weights: they are for compiling and benchmarking,
     not for predicting. Builds are deterministic; on one machine, a rebuild gives the same bytes.
@@ -53,5 +54,6 @@ def build(out_dir: Path, only: tuple[str, ...]) -> None:
         except ImportError as err:
             raise EmberError(f"example {name!r} needs {err.name}: pip install 'ember[examples]'")
         except OSError as err:
-            raise EmberError(f"cannot write example {name!r} under {out_dir}: {err}")
+            raise EmberError(f"{out_dir}: cannot write example {name!r}: "
+                             f"{err.strerror or err}") from None  # not the temporary name
     print_table(written)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import click
+from collections.abc import Mapping
+from typing import Any
 
+import click
+from click.core import ParameterSource
+
+from ember.errors import EmberError
 from ember.files import InputPath
 
 model_argument = click.argument("model", type=InputPath(dir_okay=False))
@@ -113,14 +118,50 @@ def quantization_options(command):
     return command
 
 
+# The QuantOptions field that each parameter of `quantization_options` sets.
+QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
+                "per_channel": "per_channel", "activation_dtype": "activation_dtype",
+                "symmetric": "symmetric_activations", "schema": "schema",
+                "keep_fp32": "keep_fp32"}
+
+
 def quant_options_from(kwargs: dict):
     """A QuantOptions from the click keyword arguments `quantization_options` declared."""
     from quantizer.options import QuantOptions
-    return QuantOptions(calibration=kwargs["calibration"], percentile=kwargs["percentile"],
-                        per_channel=kwargs["per_channel"],
-                        activation_dtype=kwargs["activation_dtype"],
-                        symmetric_activations=kwargs["symmetric"], schema=kwargs["schema"],
-                        keep_fp32=tuple(kwargs["keep_fp32"]))
+    return QuantOptions(**{field: kwargs[param] for param, field in QUANT_FIELDS.items()})
+
+
+def refuse_conflicts(ctx: click.Context, source: str, fixed: Mapping[str, Any], made: str,
+                     again: str) -> None:
+    """The options the user typed that `source` fixes must say what it recorded: an error
+    naming both values, rather than the file's silently winning. `fixed` maps a parameter's
+    name to the recorded value; `made` says how the file got it ("compiled with") and
+    `again` how to get another ("compile the program again"). Options left at their defaults
+    take the file's."""
+    conflicts = []
+    for param in ctx.command.params:
+        if param.name not in fixed or ctx.get_parameter_source(param.name) in (
+                ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            continue
+        given = ctx.params[param.name]
+        if (tuple(given) if param.multiple else given) != fixed[param.name]:
+            conflicts.append(f"{spelled(param, given)} was given, but {made} "
+                             f"{spelled(param, fixed[param.name])}")
+    if conflicts:
+        them = "them" if len(conflicts) > 1 else "it"
+        raise EmberError(f"{source}: " + "; ".join(conflicts) + f"; drop {them}, or {again} "
+                         f"with {them}")
+
+
+def spelled(param: click.Parameter, value) -> str:
+    """`value` as the user would type it: `--per-tensor`, `--calibration mse`,
+    `--keep-fp32 a --keep-fp32 b` (or `no --keep-fp32`)."""
+    flag = max(param.opts, key=len)
+    if isinstance(param, click.Option) and param.is_flag and param.secondary_opts:
+        return flag if value else max(param.secondary_opts, key=len)
+    if param.multiple:
+        return " ".join(f"{flag} {v}" for v in value) or f"no {flag}"
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
 
 
 def warn_if_synthetic(profile_path: str) -> None:

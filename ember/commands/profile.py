@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from ember import preprocessing
+from compiler.errors import CompileError
+from compiler.graph.ops import OPS
+from ember import console, preprocessing
 from ember.commands.options import (
     data_options,
     image_options_from,
@@ -20,6 +21,7 @@ from ember.commands.options import (
 )
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
+from ember.flow import optimized_graph
 from ember.progress import counting
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs, parse_input_shape
@@ -27,6 +29,8 @@ from profiler.run import RunOptions, load_model
 from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
+from quantizer.checks import unquantizable
+from simulator.errors import listing
 from simulator.numerics import oversize
 
 
@@ -86,6 +90,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     for spec in specs:  # one sample of each, before anything is allocated
         if (why := oversize([1 if d is None else d for d in spec.shape], spec.dtype)):
             raise EmberError(f"{model}: input {spec.name!r} is too large: {why}")
+    _warn_unsupported(model, onnx_model, specs)
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
@@ -104,10 +109,29 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     _summary(result, out, time.perf_counter() - started)
 
 
+def _warn_unsupported(model: str, onnx_model, specs) -> None:
+    """Before profiling, say on stderr which nodes the accelerator cannot run, so that the
+    user learns it now rather than from `ember compile` after the profile is made: the
+    profile is still written (host segments need it too)."""
+    shapes = {s.name: tuple(1 if d is None else d for d in s.shape) for s in specs}
+    try:
+        graph = optimized_graph(onnx_model, shapes, label=model)
+    except CompileError as err:
+        click.echo(f"ember: warning: {err}; `ember compile` will refuse this model, with or "
+                   f"without --allow-host", err=True)
+        return
+    host = [f"{node.name} ({node.op})" for node in graph.nodes
+            if OPS[node.op].lower is None or unquantizable(graph, node)]
+    if host:
+        click.echo(f"ember: warning: {model}: the accelerator cannot run {len(host)} node(s): "
+                   f"{listing(host)}; `ember compile` refuses them unless given --allow-host, "
+                   f"which runs them on the host CPU in host segments (bit-exact, priced in "
+                   f"the cycle count)", err=True)
+
+
 def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
     run = result.runs[0]
     kinds = {k: sum(t.kind == k for t in result.tensors.values()) for k in profile_format.KINDS}
-    console = Console()
     notes = [f"{run['skipped_nonfinite']} skipped (NaN/Inf)" if run["skipped_nonfinite"] else "",
              f"{run['dropped']} dropped (partial batch)" if run["dropped"] else "",
              "synthetic --random data" if run["data"]["kind"] == "random" else ""]
@@ -121,7 +145,7 @@ def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
     for label, picks in (("widest", ranged[::-1][:3]), ("narrowest", ranged[:3])):
         table.add_row(label, "\n".join(_range_text(name, result.tensors[name])
                                        for _, name in picks))
-    console.print(table)
+    console.results().print(table)
 
 
 def _range_text(name: str, t: profile_format.TensorStats) -> str:
@@ -136,8 +160,9 @@ def profile() -> None:
 
 @profile.command("merge")
 @click.argument("profiles", nargs=-1, required=True, type=InputPath(dir_okay=False))
-@click.option("-o", "--output", required=True, type=OutputPath(dir_okay=False),
-              help="Merged profile to write.")
+@click.option("-o", "--output",
+              type=OutputPath(dir_okay=False, beside=("profiles", ".merged.json")),
+              help="Merged profile to write.  [default: the first PROFILE with .merged.json]")
 @click.option("--allow-same-data", is_flag=True,
               help="Merge runs over the same data (equal data digests), counting those "
                    "samples twice on purpose; refused by default.")
@@ -182,7 +207,7 @@ def show(path: str, as_json: bool) -> None:
     for name, r in rows.items():
         table.add_row(name, r["kind"], _number(r["min"]), _number(r["max"]), str(r["count"]),
                       str(r["nonfinite"]), str(r["bins"]))
-    Console().print(table)
+    console.results().print(table)
 
 
 def _number(value: float | None) -> str:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
-from ember.commands.options import json_option, program_shape_option
+from ember import console
+from ember.commands.options import json_option, program_shape_option, refuse_conflicts
 from ember.commands.simulate import Feeds, check_shapes, performance_doc, read_inputs
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
@@ -29,8 +29,9 @@ from simulator.program import Program
 @click.option("--html", "html_path", type=OutputPath(dir_okay=False),
               help="Also write the self-contained HTML report (roofline, where the cycles go, "
                    "unit utilization, a per-layer timeline, the tables).")
-@click.option("-o", "--output", type=OutputPath(dir_okay=False),
-              help="Also write the report as JSON here (the keys --json prints).")
+@click.option("-o", "--output", "--report", "output", type=OutputPath(dir_okay=False),
+              help="Also write the report as JSON here (the keys --json prints); --report is "
+                   "`ember simulate`'s spelling.")
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="As for `ember simulate`: reject races that no dependency token orders.")
 @program_shape_option
@@ -71,7 +72,14 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
         if input_shapes:
             raise EmberError(f"{source}: a saved report is rendered as it is; --input-shape "
                              f"is for a program")
-        perf = PerformanceReport.from_report(_load_json(path), source)
+        doc = _load_json(path)
+        run = doc.get("run") if isinstance(doc, dict) else None
+        recorded = run.get("options") if isinstance(run, dict) else None
+        hazards = recorded.get("check_hazards") if isinstance(recorded, dict) else None
+        refuse_conflicts(click.get_current_context(), source,
+                         {"check_hazards": hazards} if isinstance(hazards, bool) else {},
+                         "the report was simulated with", "simulate again")
+        perf = PerformanceReport.from_report(doc, source)
     else:
         perf = PerformanceReport.from_report(
             _simulate(source, input_path, check_hazards, input_shapes), source)
@@ -83,7 +91,7 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
     if as_json:
         click.echo(text)
     else:
-        perf.print(Console())
+        perf.print(console.results())
 
 
 def _load_json(path: Path) -> dict:

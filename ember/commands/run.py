@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from compiler.frontend.onnx import fix_input_shapes, load_model, parse_input_shapes
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ir import Graph
-from ember import ort, preprocessing
+from ember import console, ort, preprocessing
 from ember.commands.options import (
     data_options,
     image_options_from,
@@ -168,7 +167,7 @@ def run(model: str, data: str | None, samples: int | None, output: str | None,
         if check:
             cells.append(f"{row['max_rel_error']:.2e}")
         table.add_row(*cells)
-    Console().print(table)
+    console.results().print(table)
 
 
 def _joined(results: list[dict[str, np.ndarray]], count: int) -> dict[str, np.ndarray]:

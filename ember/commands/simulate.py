@@ -11,11 +11,10 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 
 from compiler.backend.codegen.host import check_segments, run_segment
 from compiler.frontend.onnx import parse_input_shapes
-from ember import preprocessing
+from ember import console, preprocessing
 from ember.commands.options import (
     data_options,
     image_options_from,
@@ -41,8 +40,11 @@ from simulator.program import Program, write_atomic
               help="Write the outputs to this .npz, keyed by output name.")
 @click.option("--raw", is_flag=True, help="Write the int8 outputs instead of dequantized floats.")
 @click.option("--report", type=OutputPath(dir_okay=False),
-              help="Write the performance report here: JSON, or the HTML page (roofline, "
-                   "where the cycles go, per-layer table) when the name ends in .html.")
+              help="Write the JSON performance report here (as `ember report --report`); a "
+                   "name ending in .html writes the HTML page instead, as --html does.")
+@click.option("--html", "html_path", type=OutputPath(dir_okay=False),
+              help="Write the self-contained HTML performance page here (roofline, where the "
+                   "cycles go, per-layer table), as `ember report --html` does.")
 @click.option("--trace", "trace_path", type=OutputPath(dir_okay=False),
               help="Write a Chrome trace-event timeline (opens in Perfetto) here.")
 @click.option("--trace-level", type=click.Choice(trace.LEVELS), default="layer",
@@ -53,8 +55,9 @@ from simulator.program import Program, write_atomic
 @program_shape_option
 @json_option
 def simulate(program: str, data: str, samples: int | None, output: str | None, raw: bool,
-             report: str | None, trace_path: str | None, trace_level: str, check_hazards: bool,
-             input_shapes: tuple[str, ...], as_json: bool, **image_kwargs) -> None:
+             report: str | None, html_path: str | None, trace_path: str | None,
+             trace_level: str, check_hazards: bool, input_shapes: tuple[str, ...],
+             as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     Float inputs are quantized with the program's scale and zero point; .npy/.npz arrays of
@@ -77,7 +80,7 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     \b
     Example:
       ember simulate model.ember -i input.npz -o out.npz --report perf.json --trace trace.json
-      ember simulate model.ember -i input.npz --report perf.html
+      ember simulate model.ember -i input.npz --html perf.html
     """
     prog = Program.load(program)
     check_segments(prog, program)
@@ -100,9 +103,12 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
                            {"raw": raw, "trace_level": trace_level,
                             "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
-    if report and Path(report).suffix.lower() in (".html", ".htm"):
-        write_atomic(report, PerformanceReport.from_report(perf, program).html().encode())
-    elif report:
+    html_paths = [html_path]
+    if report and Path(report).suffix.lower() in (".html", ".htm"):  # the older --html
+        html_paths, report = [html_path, report], None
+    for page in filter(None, html_paths):
+        write_atomic(page, PerformanceReport.from_report(perf, program).html().encode())
+    if report:
         write_atomic(report, (text + "\n").encode())
     if trace_path:
         events = trace.chrome_trace(prog, first.timeline, trace_level)
@@ -110,7 +116,7 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     if as_json:
         click.echo(text)
     else:
-        PerformanceReport.from_report(perf, program).print(Console())
+        PerformanceReport.from_report(perf, program).print(console.results())
 
 
 def performance_doc(program: str, input_path: str, feeds: Feeds, result: machine.Result,

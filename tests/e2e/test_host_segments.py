@@ -71,7 +71,7 @@ def test_a_middle_conv_kept_in_fp32_runs_on_the_host_bit_exactly(preset: str) ->
 
 
 def test_kept_fp32_nodes_need_allow_host() -> None:
-    with pytest.raises(CompileError, match=r"\['conv2'\].*--allow-host"):
+    with pytest.raises(CompileError, match=r"^node 'conv2' \(Conv\).*--allow-host"):
         compile_int8(digits("conv2"), Arch.load("edge"))
 
 

@@ -136,7 +136,7 @@ def test_file_round_trip_keeps_host_segments(tmp_path):
 
 
 def test_missing_runner_is_an_error():
-    with pytest.raises(SimulatorError, match=r"program has host segment\(s\) \['host0'\]: run it "
+    with pytest.raises(SimulatorError, match=r"program has host segment\(s\) host0: run it "
                                              r"with a host runner \(ember simulate supplies one\)"):
         machine.run(host_program(), {"x": x_data()})
 

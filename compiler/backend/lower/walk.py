@@ -22,6 +22,7 @@ from compiler.backend.partition import BINDINGS, HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, int8_attrs
+from simulator.errors import listing
 
 
 class Unsupported(CompileError):
@@ -164,16 +165,12 @@ class Walk:
 
     def run(self) -> Lowered:
         host = HostSegments(self)
+        if not self.allow_host:
+            self._refuse_host_only(host.users)
         for node in self.g.nodes:
             kind = OPS[node.op].lower
             rule = self.rules.get(kind)
             why = host_only(self.g, node, host.users)
-            if why is not None and not self.allow_host:
-                instead = "" if kind in BINDINGS else \
-                    f", or without --keep-fp32 {node.name}"
-                raise CompileError(f"node {node.name!r} ({node.op}) cannot run on the "
-                                   f"accelerator: {why}; compile with --allow-host to run it "
-                                   f"on the host{instead}")
             if why is not None or (rule is None and self.allow_host) or (
                     kind is Lower.VIEW and host.produces(node.inputs[0])):
                 host.add(node)  # a view of a value the open segment computes stays with it
@@ -196,12 +193,26 @@ class Walk:
         bound = {b.name for b in self.outputs}
         missing = [name for name in self.g.outputs if name not in bound]
         if missing:
-            raise CompileError(f"graph output(s) {missing} are neither DequantizeLinear of an "
+            raise CompileError(f"graph output(s) {listing(missing, quote=True)} are neither "
+                               f"DequantizeLinear of an "
                                f"int8 tensor nor computed on the host (--allow-host): the "
                                f"program cannot return them")
         views = {v: b for v, b in self.buffer.items() if v != b}
         return Lowered(self.g.name, tuple(self.layers), self.tensors, tuple(self.inputs),
                        tuple(self.outputs), views)
+
+    def _refuse_host_only(self, users: dict[str, list[Node]]) -> None:
+        """Without allow_host, fail on the first node only the host can run, naming a node the
+        user kept in fp32 before the QuantizeLinear/DequantizeLinear the quantizer wrapped it
+        in (which come first in the graph, but which the user never wrote)."""
+        found = [(node, why) for node in self.g.nodes
+                 if (why := host_only(self.g, node, users)) is not None]
+        if not found:
+            return
+        node, why = min(found, key=lambda pair: OPS[pair[0].op].lower in BINDINGS)
+        instead = "" if OPS[node.op].lower in BINDINGS else f", or without --keep-fp32 {node.name}"
+        raise CompileError(f"node {node.name!r} ({node.op}) cannot run on the accelerator: "
+                           f"{why}; compile with --allow-host to run it on the host{instead}")
 
     def _state(self, host: HostSegments):
         """A snapshot of every table of the walk (shallow copies: their entries are frozen)."""
