@@ -45,9 +45,9 @@ def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[i
     for real in clamped:
         try:
             pairs.append(numerics.quantize_multiplier(real))
-        except SimulatorError as err:
+        except SimulatorError:
             raise QuantizeError(f"{where}: cannot requantize by the ratio {_fmt(real)} of its "
-                                f"scales ({err})") from None
+                                f"scales: a ratio must be a positive finite number") from None
     return tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
 
 

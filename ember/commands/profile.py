@@ -90,7 +90,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     for spec in specs:  # one sample of each, before anything is allocated
         if (why := oversize([1 if d is None else d for d in spec.shape], spec.dtype)):
             raise EmberError(f"{model}: input {spec.name!r} is too large: {why}")
-    _warn_unsupported(model, onnx_model, specs)
+    unimportable = _warn_unsupported(model, onnx_model, specs)
     if random_samples is not None:
         source = RandomData(random_samples, specs, seed)
     else:
@@ -106,20 +106,23 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     with counting("profiling samples", total) as advance:
         result = run_profile(onnx_model, source, specs, options, advance)
     profile_format.save(result, out)
+    if unimportable is not None:
+        click.echo(unimportable, err=True)
     _summary(result, out, time.perf_counter() - started)
 
 
-def _warn_unsupported(model: str, onnx_model, specs) -> None:
+def _warn_unsupported(model: str, onnx_model, specs) -> str | None:
     """Before profiling, say on stderr which nodes the accelerator cannot run, so that the
     user learns it now rather than from `ember compile` after the profile is made: the
-    profile is still written (host segments need it too)."""
+    profile is still written (host segments need it too). A model ember cannot import at all
+    gets its warning back, to say once onnxruntime has run it (if onnxruntime cannot either,
+    its error alone is the one line the user sees)."""
     shapes = {s.name: tuple(1 if d is None else d for d in s.shape) for s in specs}
     try:
         graph = optimized_graph(onnx_model, shapes, label=model)
     except CompileError as err:
-        click.echo(f"ember: warning: {err}; `ember compile` will refuse this model, with or "
-                   f"without --allow-host", err=True)
-        return
+        return (f"ember: warning: {err}; `ember compile` will refuse this model, with or "
+                f"without --allow-host")
     host = [f"{node.name} ({node.op})" for node in graph.nodes
             if OPS[node.op].lower is None or unquantizable(graph, node)]
     if host:
@@ -127,6 +130,7 @@ def _warn_unsupported(model: str, onnx_model, specs) -> None:
                    f"{listing(host)}; `ember compile` refuses them unless given --allow-host, "
                    f"which runs them on the host CPU in host segments (bit-exact, priced in "
                    f"the cycle count)", err=True)
+    return None
 
 
 def _summary(result: profile_format.Profile, out: Path, seconds: float) -> None:
