@@ -47,6 +47,7 @@ class Lower(Enum):
     AVERAGE_POOL = "average_pool"
     GLOBAL_MAX_POOL = "global_max_pool"
     GLOBAL_AVERAGE_POOL = "global_average_pool"
+    REDUCE_MEAN = "reduce_mean"  # over H and/or W: an average pool of that window
     ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
     SUB = "sub"                  # ADD with b's rescale negated; likewise
     SCALAR_LUT = "scalar_lut"    # only with a scalar constant operand, as a LUT
@@ -431,7 +432,8 @@ _ROWS = (
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
-          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT,
+          recognised_forms=({"alpha": 1 / 6, "beta": 0.5},)),  # Clip(x + 3, 0, 6) / 6
     OpDef("HardSwish", ("X",), {}, same_shape, ref.hard_swish,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT, recognised_forms=({},)),
     OpDef("Tanh", ("input",), {}, same_shape, ref.tanh, quant=Q.LOOKUP, int8=int8.lookup_int8,
@@ -492,7 +494,8 @@ _ROWS = (
           quant=Q.KEEP_PARAMS, int8=ref.global_max_pool, lower=L.GLOBAL_MAX_POOL),
     OpDef("ReduceMean", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
           _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
-          quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes),
+          quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes,
+          lower=L.REDUCE_MEAN),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
           ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize,  # int8: nearest only
           int8_refuses=int8.resize_refuses, lower=L.UPSAMPLE),

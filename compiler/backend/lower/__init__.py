@@ -21,8 +21,9 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
                                          lower_slice, lower_split, lower_transpose,
                                          lower_upsample,
                                          lower_view)
-from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
-                                           lower_global_max_pool, lower_lut, lower_max_pool,
+from compiler.backend.lower.vector import (lower_add, lower_average_pool,
+                                           lower_global_average_pool, lower_global_max_pool,
+                                           lower_lut, lower_max_pool, lower_reduce_mean,
                                            lower_scalar_lut, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
@@ -40,6 +41,7 @@ RULES = {
     Lower.AVERAGE_POOL: lower_average_pool,
     Lower.GLOBAL_MAX_POOL: lower_global_max_pool,
     Lower.GLOBAL_AVERAGE_POOL: lower_global_average_pool,
+    Lower.REDUCE_MEAN: lower_reduce_mean,
     Lower.ADD: lower_add,
     Lower.SUB: lower_sub,
     Lower.SCALAR_LUT: lower_scalar_lut,

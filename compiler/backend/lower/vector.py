@@ -1,5 +1,5 @@
 """Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
-GlobalAveragePool, GlobalMaxPool, Add and Sub; every single-input elementwise integer map (Relu,
+GlobalAveragePool, ReduceMean over H and W, GlobalMaxPool, Add and Sub; every single-input elementwise integer map (Relu,
 Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
 256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
 by construction."""
@@ -13,6 +13,7 @@ from compiler.backend.layers import (AddLayer, Layout, LutLayer,
                                      PoolLayer, View, block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
+from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
 
@@ -20,11 +21,14 @@ from compiler.backend.lower.walk import Walk, requant_params, unsupported
 INT8_MIN = -128
 
 
-def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value, **params):
+def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value,
+          out_hw: tuple[int, int] | None = None, **params):
+    """A pooling layer; `out_hw` when the output's own shape does not say it (a mean without
+    keepdims)."""
     x, y = node.inputs[0], node.outputs[0]
     lw.need_channels_last(node, x)
     n, c, h, w = lw.shape(x)
-    _, _, oh, ow = lw.shape(y)
+    oh, ow = out_hw or lw.shape(y)[2:]
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)))
     lw.layers.append(PoolLayer(
         node.name, lw.source(node, x), y_tensor,
@@ -74,6 +78,28 @@ def lower_global_average_pool(lw: Walk, node: Node) -> None:
     _pool(lw, node, True, (h, w), (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
                multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
                qclamp=qclamp)
+
+
+def lower_reduce_mean(lw: Walk, node: Node) -> None:
+    """A mean over H, W or both of an N x C x H x W map is the average pool of that window (the
+    global one over both); without keepdims only over both, whose N x C result has the bytes
+    of the pool's N x C x 1 x 1."""
+    a = int8_attrs(node)
+    shape = lw.shape(node.inputs[0])
+    given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
+    axes = set(reduce_axes(len(shape), lw.g.values[given].const if given else None,
+                           a["noop_with_empty_axes"]))
+    if len(shape) != 4 or not axes or not axes <= {2, 3} or (
+            not a["keepdims"] and axes != {2, 3}):
+        raise unsupported(node, f"it averages axes {sorted(axes)} of a rank-{len(shape)} value; "
+                                f"only H and W of an N x C x H x W map lower (both, without "
+                                f"keepdims)")
+    h, w = shape[2:]
+    kernel = (h if 2 in axes else 1, w if 3 in axes else 1)
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    _pool(lw, node, True, kernel, (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
+          out_hw=(h // kernel[0], w // kernel[1]), multiplier=int(mult[0]),
+          shift=int(shift[0]), out_zero_point=out_zp, qclamp=qclamp)
 
 
 def lower_global_max_pool(lw: Walk, node: Node) -> None:
