@@ -440,7 +440,7 @@ _ROWS = (
            "output_padding": None, "output_shape": None, "pads": None, "strides": None},
           conv_transpose_shape, ref.conv_transpose, quant=Q.LINEAR,
           int8=int8.conv_transpose_int8, weight=int8.CONV_TRANSPOSE_WEIGHT,
-          lower=L.CONV_TRANSPOSE, macs=conv_transpose_macs),
+          lower=L.CONV_TRANSPOSE, macs=conv_transpose_macs, absorbs_channel_affine=True),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
           gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT,
           lower=L.GEMM, macs=gemm_macs, absorbs_channel_affine=True),

@@ -253,6 +253,14 @@ case("BatchNormalization", "after-conv-no-bias",
      {"x": (1, 2, 4, 4)},
      inits={"w": weights(4, 1, 3, 3), "scale": weights(4, seed=2), "bias": weights(4, seed=3),
             "mean": weights(4, seed=4), "var": np.abs(weights(4, seed=5)) + 0.5})
+for group in (1, 2):  # one group folds along the weight's axis 1; two stay a BN
+    case("BatchNormalization", f"after-conv-transpose-group{group}",
+         [node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2], group=group),
+          node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
+         {"x": (1, 2, 3, 3)},
+         inits={"w": weights(2, 4 // group, 3, 3), "b": weights(4, seed=1),
+                "scale": weights(4, seed=2), "bias": weights(4, seed=3),
+                "mean": weights(4, seed=4), "var": np.abs(weights(4, seed=5)) + 0.5})
 for trans_b in (0, 1):
     case("BatchNormalization", f"after-gemm-transB{trans_b}",
          [node("Gemm", ["x", "w", "b"], ["g"], transB=trans_b, alpha=0.5, beta=2.0),
@@ -883,6 +891,14 @@ def test_conv_row_over_attributes(window, group, per_group, bias, data):
     w = _arrays(data.draw, [group * per_group, 2] + kernel, 1)
     params = {"w": w, "b": _arrays(data.draw, [group * per_group], 2) if bias else None}
     _row_matches_onnxruntime("Conv", {"x": x}, params, {**attrs, "group": group})
+
+
+@pytest.mark.parametrize("group, folded", [(1, True), (2, False)])
+def test_batchnorm_folds_into_a_conv_transpose_of_one_group(group, folded) -> None:
+    model = next(c.model for c in CASES
+                 if c.id == f"BatchNormalization-after-conv-transpose-group{group}")
+    ops = [n.op for n in optimize(import_model(model), check=True).nodes]
+    assert ("BatchNormalization" not in ops and "Conv" not in ops) == folded, ops
 
 
 @given(st.integers(1, 2), st.data())

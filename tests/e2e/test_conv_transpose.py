@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from onnx import helper
 
 from compiler.backend.layers import ConvLayer
@@ -53,6 +55,26 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_conv_transpose_runs_on_the_accelerator(preset, name) -> None:
     compiled, _ = compile_and_check(decoder(**CASES[name]), preset)
+    assert compiled.program.host_segments == ()
+
+
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(st.data())
+def test_conv_transpose_over_attributes_is_bit_exact(data) -> None:
+    """Any 2-D stride, kernel, dilation, pads, output_padding and groups: every phase (those
+    without taps too, and those whose pads crop the input) matches the integer reference."""
+    def pair(lo, hi):
+        return [data.draw(st.integers(lo, hi)) for _ in range(2)]
+    kernel, strides, dilations = pair(1, 4), pair(1, 3), pair(1, 2)
+    pads = pair(0, 3) + pair(0, 3)
+    adjust = [data.draw(st.integers(0, s - 1)) for s in strides]
+    size = tuple(pair(1, 5))
+    out = conv_transpose_pads(size, kernel, strides, dilations, pads, adjust)[1]
+    assume(min(out) >= 1)
+    proto = decoder(size, tuple(kernel), group=data.draw(st.sampled_from([1, 2, 4])),
+                    bias=data.draw(st.booleans()), strides=strides, dilations=dilations,
+                    pads=pads, output_padding=adjust)
+    compiled, _ = compile_and_check(proto, "edge", count=1)
     assert compiled.program.host_segments == ()
 
 
