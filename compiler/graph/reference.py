@@ -159,11 +159,16 @@ def transposed_as_convolution(x, w, fill, *, auto_pad="NOTSET", dilations=None, 
         x = np.take(x, range(first, max(first, last)), axis=2 + a)
     dense = np.full(shape, fill, dtype=x.dtype)
     dense[tuple(index)] = x
-    cin, mg = w.shape[:2]
-    flipped = np.flip(w, axis=tuple(range(2, 2 + n)))
-    weight = flipped.reshape((group, cin // group, mg) + kernel).swapaxes(1, 2).reshape(
+    return dense, transposed_weight(w, group)
+
+
+def transposed_weight(w, group=1):
+    """ConvTranspose's (C_in, C_out / group, *kernel) weight as its convolution's: flipped, with
+    input and output channels swapped within each group, (C_out, C_in / group, *kernel)."""
+    cin, mg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    flipped = np.flip(w, axis=tuple(range(2, w.ndim)))
+    return flipped.reshape((group, cin // group, mg) + kernel).swapaxes(1, 2).reshape(
         (group * mg, cin // group) + kernel)
-    return dense, weight
 
 
 def conv_transpose(x, w, b=None, *, dilations=None, **attrs):

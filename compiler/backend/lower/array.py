@@ -16,7 +16,7 @@ import numpy as np
 from compiler.backend.layers import ConvLayer, Layout, View, block_shape
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs, node_macs
-from compiler.graph.reference import conv_transpose_pads, resolve_pads
+from compiler.graph.reference import conv_transpose_pads, resolve_pads, transposed_weight
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
 from simulator.numerics import wrap32
 
@@ -62,9 +62,7 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
         a["output_shape"], a["auto_pad"])
     assert tuple(out) == (oh, ow)
     group = int(a["group"])
-    # The (C_out, C_in / group, kh, kw) weight of the equivalent convolution, not yet flipped.
-    weight = np.asarray(w, np.int8).reshape((group, cin // group, cout // group) + w.shape[2:])
-    weight = weight.swapaxes(1, 2).reshape((cout, cin // group) + w.shape[2:])
+    weight = transposed_weight(np.asarray(w, np.int8), group)  # (C_out, C_in / group, kh, kw)
     zero = int(a.get("x_zero_point", 0))
     full_sum = weight.astype(np.int64).sum(axis=(1, 2, 3))
     bias = _bias(lw, node, 2, cout)
@@ -105,15 +103,17 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
 def _phase(r: int, size: int, out: int, kernel: int, stride: int, dilation: int,
            pad: int) -> tuple:
     """Output phase r of one spatial axis of a ConvTranspose as a stride-1 convolution:
-    (r, its taps in convolution order, their dilation, the input's (begin, end) crop, the
-    convolution's (begin, end) pads, its output count).
+    (r, its taps as indices of the flipped kernel, their dilation, the input's (begin, end)
+    crop, the convolution's (begin, end) pads, its output count).
 
     Output o = r + stride * q takes input i at tap k when i * stride + k * dilation = o + pad,
     so each tap k of the phase reads input q + (r + pad - k * dilation) / stride: the taps in
-    descending k read ascending offsets, evenly spaced. Negative pads crop the input."""
+    descending k (ascending in the flipped kernel) read ascending offsets, evenly spaced.
+    Negative pads crop the input."""
     count = (out - r + stride - 1) // stride
     taps = [k for k in reversed(range(kernel)) if (r + pad - k * dilation) % stride == 0]
     offsets = [(r + pad - k * dilation) // stride for k in taps] or [0]
+    taps = [kernel - 1 - k for k in taps]
     spacing = offsets[1] - offsets[0] if len(offsets) > 1 else 1
     span = offsets[-1] - offsets[0] + 1
     begin = -offsets[0]
