@@ -106,6 +106,14 @@ class Weight:
 
 CONV_WEIGHT = Weight(out_axis=lambda rank, attrs: 0,
                      b_sum=lambda w, attrs: w.reshape(w.shape[0], -1).sum(axis=1), padded=True)
+# ConvTranspose's weight is (C_in, C_out / group, *kernel): output channel g * C_out / group + j
+# sums the taps of column j over group g's input rows. Per-channel scales along axis 1 are per
+# output channel only with one group; grouped weights take one scale.
+CONV_TRANSPOSE_WEIGHT = Weight(
+    out_axis=lambda rank, attrs: 1 if attrs["group"] == 1 else None,
+    b_sum=lambda w, attrs: w.reshape(attrs["group"], w.shape[0] // attrs["group"], w.shape[1],
+                                     -1).sum(axis=(1, 3)).reshape(-1),
+    padded=True)
 GEMM_WEIGHT = Weight(
     out_axis=lambda rank, attrs: 0 if attrs["transB"] else 1,
     b_sum=lambda w, attrs: w.sum(axis=1 if attrs["transB"] else 0),
@@ -216,6 +224,18 @@ def conv_int8(x, w, b=None, *, multiplier, shift, x_zero_point=0, out_zero_point
     acc = acc.reshape((n_batch, m) + tuple(out_spatial))
     acc = _with_bias(acc, b, (1, m) + (1,) * len(kernel))
     return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=1)
+
+
+def conv_transpose_int8(x, w, b=None, *, multiplier, shift, x_zero_point=0, out_zero_point=0,
+                        qclamp=None, out_dtype="int8", dilations=None, group=1, **attrs):
+    """ConvTranspose as the convolution that defines it (`reference.transposed_as_convolution`)
+    over x with x's zero point between its pixels and around them: every tap meets a code, so
+    the zero point folded into the bias over all taps is exact, as for Conv."""
+    dense, weight = ref.transposed_as_convolution(x, w, x_zero_point, dilations=dilations,
+                                                  group=group, **attrs)
+    return conv_int8(dense, weight, b, multiplier=multiplier, shift=shift,
+                     x_zero_point=x_zero_point, out_zero_point=out_zero_point, qclamp=qclamp,
+                     out_dtype=out_dtype, dilations=dilations, group=group)
 
 
 def gemm_int8(a, b, c=None, *, multiplier, shift, a_zero_point=0, b_zero_point=0,

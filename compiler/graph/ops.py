@@ -41,6 +41,7 @@ class Lower(Enum):
     maps each kind to its function); an operator without one runs on the host, if allowed."""
 
     CONV = "conv"                # the array: a convolution
+    CONV_TRANSPOSE = "conv_transpose"  # the array: one convolution per output phase
     GEMM = "gemm"                # the array: a 1x1 convolution over M pixels of K channels
     MATMUL = "matmul"            # likewise, by a constant 2-D weight
     MAX_POOL = "max_pool"        # the vector unit's window operations
@@ -204,6 +205,24 @@ def conv_shape(xs, attrs):
     return [_t(xs[0], (x[0], w[0]) + out)]
 
 
+def conv_transpose_shape(xs, attrs):
+    x, w = xs[0].type.shape, xs[1].type.shape
+    group = attrs["group"]
+    if len(x) != len(w) or len(x) < 3:
+        raise CompileError(f"input {x} and weight {w} ranks do not fit a convolution")
+    if x[1] != w[0] or w[0] % group:
+        raise CompileError(f"input has {x[1]} channels but weight {w} with group={group} "
+                           f"expects {w[0]}, a multiple of group")
+    if len(xs) > 2 and xs[2] is not None and xs[2].type.shape != (w[1] * group,):
+        raise CompileError(f"bias {xs[2].type.shape} should have shape ({w[1] * group},)")
+    _, out, _, _ = ref.conv_transpose_pads(
+        x[2:], w[2:], attrs["strides"], attrs["dilations"], attrs["pads"],
+        attrs["output_padding"], attrs["output_shape"], attrs["auto_pad"])
+    if min(out) < 1:
+        raise CompileError(f"its output would be {list(out)}: pads larger than the output")
+    return [_t(xs[0], (x[0], w[1] * group) + out)]
+
+
 def pool_shape(xs, attrs):
     x = xs[0].type.shape
     _, out, _, _ = ref.resolve_pads(x[2:], attrs["kernel_shape"], attrs["strides"],
@@ -362,6 +381,12 @@ def conv_macs(xs, ys, attrs):
     return ys[0].size * int(np.prod(xs[1].shape[1:], dtype=np.int64))
 
 
+def conv_transpose_macs(xs, ys, attrs):
+    # Every input element meets C_out/group x kernel taps (those falling outside the output
+    # included, as a padded Conv's are).
+    return xs[0].size * int(np.prod(xs[1].shape[1:], dtype=np.int64))
+
+
 def gemm_macs(xs, ys, attrs):
     a = xs[0].shape
     return ys[0].size * int(a[-2] if attrs["transA"] else a[-1])
@@ -411,6 +436,12 @@ _ROWS = (
           quant=Q.LINEAR, int8=int8.conv_int8, weight=int8.CONV_WEIGHT,
           lower=L.CONV, macs=conv_macs, absorbs_channel_affine=True,
           absorbs_zero_pad=_more_pads),
+    OpDef("ConvTranspose", ("X", "W", "B?"),
+          {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
+           "output_padding": None, "output_shape": None, "pads": None, "strides": None},
+          conv_transpose_shape, ref.conv_transpose, quant=Q.LINEAR,
+          int8=int8.conv_transpose_int8, weight=int8.CONV_TRANSPOSE_WEIGHT,
+          lower=L.CONV_TRANSPOSE, macs=conv_transpose_macs, absorbs_channel_affine=True),
     OpDef("Gemm", ("A", "B", "C?"), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
           gemm_shape, ref.gemm, quant=Q.LINEAR, int8=int8.gemm_int8, weight=int8.GEMM_WEIGHT,
           lower=L.GEMM, macs=gemm_macs, absorbs_channel_affine=True),

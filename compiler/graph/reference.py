@@ -110,6 +110,72 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     return out
 
 
+def conv_transpose_pads(in_spatial, kernel, strides=None, dilations=None, pads=None,
+                        output_padding=None, output_shape=None, auto_pad="NOTSET"):
+    """ConvTranspose's (begin..., end...) crops of the full transposed output and its output
+    sizes, as onnxruntime computes them: with `output_shape` or SAME_*, the odd unit of the
+    total crop goes to the end for SAME_UPPER and to the begin otherwise (ONNX's spec), and an
+    `output_shape` larger than the full output grows it at the end (bias only there)."""
+    n = len(in_spatial)
+    strides = tuple(strides) if strides else (1,) * n
+    dilations = tuple(dilations) if dilations else (1,) * n
+    adjust = tuple(output_padding) if output_padding else (0,) * n
+    pads = list(pads) if pads and auto_pad == "NOTSET" else [0] * (2 * n)
+    out = []
+    for a in range(n):
+        full = (in_spatial[a] - 1) * strides[a] + adjust[a] + (kernel[a] - 1) * dilations[a] + 1
+        wanted = output_shape[-n + a] if output_shape else \
+            in_spatial[a] * strides[a] if auto_pad in ("SAME_UPPER", "SAME_LOWER") else None
+        if wanted is not None:
+            total = max(0, full - wanted)
+            small, large = total // 2, total - total // 2
+            pads[a] = small if auto_pad == "SAME_UPPER" else large
+            pads[a + n] = full - pads[a] - wanted
+        out.append(full - pads[a] - pads[a + n])
+    return tuple(pads), tuple(out), strides, dilations
+
+
+def transposed_as_convolution(x, w, fill, *, auto_pad="NOTSET", dilations=None, group=1,
+                              kernel_shape=None, output_padding=None, output_shape=None,
+                              pads=None, strides=None):
+    """ConvTranspose as the stride-1 convolution that defines it: x with strides - 1 copies of
+    `fill` (the value of zero: 0.0, or an int8 zero point) between neighbours, padded with
+    `fill` by (kernel - 1) * dilation - pad at the begin (negative: cropped) and to the output
+    size at the end, by the flipped weight with input and output channels swapped per group.
+    Returns that input and that (C_out, C_in / group, *kernel) weight."""
+    kernel = tuple(w.shape[2:])
+    pads_, out, strides_, dilations_ = conv_transpose_pads(
+        x.shape[2:], kernel, strides, dilations, pads, output_padding, output_shape, auto_pad)
+    n = len(kernel)
+    shape, index = list(x.shape[:2]), [slice(None), slice(None)]
+    for a in range(n):
+        begin = (kernel[a] - 1) * dilations_[a] - pads_[a]
+        size = out[a] + (kernel[a] - 1) * dilations_[a]
+        first = max(0, -begin + strides_[a] - 1) // strides_[a]  # inputs cropped at the begin
+        last = min(x.shape[2 + a], (size - 1 - begin) // strides_[a] + 1)
+        shape.append(size)
+        index.append(slice(begin + first * strides_[a], begin + last * strides_[a],
+                           strides_[a]) if last > first else slice(0, 0))
+        x = np.take(x, range(first, max(first, last)), axis=2 + a)
+    dense = np.full(shape, fill, dtype=x.dtype)
+    dense[tuple(index)] = x
+    return dense, transposed_weight(w, group)
+
+
+def transposed_weight(w, group=1):
+    """ConvTranspose's (C_in, C_out / group, *kernel) weight as its convolution's: flipped, with
+    input and output channels swapped within each group, (C_out, C_in / group, *kernel)."""
+    cin, mg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    flipped = np.flip(w, axis=tuple(range(2, w.ndim)))
+    return flipped.reshape((group, cin // group, mg) + kernel).swapaxes(1, 2).reshape(
+        (group * mg, cin // group) + kernel)
+
+
+def conv_transpose(x, w, b=None, *, dilations=None, **attrs):
+    dense, weight = transposed_as_convolution(x, w, 0.0, dilations=dilations, **attrs)
+    return conv(dense, weight, b, dilations=dilations, group=attrs.get("group", 1))
+
+
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     a = a.T if transA else a
     b = b.T if transB else b

@@ -32,6 +32,8 @@ def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value
         return None
     op = OPS[producer.op]
     axis = op.weight.out_axis(weight.ndim, op.bind(producer.name, producer.attrs))
+    if axis is None:  # no one axis holds the output channels (a grouped ConvTranspose)
+        return None
     new_weight = weight * scale.reshape([-1 if a == axis else 1 for a in range(weight.ndim)])
     # Gemm's alpha and beta fold too: the folded node multiplies by one.
     scales = {k: 1.0 for k in ("alpha", "beta") if k in op.attrs}

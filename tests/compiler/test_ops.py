@@ -142,6 +142,41 @@ conv(f"2d-opset{MAX_OPSET}", (1, 3, 6, 6), (4, 3, 3, 3), opset=MAX_OPSET, group=
      strides=[2, 1])
 
 
+
+def conv_transpose(name, x, w, group=1, bias=True, **attrs):
+    inits = {"w": weights(*w)}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = weights(w[1] * group, seed=1)
+        ins.append("b")
+    case("ConvTranspose", name, node("ConvTranspose", ins, ["y"], group=group, **attrs),
+         {"x": x}, inits=inits)
+
+
+conv_transpose("2d", (1, 3, 4, 5), (3, 2, 3, 3))
+conv_transpose("2d-no-bias", (2, 2, 3, 4), (2, 3, 2, 2), bias=False, strides=[2, 2])
+for stride in (2, 3):
+    for k in (2, 3, 4):
+        conv_transpose(f"2d-stride{stride}-kernel{k}", (1, 2, 4, 5), (2, 3, k, k),
+                       strides=[stride, stride], pads=[k // 2, 0, (k - 1) // 2, 1],
+                       output_padding=[stride - 1, 0])
+conv_transpose("2d-kernel-smaller-than-stride", (1, 2, 4, 3), (2, 2, 2, 1), strides=[3, 2])
+conv_transpose("2d-dilations", (1, 2, 4, 4), (2, 2, 3, 2), strides=[2, 3], dilations=[2, 3],
+               pads=[1, 2, 0, 1])
+conv_transpose("2d-groups", (1, 4, 3, 4), (4, 3, 3, 3), group=2, strides=[2, 2],
+               pads=[1, 1, 1, 1], output_padding=[1, 1])
+conv_transpose("2d-depthwise", (1, 4, 4, 4), (4, 1, 4, 4), group=4, strides=[2, 2],
+               pads=[1, 1, 1, 1])
+conv_transpose("2d-output-shape", (1, 2, 4, 5), (2, 3, 3, 3), strides=[2, 2],
+               output_shape=[8, 9])
+conv_transpose("2d-output-shape-larger", (1, 2, 4, 5), (2, 3, 3, 3), strides=[2, 2],
+               output_shape=[10, 11])
+for auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+    conv_transpose(f"2d-{auto_pad}", (1, 2, 4, 5), (2, 3, 4, 3), strides=[3, 2],
+                   auto_pad=auto_pad)
+conv_transpose("1d", (2, 3, 6), (3, 2, 3), strides=[2], pads=[1, 2])
+conv_transpose("3d", (1, 2, 3, 2, 3), (2, 2, 2, 3, 2), strides=[2, 1, 2])
+
 def gemm(name, a, b, c=None, opset=17, b_input=False, **attrs):
     inputs = {"a": a}
     inits = {}
@@ -218,6 +253,14 @@ case("BatchNormalization", "after-conv-no-bias",
      {"x": (1, 2, 4, 4)},
      inits={"w": weights(4, 1, 3, 3), "scale": weights(4, seed=2), "bias": weights(4, seed=3),
             "mean": weights(4, seed=4), "var": np.abs(weights(4, seed=5)) + 0.5})
+for group in (1, 2):  # one group folds along the weight's axis 1; two stay a BN
+    case("BatchNormalization", f"after-conv-transpose-group{group}",
+         [node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2], group=group),
+          node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
+         {"x": (1, 2, 3, 3)},
+         inits={"w": weights(2, 4 // group, 3, 3), "b": weights(4, seed=1),
+                "scale": weights(4, seed=2), "bias": weights(4, seed=3),
+                "mean": weights(4, seed=4), "var": np.abs(weights(4, seed=5)) + 0.5})
 for trans_b in (0, 1):
     case("BatchNormalization", f"after-gemm-transB{trans_b}",
          [node("Gemm", ["x", "w", "b"], ["g"], transB=trans_b, alpha=0.5, beta=2.0),
@@ -848,6 +891,37 @@ def test_conv_row_over_attributes(window, group, per_group, bias, data):
     w = _arrays(data.draw, [group * per_group, 2] + kernel, 1)
     params = {"w": w, "b": _arrays(data.draw, [group * per_group], 2) if bias else None}
     _row_matches_onnxruntime("Conv", {"x": x}, params, {**attrs, "group": group})
+
+
+@pytest.mark.parametrize("group, folded", [(1, True), (2, False)])
+def test_batchnorm_folds_into_a_conv_transpose_of_one_group(group, folded) -> None:
+    model = next(c.model for c in CASES
+                 if c.id == f"BatchNormalization-after-conv-transpose-group{group}")
+    ops = [n.op for n in optimize(import_model(model), check=True).nodes]
+    assert ("BatchNormalization" not in ops and "Conv" not in ops) == folded, ops
+
+
+@given(st.integers(1, 2), st.data())
+@settings(max_examples=60)
+def test_conv_transpose_row_over_attributes(rank, data):
+    kernel = [data.draw(st.integers(1, 4)) for _ in range(rank)]
+    strides = [data.draw(st.integers(1, 3)) for _ in range(rank)]
+    dilations = [data.draw(st.integers(1, 3)) for _ in range(rank)]
+    adjust = [data.draw(st.integers(0, s - 1)) for s in strides]  # onnxruntime: below stride
+    pads = [data.draw(st.integers(0, k - 1)) for k in kernel * 2]
+    spatial = [data.draw(st.integers(1, 5)) for _ in range(rank)]
+    group = data.draw(st.integers(1, 3))
+    per_group = data.draw(st.integers(1, 2))
+    x = _arrays(data.draw, [1, group * 2] + spatial)
+    params = {"w": _arrays(data.draw, [group * 2, per_group] + kernel, 1),
+              "b": _arrays(data.draw, [group * per_group], 2) if data.draw(st.booleans())
+              else None}
+    attrs = {"strides": strides, "dilations": dilations, "group": group,
+             "output_padding": adjust, "pads": pads}
+    full = [(i - 1) * s + a + (k - 1) * d + 1 for i, s, a, k, d in
+            zip(spatial, strides, adjust, kernel, dilations)]
+    assume(all(f - pads[i] - pads[i + rank] >= 1 for i, f in enumerate(full)))
+    _row_matches_onnxruntime("ConvTranspose", {"x": x}, params, attrs)
 
 
 @given(_windows(conv=False), st.sampled_from(["MaxPool", "AveragePool"]), st.integers(0, 1),

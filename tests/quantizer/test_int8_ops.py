@@ -71,6 +71,16 @@ CASES = [
     Case("Conv-Relu-fused", [n("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
                              n("Relu", ["c"], ["y"])], {"x": (1, 3, 5, 5)}, {"y": (1, 2, 5, 5)},
          {"w": _w(2, 3, 3, 3)}, absent_ops=("Relu",)),
+    Case("ConvTranspose", [n("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                             pads=[1, 1, 1, 1], output_padding=[1, 1])], {"x": (1, 3, 4, 5)},
+         {"y": (1, 4, 9, 11)}, {"w": _w(3, 4, 4, 4), "b": _w(4, seed=2)}),
+    Case("ConvTranspose-depthwise-stride3", [n("ConvTranspose", ["x", "w"], ["y"],
+                                               strides=[3, 3], group=4)], X4,
+         {"y": (1, 4, 17, 17)}, {"w": _w(4, 1, 2, 2)}),
+    Case("ConvTranspose-groups-Relu-fused", [
+        n("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 1], dilations=[1, 2], group=2,
+          auto_pad="SAME_UPPER"), n("Relu", ["c"], ["y"])], X4, {"y": (1, 6, 12, 6)},
+         {"w": _w(4, 3, 3, 3), "b": _w(6, seed=2)}, absent_ops=("Relu",)),
     Case("Gemm", [n("Gemm", ["x", "w", "b"], ["y"], transB=1, alpha=0.5, beta=2.0)],
          {"x": (2, 8)}, {"y": (2, 5)}, {"w": _w(5, 8), "b": _w(5, seed=2)}),
     Case("Gemm-Clip-fused", [n("Gemm", ["x", "w"], ["g"]), n("Clip", ["g", "lo", "hi"], ["y"])],
@@ -224,8 +234,8 @@ def test_int8_kernel_matches_fp32_within_the_output_scale(case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in (
-    "Conv", "Gemm", "Add", "Sigmoid", "Softmax", "AveragePool", "Concat-rescale", "MaxPool",
-    "Pad", "Mul")], ids=lambda c: c.id)
+    "Conv", "ConvTranspose", "Gemm", "Add", "Sigmoid", "Softmax", "AveragePool",
+    "Concat-rescale", "MaxPool", "Pad", "Mul")], ids=lambda c: c.id)
 @pytest.mark.parametrize("options", [
     QuantOptions(activation_dtype="uint8"),
     QuantOptions(symmetric_activations=True),

@@ -8,7 +8,7 @@ the ones the quantizer computed and the integer reference (`quantizer.reference.
 so the program and the oracle read the same integers.
 
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
-(Conv, Gemm, MatMul), `vector` (pools, Add/Sub, lookup tables) or `data` (views, slices, Concat,
+(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub, lookup tables) or `data` (views, slices, Concat,
 the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
 CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
 """
@@ -16,7 +16,8 @@ CompileError naming it, or with `allow_host` it joins a host segment (`compiler.
 from __future__ import annotations
 
 from compiler.backend.layers import Lowered
-from compiler.backend.lower.array import lower_conv, lower_gemm, lower_matmul
+from compiler.backend.lower.array import (lower_conv, lower_conv_transpose, lower_gemm,
+                                          lower_matmul)
 from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
                                          lower_slice, lower_split, lower_transpose,
                                          lower_upsample,
@@ -35,6 +36,7 @@ __all__ = ["RULES", "Unsupported", "lower", "unsupported"]
 # The operator table's `lower` column → the function that lowers a node of that kind.
 RULES = {
     Lower.CONV: lower_conv,
+    Lower.CONV_TRANSPOSE: lower_conv_transpose,
     Lower.GEMM: lower_gemm,
     Lower.MATMUL: lower_matmul,
     Lower.MAX_POOL: lower_max_pool,

@@ -1,17 +1,24 @@
 """Lowering rules for the array: Conv, Gemm and MatMul with a constant weight run as
 convolutions (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise
-convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped."""
+convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped.
+
+ConvTranspose runs as stride_h x stride_w ordinary convolutions, one per output phase, without
+zeros in DRAM: the outputs (y, x) with y = r_h, r_h + s_h, ... and x = r_w, r_w + s_w, ... see
+only the kernel taps of their phase, so phase (r_h, r_w) is a stride-1 convolution of the whole
+input by those taps (flipped), written to a strided View of the output (its rows r_h, r_h + s_h,
+... and columns likewise), as nearest upsampling writes its copies."""
 
 from __future__ import annotations
 
 
 import numpy as np
 
-from compiler.backend.layers import (ConvLayer, Layout, View)
+from compiler.backend.layers import ConvLayer, Layout, View, block_shape
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs, node_macs
-from compiler.graph.reference import resolve_pads
+from compiler.graph.reference import conv_transpose_pads, resolve_pads, transposed_weight
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
+from simulator.numerics import wrap32
 
 
 def lower_conv(lw: Walk, node: Node) -> None:
@@ -36,6 +43,83 @@ def lower_conv(lw: Walk, node: Node) -> None:
         (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
         *requant_params(node, cout), macs=node_macs(lw.g, node), group=group,
         x_view=lw.views.get(x), y_view=y_view))
+
+
+def lower_conv_transpose(lw: Walk, node: Node) -> None:
+    a = int8_attrs(node)
+    x, y = node.inputs[0], node.outputs[0]
+    w = lw.g.values[node.inputs[1]].const
+    if w is None:
+        raise unsupported(node, "only constant weights lower")
+    if w.ndim != 4:
+        raise unsupported(node, f"kernel_shape {list(w.shape[2:])} has {w.ndim - 2} spatial "
+                                f"axes; only 2-D ConvTranspose lowers")
+    lw.need_channels_last(node, x)
+    n, cin, h, wd = lw.shape(x)
+    _, cout, oh, ow = lw.shape(y)
+    pads, out, strides, dilations = conv_transpose_pads(
+        (h, wd), w.shape[2:], a["strides"], a["dilations"], a["pads"], a["output_padding"],
+        a["output_shape"], a["auto_pad"])
+    assert tuple(out) == (oh, ow)
+    group = int(a["group"])
+    weight = transposed_weight(np.asarray(w, np.int8), group)  # (C_out, C_in / group, kh, kw)
+    zero = int(a.get("x_zero_point", 0))
+    full_sum = weight.astype(np.int64).sum(axis=(1, 2, 3))
+    bias = _bias(lw, node, 2, cout)
+    multiplier, shift, out_zero, qclamp = requant_params(node, cout)
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)))
+    x_whole = lw.views.get(x) or View.dense(block_shape((n, cin, h, wd)))
+    y_whole = y_view or View.dense(block_shape((n, cout, oh, ow)))
+    rows = [_phase(r, h, oh, w.shape[2], strides[0], dilations[0], pads[0])
+            for r in range(min(strides[0], oh))]
+    cols = [_phase(r, wd, ow, w.shape[3], strides[1], dilations[1], pads[1])
+            for r in range(min(strides[1], ow))]
+    for (r_h, taps_h, dil_h, crop_h, pad_h, count_h) in rows:
+        for (r_w, taps_w, dil_w, crop_w, pad_w, count_w) in cols:
+            # A phase without taps on an axis sees none at all: its outputs are the bias,
+            # requantized (a 1x1 convolution by zero weights).
+            sub = weight[:, :, taps_h][:, :, :, taps_w] if taps_h and taps_w else \
+                np.zeros((cout, cin // group, 1, 1), np.int8)
+            phase_sum = sub.astype(np.int64).sum(axis=(1, 2, 3))
+            # Taps outside the phase meet x's zero point (the inserted zeros), which the bias
+            # already subtracts for every tap: give back the other phases' share.
+            correction = zero * (full_sum - phase_sum)
+            phase_bias = bias if not correction.any() else wrap32(
+                (0 if bias is None else bias.astype(np.int64)) + correction).astype(np.int32)
+            in_h, in_w = h - crop_h[0] - crop_h[1], wd - crop_w[0] - crop_w[1]
+            x_view = None if (x not in lw.views and crop_h == crop_w == (0, 0)) else \
+                x_whole.sub(1, crop_h[0], in_h).sub(2, crop_w[0], in_w)
+            phase_view = y_view if strides == (1, 1) else \
+                y_whole.sub(1, r_h, count_h, strides[0]).sub(2, r_w, count_w, strides[1])
+            macs = n * count_h * count_w * cout * int(np.prod(sub.shape[1:]))
+            lw.layers.append(ConvLayer(
+                node.name, lw.source(node, x), y_tensor, n, (in_h, in_w), (count_h, count_w),
+                cin, cout, sub.shape[2:], (1, 1), (dil_h, dil_w),
+                (pad_h[0], pad_w[0], pad_h[1], pad_w[1]), zero,
+                _expand_groups(sub, group, cin), phase_bias, multiplier, shift, out_zero,
+                qclamp, macs=macs, group=group, x_view=x_view, y_view=phase_view))
+
+
+def _phase(r: int, size: int, out: int, kernel: int, stride: int, dilation: int,
+           pad: int) -> tuple:
+    """Output phase r of one spatial axis of a ConvTranspose as a stride-1 convolution:
+    (r, its taps as indices of the flipped kernel, their dilation, the input's (begin, end)
+    crop, the convolution's (begin, end) pads, its output count).
+
+    Output o = r + stride * q takes input i at tap k when i * stride + k * dilation = o + pad,
+    so each tap k of the phase reads input q + (r + pad - k * dilation) / stride: the taps in
+    descending k (ascending in the flipped kernel) read ascending offsets, evenly spaced.
+    Negative pads crop the input."""
+    count = (out - r + stride - 1) // stride
+    taps = [k for k in reversed(range(kernel)) if (r + pad - k * dilation) % stride == 0]
+    offsets = [(r + pad - k * dilation) // stride for k in taps] or [0]
+    taps = [kernel - 1 - k for k in taps]
+    spacing = offsets[1] - offsets[0] if len(offsets) > 1 else 1
+    span = offsets[-1] - offsets[0] + 1
+    begin = -offsets[0]
+    end = count - 1 + span - size - begin
+    crop = (max(0, -begin), max(0, -end))
+    return r, taps, spacing, crop, (max(0, begin), max(0, end)), count
 
 
 def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
