@@ -265,10 +265,11 @@ def sub_int8(a, b, *, multiplier, shift, **params):
 
 def mul_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
              qclamp=None, out_dtype="int8"):
-    """(a - z_a)(b - z_b) exactly in int64 (|product| < 2^16), requantized by s_a s_b / s_out."""
-    acc = np.asarray(a, np.int64) - a_zero_point
-    acc = acc * (np.asarray(b, np.int64) - b_zero_point)
-    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+    """numerics.mul: (a - z_a)(b - z_b) requantized by s_a s_b / s_out (one multiplier)."""
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    m, s = (int(np.ravel(v)[0]) for v in (multiplier, shift))
+    return numerics.mul(a, b, a_zero_point, b_zero_point, m, s, out_zero_point, lo, hi,
+                        dtype=out_dtype)
 
 
 def rescale_int8(x, *, multiplier, shift, x_zero_point=0, out_zero_point=0, qclamp=None,

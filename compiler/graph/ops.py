@@ -49,7 +49,7 @@ class Lower(Enum):
     GLOBAL_AVERAGE_POOL = "global_average_pool"
     ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
     SUB = "sub"                  # ADD with b's rescale negated; likewise
-    SCALAR_LUT = "scalar_lut"    # only with a scalar constant operand, as a LUT
+    MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
@@ -466,7 +466,7 @@ _ROWS = (
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
           lower=L.SUB, channel_affine=sub_affine),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
-          lower=L.SCALAR_LUT, channel_affine=mul_affine),
+          lower=L.MUL, channel_affine=mul_affine),
     # Div by a constant becomes a Mul (or a depthwise Conv); by an activation it is not
     # quantized yet: named in an error.
     OpDef("Div", ("A", "B"), {}, broadcast, ref.div, channel_affine=div_affine),

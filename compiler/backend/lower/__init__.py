@@ -8,7 +8,7 @@ the ones the quantizer computed and the integer reference (`quantizer.reference.
 so the program and the oracle read the same integers.
 
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
-(Conv, Gemm, MatMul), `vector` (pools, Add/Sub, lookup tables) or `data` (views, slices, Concat,
+(Conv, Gemm, MatMul), `vector` (pools, Add/Sub/Mul, lookup tables) or `data` (views, slices, Concat,
 the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
 CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
 """
@@ -23,7 +23,7 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
                                          lower_view)
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_scalar_lut, lower_sub)
+                                           lower_mul, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -42,7 +42,7 @@ RULES = {
     Lower.GLOBAL_AVERAGE_POOL: lower_global_average_pool,
     Lower.ADD: lower_add,
     Lower.SUB: lower_sub,
-    Lower.SCALAR_LUT: lower_scalar_lut,
+    Lower.MUL: lower_mul,
     Lower.LUT: lower_lut,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,

@@ -1,5 +1,6 @@
 """Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
-GlobalAveragePool, GlobalMaxPool, Add and Sub; every single-input elementwise integer map (Relu,
+GlobalAveragePool, GlobalMaxPool, Add and Sub, Mul of two activations (one may be broadcast:
+a gate per channel, per pixel or per image); every single-input elementwise integer map (Relu,
 Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
 256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
 by construction."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, Layout, LutLayer,
+from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer,
                                      PoolLayer, View, block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
@@ -156,7 +157,42 @@ def _scalar_operand(lw: Walk, node: Node) -> bool:
                for n in node.inputs)
 
 
-def lower_scalar_lut(lw: Walk, node: Node) -> None:
-    if not _scalar_operand(lw, node):
-        raise unsupported(node, "only multiplication by a scalar constant lowers (as a LUT)")
-    lower_lut(lw, node)
+def lower_mul(lw: Walk, node: Node) -> None:
+    """A LUT with a scalar constant operand; else the vector unit's MUL of two activations,
+    the one of the output's shape as a and the other as b, of the same shape or broadcast over
+    the pixels (a squeeze-and-excitation gate [N, C, 1, 1]), the channels ([N, 1, H, W]) or
+    both ([N, 1, 1, 1])."""
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    a = int8_attrs(node)
+    (x, z), y = node.inputs[:2], node.outputs[0]
+    x_zp, z_zp = int(a["a_zero_point"]), int(a["b_zero_point"])
+    if lw.shape(x) != lw.shape(y):  # the product commutes: the full-shape operand is a
+        (x, x_zp), (z, z_zp) = (z, z_zp), (x, x_zp)
+    ta, tb = lw.source(node, x), lw.source(node, z)
+    if lw.shape(x) != lw.shape(y):
+        raise unsupported(node, f"neither input has the output's shape {lw.shape(y)} "
+                                f"({lw.shape(x)} and {lw.shape(z)})")
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    common = (int(mult[0]), int(shift[0]), out_zp, qclamp)
+    if lw.shape(z) == lw.shape(y):
+        parts = x in lw.views or z in lw.views
+        if parts or lw.layouts[ta].same_bytes(lw.layouts[tb]):
+            ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
+                                   else lw.layouts[ta])
+            views = None
+            if parts or y_view is not None:
+                views = (lw.need_view(node, x), lw.need_view(node, z),
+                         y_view or View.dense(block_shape(lw.shape(y))))
+            lw.layers.append(MulLayer(node.name, ta, tb, ty, lw.tensors[ty].size_bytes
+                                      if views is None else views[2].size, x_zp, z_zp,
+                                      *common, views))
+            return
+    y_block, z_block = block_shape(lw.shape(y)), block_shape(lw.shape(z))
+    if len(lw.shape(z)) != len(lw.shape(y)) or z_block[1:3] not in ((1, 1), y_block[1:3]):
+        raise unsupported(node, f"broadcasting {lw.shape(z)} against {lw.shape(y)}: only a "
+                                f"value per channel, per pixel or per image broadcasts")
+    x_view, z_view = lw.need_view(node, x), lw.need_view(node, z)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    lw.layers.append(MulLayer(node.name, ta, tb, ty, int(np.prod(y_block)), x_zp, z_zp,
+                              *common, (x_view, z_view, y_view or View.dense(y_block))))

