@@ -20,10 +20,10 @@ import warnings
 
 import numpy as np
 
-from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, softmax_table,
-                                 zero_point_fold)
+from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, reciprocal_range,
+                                 softmax_table, zero_point_fold)
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
-from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RESCALE
+from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL, RESCALE
 from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable
@@ -182,15 +182,21 @@ class _Rewriter:
         self.quantized[name] = qname
         return qname
 
+    def real_range(self, name: str) -> tuple[float, float]:
+        """The calibrated real range [lo, hi] of fp32 activation `name`."""
+        origin = self.onnx_name(name)
+        return calibrate.tensor_range(self.profile.tensors[origin], self.opts.calibration,
+                                      self.opts.percentile, origin)
+
+    def params_over(self, lo: float, hi: float) -> QuantParams:
+        """Per-tensor parameters covering [lo, hi] by the options' scheme."""
+        return calibrate.activation_params(lo, hi, self.dtype, self.opts.symmetric_activations,
+                                           self.opts.schema == "power2")
+
     def params(self, name: str) -> QuantParams:
         """The calibrated per-tensor parameters of fp32 activation `name`."""
         if name not in self.ranges:
-            origin = self.onnx_name(name)
-            lo, hi = calibrate.tensor_range(self.profile.tensors[origin],
-                                            self.opts.calibration, self.opts.percentile, origin)
-            self.ranges[name] = calibrate.activation_params(
-                lo, hi, self.dtype, self.opts.symmetric_activations,
-                self.opts.schema == "power2")
+            self.ranges[name] = self.params_over(*self.real_range(name))
         return self.ranges[name]
 
     def quant_of(self, name: str) -> QuantParams:
@@ -515,6 +521,35 @@ def mul(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
+def divide(r: _Rewriter, node: Node) -> None:
+    """Div by an activation: a * (1 / b), the reciprocal a table of b's codes (the fp32
+    Reciprocal at each), the product as Mul's. No profile holds 1 / b, so its parameters cover
+    `reciprocal_range` of b's calibrated range; a divisor whose range holds 0 makes that range
+    reach the reciprocal of one step of b, and a warning names it."""
+    where = f"node {node.name!r} ({node.op})"
+    a, b = (r.operand(n) for n in node.inputs[:2])
+    pa, pb = r.quant_of(a), r.quant_of(b)
+    divisor = node.inputs[1]
+    lo, hi = ((float(r.g.values[divisor].const.min()), float(r.g.values[divisor].const.max()))
+              if r.g.values[divisor].is_const else r.real_range(divisor))
+    if lo <= 0.0 <= hi:
+        warnings.warn(QuantizeWarning(
+            f"{where}: divisor {divisor!r} ranges over [{lo:.4g}, {hi:.4g}], which holds 0: its "
+            f"reciprocal is quantized up to 1 / {pb.scale[0]:.4g} (one step of the divisor), "
+            f"coarsely; keep the node in fp32 if the accuracy suffers"), stacklevel=2)
+    reciprocal = r.params_over(*reciprocal_range(lo, hi, pb.scale[0]))
+    table = lookup_table(RECIPROCAL.fp32, {}, pb.scale[0], pb.zero_point[0],
+                         reciprocal.scale[0], reciprocal.zero_point[0], r.dtype)
+    # The table's entries are codes of the reciprocal: its type says in which parameters.
+    table_name = r.const(f"{node.name}/reciprocal_table", table, reciprocal)
+    out, out_params, qclamp = r.requant_output(node)
+    m, s = ratio(pa.scale[0] * reciprocal.scale[0] / out_params.scale[0], where)
+    attrs = {**node.attrs, "a_zero_point": pa.zero_point[0],
+             "b_zero_point": reciprocal.zero_point[0],
+             **r.requant_attrs(out_params, qclamp, (m,), (s,))}
+    r.emit(node.op, node.name, (a, b, table_name), (out,), attrs)
+
+
 def average(r: _Rewriter, node: Node) -> None:
     """AveragePool, GlobalAveragePool, ReduceMean: int32 window sums, one requant per window
     size (the row's `window_sizes`)."""
@@ -544,6 +579,7 @@ RULES = {
     Quant.LINEAR: linear,
     Quant.ADD: add,
     Quant.MUL: mul,
+    Quant.DIVIDE: divide,
     Quant.AVERAGE: average,
 }
 

@@ -46,6 +46,7 @@ class Quant(Enum):
     LINEAR = "linear"                  # int8 x int8 products summed in int32, requantized
     ADD = "add"                        # both inputs rescaled to a common scale (TFLite's ADD)
     MUL = "mul"                        # the int32 product of the centred inputs, requantized
+    DIVIDE = "divide"                  # MUL by a table of the divisor's reciprocal
     AVERAGE = "average"                # int32 window sums, one requantization per window size
     RESCALE = "rescale"                # ember's own Rescale: the same values in another scale
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
@@ -57,7 +58,8 @@ class Quant(Enum):
     def requantizes(self) -> bool:
         """Whether the kernel ends in `numerics.requantize` to its output type (multiplier,
         shift, out_zero_point, qclamp): a Rescale after it can fold into it."""
-        return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.AVERAGE, Quant.RESCALE)
+        return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.AVERAGE,
+                        Quant.RESCALE)
 
     @property
     def output_multipliers(self) -> slice:
@@ -270,6 +272,26 @@ def mul_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zer
     m, s = (int(np.ravel(v)[0]) for v in (multiplier, shift))
     return numerics.mul(a, b, a_zero_point, b_zero_point, m, s, out_zero_point, lo, hi,
                         dtype=out_dtype)
+
+
+def div_int8(a, b, table, *, multiplier, shift, a_zero_point=0, b_zero_point=0,
+             out_zero_point=0, qclamp=None, out_dtype="int8"):
+    """a / b as a * (1 / b): `table` maps each code of b to the code of its reciprocal (zero
+    point b_zero_point, `reciprocal_range`), and the product is mul_int8's."""
+    return mul_int8(a, lookup_any(b, table), multiplier=multiplier, shift=shift,
+                    a_zero_point=a_zero_point, b_zero_point=b_zero_point,
+                    out_zero_point=out_zero_point, qclamp=qclamp, out_dtype=out_dtype)
+
+
+def reciprocal_range(lo: float, hi: float, step: float) -> tuple[float, float]:
+    """The real range a divisor's reciprocal is quantized over, from the divisor's calibrated
+    range [lo, hi] and its quantization step: no profile holds 1 / b, since no ONNX tensor is
+    it. [1 / hi, 1 / lo] when the range excludes 0; else the reciprocal is unbounded and the
+    range reaches 1 / step (the divisor's smallest nonzero magnitude) on each side the range
+    extends to (a coarse quantization, which the quantizer warns about)."""
+    if lo > 0 or hi < 0:
+        return 1.0 / hi, 1.0 / lo
+    return (-1.0 / step if lo < 0 else 0.0), (1.0 / step if hi > 0 else 0.0)
 
 
 def rescale_int8(x, *, multiplier, shift, x_zero_point=0, out_zero_point=0, qclamp=None,

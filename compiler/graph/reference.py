@@ -250,6 +250,12 @@ def mul(a, b):
     return a * b
 
 
+def reciprocal(x):
+    """1 / x; 1 / 0 is an infinity (no warning: a table over every code meets it)."""
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(np.asarray(x))
+
+
 def div(a, b):
     if np.issubdtype(np.result_type(a, b), np.integer):
         return np.trunc(a / b).astype(np.result_type(a, b))

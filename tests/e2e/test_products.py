@@ -10,6 +10,7 @@ import pytest
 from onnx import helper
 
 from compiler.errors import CompileError
+from quantizer.errors import QuantizeWarning
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from tests.e2e.flow import compile_and_check, samples
 from tests.onnx_builder import model
@@ -27,20 +28,21 @@ def _conv(rng, name, x, y, c_in, c_out, k=3, **attrs):
         {f"{name}_w": w}
 
 
-def squeeze_excitation(seed: int = 0, gate: str = "HardSigmoid"):
+def squeeze_excitation(seed: int = 0, gate: str = "HardSigmoid", channels: int = C,
+                       batch: int = 2, hw: tuple[int, int] = (6, 5)):
     """Conv → GlobalAveragePool → Conv 1x1 → Relu → Conv 1x1 → gate → Mul with the map."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], {}
-    for node, w in (_conv(rng, "conv", "x", "c", 3, C),
-                    _conv(rng, "fc1", "p", "f1", C, 4, k=1),
-                    _conv(rng, "fc2", "r", "f2", 4, C, k=1)):
+    for node, w in (_conv(rng, "conv", "x", "c", 3, channels),
+                    _conv(rng, "fc1", "p", "f1", channels, 4, k=1),
+                    _conv(rng, "fc2", "r", "f2", 4, channels, k=1)):
         nodes.append(node)
         inits.update(w)
     nodes[1:1] = [helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool")]
     nodes[3:3] = [helper.make_node("Relu", ["f1"], ["r"], name="relu")]
     nodes += [helper.make_node(gate, ["f2"], ["g"], name="gate"),
               helper.make_node("Mul", ["c", "g"], ["y"], name="scale")]
-    return model(nodes, {"x": [2, 3, 6, 5]}, {"y": [2, C, 6, 5]}, inits)
+    return model(nodes, {"x": [batch, 3, *hw]}, {"y": [batch, channels, *hw]}, inits)
 
 
 def product(a_shape, b_shape, op: str = "Mul", swap: bool = False, seed: int = 0):
@@ -94,3 +96,44 @@ def test_product_broadcast_along_one_spatial_axis_is_named() -> None:
     with pytest.raises(CompileError, match=r"node 'f' \(Mul\): broadcasting \(1, 10, 1, 4\) "
                                            r"against \(1, 10, 3, 4\)"):
         compile_model(proto, profile, CompileOptions(), "edge")
+
+
+DIVISIONS = {
+    "same shape": ((1, C, 4, 5), (1, C, 4, 5)),
+    "by a gate": ((2, C, 3, 3), (2, C, 1, 1)),
+    "by a scalar activation": ((2, C, 3, 4), (2, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("form", DIVISIONS)
+def test_div_by_an_activation_bit_exact(form: str, preset: str) -> None:
+    compiled, _ = compile_and_check(product(*DIVISIONS[form], op="Div"), preset, count=2)
+    assert compiled.program.host_segments == ()
+    mnemonics = [insn.op for insn in compiled.program.instructions]
+    assert isa.LUT in mnemonics and isa.MUL in mnemonics  # the reciprocal table, the product
+
+
+def test_constant_over_an_activation_is_one_table() -> None:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Abs", ["c"], ["m"], name="abs"),
+             helper.make_node("Add", ["m", "one"], ["d"], name="shift"),
+             helper.make_node("Div", ["three", "d"], ["y"], name="f")]
+    proto = model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, C, 4, 4]},
+                  {"w": (rng.standard_normal((C, 3, 1, 1)) * 0.5).astype(np.float32),
+                   "one": np.float32(1.0), "three": np.float32(3.0)})
+    for preset in PRESETS:
+        compiled, _ = compile_and_check(proto, preset)
+        assert compiled.program.host_segments == ()
+        assert isa.MUL not in {insn.op for insn in compiled.program.instructions}
+
+
+def test_divisor_whose_range_holds_zero_is_named_in_a_warning_and_still_runs() -> None:
+    proto = product((1, C, 3, 3), (1, C, 3, 3))  # b is a plain Conv output: it crosses 0
+    div = next(node for node in proto.graph.node if node.op_type == "Mul")
+    div.op_type = "Div"
+    with pytest.warns(QuantizeWarning, match=r"node 'f' \(Div\): divisor 'bc' ranges over "
+                                             r"\[-[0-9.]+, [0-9.]+\], which holds 0"):
+        compiled, _ = compile_and_check(proto, "edge")
+    assert compiled.program.host_segments == ()
