@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, lookup_table, reciprocal_range,
-                                 softmax_table, zero_point_fold)
+from compiler.graph.int8 import (SOFTMAX_OUT_SCALE, Quant, channel_slopes, lookup_table,
+                                 reciprocal_range, softmax_table, zero_point_fold)
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL, RESCALE
 from profiler.format import Profile
@@ -406,6 +406,28 @@ def lookup(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, table_name), (out,), node.attrs)
 
 
+def channel_lookup(r: _Rewriter, node: Node) -> None:
+    """PRelu: a 256-entry table of the fp32 reference per channel (one when the slope is a
+    scalar), with that channel's slope, as an extra (C, 256) input."""
+    x = r.quant_input(node.inputs[0])
+    source = r.quant_of(x)
+    out_params = r.params(node.outputs[0])
+    slope = r.g.values[node.inputs[1]].const
+    slopes = channel_slopes(slope, r.g.type_of(node.inputs[0]).shape)
+    if slopes is None:
+        raise QuantizeError(f"node {node.name!r} ({node.op}): slope of shape {slope.shape} "
+                            f"varies along an axis other than the channels (axis 1); keep "
+                            f"the node in fp32")
+    fp32 = OPS[node.op].fp32
+    tables = np.stack([lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {},
+                                    source.scale[0], source.zero_point[0], out_params.scale[0],
+                                    out_params.zero_point[0], r.dtype) for k in slopes])
+    table_name = r.const(f"{node.name}/tables", tables)
+    out = r.activation(node.outputs[0], out_params)
+    r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), table_name), (out,),
+           node.attrs)
+
+
 def fixed_output(r: _Rewriter, node: Node) -> None:
     """Softmax: an exp table of the input scale; the output is a probability of scale 1/256."""
     x = r.quant_input(node.inputs[0])
@@ -575,6 +597,7 @@ RULES = {
     Quant.CLAMP: clamp,
     Quant.RESCALE_INPUTS: rescale_inputs,
     Quant.LOOKUP: lookup,
+    Quant.CHANNEL_LOOKUP: channel_lookup,
     Quant.FIXED_OUTPUT: fixed_output,
     Quant.LINEAR: linear,
     Quant.ADD: add,

@@ -70,7 +70,9 @@ store -> vector -> compute -> load.
   with the parameter block (fold the 1 / window-size divisor into the multipliers), out_offset,
   clamp [qmin, qmax].
 - LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
-  table stored in the ceil(256 / L) scratchpad rows from `table`.
+  table stored in the ceil(256 / L) scratchpad rows from `table`. With per_lane=1 each lane has
+  its own table (a channel's: PRelu with a slope per channel), in the 256 rows from `table`:
+  lane j of row x + 128 is lane j's entry for x (`numerics.lookup_lanes`).
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
 - HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
   CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
@@ -252,6 +254,7 @@ def _check_deps(insn: Insn) -> None:
 
 _MEM = F("mem", 2, names=MEMORIES)
 ParamBlock = vector.ParamBlock  # what REQUANT, ADD, MUL and AVGPOOL read at `param`
+lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane or not)
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))
@@ -304,7 +307,8 @@ AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
                   run=vector.avgpool, cycles=vector.pool_cycles, work=vector.pool_work,
                   access=vector.pool_access)
 LUT = InsnDef("LUT", 0x09, "vector",
-              (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW)),
+              (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW),
+               F("per_lane", 1, default=0)),
               run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
               access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))

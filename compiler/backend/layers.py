@@ -271,8 +271,14 @@ class LutLayer:
     x: str
     y: str
     size: int
-    table: np.ndarray  # 256 int8
+    # 256 int8; or (channels, 256), a table per channel (PRelu with a slope per channel): then
+    # views are set, and the layer runs pixel by pixel with one channel block per row.
+    table: np.ndarray
     views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
+
+    @property
+    def per_channel(self) -> bool:
+        return self.table.ndim == 2
 
 
 @dataclass(frozen=True)
@@ -332,10 +338,11 @@ Layer = ConvLayer | PoolLayer | AddLayer | MulLayer | LutLayer | HostLayer
 
 def pixelwise(layer: AddLayer | MulLayer | LutLayer) -> bool:
     """Whether an elementwise layer runs pixel by pixel over its Views (an operand is strided:
-    a channel slice, or a part of a Concat's buffer; or broadcast) rather than over flat
-    bytes."""
+    a channel slice, or a part of a Concat's buffer; or broadcast; or a table per channel)
+    rather than over flat bytes."""
     return layer.views is not None and (not all(v.contiguous for v in layer.views) or any(
-        v.shape != layer.views[-1].shape for v in layer.views))
+        v.shape != layer.views[-1].shape for v in layer.views) or (
+        isinstance(layer, LutLayer) and layer.per_channel))
 
 
 def transpose_input_strides(perm: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:

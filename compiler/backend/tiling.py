@@ -318,15 +318,17 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
         n, h, w, c = layer.views[-1].shape
         total_rows = n * h * w * ceil_div(c, arch.lanes)
     binary = isinstance(layer, (AddLayer, MulLayer))  # two operands and a rescale block
-    table_rows = 0 if binary else ceil_div(isa.LUT.table_entries, arch.lanes)
+    per_channel = isinstance(layer, LutLayer) and layer.per_channel
+    table_rows = 0 if binary else isa.lut_table_rows(arch.lanes, per_channel)
+    tables = BUFFERS if per_channel else 1  # a channel block's table loads while one runs
     operands = 3 if binary else 2
-    fit = (sp_rows - table_rows) // (BUFFERS * operands)
+    fit = (sp_rows - tables * table_rows) // (BUFFERS * operands)
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", table_rows + BUFFERS * operands, sp_rows,
-                         "one row")
+        raise _too_small(layer.node, "scratchpad", tables * table_rows + BUFFERS * operands,
+                         sp_rows, "one row")
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, max(total_rows, 1))
     rows = ceil_div(total_rows, ceil_div(total_rows, rows)) if total_rows else 1
-    table = Region("scratchpad", 0, table_rows, 1) if not binary else None
+    table = Region("scratchpad", 0, table_rows, tables) if not binary else None
     a = Region("scratchpad", table.end if table else 0, rows)
     b = Region("scratchpad", a.end, rows) if binary else None
     outputs = Region("scratchpad", (b or a).end, rows)

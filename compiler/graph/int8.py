@@ -50,6 +50,7 @@ class Quant(Enum):
     AVERAGE = "average"                # int32 window sums, one requantization per window size
     RESCALE = "rescale"                # ember's own Rescale: the same values in another scale
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
+    CHANNEL_LOOKUP = "channel_lookup"  # likewise one table per channel (PRelu's slopes)
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
@@ -77,7 +78,8 @@ class Quant(Enum):
     def profiled_output(self) -> bool:
         """Whether the output's parameters come from the profile (the others keep or fix
         theirs)."""
-        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.RESCALE_INPUTS)
+        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP,
+                                            Quant.RESCALE_INPUTS)
 
     @property
     def quantized_only(self) -> bool:
@@ -315,6 +317,32 @@ def clip_bounds(lo=None, hi=None) -> tuple[float | None, float | None]:
 def lookup_int8(x, table, **_baked):
     """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table."""
     return lookup_any(x, table)
+
+
+def channel_lookup_int8(x, slope, tables, **_baked):
+    """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
+    built from the fp32 reference with channel c's slope (`channel_slopes`)."""
+    tables = np.asarray(tables)
+    if tables.shape[0] == 1:
+        return lookup_any(x, tables[0])
+    if x.dtype != np.int8:  # uint8 codes index the tables directly (as lookup_any)
+        return tables[np.arange(x.shape[1]).reshape((-1,) + (1,) * (x.ndim - 2)),
+                      np.asarray(x, np.int64)]
+    return np.moveaxis(numerics.lookup_lanes(np.moveaxis(x, 1, -1), tables.T), -1, 1)
+
+
+def channel_slopes(slope, shape) -> np.ndarray | None:
+    """PRelu's slope as one value (a scalar) or one per channel (axis 1) of an input of
+    `shape`, or None when it varies along another axis."""
+    slope = np.asarray(slope, np.float64)
+    if slope.size == 1:
+        return slope.reshape(1)
+    if len(shape) < 2:
+        return None
+    full = np.broadcast_to(slope, shape)
+    per_channel = full[(0, slice(None)) + (0,) * (len(shape) - 2)]
+    along = per_channel.reshape((1, -1) + (1,) * (len(shape) - 2))
+    return per_channel if np.array_equal(full, np.broadcast_to(along, shape)) else None
 
 
 def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,

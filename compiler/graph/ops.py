@@ -52,6 +52,7 @@ class Lower(Enum):
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
+    CHANNEL_LUT = "channel_lut"  # likewise, or one table per channel (LUT per_lane=1)
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
     SPLIT = "split"              # likewise, one View per output
@@ -185,6 +186,17 @@ def broadcast(xs, attrs):
         raise CompileError("inputs of shapes " + ", ".join(str(x.type.shape) for x in xs)
                            + " do not broadcast") from None
     return [_t(xs[0], shape)]
+
+
+def prelu_shape(xs, attrs):
+    x, slope = xs[0].type.shape, xs[1].type.shape
+    try:
+        fits = np.broadcast_shapes(x, slope) == x
+    except ValueError:
+        fits = False
+    if not fits:
+        raise CompileError(f"slope {slope} does not broadcast to the input {x}")
+    return same_shape(xs, attrs)
 
 
 def conv_shape(xs, attrs):
@@ -430,6 +442,8 @@ _ROWS = (
           quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds, lower=L.LUT),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("PRelu", ("X", "slope"), {}, prelu_shape, ref.prelu, quant=Q.CHANNEL_LOOKUP,
+          int8=int8.channel_lookup_int8, lower=L.CHANNEL_LUT),
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,

@@ -151,6 +151,10 @@ def leaky_relu(x, *, alpha=0.01):
     return np.where(x < 0, x * np.asarray(alpha, x.dtype), x)
 
 
+def prelu(x, slope):
+    return np.where(x < 0, x * np.asarray(slope, x.dtype), x)
+
+
 def sigmoid(x):
     with np.errstate(over="ignore"):
         return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)

@@ -136,13 +136,23 @@ def avgpool(state, insn) -> None:
                                                 a["out_offset"], a["qmin"], a["qmax"], axis=-1))
 
 
+def lut_table_rows(lanes: int, per_lane: int) -> int:
+    """Scratchpad rows of a LUT's table: the 256 entries in rows of `lanes`, or with per_lane
+    one row per entry (lane j of row i: entry i of lane j's table)."""
+    return LUT_ENTRIES if per_lane else ceil_div(LUT_ENTRIES, lanes)
+
+
 def lut(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    table_rows = ceil_div(LUT_ENTRIES, sp.shape[1])
-    table = sp[rows(sp, a["table"], table_rows, "scratchpad (table)")].ravel()[:LUT_ENTRIES]
+    table = sp[rows(sp, a["table"], lut_table_rows(sp.shape[1], a["per_lane"]),
+                    "scratchpad (table)")]
     src = sp[rows(sp, a["src"], a["rows"], "scratchpad")]
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.lookup(src, table)
+    dst = rows(sp, a["dst"], a["rows"], "scratchpad")
+    if a["per_lane"]:
+        sp[dst] = numerics.lookup_lanes(src, table)
+    else:
+        sp[dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
@@ -193,7 +203,8 @@ def pool_work(arch, insn) -> Work:
 
 def lut_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes + LUT_ENTRIES),
+    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes
+                             + LUT_ENTRIES * (arch.lanes if a["per_lane"] else 1)),
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
 
 
@@ -233,5 +244,6 @@ def pool_access(arch, insn) -> tuple[Access, ...]:
 def lut_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(SCRATCHPAD, a["src"], a["src"] + a["rows"], False),
-            Access(SCRATCHPAD, a["table"], a["table"] + ceil_div(LUT_ENTRIES, arch.lanes), False),
+            Access(SCRATCHPAD, a["table"], a["table"] + lut_table_rows(arch.lanes, a["per_lane"]),
+                   False),
             Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))

@@ -255,6 +255,10 @@ unary("Elu", "alpha", alpha=0.5)
 unary("Celu", "alpha", opset=12, alpha=2.0)
 unary("Selu", "default")
 unary("Selu", "attrs", alpha=1.5, gamma=2.0)
+case("PRelu", "per-channel", node("PRelu", ["x", "slope"], ["y"]), {"x": (2, 3, 4, 5)},
+     inits={"slope": weights(3, 1, 1, seed=3)})
+case("PRelu", "scalar", node("PRelu", ["x", "slope"], ["y"]), {"x": (2, 3, 4)},
+     inits={"slope": np.full(1, 0.25, np.float32)})
 unary("LeakyRelu", "default")
 unary("LeakyRelu", "alpha", alpha=0.3)
 unary("LeakyRelu", "opset11", opset=11, alpha=0.1)

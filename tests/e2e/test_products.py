@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from compiler.errors import CompileError
-from quantizer.errors import QuantizeWarning
+from quantizer.errors import QuantizeError, QuantizeWarning
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from tests.e2e.flow import compile_and_check, samples
 from tests.onnx_builder import model
@@ -137,3 +137,35 @@ def test_divisor_whose_range_holds_zero_is_named_in_a_warning_and_still_runs() -
                                              r"\[-[0-9.]+, [0-9.]+\], which holds 0"):
         compiled, _ = compile_and_check(proto, "edge")
     assert compiled.program.host_segments == ()
+
+
+def prelu_model(slope_shape: tuple[int, ...], channels: int = C, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    node, w = _conv(rng, "conv", "x", "c", 3, channels)
+    slope = rng.uniform(-0.5, 0.8, slope_shape).astype(np.float32)
+    nodes = [node, helper.make_node("PRelu", ["c", "slope"], ["y"], name="prelu")]
+    return model(nodes, {"x": [2, 3, 5, 4]}, {"y": [2, channels, 5, 4]}, {**w, "slope": slope})
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("slope", [(1,), (C, 1, 1), (1, C, 1, 1)], ids=str)
+def test_prelu_bit_exact(slope: tuple[int, ...], preset: str) -> None:
+    compiled, _ = compile_and_check(prelu_model(slope), preset, count=2)
+    assert compiled.program.host_segments == ()
+    luts = [insn for insn in compiled.program.instructions if insn.op is isa.LUT]
+    assert luts and all(insn.args["per_lane"] == (slope != (1,)) for insn in luts)
+
+
+def test_prelu_with_one_channel_block_loads_its_tables_once() -> None:
+    compiled, _ = compile_and_check(prelu_model((4, 1, 1), channels=4), "edge", count=1)
+    table_loads = [insn for insn in compiled.program.instructions
+                   if insn.op is isa.LOAD and insn.args["y_size"] == isa.LUT.table_entries]
+    assert len(table_loads) == 1
+
+
+def test_prelu_slope_along_a_spatial_axis_is_named() -> None:
+    proto = prelu_model((1, 1, 4))
+    profile = profile_of(proto, samples({"x": [2, 3, 5, 4]}, 4), optimized_graph(proto))
+    with pytest.raises(QuantizeError, match=r"node 'prelu' \(PRelu\): slope of shape \(1, 1, 4\) "
+                                            r"varies along an axis other than the channels"):
+        compile_model(proto, profile, CompileOptions(), "edge")

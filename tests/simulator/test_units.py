@@ -292,3 +292,14 @@ def test_output_stationary_cycles():
     assert isa.COMPUTE.cycles(arch, first) + isa.COMPUTE.cycles(arch, chained) \
         == r + c + 26 - 2  # one SCALE-Sim fold with K = 26
     assert isa.PRELOAD.cycles(arch, isa.PRELOAD(sp=0, k=16)) == 0
+
+
+def test_lut_per_lane_tables():
+    state = fresh()
+    run(state, isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1))
+    tables = state.scratchpad[1000:1256]
+    src = state.scratchpad[0:6].astype(np.int64)
+    want = np.array([[tables[v + 128, j] for j, v in enumerate(row)] for row in src])
+    np.testing.assert_array_equal(state.scratchpad[300:306], want)
+    insn = isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1)
+    assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1256, False)  # all 256 table rows

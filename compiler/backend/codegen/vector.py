@@ -93,11 +93,13 @@ def _flat_rows(node: str, ctx: Context, row: isa.InsnDef, tensor: str, sram: int
 
 
 def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: int,
-          b: int | None, dst: int, rows: int) -> Op:
-    """The vector instruction of one tile: ADD, MUL or LUT from rows src (and b) to dst."""
+          b: int | None, dst: int, rows: int, table: int | None = None) -> Op:
+    """The vector instruction of one tile: ADD, MUL or LUT from rows src (and b) to dst;
+    `table`: the rows of a per-channel LUT's table (else the layer's one table)."""
     if isinstance(layer, LutLayer):
         return instruction(layer.node, isa.LUT, src=src, dst=dst, rows=rows,
-                           table=tiles.table.base)
+                           table=tiles.table.base if table is None else table,
+                           per_lane=int(layer.per_channel))
     qmin, qmax = layer.qclamp
     common = dict(a=src, b=b, dst=dst, rows=rows, param=tiles.params.base,
                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
@@ -125,6 +127,8 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         addr = image.add(_param_block(layer).pack(arch.lanes))
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
                                      isa.ParamBlock.rows()))
+    elif layer.per_channel:  # one (256, lanes) block per channel block: see _pixel_steps
+        pass
     else:
         table_rows = ceil_div(isa.LUT.table_entries, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
@@ -134,7 +138,7 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
                            y_stride=lanes))
     if pixelwise(layer):
-        return _pixel_steps(layer, tiles, ctx, pending)
+        return _pixel_steps(layer, tiles, ctx, image, pending)
     views = layer.views or (None, None, None)
     steps = []
     for count, r0 in enumerate(range(0, total_rows, tiles.tile_rows)):
@@ -156,8 +160,20 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
     return steps
 
 
+def _channel_tables(layer: LutLayer, ctx: Context, image: ImageBuilder) -> list[int]:
+    """The DRAM address of each channel block's per-lane table (LUT per_lane=1): 256 rows,
+    lane j of row i holding entry i of channel c0 + j's table."""
+    lanes, channels = ctx.arch.lanes, layer.table.shape[0]
+    addresses = []
+    for c0 in range(0, channels, lanes):
+        block = np.zeros((isa.LUT.table_entries, lanes), np.int8)
+        block[:, :min(lanes, channels - c0)] = layer.table[c0:c0 + lanes].T
+        addresses.append(image.add(block.tobytes()))
+    return addresses
+
+
 def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, ctx: Context,
-                 pending: list[Op]) -> list[Step]:
+                 image: ImageBuilder, pending: list[Op]) -> list[Step]:
     """Add, Mul or LUT over Views: one pixel's channel block per local row, so that each
     operand is read (and the result written) at its own strides, as the pooling layers do. A
     broadcast Mul operand b is read once per tile: one row (a value per channel), or one byte
@@ -166,6 +182,7 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
     binary = not isinstance(layer, LutLayer)
     operands = ((layer.a, tiles.a), (layer.b, tiles.b)) if binary else ((layer.x, tiles.a),)
     n, h, w, c = layer.views[-1].shape
+    tables = _channel_tables(layer, ctx, image) if not binary and layer.per_channel else None
     cap = tiles.tile_rows
     tile_hw = (max(1, min(h, cap // w)), w) if w <= cap else (1, ceil_div(w, ceil_div(w, cap)))
     steps, count = [], 0
@@ -190,8 +207,17 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
             loads = pending + [dma(isa.LOAD, t, v, r, False) for (t, _), v, r in
                                zip(operands, layer.views, in_rows)]
             pending = []
+            table = None
+            if tables is not None:  # this channel block's tables, kept while it stays the one
+                table = tiles.table.base if len(tables) == 1 else ctx.buffer(tiles.table,
+                                                                             count - 1)
+                if len(tables) > 1 or count == 1:
+                    loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=table,
+                                             dram=tables[c0 // lanes], y_size=tiles.table.rows,
+                                             x_size=1, elem_bytes=lanes, x_stride=lanes,
+                                             y_stride=lanes))
             work = _work(layer, tiles, in_rows[0], in_rows[1] if binary else None, out_row,
-                         th * tw)
+                         th * tw, table)
             store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
             steps.append(Step(tuple(loads), (work, store)))
     return steps

@@ -23,7 +23,7 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
                                          lower_view)
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_div, lower_mul, lower_sub)
+                                           lower_channel_lut, lower_div, lower_mul, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -45,6 +45,7 @@ RULES = {
     Lower.MUL: lower_mul,
     Lower.DIVIDE: lower_div,
     Lower.LUT: lower_lut,
+    Lower.CHANNEL_LUT: lower_channel_lut,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,
     Lower.SPLIT: lower_split,

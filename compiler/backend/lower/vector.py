@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer,
-                                     PoolLayer, Tensor, View, block_shape)
+                                     PoolLayer, Tensor, View, block_axis, block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.reference import resolve_pads
@@ -150,6 +150,25 @@ def lower_lut(lw: Walk, node: Node) -> None:
     lw.layers.append(LutLayer(node.name, tensor, ty, lw.tensors[tensor].size_bytes
                                 if views is None else views[0].size, table.reshape(256),
                                 views))
+
+
+def lower_channel_lut(lw: Walk, node: Node) -> None:
+    """PRelu: one table (a scalar slope) is a LUT; a table per channel is a LUT with a table
+    per lane (per_lane=1), pixel by pixel over channel blocks."""
+    tables = np.asarray(lw.g.values[node.inputs[2]].const, np.int8)
+    if tables.shape[0] == 1:
+        return lower_lut(lw, node)
+    x, y = node.inputs[0], node.outputs[0]
+    rank = len(lw.shape(x))
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    if block_axis(rank, 1) != 3:
+        raise unsupported(node, f"a table per channel of a rank-{rank} input (its channels "
+                                f"are not the lanes)")
+    views = (lw.need_view(node, x),)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    views += (y_view or View.dense(block_shape(lw.shape(y))),)
+    lw.layers.append(LutLayer(node.name, lw.source(node, x), ty, views[1].size, tables, views))
 
 
 def _scalar_operand(lw: Walk, node: Node) -> bool:
