@@ -127,9 +127,7 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         addr = image.add(_param_block(layer).pack(arch.lanes))
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
                                      isa.ParamBlock.rows()))
-    elif layer.per_channel:  # one (256, lanes) block per channel block: see _pixel_steps
-        pass
-    else:
+    elif not layer.per_channel:  # a table per channel block loads in _pixel_steps
         table_rows = ceil_div(isa.LUT.table_entries, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
         table[:isa.LUT.table_entries] = layer.table
