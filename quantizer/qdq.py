@@ -57,8 +57,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
-from compiler.graph.ops import (ADD, CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RELU,
-                                int8_attrs, is_integer_node)
+from compiler.graph.ops import (ADD, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
+                                RECIPROCAL, RELU, int8_attrs, is_integer_node)
 from profiler.format import output_mode
 from quantizer.errors import QuantizeError
 from simulator import numerics
@@ -343,6 +343,8 @@ class _Exporter:
         row = OPS[node.op]
         if row.weight is not None:
             return self._linear(node, attrs)
+        if row.quant is Quant.DIVIDE:
+            return self._divide(node)
         names = list(node.inputs)
         if not row.variadic:
             # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
@@ -358,6 +360,24 @@ class _Exporter:
                                                       params.zero_point[0], arithmetic=np.float64))
                 inputs[fill] = self._init(names[fill], real)
         return node.op, inputs, attrs
+
+    def _divide(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        """Div by an activation as ember computes it: the divisor's Reciprocal quantized in
+        the parameters of the table's codes, then a Mul."""
+        a, b = (self._operand(n) for n in node.inputs[:2])
+        table = self.g.type_of(node.inputs[2])
+        shape = self.g.type_of(node.inputs[1]).shape
+        reciprocal = self._unique(f"{node.name}/reciprocal")
+        codes, real = self._unique(f"{reciprocal}/q"), self._unique(f"{reciprocal}/dq")
+        self.types[reciprocal] = self.types[real] = Type("float32", shape)
+        self.types[codes] = Type(table.dtype, shape, table.quant)
+        scale, zero = self._params(reciprocal, table.quant, table.dtype)
+        self._emit(RECIPROCAL.name, self._unique(reciprocal), (b,), (reciprocal,))
+        self._emit(QUANTIZE_LINEAR.name, self._unique(f"{reciprocal}/{QUANTIZE_LINEAR.name}"),
+                   (reciprocal, scale, zero), (codes,), metadata=_quant_metadata(table))
+        self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{reciprocal}/{DEQUANTIZE_LINEAR.name}"),
+                   (codes, scale, zero), (real,))
+        return MUL.name, [a, real], {}
 
     def _operand(self, name: str) -> str:
         if not name:

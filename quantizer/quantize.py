@@ -23,12 +23,14 @@ import numpy as np
 from compiler.graph.int8 import (
     SOFTMAX_OUT_SCALE,
     Quant,
+    channel_slopes,
     lookup_table,
+    reciprocal_range,
     softmax_table,
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
-from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RESCALE
+from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL, RESCALE
 from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable
@@ -189,15 +191,21 @@ class _Rewriter:
         self.quantized[name] = qname
         return qname
 
+    def real_range(self, name: str) -> tuple[float, float]:
+        """The calibrated real range [lo, hi] of fp32 activation `name`."""
+        origin = self.onnx_name(name)
+        return calibrate.tensor_range(self.profile.tensors[origin], self.opts.calibration,
+                                      self.opts.percentile, origin)
+
+    def params_over(self, lo: float, hi: float) -> QuantParams:
+        """Per-tensor parameters covering [lo, hi] by the options' scheme."""
+        return calibrate.activation_params(lo, hi, self.dtype, self.opts.symmetric_activations,
+                                           self.opts.schema == "power2")
+
     def params(self, name: str) -> QuantParams:
         """The calibrated per-tensor parameters of fp32 activation `name`."""
         if name not in self.ranges:
-            origin = self.onnx_name(name)
-            lo, hi = calibrate.tensor_range(self.profile.tensors[origin],
-                                            self.opts.calibration, self.opts.percentile, origin)
-            self.ranges[name] = calibrate.activation_params(
-                lo, hi, self.dtype, self.opts.symmetric_activations,
-                self.opts.schema == "power2")
+            self.ranges[name] = self.params_over(*self.real_range(name))
         return self.ranges[name]
 
     def quant_of(self, name: str) -> QuantParams:
@@ -407,6 +415,28 @@ def lookup(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, table_name), (out,), node.attrs)
 
 
+def channel_lookup(r: _Rewriter, node: Node) -> None:
+    """PRelu: a 256-entry table of the fp32 reference per channel (one when the slope is a
+    scalar), with that channel's slope, as an extra (C, 256) input."""
+    x = r.quant_input(node.inputs[0])
+    source = r.quant_of(x)
+    out_params = r.params(node.outputs[0])
+    slope = r.g.values[node.inputs[1]].const
+    slopes = channel_slopes(slope, r.g.type_of(node.inputs[0]).shape)
+    if slopes is None:
+        raise QuantizeError(f"node {node.name!r} ({node.op}): slope of shape {slope.shape} "
+                            f"varies along an axis other than the channels (axis 1); keep "
+                            f"the node in fp32")
+    fp32 = OPS[node.op].fp32
+    tables = np.stack([lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {},
+                                    source.scale[0], source.zero_point[0], out_params.scale[0],
+                                    out_params.zero_point[0], r.dtype) for k in slopes])
+    table_name = r.const(f"{node.name}/tables", tables)
+    out = r.activation(node.outputs[0], out_params)
+    r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), table_name), (out,),
+           node.attrs)
+
+
 def fixed_output(r: _Rewriter, node: Node) -> None:
     """Softmax: an exp table of the input scale; the output is a probability of scale 1/256."""
     x = r.quant_input(node.inputs[0])
@@ -522,6 +552,35 @@ def mul(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
+def divide(r: _Rewriter, node: Node) -> None:
+    """Div by an activation: a * (1 / b), the reciprocal a table of b's codes (the fp32
+    Reciprocal at each), the product as Mul's. No profile holds 1 / b, so its parameters cover
+    `reciprocal_range` of b's calibrated range; a divisor whose range holds 0 makes that range
+    reach the reciprocal of one step of b, and a warning names it."""
+    where = f"node {node.name!r} ({node.op})"
+    a, b = (r.operand(n) for n in node.inputs[:2])
+    pa, pb = r.quant_of(a), r.quant_of(b)
+    divisor = node.inputs[1]
+    lo, hi = ((float(r.g.values[divisor].const.min()), float(r.g.values[divisor].const.max()))
+              if r.g.values[divisor].is_const else r.real_range(divisor))
+    if lo <= 0.0 <= hi:
+        warnings.warn(QuantizeWarning(
+            f"{where}: divisor {divisor!r} ranges over [{lo:.4g}, {hi:.4g}], which holds 0: its "
+            f"reciprocal is quantized up to 1 / {pb.scale[0]:.4g} (one step of the divisor), "
+            f"coarsely; keep the node in fp32 if the accuracy suffers"), stacklevel=2)
+    reciprocal = r.params_over(*reciprocal_range(lo, hi, pb.scale[0]))
+    table = lookup_table(RECIPROCAL.fp32, {}, pb.scale[0], pb.zero_point[0],
+                         reciprocal.scale[0], reciprocal.zero_point[0], r.dtype)
+    # The table's entries are codes of the reciprocal: its type says in which parameters.
+    table_name = r.const(f"{node.name}/reciprocal_table", table, reciprocal)
+    out, out_params, qclamp = r.requant_output(node)
+    m, s = ratio(pa.scale[0] * reciprocal.scale[0] / out_params.scale[0], where)
+    attrs = {**node.attrs, "a_zero_point": pa.zero_point[0],
+             "b_zero_point": reciprocal.zero_point[0],
+             **r.requant_attrs(out_params, qclamp, (m,), (s,))}
+    r.emit(node.op, node.name, (a, b, table_name), (out,), attrs)
+
+
 def average(r: _Rewriter, node: Node) -> None:
     """AveragePool, GlobalAveragePool, ReduceMean: int32 window sums, one requant per window
     size (the row's `window_sizes`)."""
@@ -547,10 +606,12 @@ RULES = {
     Quant.CLAMP: clamp,
     Quant.RESCALE_INPUTS: rescale_inputs,
     Quant.LOOKUP: lookup,
+    Quant.CHANNEL_LOOKUP: channel_lookup,
     Quant.FIXED_OUTPUT: fixed_output,
     Quant.LINEAR: linear,
     Quant.ADD: add,
     Quant.MUL: mul,
+    Quant.DIVIDE: divide,
     Quant.AVERAGE: average,
 }
 

@@ -58,13 +58,21 @@ store -> vector -> compute -> load.
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax].
+- MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
+  with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
+  (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,
+  or the one row b for every row with b_step=0 (a squeeze-and-excitation gate: one value per
+  channel for all the pixels of a tile); with b_splat=1, lane 0 of each b row stands for every
+  lane (one value per pixel, or per image with b_step=0, for all channels).
 - MAXPOOL: the in_h x in_w pixel rows at src (already padded) -> the out_h x out_w pixel rows at
   dst, out = (in - k) // s + 1, max over each kh x kw window with strides sh, sw, per lane.
 - AVGPOOL: the same windows; sums (x - in_offset) over each window, then requantizes per lane
   with the parameter block (fold the 1 / window-size divisor into the multipliers), out_offset,
   clamp [qmin, qmax].
 - LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
-  table stored in the ceil(256 / L) scratchpad rows from `table`.
+  table stored in the ceil(256 / L) scratchpad rows from `table`. With per_lane=1 each lane has
+  its own table (a channel's: PRelu with a slope per channel), in the 256 rows from `table`:
+  lane j of row x + 128 is lane j's entry for x (`numerics.lookup_lanes`).
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
 - HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
   CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
@@ -245,7 +253,8 @@ def _check_deps(insn: Insn) -> None:
 
 
 _MEM = F("mem", 2, names=MEMORIES)
-ParamBlock = vector.ParamBlock  # what REQUANT, ADD and AVGPOOL read at `param`
+ParamBlock = vector.ParamBlock  # what REQUANT, ADD, MUL and AVGPOOL read at `param`
+lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane or not)
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))
@@ -284,6 +293,12 @@ ADD = InsnDef("ADD", 0x06, "vector",
                *_CLAMP),
               run=vector.add, cycles=vector.row_cycles, work=vector.add_work,
               access=vector.add_access)
+MUL = InsnDef("MUL", 0x0C, "vector",
+              (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
+               F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
+               *_CLAMP, F("b_step", 1, default=1), F("b_splat", 1, default=0)),
+              run=vector.mul, cycles=vector.row_cycles, work=vector.mul_work,
+              access=vector.mul_access)
 MAXPOOL = InsnDef("MAXPOOL", 0x07, "vector", _WINDOW,
                   run=vector.maxpool, cycles=vector.pool_cycles, work=vector.pool_work,
                   access=vector.pool_access)
@@ -292,7 +307,8 @@ AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
                   run=vector.avgpool, cycles=vector.pool_cycles, work=vector.pool_work,
                   access=vector.pool_access)
 LUT = InsnDef("LUT", 0x09, "vector",
-              (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW)),
+              (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW),
+               F("per_lane", 1, default=0)),
               run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
               access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
@@ -303,7 +319,8 @@ HOST = InsnDef("HOST", 0x0B, "store",
                run=host.run, cycles=host.cycles, work=host.work, transfer=host.transfer_cycles)
 END = InsnDef("END", 0x1F, "end", ())
 
-TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MAXPOOL, AVGPOOL, LUT, SYNC, HOST, END)
+TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SYNC, HOST,
+         END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}
 

@@ -205,6 +205,16 @@ def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qm
     return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax)
 
 
+def mul(x, y, x_offset, y_offset, multiplier, shift, out_offset, qmin=None, qmax=None, *,
+        dtype: str = "int8") -> np.ndarray:
+    """Quantized elementwise product of int8 tensors with their own scales (TFLite's MUL):
+    (x - x_offset)(y - y_offset), exact in int64 (|product| <= 255^2 < 2^16), requantized once
+    by multiplier and shift (`quantize_multiplier` of s_x s_y / s_out), + out_offset, clamped.
+    x and y broadcast (numpy rules)."""
+    product = (np.asarray(x, np.int64) - x_offset) * (np.asarray(y, np.int64) - y_offset)
+    return requantize(product, multiplier, shift, out_offset, qmin, qmax, dtype=dtype)
+
+
 def window_sum(windows, offset) -> np.ndarray:
     """Sum of (x - offset) over the last two axes (a pooling window), exact in int64: the sum of
     x less the window's size times the offset, so a view of overlapping windows is reduced in
@@ -217,6 +227,13 @@ def window_sum(windows, offset) -> np.ndarray:
 def lookup(x, table) -> np.ndarray:
     """table[x + 128] for int8 x and a 256-entry int8 table (sigmoid, tanh, ...)."""
     return np.asarray(table, np.int8)[np.asarray(x, np.int64) + 128]
+
+
+def lookup_lanes(x, tables) -> np.ndarray:
+    """tables[x + 128, j] for int8 x whose last axis is j: a 256-entry int8 table per lane
+    (per channel: PRelu with a slope per channel), `tables` of shape (256, lanes)."""
+    x = np.asarray(x, np.int64)
+    return np.asarray(tables, np.int8)[x + 128, np.arange(x.shape[-1])]
 
 
 def quantize_multiplier(real_scale: float) -> tuple[int, int]:

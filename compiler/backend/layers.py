@@ -233,6 +233,37 @@ class AddLayer:
 
 
 @dataclass(frozen=True, eq=False)
+class MulLayer:
+    """A quantized product (numerics.mul) of a and b into y, a of y's shape. b is of y's shape
+    too, or broadcast (its View's shape has 1 where y's has more): over the pixels (a
+    squeeze-and-excitation gate, one value per image and channel), over the channels (one
+    value per pixel), or both (one per image). Fields as AddLayer's, one rescale."""
+
+    node: str
+    a: str
+    b: str
+    y: str
+    size: int
+    a_zero_point: int
+    b_zero_point: int
+    multiplier: int
+    shift: int
+    out_zero_point: int
+    qclamp: tuple[int, int]
+    views: tuple[View, View, View] | None = None
+
+    @property
+    def b_channels(self) -> bool:
+        """Whether b has a value per channel (else one per pixel or image, for every lane)."""
+        return self.views is None or self.views[1].shape[3] == self.views[2].shape[3]
+
+    @property
+    def b_pixels(self) -> bool:
+        """Whether b has a value per pixel (else one per image, for every pixel)."""
+        return self.views is None or self.views[1].shape[1:3] == self.views[2].shape[1:3]
+
+
+@dataclass(frozen=True, eq=False)
 class LutLayer:
     """y = table[x + 128] elementwise: any int8 → int8 map of one input."""
 
@@ -240,8 +271,14 @@ class LutLayer:
     x: str
     y: str
     size: int
-    table: np.ndarray  # 256 int8
+    # 256 int8; or (channels, 256), a table per channel (PRelu with a slope per channel): then
+    # views are set, and the layer runs pixel by pixel with one channel block per row.
+    table: np.ndarray
     views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
+
+    @property
+    def per_channel(self) -> bool:
+        return self.table.ndim == 2
 
 
 @dataclass(frozen=True)
@@ -296,13 +333,16 @@ def _port_bytes(port: HostPort) -> int:
     return int(np.prod(port.shape, dtype=np.int64)) * np.dtype(port.dtype).itemsize
 
 
-Layer = ConvLayer | PoolLayer | AddLayer | LutLayer | HostLayer
+Layer = ConvLayer | PoolLayer | AddLayer | MulLayer | LutLayer | HostLayer
 
 
-def pixelwise(layer: AddLayer | LutLayer) -> bool:
-    """Whether an Add or LUT layer runs pixel by pixel over its Views (an operand is strided:
-    a channel slice, or a part of a Concat's buffer) rather than over flat bytes."""
-    return layer.views is not None and not all(v.contiguous for v in layer.views)
+def pixelwise(layer: AddLayer | MulLayer | LutLayer) -> bool:
+    """Whether an elementwise layer runs pixel by pixel over its Views (an operand is strided:
+    a channel slice, or a part of a Concat's buffer; or broadcast; or a table per channel)
+    rather than over flat bytes."""
+    return layer.views is not None and (not all(v.contiguous for v in layer.views) or any(
+        v.shape != layer.views[-1].shape for v in layer.views) or (
+        isinstance(layer, LutLayer) and layer.per_channel))
 
 
 def transpose_input_strides(perm: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.backend.layers import AddLayer, HostLayer, Lowered
+from compiler.backend.layers import AddLayer, HostLayer, Lowered, MulLayer
 from compiler.errors import CompileError
 
 ALIGN_BYTES = 64  # buffers start on a burst-sized boundary, so no burst straddles two tensors
@@ -59,7 +59,7 @@ class DramPlan:
 
 
 def reads(layer) -> tuple[str, ...]:
-    if isinstance(layer, AddLayer):
+    if isinstance(layer, (AddLayer, MulLayer)):
         return (layer.a, layer.b)
     if isinstance(layer, HostLayer):
         return layer.reads

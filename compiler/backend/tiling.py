@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.backend.layers import AddLayer, ConvLayer, Layer, LutLayer, PoolLayer, pixelwise
+from compiler.backend.layers import (AddLayer, ConvLayer, Layer, LutLayer, MulLayer, PoolLayer,
+                                     pixelwise)
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
@@ -91,14 +92,14 @@ class PoolTiles:
 
 @dataclass(frozen=True)
 class ElementwiseTiles:
-    """Add and LUT: the flat tensor in rows of `arch.lanes` bytes, `tile_rows` per tile."""
+    """Add, Mul and LUT: the flat tensor in rows of `arch.lanes` bytes, `tile_rows` per tile."""
 
     tile_rows: int
     a: Region
     b: Region | None
     outputs: Region
     table: Region | None  # LUT: the table rows
-    params: Region | None  # Add: the rescale block
+    params: Region | None  # Add, Mul: the rescale block
 
 
 Tiles = ConvTiles | PoolTiles | ElementwiseTiles
@@ -310,26 +311,28 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
     return PoolTiles(tile, min(arch.lanes, layer.channels), inputs, outputs, params)
 
 
-def tile_elementwise(layer: AddLayer | LutLayer, arch: Arch) -> ElementwiseTiles:
+def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> ElementwiseTiles:
     sp_rows = arch.scratchpad.rows
     total_rows = ceil_div(layer.size, arch.lanes)
     if pixelwise(layer):  # one pixel's channel block per row
         n, h, w, c = layer.views[-1].shape
         total_rows = n * h * w * ceil_div(c, arch.lanes)
-    is_add = isinstance(layer, AddLayer)
-    table_rows = 0 if is_add else ceil_div(isa.LUT.table_entries, arch.lanes)
-    operands = 3 if is_add else 2
-    fit = (sp_rows - table_rows) // (BUFFERS * operands)
+    binary = isinstance(layer, (AddLayer, MulLayer))  # two operands and a rescale block
+    per_channel = isinstance(layer, LutLayer) and layer.per_channel
+    table_rows = 0 if binary else isa.lut_table_rows(arch.lanes, per_channel)
+    tables = BUFFERS if per_channel else 1  # a channel block's table loads while one runs
+    operands = 3 if binary else 2
+    fit = (sp_rows - tables * table_rows) // (BUFFERS * operands)
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", table_rows + BUFFERS * operands, sp_rows,
-                         "one row")
+        raise _too_small(layer.node, "scratchpad", tables * table_rows + BUFFERS * operands,
+                         sp_rows, "one row")
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, max(total_rows, 1))
     rows = ceil_div(total_rows, ceil_div(total_rows, rows)) if total_rows else 1
-    table = Region("scratchpad", 0, table_rows, 1) if not is_add else None
+    table = Region("scratchpad", 0, table_rows, tables) if not binary else None
     a = Region("scratchpad", table.end if table else 0, rows)
-    b = Region("scratchpad", a.end, rows) if is_add else None
+    b = Region("scratchpad", a.end, rows) if binary else None
     outputs = Region("scratchpad", (b or a).end, rows)
-    params = Region("accumulator", 0, PARAM_ROWS) if is_add else None
+    params = Region("accumulator", 0, PARAM_ROWS) if binary else None
     return ElementwiseTiles(rows, a, b, outputs, table, params)
 
 

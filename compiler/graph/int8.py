@@ -46,9 +46,11 @@ class Quant(Enum):
     LINEAR = "linear"                  # int8 x int8 products summed in int32, requantized
     ADD = "add"                        # both inputs rescaled to a common scale (TFLite's ADD)
     MUL = "mul"                        # the int32 product of the centred inputs, requantized
+    DIVIDE = "divide"                  # MUL by a table of the divisor's reciprocal
     AVERAGE = "average"                # int32 window sums, one requantization per window size
     RESCALE = "rescale"                # ember's own Rescale: the same values in another scale
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
+    CHANNEL_LOOKUP = "channel_lookup"  # likewise one table per channel (PRelu's slopes)
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
@@ -57,7 +59,8 @@ class Quant(Enum):
     def requantizes(self) -> bool:
         """Whether the kernel ends in `numerics.requantize` to its output type (multiplier,
         shift, out_zero_point, qclamp): a Rescale after it can fold into it."""
-        return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.AVERAGE, Quant.RESCALE)
+        return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.AVERAGE,
+                        Quant.RESCALE)
 
     @property
     def output_multipliers(self) -> slice:
@@ -75,7 +78,8 @@ class Quant(Enum):
     def profiled_output(self) -> bool:
         """Whether the output's parameters come from the profile (the others keep or fix
         theirs)."""
-        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.RESCALE_INPUTS)
+        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP,
+                                            Quant.RESCALE_INPUTS)
 
     @property
     def quantized_only(self) -> bool:
@@ -285,10 +289,31 @@ def sub_int8(a, b, *, multiplier, shift, **params):
 
 def mul_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
              qclamp=None, out_dtype="int8"):
-    """(a - z_a)(b - z_b) exactly in int64 (|product| < 2^16), requantized by s_a s_b / s_out."""
-    acc = np.asarray(a, np.int64) - a_zero_point
-    acc = acc * (np.asarray(b, np.int64) - b_zero_point)
-    return _requant(acc, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+    """numerics.mul: (a - z_a)(b - z_b) requantized by s_a s_b / s_out (one multiplier)."""
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    m, s = (int(np.ravel(v)[0]) for v in (multiplier, shift))
+    return numerics.mul(a, b, a_zero_point, b_zero_point, m, s, out_zero_point, lo, hi,
+                        dtype=out_dtype)
+
+
+def div_int8(a, b, table, *, multiplier, shift, a_zero_point=0, b_zero_point=0,
+             out_zero_point=0, qclamp=None, out_dtype="int8"):
+    """a / b as a * (1 / b): `table` maps each code of b to the code of its reciprocal (zero
+    point b_zero_point, `reciprocal_range`), and the product is mul_int8's."""
+    return mul_int8(a, lookup_any(b, table), multiplier=multiplier, shift=shift,
+                    a_zero_point=a_zero_point, b_zero_point=b_zero_point,
+                    out_zero_point=out_zero_point, qclamp=qclamp, out_dtype=out_dtype)
+
+
+def reciprocal_range(lo: float, hi: float, step: float) -> tuple[float, float]:
+    """The real range a divisor's reciprocal is quantized over, from the divisor's calibrated
+    range [lo, hi] and its quantization step: no profile holds 1 / b, since no ONNX tensor is
+    it. [1 / hi, 1 / lo] when the range excludes 0; else the reciprocal is unbounded and the
+    range reaches 1 / step (the divisor's smallest nonzero magnitude) on each side the range
+    extends to (a coarse quantization, which the quantizer warns about)."""
+    if lo > 0 or hi < 0:
+        return 1.0 / hi, 1.0 / lo
+    return (-1.0 / step if lo < 0 else 0.0), (1.0 / step if hi > 0 else 0.0)
 
 
 def rescale_int8(x, *, multiplier, shift, x_zero_point=0, out_zero_point=0, qclamp=None,
@@ -312,6 +337,32 @@ def clip_bounds(lo=None, hi=None) -> tuple[float | None, float | None]:
 def lookup_int8(x, table, **_baked):
     """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table."""
     return lookup_any(x, table)
+
+
+def channel_lookup_int8(x, slope, tables, **_baked):
+    """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
+    built from the fp32 reference with channel c's slope (`channel_slopes`)."""
+    tables = np.asarray(tables)
+    if tables.shape[0] == 1:
+        return lookup_any(x, tables[0])
+    if x.dtype != np.int8:  # uint8 codes index the tables directly (as lookup_any)
+        return tables[np.arange(x.shape[1]).reshape((-1,) + (1,) * (x.ndim - 2)),
+                      np.asarray(x, np.int64)]
+    return np.moveaxis(numerics.lookup_lanes(np.moveaxis(x, 1, -1), tables.T), -1, 1)
+
+
+def channel_slopes(slope, shape) -> np.ndarray | None:
+    """PRelu's slope as one value (a scalar) or one per channel (axis 1) of an input of
+    `shape`, or None when it varies along another axis."""
+    slope = np.asarray(slope, np.float64)
+    if slope.size == 1:
+        return slope.reshape(1)
+    if len(shape) < 2:
+        return None
+    full = np.broadcast_to(slope, shape)
+    per_channel = full[(0, slice(None)) + (0,) * (len(shape) - 2)]
+    along = per_channel.reshape((1, -1) + (1,) * (len(shape) - 2))
+    return per_channel if np.array_equal(full, np.broadcast_to(along, shape)) else None
 
 
 def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,

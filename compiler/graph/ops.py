@@ -51,8 +51,10 @@ class Lower(Enum):
     REDUCE_MEAN = "reduce_mean"  # over H and/or W: an average pool of that window
     ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
     SUB = "sub"                  # ADD with b's rescale negated; likewise
-    SCALAR_LUT = "scalar_lut"    # only with a scalar constant operand, as a LUT
+    MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
+    DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
+    CHANNEL_LUT = "channel_lut"  # likewise, or one table per channel (LUT per_lane=1)
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
     SPLIT = "split"              # likewise, one View per output
@@ -149,7 +151,7 @@ class OpDef:
         """How many leading input slots the int8 form lets be computed at run time (the rest
         must be constants): both operands of an elementwise binary op or of a linear op whose
         A may be the constant, else the first (a variadic slot, all its inputs)."""
-        two = self.quant in (Quant.ADD, Quant.MUL) or (
+        two = self.quant in (Quant.ADD, Quant.MUL, Quant.DIVIDE) or (
             self.weight is not None and self.weight.a_sum is not None)
         return 2 if two else 1
 
@@ -179,12 +181,24 @@ def same_shape(xs, attrs):
 
 
 def broadcast(xs, attrs):
+    xs = xs[:2]  # the two operands (a quantized Div's third input is its reciprocal table)
     try:
         shape = np.broadcast_shapes(*(x.type.shape for x in xs if x is not None))
     except ValueError:
         raise CompileError("inputs of shapes " + ", ".join(str(x.type.shape) for x in xs)
                            + " do not broadcast") from None
     return [_t(xs[0], shape)]
+
+
+def prelu_shape(xs, attrs):
+    x, slope = xs[0].type.shape, xs[1].type.shape
+    try:
+        fits = np.broadcast_shapes(x, slope) == x
+    except ValueError:
+        fits = False
+    if not fits:
+        raise CompileError(f"slope {slope} does not broadcast to the input {x}")
+    return same_shape(xs, attrs)
 
 
 def conv_shape(xs, attrs):
@@ -460,6 +474,8 @@ _ROWS = (
           quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds, lower=L.LUT),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+    OpDef("PRelu", ("X", "slope"), {}, prelu_shape, ref.prelu, quant=Q.CHANNEL_LOOKUP,
+          int8=int8.channel_lookup_int8, lower=L.CHANNEL_LUT),
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
@@ -499,10 +515,13 @@ _ROWS = (
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
           lower=L.SUB, channel_affine=sub_affine),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
-          lower=L.SCALAR_LUT, channel_affine=mul_affine),
-    # Div by a constant becomes a Mul (or a depthwise Conv); by an activation it is not
-    # quantized yet: named in an error.
-    OpDef("Div", ("A", "B"), {}, broadcast, ref.div, channel_affine=div_affine),
+          lower=L.MUL, channel_affine=mul_affine),
+    # Div by a constant becomes a Mul (or a depthwise Conv); by an activation, a Mul by a
+    # table of the divisor's reciprocal (an int8 `table` input).
+    OpDef("Div", ("A", "B"), {}, broadcast, ref.div, quant=Q.DIVIDE, int8=int8.div_int8,
+          lower=L.DIVIDE, channel_affine=div_affine),
+    OpDef("Reciprocal", ("X",), {}, same_shape, ref.reciprocal, quant=Q.LOOKUP,
+          int8=int8.lookup_int8, lower=L.LUT),
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
           quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, coerced_2d_before=13),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
@@ -596,7 +615,7 @@ IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY
 # The rows of the operators the quantizer and the QDQ export write nodes of, for their names.
 QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
     OPS["QuantizeLinear"], OPS["DequantizeLinear"], OPS["Rescale"])
-RELU, CLIP, ADD = OPS["Relu"], OPS["Clip"], OPS["Add"]
+RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
 CONV, MUL = OPS["Conv"], OPS["Mul"]
 

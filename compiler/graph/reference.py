@@ -217,6 +217,10 @@ def leaky_relu(x, *, alpha=0.01):
     return np.where(x < 0, x * np.asarray(alpha, x.dtype), x)
 
 
+def prelu(x, slope):
+    return np.where(x < 0, x * np.asarray(slope, x.dtype), x)
+
+
 def sigmoid(x):
     with np.errstate(over="ignore"):
         return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
@@ -314,6 +318,12 @@ def sub(a, b):
 
 def mul(a, b):
     return a * b
+
+
+def reciprocal(x):
+    """1 / x; 1 / 0 is an infinity (no warning: a table over every code meets it)."""
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(np.asarray(x))
 
 
 def div(a, b):

@@ -8,14 +8,16 @@ quantizer gives it per-channel weights and requantization and the array and the 
 it, bit-exactly, with the machinery every convolution uses. The Conv keeps the node's name and
 output, so profiles and per-layer reports still match it.
 
-A scalar map stays as it is (the vector unit runs it as one table), except a Div, which has no
-int8 form: it becomes a Mul by the reciprocal.
+A scalar map stays as it is (the vector unit runs it as one table), except a Div, whose int8
+form divides by an activation (a table of its reciprocal, then a product): by a constant it
+becomes a Mul by the reciprocal, one exact rescale.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node, Type, Value
 from compiler.graph.ops import CONV, MUL, OPS
 from compiler.passes.util import prune_values
@@ -36,7 +38,7 @@ def channel_affine(graph: Graph) -> Graph:
         x, scale, offset = mapped
         channels = graph.type_of(x).shape[1]
         scalar = scale.size == 1 and offset.size == 1
-        if scalar and OPS[node.op].int8 is not None:
+        if scalar and OPS[node.op].int8 is not None and OPS[node.op].quant is not Quant.DIVIDE:
             nodes.append(node)  # the vector unit's table does it
         elif scalar and not np.any(offset):
             name = f"{node.name}/scale"

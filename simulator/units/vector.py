@@ -1,10 +1,10 @@
-"""The vector unit: row-wise int32 -> int8 requantization, quantized add, pooling windows and
-table lookup, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
+"""The vector unit: row-wise int32 -> int8 requantization, quantized add and multiply, pooling
+windows and table lookup, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
 cycle, so an instruction costs ceil(elements / lanes) cycles.
 
 Parameter blocks (`ParamBlock`) live in the accumulator (int32) at `param`. REQUANT and AVGPOOL
 read them per lane (per channel); ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of
-`numerics.add`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
+`numerics.add`, MUL lane 0 as the rescale of `numerics.mul`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
 are valid), unused channels included.
 """
 
@@ -80,6 +80,24 @@ def add(state, insn) -> None:
         a["out_offset"], a["qmin"], a["qmax"])
 
 
+def mul_b_rows(a: dict) -> int:
+    """The b rows a MUL reads: one per row, or one broadcast to all (b_step=0)."""
+    return a["rows"] if a["b_step"] else min(a["rows"], 1)
+
+
+def mul(state, insn) -> None:
+    a = insn.args
+    sp = state.scratchpad
+    x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
+    y = sp[rows(sp, a["b"], mul_b_rows(a), "scratchpad")]
+    if a["b_splat"]:  # lane 0 of each b row stands for every lane
+        y = y[:, :1]
+    params = ParamBlock.unpack(state.accumulator, a["param"])
+    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.mul(
+        x, y, a["a_offset"], a["b_offset"], params.multipliers[0], params.shifts[0],
+        a["out_offset"], a["qmin"], a["qmax"])
+
+
 def _out_shape(a: dict) -> tuple[int, int]:
     if a["kh"] == 0 or a["kw"] == 0 or a["sh"] == 0 or a["sw"] == 0:
         raise SimulatorError("kh, kw, sh, sw: expected positive window sizes and strides")
@@ -118,13 +136,23 @@ def avgpool(state, insn) -> None:
                                                 a["out_offset"], a["qmin"], a["qmax"], axis=-1))
 
 
+def lut_table_rows(lanes: int, per_lane: int) -> int:
+    """Scratchpad rows of a LUT's table: the 256 entries in rows of `lanes`, or with per_lane
+    one row per entry (lane j of row i: entry i of lane j's table)."""
+    return LUT_ENTRIES if per_lane else ceil_div(LUT_ENTRIES, lanes)
+
+
 def lut(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    table_rows = ceil_div(LUT_ENTRIES, sp.shape[1])
-    table = sp[rows(sp, a["table"], table_rows, "scratchpad (table)")].ravel()[:LUT_ENTRIES]
+    table = sp[rows(sp, a["table"], lut_table_rows(sp.shape[1], a["per_lane"]),
+                    "scratchpad (table)")]
     src = sp[rows(sp, a["src"], a["rows"], "scratchpad")]
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.lookup(src, table)
+    dst = rows(sp, a["dst"], a["rows"], "scratchpad")
+    if a["per_lane"]:
+        sp[dst] = numerics.lookup_lanes(src, table)
+    else:
+        sp[dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
@@ -135,7 +163,7 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD, LUT: one element per lane of each row."""
+    """REQUANT, ADD, MUL, LUT: one element per lane of each row."""
     return ceil_div(insn.args["rows"] * arch.lanes, arch.vector.lanes)
 
 
@@ -158,6 +186,13 @@ def add_work(arch, insn) -> Work:
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
 
 
+def mul_work(arch, insn) -> Work:
+    a = insn.args
+    return Work(local_bytes=(2 * a["rows"] + mul_b_rows(a)) * arch.scratchpad.row_bytes
+                + ParamBlock.rows() * arch.accumulator.row_bytes,
+                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+
+
 def pool_work(arch, insn) -> Work:
     a = insn.args
     pixels, _ = _pool_elements(arch, a)
@@ -168,7 +203,8 @@ def pool_work(arch, insn) -> Work:
 
 def lut_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes + LUT_ENTRIES),
+    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes
+                             + LUT_ENTRIES * (arch.lanes if a["per_lane"] else 1)),
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
 
 
@@ -190,6 +226,13 @@ def add_access(arch, insn) -> tuple[Access, ...]:
             Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
 
 
+def mul_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
+            Access(SCRATCHPAD, a["b"], a["b"] + mul_b_rows(a), False), _param_access(a),
+            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+
+
 def pool_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     pixels, _ = _pool_elements(arch, a)
@@ -201,5 +244,6 @@ def pool_access(arch, insn) -> tuple[Access, ...]:
 def lut_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(SCRATCHPAD, a["src"], a["src"] + a["rows"], False),
-            Access(SCRATCHPAD, a["table"], a["table"] + ceil_div(LUT_ENTRIES, arch.lanes), False),
+            Access(SCRATCHPAD, a["table"], a["table"] + lut_table_rows(arch.lanes, a["per_lane"]),
+                   False),
             Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))

@@ -169,10 +169,12 @@ def test_an_output_no_binding_describes_is_dequantized_on_the_host() -> None:
 
 
 def test_a_case_the_handler_refuses_runs_on_the_host() -> None:
-    """Mul has a lowering (a LUT, by a scalar constant) that refuses activation x activation."""
+    """Mul has a lowering (the vector unit's MUL) that refuses an operand broadcast along one
+    spatial axis only."""
     rng = np.random.default_rng(2)
     nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="conv"),
-             helper.make_node("Mul", ["a", "a"], ["y"], name="square")]
+             helper.make_node("MaxPool", ["a"], ["column"], name="pool", kernel_shape=[5, 1]),
+             helper.make_node("Mul", ["a", "column"], ["y"], name="square")]
     proto = model(nodes, {"x": [1, 3, 5, 6]}, {"y": [1, 4, 5, 6]},
                   {"w": rng.standard_normal((4, 3, 1, 1)).astype(np.float32)})
     only_with_allow_host(proto, {"x": [1, 3, 5, 6]}, r"'square' \(Mul\).*--allow-host",

@@ -1,10 +1,11 @@
 """Random small graphs of the operators the compiler lowers, through the whole int8 flow: the
 simulator's raw int8 outputs equal the quantizer's integer reference bit for bit.
 
-Each graph is a chain with skip connections (residual Add/Sub of an earlier tensor of the same
-shape) of convolutions (random kernel, stride, asymmetric pads, dilation, groups up to
-depthwise, optional bias, fused Relu/Clip), pools (max with ceil_mode, average with one window
-size), global pools, lookup-table maps and scalar Add/Sub/Mul, optionally ending in a dense tail
+Each graph is a chain with skip connections (residual Add/Sub/Mul of an earlier tensor of the
+same shape; Mul by a squeeze-and-excitation gate) of convolutions (random kernel, stride,
+asymmetric pads, dilation, groups up to depthwise, optional bias, fused Relu/Clip), pools (max
+with ceil_mode, average with one window size), global pools, lookup-table maps (PRelu too) and
+scalar Add/Sub/Mul, optionally ending in a dense tail
 (Flatten or Reshape, then Gemm/MatMul), and views: channel Splits into branches concatenated
 again (a value twice included), Slices (crops, row and column steps, channel ranges) and
 Concats with earlier tensors (the model input included), so that producers write into their
@@ -204,10 +205,17 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     continue
                 add("AveragePool", [current], (n, c, oh, ow), kernel_shape=list(kernel),
                     strides=list(strides), pads=pads, count_include_pad=padded)
-            elif choice == 5:  # residual Add/Sub of an earlier tensor, or a scalar constant
+            elif choice == 5:  # residual Add/Sub/Mul of an earlier tensor, or a scalar constant
                 op = ("Add", "Sub", "Mul")[pick(0, 2)]
                 same = [t for t, s in shapes.items() if s == shapes[current] and t != current]
-                if op != "Mul" and same and pick(0, 3):
+                if op == "Mul" and pick(0, 2) == 0:  # a squeeze-and-excitation gate
+                    block = current
+                    add("GlobalAveragePool", [current], (n, c, 1, 1))
+                    add(("Sigmoid", "HardSigmoid")[pick(0, 1)], [current], (n, c, 1, 1))
+                    operands = [block, current] if pick(0, 1) else [current, block]
+                    add("Mul", operands, (n, c, h, w))
+                    continue
+                if same and pick(0, 3):
                     other = same[pick(0, len(same) - 1)]
                     operands = [current, other] if pick(0, 1) else [other, current]
                 else:
@@ -215,10 +223,12 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     operands = [current, scalar] if pick(0, 2) else [scalar, current]
                 add(op, operands, shapes[current])
             elif choice in (6, 7):  # lookup-table maps
-                op = ("Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu")[
-                    pick(0, 5)]
+                op = ("Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu",
+                      "PRelu")[pick(0, 6)]
                 attrs = {"alpha": 0.05 * pick(1, 6)} if op == "LeakyRelu" else {}
-                add(op, [current], shapes[current], **attrs)
+                slope = [const(rng.uniform(-0.5, 1.0, (c, 1, 1) if pick(0, 1) else (1,))
+                               .astype(np.float32))] if op == "PRelu" else []
+                add(op, [current, *slope], shapes[current], **attrs)
             elif choice == 8 and pick(0, 2) == 0:  # global pools: rarely, they end the plane
                 add(("GlobalAveragePool", "GlobalMaxPool")[pick(0, 1)], [current],
                     (n, c, 1, 1))

@@ -42,6 +42,7 @@ class Case:
     # float32's slack; 0 for data movement, which must be exact.
     steps: float = 0.6
     ranges: Mapping[str, float] = field(default_factory=dict)  # input name → magnitude
+    offsets: Mapping[str, float] = field(default_factory=dict)  # input name → centre
     expect_ops: tuple[str, ...] = ()  # ops the quantized graph must hold
     absent_ops: tuple[str, ...] = ()  # ops it must not hold
     opset: int = 17  # newer for operators added later (Gelu 20, Swish 24)
@@ -100,6 +101,17 @@ CASES = [
     Case("Add-Relu-fused", [n("Add", ["a", "b"], ["s"]), n("Relu", ["s"], ["y"])],
          {"a": (2, 6), "b": (2, 6)}, {"y": (2, 6)}, absent_ops=("Relu",)),
     Case("Mul", [n("Mul", ["a", "b"], ["y"])], {"a": (2, 5), "b": (2, 5)}, {"y": (2, 5)}),
+    Case("Mul-gate", [n("Mul", ["a", "g"], ["y"])], {"a": (2, 4, 3, 3), "g": (2, 4, 1, 1)},
+         {"y": (2, 4, 3, 3)}, ranges={"g": 0.3}, offsets={"g": 0.5}),
+    # The reciprocal's own step (1 / b quantized over [1 / hi, 1 / lo]) times |a| adds a
+    # fraction of an output step to the product's rounding.
+    Case("Div", [n("Div", ["a", "b"], ["y"])], {"a": (2, 4, 3, 3), "b": (2, 4, 3, 3)},
+         {"y": (2, 4, 3, 3)}, ranges={"b": 0.5}, offsets={"b": 3.0}, steps=1.0),
+    Case("Div-by-scalar-activation", [n("Div", ["a", "b"], ["y"])],
+         {"a": (2, 4, 3, 3), "b": (2, 1, 1, 1)}, {"y": (2, 4, 3, 3)}, ranges={"b": 0.5},
+         offsets={"b": -3.0}, steps=1.0),
+    Case("Reciprocal", [n("Reciprocal", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 0.5},
+         offsets={"x": 2.0}),
     Case("Relu", [n("Relu", ["x"], ["y"])], X4, {"y": Y4}, steps=0),
     Case("Clip", [n("Clip", ["x", "lo", "hi"], ["y"])], X4, {"y": Y4},
          {"lo": np.float32(-0.5), "hi": np.float32(0.7)}),
@@ -121,6 +133,10 @@ CASES = [
     Case("Celu", [n("Celu", ["x"], ["y"], alpha=2.0)], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("Selu", [n("Selu", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("LeakyRelu", [n("LeakyRelu", ["x"], ["y"], alpha=0.1)], X4, {"y": Y4}),
+    Case("PRelu-per-channel", [n("PRelu", ["x", "s"], ["y"])], X4, {"y": Y4},
+         {"s": np.array([0.1, -0.4, 0.7, 1.5], np.float32).reshape(4, 1, 1)}),
+    Case("PRelu-scalar", [n("PRelu", ["x", "s"], ["y"])], X4, {"y": Y4},
+         {"s": np.full(1, 0.2, np.float32)}),
     Case("Softmax", [n("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {"y": (3, 10)},
          ranges={"x": 3.0}),
     Case("MaxPool", [n("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
@@ -174,7 +190,8 @@ BOUNDARY = {"QuantizeLinear", "DequantizeLinear"}
 
 def _samples(case: Case, count: int = 12) -> list[dict[str, np.ndarray]]:
     rng = _rng(7)
-    return [{name: (rng.standard_normal(shape) * case.ranges.get(name, 1.0)).astype(np.float32)
+    return [{name: (rng.standard_normal(shape) * case.ranges.get(name, 1.0)
+                    + case.offsets.get(name, 0.0)).astype(np.float32)
              for name, shape in case.inputs.items()} for _ in range(count)]
 
 

@@ -73,16 +73,22 @@ def test_nan_weights_are_rejected_naming_the_tensor() -> None:
 
 
 def test_unquantizable_nodes_are_named_never_left_in_float() -> None:
-    proto = model([helper.make_node("Div", ["x", "d"], ["y"], name="divide"),
+    # A BatchNormalization that no pass removed (the graph is not optimized) has no int8 form.
+    stats = {k: np.full(3, v, np.float32) for k, v in (("g", 2.0), ("b", 0.5), ("m", 0.1),
+                                                       ("v", 1.0))}
+    proto = model([helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"],
+                                    name="norm"),
                    helper.make_node("Relu", ["y"], ["z"], name="r")],
-                  {"x": [2, 3]}, {"z": [2, 3]}, {"d": np.full((2, 3), 2.0, np.float32)})
+                  {"x": [2, 3]}, {"z": [2, 3]}, stats)
     graph = import_model(proto)
     profile = profile_of(proto, _samples((2, 3)))
-    with pytest.raises(QuantizeError, match="node 'divide' \\(Div\\): has no int8"):
+    with pytest.raises(QuantizeError, match="node 'norm' \\(BatchNormalization\\): has no "
+                                            "int8"):
         quantize(graph, profile)
     # Kept in fp32 on request, it runs between a DequantizeLinear and a QuantizeLinear.
-    qgraph = quantize(graph, profile, QuantOptions(keep_fp32=("divide",)))
-    assert [n.op for n in qgraph.nodes] == ["Div", "QuantizeLinear", "Relu", "DequantizeLinear"]
+    qgraph = quantize(graph, profile, QuantOptions(keep_fp32=("norm",)))
+    assert [n.op for n in qgraph.nodes] == ["BatchNormalization", "QuantizeLinear", "Relu",
+                                            "DequantizeLinear"]
     feeds = _samples((2, 3))[0]
     np.testing.assert_allclose(run_int8(qgraph, feeds)["z"], evaluate(graph, feeds)["z"],
                                atol=qgraph.type_of("y/q").quant.scale[0])

@@ -192,6 +192,26 @@ def test_add_matches_numerics():
     np.testing.assert_array_equal(state.scratchpad[8:12], want)
 
 
+@pytest.mark.parametrize("b_step, b_splat", [(1, 0), (0, 0), (0, 1), (1, 1)])
+def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):
+    state = fresh()
+    m, s = numerics.quantize_multiplier(0.004)
+    _params(state, 10, [m], [s])
+    a, b = state.scratchpad[0:5].copy(), state.scratchpad[20:25].copy()
+    insn = isa.MUL(a=0, b=20, dst=40, rows=5, param=10, a_offset=3, b_offset=-7, out_offset=1,
+                   qmin=-100, qmax=90, b_step=b_step, b_splat=b_splat)
+    run(state, insn)
+    b = b if b_step else np.broadcast_to(b[:1], b.shape)
+    b = np.broadcast_to(b[:, :1], b.shape) if b_splat else b
+    want = numerics.requantize((a.astype(np.int64) - 3) * (b.astype(np.int64) + 7), m, s, 1,
+                               -100, 90)
+    np.testing.assert_array_equal(state.scratchpad[40:45], want)
+    b_rows = 5 if b_step else 1  # the hazard check and the scheduler see only the rows read
+    assert isa.MUL.access(ARCH, insn)[1] == (0, 20, 20 + b_rows, False)
+    assert isa.MUL.cycles(ARCH, insn) == isa.ADD.cycles(ARCH, isa.ADD(a=0, b=20, dst=40, rows=5,
+                                                                      param=10))
+
+
 def _windows_ref(image, kh, kw, sh, sw):
     in_h, in_w, _ = image.shape
     out = []
@@ -272,3 +292,14 @@ def test_output_stationary_cycles():
     assert isa.COMPUTE.cycles(arch, first) + isa.COMPUTE.cycles(arch, chained) \
         == r + c + 26 - 2  # one SCALE-Sim fold with K = 26
     assert isa.PRELOAD.cycles(arch, isa.PRELOAD(sp=0, k=16)) == 0
+
+
+def test_lut_per_lane_tables():
+    state = fresh()
+    run(state, isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1))
+    tables = state.scratchpad[1000:1256]
+    src = state.scratchpad[0:6].astype(np.int64)
+    want = np.array([[tables[v + 128, j] for j, v in enumerate(row)] for row in src])
+    np.testing.assert_array_equal(state.scratchpad[300:306], want)
+    insn = isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1)
+    assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1256, False)  # all 256 table rows

@@ -2,8 +2,11 @@
 
 - **Pooling**: the padded window block is loaded (padding -128 for max, the zero point for
   average) and one MAXPOOL/AVGPOOL produces the tile.
-- **Add/Sub and LUT**: over the tensor's bytes in rows of `arch.lanes`, the full rows in one
-  transfer and a last partial row in another.
+- **Add/Sub, Mul and LUT**: over the tensor's bytes in rows of `arch.lanes`, the full rows in
+  one transfer and a last partial row in another; over Views pixel by pixel (one channel block
+  per row) when an operand is strided or, for Mul, broadcast: a gate of one value per channel
+  is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
+  (b_splat=1).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 
 from compiler.backend.codegen.emit import (Context, input_window, instruction, load_acc_rows,
                                            load_window, pixel_tile_grid)
-from compiler.backend.layers import AddLayer, LutLayer, PoolLayer, View, pixelwise
+from compiler.backend.layers import AddLayer, LutLayer, MulLayer, PoolLayer, View, pixelwise
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
 from compiler.backend.tiling import ElementwiseTiles, PoolTiles, ceil_div, conv_input_extent
@@ -89,18 +92,42 @@ def _flat_rows(node: str, ctx: Context, row: isa.InsnDef, tensor: str, sram: int
     return ops
 
 
-def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: Context,
-                      image: ImageBuilder) -> list[Step]:
+def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: int,
+          b: int | None, dst: int, rows: int, table: int | None = None) -> Op:
+    """The vector instruction of one tile: ADD, MUL or LUT from rows src (and b) to dst;
+    `table`: the rows of a per-channel LUT's table (else the layer's one table)."""
+    if isinstance(layer, LutLayer):
+        return instruction(layer.node, isa.LUT, src=src, dst=dst, rows=rows,
+                           table=tiles.table.base if table is None else table,
+                           per_lane=int(layer.per_channel))
+    qmin, qmax = layer.qclamp
+    common = dict(a=src, b=b, dst=dst, rows=rows, param=tiles.params.base,
+                  a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
+                  out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax)
+    if isinstance(layer, AddLayer):
+        return instruction(layer.node, isa.ADD, **common)
+    return instruction(layer.node, isa.MUL, **common, b_step=int(layer.b_pixels),
+                       b_splat=int(not layer.b_channels))
+
+
+def _param_block(layer: AddLayer | MulLayer) -> isa.ParamBlock:
+    if isinstance(layer, AddLayer):
+        return isa.ParamBlock(layer.multipliers, layer.shifts)
+    return isa.ParamBlock([layer.multiplier], [layer.shift])
+
+
+def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
+                      ctx: Context, image: ImageBuilder) -> list[Step]:
     arch, node = ctx.arch, layer.node
     lanes = arch.lanes
     total_rows = ceil_div(layer.size, lanes)
-    is_add = isinstance(layer, AddLayer)
+    binary = not isinstance(layer, LutLayer)
     pending = []
-    if is_add:
-        addr = image.add(isa.ParamBlock(layer.multipliers, layer.shifts).pack(arch.lanes))
+    if binary:
+        addr = image.add(_param_block(layer).pack(arch.lanes))
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
                                      isa.ParamBlock.rows()))
-    else:
+    elif not layer.per_channel:  # a table per channel block loads in _pixel_steps
         table_rows = ceil_div(isa.LUT.table_entries, lanes)
         table = np.zeros(table_rows * lanes, np.int8)
         table[:isa.LUT.table_entries] = layer.table
@@ -109,41 +136,51 @@ def elementwise_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: 
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
                            y_stride=lanes))
     if pixelwise(layer):
-        return _pixel_steps(layer, tiles, ctx, pending)
+        return _pixel_steps(layer, tiles, ctx, image, pending)
     views = layer.views or (None, None, None)
     steps = []
     for count, r0 in enumerate(range(0, total_rows, tiles.tile_rows)):
         rows = min(tiles.tile_rows, total_rows - r0)
         a_row, out_row = ctx.buffer(tiles.a, count), ctx.buffer(tiles.outputs, count)
-        x = layer.a if is_add else layer.x
+        x = layer.x if isinstance(layer, LutLayer) else layer.a
         loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False,
                                      views[0])
         pending = []
-        if is_add:
+        b_row = None
+        if binary:
             b_row = ctx.buffer(tiles.b, count)
             loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row, r0, rows, layer.size, False,
                                 views[1])
-            qmin, qmax = layer.qclamp
-            work = instruction(node, isa.ADD, a=a_row, b=b_row, dst=out_row, rows=rows,
-                       param=tiles.params.base, a_offset=layer.a_zero_point,
-                       b_offset=layer.b_zero_point, out_offset=layer.out_zero_point,
-                       qmin=qmin, qmax=qmax)
-        else:
-            work = instruction(node, isa.LUT, src=a_row, dst=out_row, rows=rows, table=tiles.table.base)
+        work = _work(layer, tiles, a_row, b_row, out_row, rows)
         stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True,
                             views[-1])
         steps.append(Step(tuple(loads), (work, *stores)))
     return steps
 
 
-def _pixel_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: Context,
-                 pending: list[Op]) -> list[Step]:
-    """Add or LUT over Views: one pixel's channel block per local row, so that each operand
-    is read (and the result written) at its own strides, as the pooling layers do."""
+def _channel_tables(layer: LutLayer, ctx: Context, image: ImageBuilder) -> list[int]:
+    """The DRAM address of each channel block's per-lane table (LUT per_lane=1): 256 rows,
+    lane j of row i holding entry i of channel c0 + j's table."""
+    lanes, channels = ctx.arch.lanes, layer.table.shape[0]
+    addresses = []
+    for c0 in range(0, channels, lanes):
+        block = np.zeros((isa.LUT.table_entries, lanes), np.int8)
+        block[:, :min(lanes, channels - c0)] = layer.table[c0:c0 + lanes].T
+        addresses.append(image.add(block.tobytes()))
+    return addresses
+
+
+def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, ctx: Context,
+                 image: ImageBuilder, pending: list[Op]) -> list[Step]:
+    """Add, Mul or LUT over Views: one pixel's channel block per local row, so that each
+    operand is read (and the result written) at its own strides, as the pooling layers do. A
+    broadcast Mul operand b is read once per tile: one row (a value per channel), or one byte
+    per row (a value per pixel or image, in lane 0)."""
     node, lanes = layer.node, ctx.arch.lanes
-    is_add = isinstance(layer, AddLayer)
-    operands = ((layer.a, tiles.a), (layer.b, tiles.b)) if is_add else ((layer.x, tiles.a),)
+    binary = not isinstance(layer, LutLayer)
+    operands = ((layer.a, tiles.a), (layer.b, tiles.b)) if binary else ((layer.x, tiles.a),)
     n, h, w, c = layer.views[-1].shape
+    tables = _channel_tables(layer, ctx, image) if not binary and layer.per_channel else None
     cap = tiles.tile_rows
     tile_hw = (max(1, min(h, cap // w)), w) if w <= cap else (1, ceil_div(w, ceil_div(w, cap)))
     steps, count = [], 0
@@ -154,23 +191,31 @@ def _pixel_steps(layer: AddLayer | LutLayer, tiles: ElementwiseTiles, ctx: Conte
             count += 1
 
             def dma(row, tensor, view, sram, write):
+                vn, vh, vw, vc = view.shape
+                pixels = vh == h and vw == w  # else one value for the tile's pixels
                 return instruction(node, row, ctx.access(tensor, write, view), mem="scratchpad",
-                                   sram=sram, dram=view.at(image_index, y0, x0, c0), y_size=th,
-                                   x_size=tw, elem_bytes=block, x_stride=view.pixel,
+                                   sram=sram, dram=view.at(image_index if vn > 1 else 0,
+                                                           y0 if pixels else 0,
+                                                           x0 if pixels else 0,
+                                                           c0 if vc == c else 0),
+                                   y_size=th if pixels else 1, x_size=tw if pixels else 1,
+                                   elem_bytes=block if vc == c else 1, x_stride=view.pixel,
                                    y_stride=view.row)
             out_row, in_rows = rows
             loads = pending + [dma(isa.LOAD, t, v, r, False) for (t, _), v, r in
                                zip(operands, layer.views, in_rows)]
             pending = []
-            if is_add:
-                qmin, qmax = layer.qclamp
-                work = instruction(node, isa.ADD, a=in_rows[0], b=in_rows[1], dst=out_row,
-                                   rows=th * tw, param=tiles.params.base,
-                                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
-                                   out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax)
-            else:
-                work = instruction(node, isa.LUT, src=in_rows[0], dst=out_row, rows=th * tw,
-                                   table=tiles.table.base)
+            table = None
+            if tables is not None:  # this channel block's tables, kept while it stays the one
+                table = tiles.table.base if len(tables) == 1 else ctx.buffer(tiles.table,
+                                                                             count - 1)
+                if len(tables) > 1 or count == 1:
+                    loads.append(instruction(node, isa.LOAD, mem="scratchpad", sram=table,
+                                             dram=tables[c0 // lanes], y_size=tiles.table.rows,
+                                             x_size=1, elem_bytes=lanes, x_stride=lanes,
+                                             y_stride=lanes))
+            work = _work(layer, tiles, in_rows[0], in_rows[1] if binary else None, out_row,
+                         th * tw, table)
             store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
             steps.append(Step(tuple(loads), (work, store)))
     return steps

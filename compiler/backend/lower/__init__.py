@@ -8,8 +8,8 @@ the ones the quantizer computed and the integer reference (`quantizer.reference.
 so the program and the oracle read the same integers.
 
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
-(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub, lookup tables) or `data` (views, slices, Concat,
-the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
+(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub/Mul, lookup tables) or `data`
+(views, slices, Concat, the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
 CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
 """
 
@@ -20,12 +20,11 @@ from compiler.backend.lower.array import (lower_conv, lower_conv_transpose, lowe
                                           lower_matmul)
 from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
                                          lower_slice, lower_split, lower_transpose,
-                                         lower_upsample,
-                                         lower_view)
-from compiler.backend.lower.vector import (lower_add, lower_average_pool,
-                                           lower_global_average_pool, lower_global_max_pool,
-                                           lower_lut, lower_max_pool, lower_reduce_mean,
-                                           lower_scalar_lut, lower_sub)
+                                         lower_upsample, lower_view)
+from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
+                                           lower_div, lower_global_average_pool,
+                                           lower_global_max_pool, lower_lut, lower_max_pool,
+                                           lower_mul, lower_reduce_mean, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -46,8 +45,10 @@ RULES = {
     Lower.REDUCE_MEAN: lower_reduce_mean,
     Lower.ADD: lower_add,
     Lower.SUB: lower_sub,
-    Lower.SCALAR_LUT: lower_scalar_lut,
+    Lower.MUL: lower_mul,
+    Lower.DIVIDE: lower_div,
     Lower.LUT: lower_lut,
+    Lower.CHANNEL_LUT: lower_channel_lut,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,
     Lower.SPLIT: lower_split,

@@ -1,5 +1,7 @@
 """Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
-GlobalAveragePool, ReduceMean over H and W, GlobalMaxPool, Add and Sub; every single-input elementwise integer map (Relu,
+GlobalAveragePool, ReduceMean over H and W, GlobalMaxPool, Add and Sub, Mul of two activations
+(one may be broadcast: a gate per channel, per pixel or per image), Div by an activation (a
+reciprocal table and MUL); every single-input elementwise integer map (Relu,
 Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
 256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
 by construction."""
@@ -9,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, Layout, LutLayer,
-                                     PoolLayer, View, block_shape)
+from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer,
+                                     PoolLayer, Tensor, View, block_axis, block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
@@ -176,13 +178,97 @@ def lower_lut(lw: Walk, node: Node) -> None:
                                 views))
 
 
+def lower_channel_lut(lw: Walk, node: Node) -> None:
+    """PRelu: one table (a scalar slope) is a LUT; a table per channel is a LUT with a table
+    per lane (per_lane=1), pixel by pixel over channel blocks."""
+    tables = np.asarray(lw.g.values[node.inputs[2]].const, np.int8)
+    if tables.shape[0] == 1:
+        return lower_lut(lw, node)
+    x, y = node.inputs[0], node.outputs[0]
+    rank = len(lw.shape(x))
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    if block_axis(rank, 1) != 3:
+        raise unsupported(node, f"a table per channel of a rank-{rank} input (its channels "
+                                f"are not the lanes)")
+    views = (lw.need_view(node, x),)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    views += (y_view or View.dense(block_shape(lw.shape(y))),)
+    lw.layers.append(LutLayer(node.name, lw.source(node, x), ty, views[1].size, tables, views))
+
+
 def _scalar_operand(lw: Walk, node: Node) -> bool:
     """Whether one operand is a one-element constant: then the op is a map of the other."""
     return any(n and lw.g.values[n].is_const and lw.g.values[n].const.size == 1
                for n in node.inputs)
 
 
-def lower_scalar_lut(lw: Walk, node: Node) -> None:
-    if not _scalar_operand(lw, node):
-        raise unsupported(node, "only multiplication by a scalar constant lowers (as a LUT)")
-    lower_lut(lw, node)
+def lower_mul(lw: Walk, node: Node) -> None:
+    """A LUT with a scalar constant operand; else the vector unit's MUL of two activations."""
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    a = int8_attrs(node)
+    _product(lw, node, int(a["a_zero_point"]), int(a["b_zero_point"]))
+
+
+def lower_div(lw: Walk, node: Node) -> None:
+    """A LUT with a scalar constant operand (k / b is one table); else the divisor's reciprocal
+    table (the node's third input) as a LUT layer into a tensor of the node's own, and MUL."""
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    a = int8_attrs(node)
+    b, table = node.inputs[1], lw.g.values[node.inputs[2]].const
+    source = lw.source(node, b)
+    part = b in lw.views
+    reciprocal = f"{node.name}/reciprocal"
+    lw.tensors[reciprocal] = Tensor(reciprocal, int(np.prod(lw.shape(b), dtype=np.int64)))
+    lw.layouts[reciprocal] = Layout.channels_last(lw.shape(b)) if part else lw.layouts[source]
+    views = (lw.need_view(node, b), View.dense(block_shape(lw.shape(b)))) if part else None
+    lw.layers.append(LutLayer(node.name, source, reciprocal, lw.tensors[reciprocal].size_bytes,
+                              np.asarray(table, np.int8).reshape(256), views))
+    _product(lw, node, int(a["a_zero_point"]), int(a["b_zero_point"]), reciprocal)
+
+
+def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = None) -> None:
+    """MUL of the node's two operands: the one of the output's shape as a, the other as b, of
+    the same shape or broadcast over the pixels (a squeeze-and-excitation gate [N, C, 1, 1]),
+    the channels ([N, 1, H, W]) or both ([N, 1, 1, 1]). `z_tensor`: a dense tensor holding b's
+    values in place of b's own (Div's reciprocals)."""
+    (x, z), y = node.inputs[:2], node.outputs[0]
+    ta = lw.source(node, x)
+    tb = lw.source(node, z) if z_tensor is None else z_tensor
+    if lw.shape(x) != lw.shape(y):  # the product commutes: the full-shape operand is a
+        (x, x_zp, ta), (z, z_zp, tb) = (z, z_zp, tb), (x, x_zp, ta)
+    if lw.shape(x) != lw.shape(y):
+        raise unsupported(node, f"neither input has the output's shape {lw.shape(y)} "
+                                f"({lw.shape(x)} and {lw.shape(z)})")
+
+    def view(name: str, tensor: str) -> View:
+        if tensor == lw.buffer.get(name):
+            return lw.need_view(node, name)
+        if not lw.layouts[tensor].same_bytes(Layout.channels_last(lw.shape(name))):
+            raise unsupported(node, f"input {name!r} is in no strided order")
+        return View.dense(block_shape(lw.shape(name)))
+
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    common = (int(mult[0]), int(shift[0]), out_zp, qclamp)
+    if lw.shape(z) == lw.shape(y):
+        parts = x in lw.views or (z in lw.views and tb == lw.buffer.get(z))
+        if parts or lw.layouts[ta].same_bytes(lw.layouts[tb]):
+            ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
+                                   else lw.layouts[ta])
+            views = None
+            if parts or y_view is not None:
+                views = (view(x, ta), view(z, tb), y_view or View.dense(block_shape(lw.shape(y))))
+            lw.layers.append(MulLayer(node.name, ta, tb, ty, lw.tensors[ty].size_bytes
+                                      if views is None else views[2].size, x_zp, z_zp,
+                                      *common, views))
+            return
+    y_block, z_block = block_shape(lw.shape(y)), block_shape(lw.shape(z))
+    if len(lw.shape(z)) != len(lw.shape(y)) or z_block[1:3] not in ((1, 1), y_block[1:3]):
+        raise unsupported(node, f"broadcasting {lw.shape(z)} against {lw.shape(y)}: only a "
+                                f"value per channel, per pixel or per image broadcasts")
+    views = view(x, ta), view(z, tb)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    lw.layers.append(MulLayer(node.name, ta, tb, ty, int(np.prod(y_block)), x_zp, z_zp,
+                              *common, (*views, y_view or View.dense(y_block))))
