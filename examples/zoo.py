@@ -54,6 +54,19 @@ def relu_moments(x: Act) -> tuple[float, float]:
     return mu * cdf + sigma * pdf, x.mean_square * cdf + mu * sigma * pdf
 
 
+def gaussian_moments(fn, x: Act) -> tuple[float, float]:
+    """Mean and mean square of fn(z) for z ~ N(x.mean, x.std**2), by Gauss-Hermite quadrature
+    (hard-swish, SiLU and hard-sigmoid have no closed form as handy as ReLU's)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(64)
+    values = fn(x.mean + x.std * nodes)
+    weights = weights / weights.sum()
+    return float(weights @ values), float(weights @ values**2)
+
+
+def _hard_sigmoid(z):
+    return np.clip(z + 3.0, 0.0, 6.0) / 6.0
+
+
 class GraphBuilder:
     """Appends nodes and seeded initializers in call order, which fixes the bytes per seed."""
 
@@ -122,10 +135,13 @@ class GraphBuilder:
                    sum(x.mean * x.channels for x in xs) / c,
                    sum(x.mean_square * x.channels for x in xs) / c)
 
-    def maxpool(self, x: Act, name: str, kernel: int, stride: int) -> Act:
-        """Follows a ReLU of N(0, s^2): the max of nine of those is about N(1.49 s, (0.6 s)^2)."""
+    def maxpool(self, x: Act, name: str, kernel: int, stride: int,
+                pad: int | None = None) -> Act:
+        """Follows a ReLU of N(0, s^2): the max of nine of those is about N(1.49 s, (0.6 s)^2).
+        Padded by kernel // 2 unless `pad` says otherwise."""
+        pad = kernel // 2 if pad is None else pad
         out = self._node("MaxPool", [x.name], name, kernel_shape=[kernel, kernel],
-                         strides=[stride, stride], pads=[kernel // 2] * 4)
+                         strides=[stride, stride], pads=[pad] * 4)
         s = math.sqrt(2 * x.mean_square)
         return Act(out, x.channels, 1.49 * s, 2.56 * s**2)
 
@@ -145,11 +161,80 @@ class GraphBuilder:
                                            name=name, transB=1))
         return Act(output or name, features, 0.0, 2 * x.mean_square)
 
-    def model(self, name: str, x_shape: tuple[int, ...], out: Act, doc: str) -> onnx.ModelProto:
+    def scalar(self, value: float) -> str:
+        """A shared scalar initializer, named by its value."""
+        name = f"const.{value:g}"
+        if not any(t.name == name for t in self.initializers):
+            self._constant(name, np.array(value))
+        return name
+
+    def conv_bias(self, x: Act, name: str, channels: int, kernel: int = 1,
+                  stride: int = 1) -> Act:
+        """A convolution with a bias and no BatchNormalization (SE layers, detection heads)."""
+        weight = self._constant(f"{name}.weight", self._he_normal(
+            (channels, x.channels, kernel, kernel)))
+        bias = self._constant(f"{name}.bias", self.rng.normal(0.0, 0.1, channels))
+        out = self._node("Conv", [x.name, weight, bias], name, kernel_shape=[kernel, kernel],
+                         strides=[stride, stride], pads=[kernel // 2] * 4)
+        return Act(out, channels, 0.0, 2 * x.mean_square + 0.01)
+
+    def hard_sigmoid(self, x: Act, name: str) -> Act:
+        """Written out as exporters of torch's hardsigmoid do: Clip(x + 3, 0, 6) / 6."""
+        shifted = self._node("Add", [x.name, self.scalar(3.0)], f"{name}.add")
+        clipped = self._node("Clip", [shifted, self.scalar(0.0), self.scalar(6.0)],
+                             f"{name}.clip")
+        out = self._node("Div", [clipped, self.scalar(6.0)], name)
+        return Act(out, x.channels, *gaussian_moments(_hard_sigmoid, x))
+
+    def hard_swish(self, x: Act, name: str) -> Act:
+        """Written out: x * Clip(x + 3, 0, 6) / 6 (the Div a MobileNetV3 export carries)."""
+        shifted = self._node("Add", [x.name, self.scalar(3.0)], f"{name}.add")
+        clipped = self._node("Clip", [shifted, self.scalar(0.0), self.scalar(6.0)],
+                             f"{name}.clip")
+        product = self._node("Mul", [x.name, clipped], f"{name}.mul")
+        out = self._node("Div", [product, self.scalar(6.0)], name)
+        return Act(out, x.channels, *gaussian_moments(lambda z: z * _hard_sigmoid(z), x))
+
+    def silu(self, x: Act, name: str) -> Act:
+        """Written out as every YOLO since v5 exports it: x * Sigmoid(x)."""
+        gate = self._node("Sigmoid", [x.name], f"{name}.sigmoid")
+        return Act(self._node("Mul", [x.name, gate], name), x.channels,
+                   *gaussian_moments(lambda z: z / (1.0 + np.exp(-z)), x))
+
+    def mul(self, x: Act, gate: Act, name: str) -> Act:
+        """x times a gate (broadcast over H and W for squeeze-and-excitation), taken as
+        independent of x."""
+        return Act(self._node("Mul", [x.name, gate.name], name), x.channels,
+                   x.mean * gate.mean, x.mean_square * gate.mean_square)
+
+    def global_pool(self, x: Act, name: str) -> Act:
+        return Act(self._node("GlobalAveragePool", [x.name], name), x.channels, x.mean,
+                   x.mean**2 + (x.mean_square - x.mean**2) / 4)
+
+    def upsample(self, x: Act, name: str) -> Act:
+        """Nearest 2x, as a YOLO neck writes it (Resize with scales)."""
+        scales = self._constant(f"{name}.scales", np.array([1, 1, 2, 2], np.float32))
+        out = self._node("Resize", [x.name, "", scales], name, mode="nearest")
+        return Act(out, x.channels, x.mean, x.mean_square)
+
+    def conv_transpose(self, x: Act, name: str, channels: int) -> Act:
+        """2x2, stride 2: a U-Net decoder's upsampling, no bias (a BatchNormalization follows)."""
+        weight = self._constant(f"{name}.weight", self.rng.standard_normal(
+            (x.channels, channels, 2, 2), dtype=np.float32) * np.float32(np.sqrt(2 / x.channels)))
+        out = self._node("ConvTranspose", [x.name, weight], name, kernel_shape=[2, 2],
+                         strides=[2, 2])
+        return Act(out, channels, 0.0, 2 * x.mean_square)
+
+    def model(self, name: str, x_shape: tuple[int, ...], out: Act | list[tuple[Act, list[int]]],
+              doc: str) -> onnx.ModelProto:
+        """One input "input"; one output [1, channels] (a classifier), or several of the given
+        shapes."""
+        outputs = out if isinstance(out, list) else [(out, [1, out.channels])]
         graph = helper.make_graph(
             self.nodes, name,
             [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(x_shape))],
-            [helper.make_tensor_value_info(out.name, TensorProto.FLOAT, [1, out.channels])],
+            [helper.make_tensor_value_info(act.name, TensorProto.FLOAT, shape)
+             for act, shape in outputs],
             initializer=self.initializers)
         model = helper.make_model(graph, producer_name="ember.examples", ir_version=IR_VERSION,
                                   opset_imports=[helper.make_opsetid("", OPSET)], doc_string=doc)
@@ -266,4 +351,143 @@ def mlp(seed: int = 0, features: tuple[int, ...] = (784, 512, 256, 10)) -> onnx.
                    f"MLP {widths} with random He-normal weights (seed {seed}), for benchmarking.")
 
 
-MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp}
+# MobileNetV3-Small (Howard et al. 2019, table 2; torchvision's mobilenet_v3_small): kernel,
+# expanded channels, output channels, squeeze-and-excitation, hard-swish (else ReLU), stride.
+MOBILENETV3_SMALL_BLOCKS = (
+    (3, 16, 16, True, False, 2), (3, 72, 24, False, False, 2), (3, 88, 24, False, False, 1),
+    (5, 96, 40, True, True, 2), (5, 240, 40, True, True, 1), (5, 240, 40, True, True, 1),
+    (5, 120, 48, True, True, 1), (5, 144, 48, True, True, 1), (5, 288, 96, True, True, 2),
+    (5, 576, 96, True, True, 1), (5, 576, 96, True, True, 1))
+
+
+def _divisible(channels: float, by: int = 8) -> int:
+    """torchvision's _make_divisible: the nearest multiple of `by`, never 10% below."""
+    rounded = max(by, int(channels + by / 2) // by * by)
+    return rounded + by if rounded < 0.9 * channels else rounded
+
+
+def _squeeze_excite(b: GraphBuilder, x: Act, name: str) -> Act:
+    """Global mean, 1x1 squeeze + ReLU, 1x1 expand + hard-sigmoid, the gate times the map."""
+    s = b.global_pool(x, f"{name}.avgpool")
+    s = b.relu(b.conv_bias(s, f"{name}.fc1", _divisible(x.channels // 4)), f"{name}.relu")
+    gate = b.hard_sigmoid(b.conv_bias(s, f"{name}.fc2", x.channels), f"{name}.hardsigmoid")
+    return b.mul(x, gate, f"{name}.scale")
+
+
+def _v3_block(b: GraphBuilder, x: Act, name: str, kernel: int, expanded: int, channels: int,
+              se: bool, hard_swish: bool, stride: int) -> Act:
+    def act(h: Act, label: str) -> Act:
+        return b.hard_swish(h, label) if hard_swish else b.relu(h, label)
+    h = x
+    if expanded != x.channels:
+        h = act(b.batchnorm(b.conv(h, f"{name}.expand", expanded, 1), f"{name}.expand.bn"),
+                f"{name}.expand.act")
+    h = act(b.batchnorm(b.conv(h, f"{name}.depthwise", expanded, kernel, stride,
+                               group=expanded), f"{name}.depthwise.bn"), f"{name}.depthwise.act")
+    if se:
+        h = _squeeze_excite(b, h, f"{name}.se")
+    h = b.batchnorm(b.conv(h, f"{name}.project", channels, 1), f"{name}.project.bn")
+    if stride == 1 and x.channels == channels:
+        h = b.add(h, x, f"{name}.add")
+    return h
+
+
+def mobilenetv3_small(seed: int = 0, image: int = 224) -> onnx.ModelProto:
+    """MobileNetV3-Small as torchvision builds it, 1x3xSxS -> logits 1x1000, with hard-swish and
+    hard-sigmoid written out (Add, Clip, Mul, Div) as older exports carry them."""
+    b = GraphBuilder(seed)
+    x = Act("input", 3, 0.0, 1.0)
+    x = b.hard_swish(b.batchnorm(b.conv(x, "stem", 16, 3, stride=2), "stem.bn"), "stem.act")
+    for index, block in enumerate(MOBILENETV3_SMALL_BLOCKS, start=1):
+        x = _v3_block(b, x, f"block{index}", *block)
+    x = b.hard_swish(b.batchnorm(b.conv(x, "head", 576, 1), "head.bn"), "head.act")
+    x = Act(b._node("Flatten", [b.global_pool(x, "avgpool").name], "flatten", axis=1),
+            x.channels, x.mean, x.mean_square)
+    x = b.hard_swish(b.gemm(x, "classifier.0", 1024), "classifier.1")
+    return b.model("mobilenetv3_small", (1, 3, image, image),
+                   b.gemm(x, "classifier.3", CLASSES, output="logits"),
+                   f"MobileNetV3-Small with random He-normal weights (seed {seed}), for "
+                   f"benchmarking.")
+
+
+def _conv_bn_silu(b: GraphBuilder, x: Act, name: str, channels: int, kernel: int = 1,
+                  stride: int = 1) -> Act:
+    return b.silu(b.batchnorm(b.conv(x, f"{name}.conv", channels, kernel, stride),
+                              f"{name}.bn"), f"{name}.act")
+
+
+def _csp(b: GraphBuilder, x: Act, name: str, channels: int) -> Act:
+    """A YOLO CSP block: two 1x1 halves, one through a residual 3x3 pair, concatenated."""
+    half = channels // 2
+    a = _conv_bn_silu(b, x, f"{name}.cv1", half)
+    h = _conv_bn_silu(b, x, f"{name}.cv2", half)
+    r = _conv_bn_silu(b, _conv_bn_silu(b, h, f"{name}.m.cv1", half, 3), f"{name}.m.cv2", half, 3)
+    h = b.add(h, r, f"{name}.m.add")
+    return _conv_bn_silu(b, b.concat([a, h], f"{name}.cat"), f"{name}.cv3", channels)
+
+
+def _sppf(b: GraphBuilder, x: Act, name: str) -> Act:
+    """Spatial pyramid pooling, fast: three chained 5x5 max-pools, all four concatenated."""
+    h = _conv_bn_silu(b, x, f"{name}.cv1", x.channels // 2)
+    pools = [h]
+    for i in range(3):
+        pools.append(b.maxpool(pools[-1], f"{name}.m{i}", kernel=5, stride=1))
+    return _conv_bn_silu(b, b.concat(pools, f"{name}.cat"), f"{name}.cv2", x.channels)
+
+
+def _decoupled_head(b: GraphBuilder, x: Act, name: str, classes: int) -> tuple[Act, Act]:
+    """Separate box and class branches (YOLOX, YOLOv8): two 3x3 convs each, then 1x1 outputs."""
+    box = _conv_bn_silu(b, _conv_bn_silu(b, x, f"{name}.box0", x.channels, 3), f"{name}.box1",
+                        x.channels, 3)
+    cls = _conv_bn_silu(b, _conv_bn_silu(b, x, f"{name}.cls0", x.channels, 3), f"{name}.cls1",
+                        x.channels, 3)
+    return (b.conv_bias(box, f"{name}.box", 4), b.conv_bias(cls, f"{name}.cls", classes))
+
+
+def yolo(seed: int = 0, image: int = 256, classes: int = 80) -> onnx.ModelProto:
+    """A small YOLO-style detector (v5/v8 parts at nano width): SiLU written out, CSP blocks,
+    SPPF, a nearest-2x upsampling neck with Concat, and decoupled heads at strides 16 and 32;
+    1x3xSxS -> box and class maps per stride."""
+    b = GraphBuilder(seed)
+    x = _conv_bn_silu(b, Act("input", 3, 0.0, 1.0), "stem", 16, 3, 2)
+    x = _conv_bn_silu(b, x, "down1", 32, 3, 2)
+    x = _csp(b, x, "stage1", 32)
+    x = _conv_bn_silu(b, x, "down2", 64, 3, 2)
+    x = _csp(b, x, "stage2", 64)
+    p4 = _csp(b, _conv_bn_silu(b, x, "down3", 96, 3, 2), "stage3", 96)
+    p5 = _sppf(b, _csp(b, _conv_bn_silu(b, p4, "down4", 128, 3, 2), "stage4", 128), "sppf")
+    up = b.upsample(_conv_bn_silu(b, p5, "neck.reduce", 96), "neck.up")
+    n4 = _csp(b, b.concat([up, p4], "neck.cat"), "neck.csp", 96)
+    heads = []
+    for stride, feature in ((16, n4), (32, p5)):
+        side = image // stride
+        box, cls = _decoupled_head(b, feature, f"head{stride}", classes)
+        heads += [(box, [1, 4, side, side]), (cls, [1, classes, side, side])]
+    return b.model("yolo", (1, 3, image, image), heads,
+                   f"A small YOLO-style detector with random weights (seed {seed}), for "
+                   f"benchmarking.")
+
+
+def unet(seed: int = 0, image: int = 128, classes: int = 2) -> onnx.ModelProto:
+    """A small U-Net (Ronneberger et al. 2015): two 2x downsamplings, ConvTranspose
+    upsampling, skip Concats; 1x3xSxS -> class scores 1xKxSxS."""
+    b = GraphBuilder(seed)
+
+    def double(x: Act, name: str, channels: int) -> Act:
+        x = _conv_bn_relu(b, x, f"{name}.0", channels, 3)
+        return _conv_bn_relu(b, x, f"{name}.1", channels, 3)
+
+    e1 = double(Act("input", 3, 0.0, 1.0), "enc1", 16)
+    e2 = double(b.maxpool(e1, "pool1", kernel=2, stride=2, pad=0), "enc2", 32)
+    mid = double(b.maxpool(e2, "pool2", kernel=2, stride=2, pad=0), "bottleneck", 64)
+    for name, skip in (("dec2", e2), ("dec1", e1)):
+        up = b.relu(b.batchnorm(b.conv_transpose(mid, f"{name}.up", skip.channels),
+                                f"{name}.up.bn"), f"{name}.up.relu")
+        mid = double(b.concat([up, skip], f"{name}.cat"), name, skip.channels)
+    scores = b.conv_bias(mid, "scores", classes)
+    return b.model("unet", (1, 3, image, image), [(scores, [1, classes, image, image])],
+                   f"A small U-Net with random weights (seed {seed}), for benchmarking.")
+
+
+MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp,
+          "mobilenetv3_small": mobilenetv3_small, "yolo": yolo, "unet": unet}

@@ -48,18 +48,24 @@ def fuse_gates(graph: Graph) -> Graph:
         out = node.outputs[0] if node.outputs else None
         if out not in root or node.name in dropped:
             continue
-        region = _region(graph, root[out], out, producers, order)
-        if region is None or len(region) < 2 or dropped & {n.name for n in region}:
-            continue
-        inner = [n.outputs[0] for n in region[:-1]]
-        if any(v in graph.outputs or any(u not in region for u in users.get(v, ())) for v in inner):
-            continue  # an intermediate value is read elsewhere: the region must stay
-        match = _recognise(graph, root[out], region)
-        if match is None:
-            continue
-        op, attrs = match
-        fused[node.name] = Node(op, node.name, (root[out],), (out,), dict(attrs))
-        dropped.update(n.name for n in region)
+        # The widest region first (from the farthest root), then narrower ones from the values
+        # inside it: SiLU of an Elu's output is a region of its own inside Elu-then-SiLU.
+        widest = _region(graph, root[out], out, producers, order, root)
+        for x in [root[out]] + [n.outputs[0] for n in (widest or [])[:-1]]:
+            region = _region(graph, x, out, producers, order, root)
+            if region is None or len(region) < 2 or dropped & {n.name for n in region}:
+                continue
+            inner = [n.outputs[0] for n in region[:-1]]
+            if any(v in graph.outputs or any(u not in region for u in users.get(v, ()))
+                   for v in inner):
+                continue  # an intermediate value is read elsewhere: the region must stay
+            match = _recognise(graph, x, region)
+            if match is None:
+                continue
+            op, attrs = match
+            fused[node.name] = Node(op, node.name, (x,), (out,), dict(attrs))
+            dropped.update(n.name for n in region)
+            break
     if not fused:
         return graph
     nodes = [fused[n.name] if n.name in fused else n for n in graph.nodes
@@ -84,8 +90,9 @@ def _elementwise_inputs(graph: Graph, node: Node) -> list[str] | None:
     return run_time
 
 
-def _region(graph: Graph, x: str, out: str, producers, order) -> list[Node] | None:
-    """The nodes between x and out (constants aside), in graph order (out's producer last)."""
+def _region(graph: Graph, x: str, out: str, producers, order, root) -> list[Node] | None:
+    """The elementwise nodes between x and out (constants aside), in graph order (out's
+    producer last); None when a path from out leads elsewhere than to x."""
     seen: dict[str, Node] = {}
     stack = [out]
     while stack:
@@ -93,7 +100,7 @@ def _region(graph: Graph, x: str, out: str, producers, order) -> list[Node] | No
         if name == x or graph.values[name].is_const:
             continue
         node = producers.get(name)
-        if node is None:
+        if node is None or name not in root:
             return None
         if node.name not in seen:
             seen[node.name] = node

@@ -12,7 +12,9 @@ Concats with earlier tensors (the model input included), so that producers write
 Concat's buffer, consumers read views in place, and what cannot be in place is copied. Channel
 counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchpad, so tiling
 happens on every dimension; the target is drawn among the presets, with double buffering on or
-off. Only graphs the compiler lowers are drawn: no Transpose, Pad, Softmax, ...; average pools
+off; and what real detectors and decoders add: nearest upsampling, ConvTranspose, a zero Pad
+before a Conv, spatial means, per-channel constant maps and SiLU written out. Only graphs the
+compiler lowers are drawn: no Transpose, other Pads, Softmax, ...; average pools
 whose windows all hold the same number of counted elements; MatMul only on rank-2
 activations.
 """
@@ -151,7 +153,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                        pick(17, 32) if big else pick(1, 12), pick(17, 32) if big else pick(1, 12))
         for _ in range(pick(1, 6)):
             n, c, h, w = shapes[current]
-            choice = pick(0, 11)
+            choice = pick(0, 12)
             if choice <= 2:  # Conv, perhaps with a fused Relu or Clip
                 divisors = [g for g in range(1, c + 1) if c % g == 0]
                 groups = (1, c, divisors[pick(0, len(divisors) - 1)])[pick(0, 2)]
@@ -224,7 +226,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                 add(op, operands, shapes[current])
             elif choice in (6, 7):  # lookup-table maps
                 op = ("Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu",
-                      "PRelu")[pick(0, 6)]
+                      "PRelu", "Elu", "Softplus", "Softsign", "Erf", "Neg")[pick(0, 11)]
                 attrs = {"alpha": 0.05 * pick(1, 6)} if op == "LeakyRelu" else {}
                 slope = [const(rng.uniform(-0.5, 1.0, (c, 1, 1) if pick(0, 1) else (1,))
                                .astype(np.float32))] if op == "PRelu" else []
@@ -247,6 +249,42 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                 add(("Add", "Sub")[pick(0, 1)], operands, shapes[current])
             elif choice == 11:  # views: Split into branches, Slice, Concat
                 views(n, c, h, w)
+            elif choice == 12:  # what real detectors and decoders add (issue #12)
+                kind = pick(0, 5)
+                if kind == 0 and h * w <= 256:  # nearest upsampling by whole factors
+                    fh, fw = pick(1, 3), pick(1, 3)
+                    add("Resize", [current, "", const(np.array([1, 1, fh, fw], np.float32))],
+                        (n, c, h * fh, w * fw), mode="nearest")
+                elif kind == 1 and h * w <= 256:  # ConvTranspose: phases into strided views
+                    k, stride, out = pick(1, 4), pick(1, 3), pick(1, 24)
+                    pad = pick(0, (k - 1) // 2)
+                    oh, ow = ((size - 1) * stride + k - 2 * pad for size in (h, w))
+                    if oh < 1 or ow < 1:
+                        continue
+                    add("ConvTranspose", [current, weight(c, out, k, k, fan_in=c * k * k)],
+                        (n, out, oh, ow), kernel_shape=[k, k], strides=[stride, stride],
+                        pads=[pad] * 4)
+                elif kind == 2:  # a zero Pad that folds into the Conv reading it
+                    top, left, bottom, right = (pick(0, 2) for _ in range(4))
+                    add("Pad", [current, const(np.array([0, 0, top, left, 0, 0, bottom, right]))],
+                        (n, c, h + top + bottom, w + left + right))
+                    _, _, ph, pw = shapes[current]
+                    k = 3 if min(ph, pw) >= 3 else 1
+                    add("Conv", [current, weight(c, c, k, k, fan_in=c * k * k)],
+                        (n, c, ph - k + 1, pw - k + 1), kernel_shape=[k, k])
+                elif kind == 3:  # a spatial mean, as squeeze-and-excitation takes it
+                    axes = ([2, 3], [2], [3])[pick(0, 2)]
+                    add("ReduceMean", [current], (n, c, 1 if 2 in axes else h,
+                                                  1 if 3 in axes else w), axes=axes)
+                elif kind == 4:  # a per-channel constant scale and offset: a depthwise conv
+                    op = ("Mul", "Add", "Div")[pick(0, 2)]
+                    values = rng.uniform(0.5, 2.0, (1, c, 1, 1)) * rng.choice([-1, 1],
+                                                                             (1, c, 1, 1))
+                    add(op, [current, const(values.astype(np.float32))], shapes[current])
+                else:  # SiLU written out, fused into one table
+                    x = current
+                    add("Sigmoid", [x], shapes[x])
+                    add("Mul", [x, current], shapes[x])
             elif choice == 9 and pick(0, 1):  # a Reshape view of a 1x1 plane, read by what follows
                 if h * w != 1:
                     continue

@@ -16,8 +16,14 @@ from examples import build, zoo
 from examples.digits import train
 
 DIGITS_DIR = build.EXAMPLES_DIR / "digits"
-EXPECTED_OUTPUT_SHAPES = {"resnet18": (1, 1000), "mobilenetv2": (1, 1000), "squeezenet": (1, 1000),
-                          "mlp": (1, 10)}
+EXPECTED_OUTPUT_SHAPES = {
+    **{name: {"logits": (1, 1000)} for name in ("resnet18", "mobilenetv2", "squeezenet",
+                                               "mobilenetv3_small")},
+    "mlp": {"logits": (1, 10)},
+    "yolo": {"head16.box": (1, 4, 16, 16), "head16.cls": (1, 80, 16, 16),
+             "head32.box": (1, 4, 8, 8), "head32.cls": (1, 80, 8, 8)},
+    "unet": {"scores": (1, 2, 128, 128)},
+}
 
 
 def _session(model: onnx.ModelProto, every_tensor: bool = False) -> ort.InferenceSession:
@@ -43,10 +49,10 @@ def test_zoo_model_is_valid_deterministic_and_numerically_sane(name: str) -> Non
     session = _session(model, every_tensor=True)
     x = np.random.default_rng(0).standard_normal(_input_shape(model), dtype=np.float32)
     outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"input": x})))
-    logits = outputs["logits"]
-    assert logits.shape == EXPECTED_OUTPUT_SHAPES[name]
-    assert np.isfinite(logits).all()
-    assert 1 <= np.abs(logits).max() <= 100
+    for output, shape in EXPECTED_OUTPUT_SHAPES[name].items():
+        assert outputs[output].shape == shape, output
+        assert np.isfinite(outputs[output]).all(), output
+        assert 1 <= np.abs(outputs[output]).max() <= 100, output
     # Neither exploding nor vanishing: every tensor's RMS stays within a decade of 1.
     rms = {key: float(np.sqrt(np.mean(value.astype(np.float64) ** 2)))
            for key, value in outputs.items()}
@@ -62,6 +68,12 @@ def test_zoo_models_have_the_expected_operators() -> None:
     assert ops["mobilenetv2"].count("Add") == 10 and "Clip" in ops["mobilenetv2"]
     assert ops["squeezenet"].count("Concat") == 8 and ops["squeezenet"].count("Conv") == 25
     assert ops["mlp"] == ["Gemm", "Relu", "Gemm", "Relu", "Gemm"]
+    # Written out as exporters do: 19 hard-swishes and 9 hard-sigmoids end in a Div, the 9
+    # squeeze-and-excitation gates multiply the map; the detector's 41 SiLUs are x * Sigmoid(x).
+    assert ops["mobilenetv3_small"].count("Div") == 28
+    assert ops["mobilenetv3_small"].count("GlobalAveragePool") == 10
+    assert ops["yolo"].count("Sigmoid") == 41 and "Resize" in ops["yolo"]
+    assert ops["unet"].count("ConvTranspose") == 2 and ops["unet"].count("Concat") == 2
 
 
 def test_committed_digits_data_has_the_documented_layout() -> None:
