@@ -170,6 +170,8 @@ class Arch:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as err:
             raise SimulatorError(f"{path}: cannot read the architecture file: {err}") from None
+        except UnicodeDecodeError:
+            raise SimulatorError(f"{path}: not valid TOML: the file is not UTF-8") from None
         except tomllib.TOMLDecodeError as err:
             raise SimulatorError(f"{path}: not valid TOML: {err}") from None
         return cls.from_dict(data, source=str(path))

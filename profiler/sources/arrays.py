@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from tokenize import TokenError
 from typing import Iterator
 
 import numpy as np
@@ -198,7 +199,11 @@ class _RowReader:
         version = np.lib.format.read_magic(f)
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                        else np.lib.format.read_array_header_2_0)
-        self.shape, fortran, self.dtype = read_header(f)
+        try:
+            self.shape, fortran, self.dtype = read_header(f)
+        except (SyntaxError, TokenError, RecursionError, MemoryError, TypeError) as err:
+            # NumPy parses the header as a Python literal; a forged one fails in the parser.
+            raise ValueError(f"a malformed .npy header ({type(err).__name__})") from None
         if fortran or self.dtype.hasobject:
             raise ValueError("Fortran-ordered or object arrays are not supported")
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize

@@ -1,0 +1,93 @@
+"""What the fuzzers found (tests/ember/test_fuzz.py, benchmarks/fuzz.py), each reduced to the
+smallest file that showed it: every one now ends in one line and exit 2.
+
+The cases that print through onnxruntime's C++ logger or Python's warnings go through the
+fuzzing sandbox, which sees the command's real stderr (file descriptor 2), as a user does."""
+
+from __future__ import annotations
+
+import struct
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+from compiler.frontend.onnx import import_model
+from compiler.passes.fold_batchnorm import fold_batchnorm
+from ember.fuzzing import sandbox
+from simulator import numerics
+from simulator.arch import PRESETS, Arch
+from simulator.errors import SimulatorError
+from tests import onnx_builder
+from tests.cli import DIGITS, invoke
+
+
+def assert_one_line_error(result, *parts: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ember: error: "), result.output
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_forged_requant_shift_is_one_line():
+    """A REQUANT whose parameter block (forged DRAM) holds shifts out of range: the error named
+    the whole array of shifts, over several lines."""
+    with pytest.raises(SimulatorError) as err:
+        numerics.rounding_shift(np.arange(40), np.arange(40) * 1000)
+    assert "\n" not in str(err.value)
+    assert "got 1000 (and 38 more outside)" in str(err.value)
+
+
+@pytest.mark.parametrize("elem_type,name", [(0, "UNDEFINED"),
+                                            (onnx.TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN")])
+def test_model_input_of_an_element_type_no_data_has(tmp_path, elem_type, name):
+    """quantize-profile --random on an input typed UNDEFINED (KeyError) or float8 (a buffer
+    numpy cannot hash): internal errors."""
+    model = onnx.load(DIGITS / "model.onnx")
+    model.graph.input[0].type.tensor_type.elem_type = elem_type
+    onnx.save(model, tmp_path / "m.onnx")
+    result = invoke("quantize-profile", tmp_path / "m.onnx", "--random", "1", "-o",
+                    tmp_path / "m.profile.json")
+    assert_one_line_error(result, "model input 'input' has element type " + name)
+
+
+def test_onnxruntime_warnings_stay_off_stderr(tmp_path):
+    """An opset onnxruntime warns about: its log line came before ember's own message."""
+    model = onnx.load(DIGITS / "model.onnx")
+    model.opset_import[0].version = 6
+    onnx.save(model, tmp_path / "m.onnx")
+    outcome = sandbox.run(["quantize-profile", "m.onnx", "--random", "1", "-o",
+                           "m.profile.json"], tmp_path, ("m.profile.json",))
+    assert outcome.failure is None, outcome.stderr
+    assert outcome.stderr.count("\n") == 1, outcome.stderr
+
+
+def test_batchnorm_folding_that_overflows_float32_does_not_warn():
+    """Folding a huge gamma over a tiny variance overflows float32: numpy's RuntimeWarning was a
+    second line on stderr before the error that names the weight."""
+    proto = onnx_builder.conv_bn_relu()
+    for t in proto.graph.initializer:
+        if t.name == "gamma":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.full(4, 3e38, np.float32), "gamma"))
+    graph = import_model(proto)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        folded = fold_batchnorm(graph)
+    assert not np.isfinite(folded.values["conv/W_bn"].const).all()
+
+
+def test_npy_header_that_is_not_a_python_literal(tmp_path):
+    """numpy parses the header with Python's tokenizer: an unclosed brace raised TokenError."""
+    text = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 8, 8), \n"
+    (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text))
+                                     + text.encode() + bytes(256))
+    result = invoke("run", DIGITS / "model.onnx", "-i", tmp_path / "x.npy")
+    assert_one_line_error(result, "x.npy: cannot read array file (a malformed .npy header")
+
+
+def test_architecture_file_that_is_not_utf8(tmp_path):
+    (tmp_path / "a.toml").write_bytes((PRESETS / "default.toml").read_bytes() + b"# \xb2\n")
+    with pytest.raises(SimulatorError, match="a.toml: not valid TOML: the file is not UTF-8"):
+        Arch.load(tmp_path / "a.toml")
