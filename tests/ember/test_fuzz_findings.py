@@ -6,6 +6,8 @@ fuzzing sandbox, which sees the command's real stderr (file descriptor 2), as a 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import struct
 import warnings
 
@@ -13,12 +15,15 @@ import numpy as np
 import onnx
 import pytest
 
+from compiler.backend.codegen.host import check_segments
+from compiler.errors import CompileError
 from compiler.frontend.onnx import import_model
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from ember.fuzzing import sandbox
 from simulator import numerics
 from simulator.arch import PRESETS, Arch
 from simulator.errors import SimulatorError
+from simulator.program import Program
 from tests import onnx_builder
 from tests.cli import DIGITS, invoke
 
@@ -91,3 +96,20 @@ def test_architecture_file_that_is_not_utf8(tmp_path):
     (tmp_path / "a.toml").write_bytes((PRESETS / "default.toml").read_bytes() + b"# \xb2\n")
     with pytest.raises(SimulatorError, match="a.toml: not valid TOML: the file is not UTF-8"):
         Arch.load(tmp_path / "a.toml")
+
+
+@pytest.mark.parametrize("kernel_shape", ["x", {"tuple": ["a", 2]}, {"tuple": [2]}, 2.5])
+def test_host_segment_attributes_are_checked_on_load(digits_profile, tmp_path, kernel_shape):
+    """A host segment's node attributes go through the operator's shape rule when the program
+    is loaded: a forged kernel_shape was found only when the kernel failed mid-run."""
+    path = tmp_path / "host.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "--keep-fp32", "pool", "--allow-host", "-o", path)
+    assert result.exit_code == 0, result.output
+    program = Program.load(path)
+    segment = json.loads(json.dumps(program.host_segments[0]))
+    pool = next(n for n in segment["graph"]["nodes"] if n["name"] == "pool")
+    pool["attrs"]["kernel_shape"] = kernel_shape
+    forged = dataclasses.replace(program, host_segments=(segment,))
+    with pytest.raises(CompileError, match=r"host.ember: host segment 0 .*node 'pool'"):
+        check_segments(forged, str(path))
