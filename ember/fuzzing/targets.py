@@ -21,7 +21,7 @@ from ember.fuzzing import mutate, sandbox
 from simulator.arch import PRESETS
 
 # The kinds of file ember reads, in the order the campaign's table lists them.
-KINDS = ("program", "profile", "onnx", "data", "arch")
+KINDS = ("program", "profile", "onnx", "data", "arch", "report")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,11 @@ TARGETS = (
              "--emit-onnx", "qdq.onnx", "-o", "out.ember", outputs=("out.ember", "qdq.onnx"),
              after=True),
         _cmd("disasm", "out.ember", after=True))),
+    Target("onnx", "digits.qdq.onnx", "case.onnx", mutate.mutate_onnx, (
+        _cmd("show", "{case}"),
+        _cmd("run", "{case}", "--json"),
+        _cmd("quantize-profile", "{case}", "--random", "2", "-o", "case.profile.json",
+             outputs=("case.profile.json",)))),
     Target("data", "sample.npz", "case.npz", mutate.mutate_npz, (
         _cmd("simulate", "{seeds}/digits.ember", "-i", "{case}", "-o", "out.npz",
              outputs=("out.npz",)),
@@ -95,6 +100,8 @@ TARGETS = (
         _cmd("compile", _MODEL, "--int8", "--profile", _PROFILE, "--target", "{case}", "-o",
              "out.ember", outputs=("out.ember",)),
         _cmd("simulate", "out.ember", *_SIM, outputs=("out.npz",), after=True))),
+    Target("report", "digits.report.json", "case.json", mutate.mutate_json_file, (
+        _cmd("report", "{case}", "--html", "report.html", "--json"),)),
 )
 
 _SAMPLES = 8  # calibration and evaluation samples: enough to run every path, fast
@@ -103,7 +110,8 @@ _SAMPLES = 8  # calibration and evaluation samples: enough to run every path, fa
 def make_seeds(folder: Path) -> Path:
     """The seed files every target names, made through the CLI like a user's: the digits CNN,
     its profile over a few samples (and a second over other samples, for merging), its program
-    with and without a host segment, a sample, labels and the default architecture file."""
+    with and without a host segment, its QDQ export, a performance report, a sample, labels and
+    the default architecture file."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(EXAMPLE / "model.onnx", folder / "model.onnx")
@@ -120,7 +128,8 @@ def make_seeds(folder: Path) -> Path:
             ["quantize-profile", model, "--data", "calib.npz", "-o", "digits.profile.json"],
             ["quantize-profile", model, "--data", "eval.npz", "-o", "eval.profile.json"],
             ["compile", model, "--int8", "--profile", "digits.profile.json", "-o",
-             "digits.ember"],
+             "digits.ember", "--emit-onnx", "digits.qdq.onnx"],
+            ["simulate", "digits.ember", "-i", "sample.npz", "--report", "digits.report.json"],
             ["compile", model, "--int8", "--profile", "digits.profile.json", "--keep-fp32",
              "pool", "--allow-host", "-o", "digits_host.ember"]):
         outcome = sandbox.run(args, folder)
