@@ -118,7 +118,7 @@ def read_labels(evaluation: Evaluation) -> np.ndarray | None:
                     raise EmberError(f"{path}: no array named 'labels'")
                 return None
             return npz["labels"]
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{path}: not a readable .npy/.npz file ({err})") from None
 
 

@@ -13,7 +13,7 @@ def session(model: onnx.ModelProto | str, threads: int = 0) -> ort.InferenceSess
     """A CPU session at the basic optimization level (no contrib ops, no layout changes)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only, as profiler.session: ember says what failed
     if threads:
         options.intra_op_num_threads = threads
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model

@@ -40,7 +40,7 @@ def read_inputs(path: str | None, graph: Graph, seed: int) -> dict[str, np.ndarr
         else:
             with np.load(file, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files if k != "labels"}
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{file}: not a readable .npy/.npz file ({err})") from None
     feeds = {}
     for name in graph.inputs:

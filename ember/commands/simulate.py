@@ -120,7 +120,7 @@ def read_inputs(prog: Program, path: str) -> tuple[list[dict], int]:
         else:
             with loaded:
                 arrays = {key: loaded[key] for key in loaded.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{path}: cannot read inputs: {err}") from None
     if "" in arrays:
         if len(prog.inputs) != 1:

@@ -98,14 +98,21 @@ def test_architecture_file_that_is_not_utf8(tmp_path):
         Arch.load(tmp_path / "a.toml")
 
 
-@pytest.mark.parametrize("kernel_shape", ["x", {"tuple": ["a", 2]}, {"tuple": [2]}, 2.5])
-def test_host_segment_attributes_are_checked_on_load(digits_profile, tmp_path, kernel_shape):
-    """A host segment's node attributes go through the operator's shape rule when the program
-    is loaded: a forged kernel_shape was found only when the kernel failed mid-run."""
-    path = tmp_path / "host.ember"
+@pytest.fixture(scope="module")
+def host_program(digits_profile, tmp_path_factory):
+    """The digits CNN with its pool on the host, in a host segment."""
+    path = tmp_path_factory.mktemp("findings") / "host.ember"
     result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
                     "--keep-fp32", "pool", "--allow-host", "-o", path)
     assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize("kernel_shape", ["x", {"tuple": ["a", 2]}, {"tuple": [2]}, 2.5])
+def test_host_segment_attributes_are_checked_on_load(host_program, kernel_shape):
+    """A host segment's node attributes go through the operator's shape rule when the program
+    is loaded: a forged kernel_shape was found only when the kernel failed mid-run."""
+    path = host_program
     program = Program.load(path)
     segment = json.loads(json.dumps(program.host_segments[0]))
     pool = next(n for n in segment["graph"]["nodes"] if n["name"] == "pool")
@@ -113,3 +120,51 @@ def test_host_segment_attributes_are_checked_on_load(digits_profile, tmp_path, k
     forged = dataclasses.replace(program, host_segments=(segment,))
     with pytest.raises(CompileError, match=r"host.ember: host segment 0 .*node 'pool'"):
         check_segments(forged, str(path))
+
+
+def _digits_with(tmp_path, change) -> str:
+    model = onnx.load(DIGITS / "model.onnx")
+    change(model)
+    onnx.save(model, tmp_path / "m.onnx")
+    return "m.onnx"
+
+
+def test_onnxruntime_errors_while_running_stay_off_stderr(tmp_path):
+    """A kernel that fails while running (3 input channels for a 1-channel convolution):
+    onnxruntime logged the error on stderr before ember's own line said the same."""
+    model = _digits_with(tmp_path, lambda m: m.graph.input[0].type.tensor_type.shape.dim[1]
+                         .__setattr__("dim_value", 3))
+    outcome = sandbox.run(["quantize-profile", model, "--random", "1", "-o", "m.profile.json"],
+                          tmp_path, ("m.profile.json",))
+    assert outcome.exit_code == 2 and outcome.failure is None, outcome.stderr
+    assert "Input channels C is not equal" in outcome.stderr
+
+
+def test_model_input_of_a_negative_size(tmp_path):
+    """quantize-profile --random drew samples of the declared shape: numpy's ValueError."""
+    model = _digits_with(tmp_path, lambda m: m.graph.input[0].type.tensor_type.shape.dim[2]
+                         .__setattr__("dim_value", -1))
+    result = invoke("quantize-profile", tmp_path / model, "--random", "1", "-o",
+                    tmp_path / "m.profile.json")
+    assert_one_line_error(result, "model input 'input' has shape [1,1,-1,8]: expected sizes >= 0")
+
+
+@pytest.mark.parametrize("name", ["empty.npy", "empty.npz"])
+def test_empty_data_file(tmp_path, name):
+    """np.load reads an empty file as a pickle stream and raises EOFError."""
+    (tmp_path / name).write_bytes(b"")
+    result = invoke("run", DIGITS / "model.onnx", "-i", tmp_path / name)
+    assert_one_line_error(result, f"{name}: not a readable .npy/.npz file")
+
+
+def test_empty_labels_file(tmp_path, digits_profile):
+    (tmp_path / "labels.npy").write_bytes(b"")
+    result = invoke("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+                    DIGITS / "calib.npz", "--samples", "2", "--labels", tmp_path / "labels.npy")
+    assert_one_line_error(result, "labels.npy: not a readable .npy/.npz file")
+
+
+def test_empty_input_file_for_a_program(tmp_path, host_program):
+    (tmp_path / "x.npy").write_bytes(b"")
+    result = invoke("simulate", host_program, "-i", tmp_path / "x.npy")
+    assert_one_line_error(result, "x.npy: cannot read inputs")
