@@ -21,8 +21,8 @@ from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
 from compiler.graph.ops import OPS
 from ember import ort
-from ember.errors import EmberError
-from ember.flow import CompileOptions, quantize_model
+from ember.errors import EmberError, user_error_types
+from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
@@ -57,6 +57,20 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
         return CompileOptions.from_header(program.metadata.get("options", {})).quant
     except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
         raise EmberError(f"the program's recorded options are malformed: {err}") from None
+
+
+def compiles_again_to(program_path: str, model_path: str, profile_path: str) -> bool:
+    """Whether `model_path` compiled again, with the options and architecture the program
+    records, gives the program at `program_path` byte for byte. When a program's outputs
+    differ from the integer reference, this tells a bug in ember (the same program) from an
+    edited or forged file, whose checksum anyone can recompute."""
+    program = Program.load(program_path)
+    try:
+        options = CompileOptions.from_header(program.metadata.get("options", {}))
+        built = compile_model(model_path, profile_path, options, program.arch)
+    except (TypeError, ValueError, *user_error_types()):  # options a compile cannot take
+        return False
+    return built.compiled.program.to_bytes() == Path(program_path).read_bytes()
 
 
 class BitExactness:

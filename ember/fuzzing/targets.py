@@ -55,7 +55,9 @@ TARGETS = (
     Target("program", "digits.ember", "case.ember", mutate.mutate_program, (
         _cmd("simulate", "{case}", *_SIM, "--report", "report.json",
              outputs=("out.npz", "report.json")),
-        _cmd("disasm", "{case}"))),
+        _cmd("disasm", "{case}"),
+        _cmd("accuracy", _MODEL, "{case}", "--profile", _PROFILE, "--data",
+             "{seeds}/calib.npz", "--samples", "2"))),
     Target("program", "digits_host.ember", "case.ember", mutate.mutate_program, (
         _cmd("simulate", "{case}", *_SIM, outputs=("out.npz",)),
         _cmd("report", "{case}", "-i", "{seeds}/sample.npz", "-o", "report.json", "--html",

@@ -20,7 +20,7 @@ from compiler.errors import CompileError
 from compiler.frontend.onnx import import_model
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from ember.fuzzing import sandbox
-from simulator import numerics
+from simulator import isa, numerics
 from simulator.arch import PRESETS, Arch
 from simulator.errors import SimulatorError
 from simulator.program import Program
@@ -168,3 +168,26 @@ def test_empty_input_file_for_a_program(tmp_path, host_program):
     (tmp_path / "x.npy").write_bytes(b"")
     result = invoke("simulate", host_program, "-i", tmp_path / "x.npy")
     assert_one_line_error(result, "x.npy: cannot read inputs")
+
+
+def test_accuracy_of_an_edited_program_is_the_users_error(tmp_path, digits_profile):
+    """A program edited (its last requantization's output zero point moved, the checksum
+    recomputed) differs from the integer reference: that was exit 1, ember's own bug,
+    although ember compiles another program."""
+    path = tmp_path / "digits.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "-o", path)
+    assert result.exit_code == 0, result.output
+    program = Program.load(path)
+    insns = list(program.instructions)
+    last = max(i for i, insn in enumerate(insns) if insn.op is isa.REQUANT)
+    insns[last] = dataclasses.replace(insns[last], args={
+        **insns[last].args, "out_offset": insns[last].args["out_offset"] + 7})
+    dataclasses.replace(program, instructions=tuple(insns)).save(tmp_path / "edited.ember")
+    args = ["--profile", digits_profile, "--data", DIGITS / "calib.npz", "--samples", "2"]
+    assert invoke("accuracy", DIGITS / "model.onnx", path, *args).exit_code == 0
+    result = invoke("accuracy", DIGITS / "model.onnx", tmp_path / "edited.ember", *args)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("ember: error: ") and "edited.ember: the simulator differs" in last
+    assert "not what ember compiles from" in last
