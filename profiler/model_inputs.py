@@ -38,9 +38,10 @@ def input_specs(model: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -
         tensor = vi.type.tensor_type
         dtype = _input_dtype(vi.name, tensor.elem_type)
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
-        if any(d is not None and d < 0 for d in shape):
+        # A size of 0 holds no samples: drawing --random ones until there are enough never ends.
+        if any(d is not None and d < 1 for d in shape):
             raise ProfileError(f"model input {vi.name!r} has shape "
-                               f"{InputSpec(vi.name, dtype, shape)}: expected sizes >= 0 (or "
+                               f"{InputSpec(vi.name, dtype, shape)}: expected positive sizes (or "
                                f"named dynamic dimensions)")
         if vi.name in overrides:
             fixed = overrides[vi.name]

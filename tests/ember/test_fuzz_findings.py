@@ -140,13 +140,16 @@ def test_onnxruntime_errors_while_running_stay_off_stderr(tmp_path):
     assert "Input channels C is not equal" in outcome.stderr
 
 
-def test_model_input_of_a_negative_size(tmp_path):
-    """quantize-profile --random drew samples of the declared shape: numpy's ValueError."""
-    model = _digits_with(tmp_path, lambda m: m.graph.input[0].type.tensor_type.shape.dim[2]
-                         .__setattr__("dim_value", -1))
-    result = invoke("quantize-profile", tmp_path / model, "--random", "1", "-o",
-                    tmp_path / "m.profile.json")
-    assert_one_line_error(result, "model input 'input' has shape [1,1,-1,8]: expected sizes >= 0")
+@pytest.mark.parametrize("axis,size,shape", [(2, -1, "[1,1,-1,8]"), (0, 0, "[0,1,8,8]")])
+def test_model_input_of_a_size_below_one(tmp_path, axis, size, shape):
+    """quantize-profile --random drew samples of the declared shape: numpy's ValueError for a
+    negative size; for a batch of 0, batches without samples, forever (found as a hang)."""
+    model = _digits_with(tmp_path, lambda m: m.graph.input[0].type.tensor_type.shape.dim[axis]
+                         .__setattr__("dim_value", size))
+    outcome = sandbox.run(["quantize-profile", model, "--random", "2", "-o", "m.profile.json"],
+                          tmp_path, ("m.profile.json",), timeout_s=20)
+    assert outcome.exit_code == 2 and outcome.failure is None, outcome
+    assert f"model input 'input' has shape {shape}: expected positive sizes" in outcome.stderr
 
 
 @pytest.mark.parametrize("name", ["empty.npy", "empty.npz"])
@@ -191,3 +194,15 @@ def test_accuracy_of_an_edited_program_is_the_users_error(tmp_path, digits_profi
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("ember: error: ") and "edited.ember: the simulator differs" in last
     assert "not what ember compiles from" in last
+
+
+def test_merge_keeps_no_nan_from_a_run_record(tmp_path, digits_profile):
+    """A run record is carried into merged profiles as it is: a NaN in it (which Python's json
+    reads) made a merged profile that no JSON reader takes, with exit 0."""
+    doc = json.loads(digits_profile.read_text())
+    doc["runs"][0]["note"] = {"x": [1.0, float("nan")]}
+    (tmp_path / "a.profile.json").write_text(json.dumps(doc))
+    result = invoke("profile", "merge", tmp_path / "a.profile.json", digits_profile,
+                    "--allow-same-data", "-o", tmp_path / "m.profile.json")
+    assert_one_line_error(result, "runs[0].note.x.1 = nan: expected a finite number")
+    assert not (tmp_path / "m.profile.json").exists()

@@ -191,6 +191,8 @@ def test_report_without_host_keys_or_layers_still_renders() -> None:
     (lambda tmp: _write(tmp / "r.json", json.dumps(_edited(_host_doc(), "layers", 0,
                                                            "unit_spans", {"load": [5, 1]}))),
      "layers[0].unit_spans = {'load': [5, 1]}: expected an object of [start, end] cycle pairs"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "note": float("nan")})),
+     "r.json: not a JSON performance report: NaN is not JSON"),
 ])
 def test_bad_input_is_one_line_with_exit_2(tmp_path, make, message) -> None:
     result = invoke("report", make(tmp_path))
