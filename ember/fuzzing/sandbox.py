@@ -2,9 +2,9 @@
 how it ended.
 
 Each command runs in a child forked from a server process that has imported ember once, so a
-case costs the command, not the interpreter's start. The
-child caps its own address space (RLIMIT_AS: the caller is never limited) and is killed, with
-everything it started, after a time limit. What counts as a clean end is ember's contract
+case costs the command, not the interpreter's start. The child caps its own address space
+(RLIMIT_AS: the caller is never limited) and is killed, with everything it started, after a
+time limit. What counts as a clean end is ember's contract
 (CONVENTIONS.md): exit 0 with outputs that read back, or exit 2 with one line on stderr and no
 output written; never a traceback, another exit code, a signal, a hang, a memory error or a
 temporary file left behind.
@@ -13,6 +13,7 @@ temporary file left behind.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import resource
@@ -21,14 +22,13 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 MEMORY_LIMIT_BYTES = 8 << 30  # address space: the 4 GiB of DRAM a program may declare, and room
 TIMEOUT_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """How one command ended: its exit code (negative: the signal that ended it; None: it was
     killed after the time limit), what it printed, and what went wrong (None: a clean end)."""
@@ -53,7 +53,7 @@ def run(args: list[str], cwd: Path, outputs: tuple[str, ...] = (),
                               "timeout_s": timeout_s, "stdout": str(out), "stderr": str(err)})
     seconds = time.perf_counter() - start
     outcome = Outcome(tuple(args), code, _read(out), _read(err), seconds)
-    return Outcome(**{**outcome.__dict__, "failure": judge(outcome, cwd, outputs)})
+    return dataclasses.replace(outcome, failure=judge(outcome, cwd, outputs))
 
 
 def _read(path: Path) -> str:
@@ -72,6 +72,7 @@ class _Server:
     _running: _Server | None = None
 
     def __init__(self):
+        # The server imports ember from the tree this file is in, as its caller did.
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from ember.fuzzing.sandbox import serve; serve()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.fuzzing import sandbox, targets
+from tests.cli import DIGITS
 
 # A few cases per seed file keep the whole module near fifteen seconds on a busy machine.
 CASES_PER_TARGET = 5
@@ -39,6 +40,15 @@ def test_sandbox_runs_ember_in_a_child(tmp_path):
     outcome = sandbox.run(["show", str(tmp_path / "missing.onnx")], tmp_path)
     assert outcome.exit_code == 2 and outcome.failure is None, outcome
     assert outcome.stderr.startswith("ember: error: ") and "missing.onnx" in outcome.stderr
+
+
+def test_memory_cap_holds_in_the_child_only(tmp_path):
+    """A command that cannot allocate under the cap is a failure (a MemoryError, exit 1); the
+    test runner itself is never capped, and the same command runs without the cap."""
+    model = str(DIGITS / "model.onnx")
+    capped = sandbox.run(["run", model], tmp_path, memory_bytes=64 << 20)
+    assert capped.failure and "MemoryError" in capped.failure, capped
+    assert sandbox.run(["run", model], tmp_path).failure is None
 
 
 @pytest.mark.parametrize("code,stderr,failure", [
