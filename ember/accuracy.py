@@ -189,7 +189,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where = evaluation.labels or evaluation.data
-    session = ort.session(proto)
+    session = ort.session(proto, name=model_path)
     outputs = {name: ErrorStats() for name in graph.outputs}
     top1 = {name: Top1() for name in graph.outputs if is_classifier(graph.type_of(name).shape)}
     # Each classifier output's labels, checked against its number of classes.

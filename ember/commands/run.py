@@ -89,7 +89,7 @@ def run(model: str, input_path: str | None, output: str | None, input_shapes: tu
     reference = {}
     if check:
         proto = fix_input_shapes(load_model(model), parse_input_shapes(input_shapes), model)
-        reference = ort.run(ort.session(proto), feeds)
+        reference = ort.run(ort.session(proto, name=model), feeds)
     for name, value in outputs.items():
         row = {"name": name, "shape": list(value.shape), "dtype": str(value.dtype),
                "min": float(value.min()) if value.size else 0.0,

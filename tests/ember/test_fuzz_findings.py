@@ -206,3 +206,24 @@ def test_merge_keeps_no_nan_from_a_run_record(tmp_path, digits_profile):
                     "--allow-same-data", "-o", tmp_path / "m.profile.json")
     assert_one_line_error(result, "runs[0].note.x.1 = nan: expected a finite number")
     assert not (tmp_path / "m.profile.json").exists()
+
+
+def test_initializer_with_more_data_than_its_shape(tmp_path):
+    """onnx's checker refuses raw data too short for the dims, not too long: numpy's reshape
+    then failed in the importer."""
+    def change(model):
+        bias = next(t for t in model.graph.initializer if t.name == "fc.bias")
+        del bias.dims[:]
+        bias.dims.append(2)
+    model = _digits_with(tmp_path, change)
+    result = invoke("show", tmp_path / model)
+    assert_one_line_error(result, "initializer 'fc.bias': its data does not fit its shape [2]")
+
+
+def test_model_onnxruntime_cannot_load(tmp_path):
+    """An output typed UNDEFINED: ember's importer types it itself, onnxruntime refuses the
+    model, and `ember run` (which checks against onnxruntime) ended in an internal error."""
+    model = _digits_with(tmp_path, lambda m: m.graph.output[0].type.tensor_type
+                         .__setattr__("elem_type", 0))
+    result = invoke("run", tmp_path / model)
+    assert_one_line_error(result, "m.onnx: onnxruntime cannot load the model")
