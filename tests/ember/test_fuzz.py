@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.fuzzing import sandbox, targets
-from tests.cli import DIGITS
 
 # A few cases per seed file keep the whole module near fifteen seconds on a busy machine.
 CASES_PER_TARGET = 5
@@ -42,13 +41,14 @@ def test_sandbox_runs_ember_in_a_child(tmp_path):
     assert outcome.stderr.startswith("ember: error: ") and "missing.onnx" in outcome.stderr
 
 
-def test_memory_cap_holds_in_the_child_only(tmp_path):
-    """A command that cannot allocate under the cap is a failure (a MemoryError, exit 1); the
-    test runner itself is never capped, and the same command runs without the cap."""
-    model = str(DIGITS / "model.onnx")
-    capped = sandbox.run(["run", model], tmp_path, memory_bytes=64 << 20)
+def test_memory_cap_holds_in_the_child_only(seeds, tmp_path):
+    """A command that cannot allocate under the cap is a failure (a MemoryError, exit 1): the
+    simulator's 1 GiB of DRAM does not fit in 1 GiB of address space. The test runner itself
+    is never capped, and the same command runs under the default cap."""
+    args = ["simulate", str(seeds / "digits.ember"), "-i", str(seeds / "sample.npz")]
+    capped = sandbox.run(args, tmp_path, memory_bytes=1 << 30)
     assert capped.failure and "MemoryError" in capped.failure, capped
-    assert sandbox.run(["run", model], tmp_path).failure is None
+    assert sandbox.run(args, tmp_path).failure is None
 
 
 @pytest.mark.parametrize("code,stderr,failure", [
