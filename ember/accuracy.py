@@ -9,6 +9,7 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -77,7 +78,7 @@ class BitExactness:
     """Runs the program on the simulator beside the integer reference and keeps the first
     difference: the accelerator must equal `run_int8` bit for bit on every sample."""
 
-    def __init__(self, program: Program, qgraph: Graph):
+    def __init__(self, program: Program, qgraph: Graph, name: str = "the program"):
         self.program, self.qgraph = program, qgraph
         producers = {out: node for node in qgraph.nodes for out in node.outputs}
         self.quantized_input = {}
@@ -86,6 +87,17 @@ class BitExactness:
                 self.quantized_input[node.inputs[0]] = node.outputs[0]
         self.raw_output = {name: producers[name].inputs[0] for name in qgraph.outputs
                            if OPS[producers[name].op].quant is Quant.DEQUANTIZE}
+        # Each binding must be one of the model's values, of its size: a program compiled from
+        # another model, or edited, is refused by name before any sample runs.
+        for kind, bindings, model_value in (("input", program.inputs, self.quantized_input),
+                                            ("output", program.outputs, self.raw_output)):
+            for b in bindings:
+                value = b.name if b.dtype == "float32" else model_value.get(b.name)
+                if value not in qgraph.values or \
+                        math.prod(qgraph.type_of(value).shape) != math.prod(b.shape):
+                    raise EmberError(f"{name}: its {kind} {b.name!r} of shape {list(b.shape)} "
+                                     f"matches none of the model's {kind}s (a program "
+                                     f"compiled from another model, or edited)")
         self.first_difference: dict | None = None
         self.samples = 0
 
@@ -183,7 +195,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         options = program_options(program, profile_path)
     quantized = quantize_model(model_path, profile_path, options, input_shapes or {})
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
-    exactness = BitExactness(program, qgraph) if program is not None else None
+    exactness = BitExactness(program, qgraph, evaluation.program) if program is not None \
+        else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, ImageOptions())
     batch = specs[0].fixed_batch or 1

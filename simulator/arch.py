@@ -250,6 +250,11 @@ class Arch:
         d["vector"]["ops"] = list(d["vector"]["ops"])
         return d
 
+    def vector_lacks(self, insn: isa.Insn) -> bool:
+        """Whether `insn` is vector work this vector unit does not implement (`vector.ops`)."""
+        return insn.queue == "vector" and insn.op is not isa.SYNC and \
+            insn.op.mnemonic not in self.vector.ops
+
     def host_cycles(self, flops: int) -> int:
         """Accelerator cycles the host CPU takes for `flops` fp32 operations (rounded up)."""
         if flops < 0:

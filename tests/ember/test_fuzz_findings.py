@@ -227,3 +227,33 @@ def test_model_onnxruntime_cannot_load(tmp_path):
                          .__setattr__("elem_type", 0))
     result = invoke("run", tmp_path / model)
     assert_one_line_error(result, "m.onnx: onnxruntime cannot load the model")
+
+
+def test_compile_for_a_vector_unit_without_an_operation_the_model_needs(tmp_path,
+                                                                        digits_profile):
+    """A target whose vector unit lacks REQUANT: compile wrote a program (exit 0) that the
+    simulator then refused to run."""
+    text = (PRESETS / "default.toml").read_text().replace(
+        'ops = ["REQUANT", "ADD", "MAXPOOL", "AVGPOOL", "LUT"]', 'ops = ["LUT"]')
+    (tmp_path / "a.toml").write_text(text)
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "--target", tmp_path / "a.toml", "-o", tmp_path / "m.ember")
+    assert_one_line_error(result, "node 'conv1' needs the vector unit's REQUANT, which target "
+                                  "'default' lacks (its vector.ops: LUT)")
+    assert not (tmp_path / "m.ember").exists()
+
+
+def test_accuracy_of_a_program_whose_output_is_not_the_models(tmp_path, digits_profile):
+    """An output binding of another size than the model's output (the header edited, the
+    checksum recomputed): numpy's reshape failed while comparing the first sample."""
+    path = tmp_path / "digits.ember"
+    result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
+                    "-o", path)
+    assert result.exit_code == 0, result.output
+    program = Program.load(path)
+    output = dataclasses.replace(program.outputs[0], shape=(1, 9))
+    dataclasses.replace(program, outputs=(output,)).save(tmp_path / "edited.ember")
+    result = invoke("accuracy", DIGITS / "model.onnx", tmp_path / "edited.ember", "--profile",
+                    digits_profile, "--data", DIGITS / "calib.npz", "--samples", "2")
+    assert_one_line_error(result, "edited.ember: its output 'logits' of shape [1, 9] matches "
+                                  "none of the model's outputs")
