@@ -8,11 +8,10 @@ one wrote), so a mutated model that still profiles is also compiled and its prog
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -178,8 +177,8 @@ def run_case(target: Target, rng: random.Random, seeds: Path, folder: Path,
                 for a in command.args]
         outcome = sandbox.run(args, folder, command.outputs, **limits)
         if command.checked and outcome.exit_code == 2 and outcome.failure is None:
-            outcome = dataclasses.replace(outcome, failure="exit 2 on what the command before "
-                                          "wrote: " + outcome.stderr.strip()[-300:])
+            outcome = replace(outcome, failure="exit 2 on what ember wrote and accepted: "
+                              + outcome.stderr.strip()[-300:])
         outcomes.append(outcome)
         if outcome.failure:
             break

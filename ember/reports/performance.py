@@ -319,6 +319,17 @@ def _all(check):
     return lambda v: isinstance(v, list) and all(check(x) for x in v)
 
 
+def _is_run(v) -> bool:
+    """The run record as the HTML page reads it (`simulate.performance_doc` writes it)."""
+    parts = ("tool", "program", "inputs", "options")
+    if not isinstance(v, dict) or not all(isinstance(v.get(k, {}), dict) for k in parts):
+        return False
+    texts = [v.get(part, {}).get(key, "") for part, key in (
+        ("tool", "name"), ("tool", "version"), ("program", "path"), ("program", "sha256"),
+        ("inputs", "path"))]
+    return all(isinstance(text, str) for text in texts)
+
+
 _COUNT = (_is_count, "a non-negative integer")
 _POSITIVE = (lambda v: _is_number(v) and v > 0, "a positive, finite number")
 _NUMBER = (_is_number, "a finite number")
@@ -337,9 +348,8 @@ _REPORT = {
     "stall_cycles": _COUNTS, "dram_bytes_read": _COUNT, "dram_bytes_written": _COUNT,
     "compulsory_dram_bytes": _COUNT, "peak_local_bytes": _COUNTS, "energy_uj": _NUMBER,
     "host_cycles": _COUNT, "host_segments": _OBJECTS, "layers": _OBJECTS,
-    "run": (lambda v: isinstance(v, dict) and isinstance(v.get("program", {}), dict)
-            and isinstance(v.get("program", {}).get("path", ""), str),
-            "an object whose program.path is a string"),
+    "run": (_is_run, ("an object of objects tool, program, inputs and options, whose names, "
+                      "versions, paths and digests are strings")),
 }
 _LAYER = {
     "name": _TEXT, "cycles": _COUNT, "start_cycle": (lambda v: v is None or _is_count(v),

@@ -191,6 +191,10 @@ def test_report_without_host_keys_or_layers_still_renders() -> None:
     (lambda tmp: _write(tmp / "r.json", json.dumps(_edited(_host_doc(), "layers", 0,
                                                            "unit_spans", {"load": [5, 1]}))),
      "layers[0].unit_spans = {'load': [5, 1]}: expected an object of [start, end] cycle pairs"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "run": {"tool": 3.5}})),
+     "run = {'tool': 3.5}: expected an object of objects tool, program, inputs and options"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "run": {"options": 1}})),
+     "run = {'options': 1}: expected an object of objects"),
     (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "note": float("nan")})),
      "r.json: not a JSON performance report: NaN is not JSON"),
 ])
