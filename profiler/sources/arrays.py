@@ -95,7 +95,8 @@ def _read_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
             yield from _npy_chunks(path, specs)
         else:
             yield from _npz_chunks(path, specs)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as err:
+        # NotImplementedError: a member compressed by a method zipfile does not implement.
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
 
 
@@ -133,7 +134,8 @@ def declared_arrays(path: str | Path, kind: str | None = None
                     elif info.compress_type == zipfile.ZIP_DEFLATED:
                         held = min(held, info.compress_size * _MAX_DEFLATE_RATIO)
                     _check_declared(path, name, reader, held - header)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as err:
+        # NotImplementedError: a member compressed by a method zipfile does not implement.
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
     return found
 
@@ -231,5 +233,5 @@ def _headers(path: Path, specs: list[InputSpec]) -> dict[str, tuple]:
         with zipfile.ZipFile(path) as archive:
             return {Path(m).stem: _RowReader(archive.open(m)).shape
                     for m in archive.namelist() if m.endswith(".npy")}
-    except (OSError, ValueError, zipfile.BadZipFile):
+    except (OSError, ValueError, zipfile.BadZipFile, NotImplementedError):
         return {}

@@ -257,3 +257,18 @@ def test_accuracy_of_a_program_whose_output_is_not_the_models(tmp_path, digits_p
                     digits_profile, "--data", DIGITS / "calib.npz", "--samples", "2")
     assert_one_line_error(result, "edited.ember: its output 'logits' of shape [1, 9] matches "
                                   "none of the model's outputs")
+
+
+def test_npz_member_of_an_unknown_compression_method(tmp_path):
+    """zipfile raises NotImplementedError for a compression method it does not implement."""
+    with np.load(DIGITS / "calib.npz") as data:
+        np.savez(tmp_path / "x.npz", input=data["input"][:2])
+    raw = bytearray((tmp_path / "x.npz").read_bytes())
+    for signature, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # local, central header
+        at = raw.index(signature) + offset
+        raw[at:at + 2] = struct.pack("<H", 0xFFFF)
+    (tmp_path / "x.npz").write_bytes(bytes(raw))
+    result = invoke("quantize-profile", DIGITS / "model.onnx", "--data", tmp_path / "x.npz",
+                    "-o", tmp_path / "x.profile.json")
+    assert_one_line_error(result, "x.npz: cannot read array file (That compression method is "
+                                  "not supported)")
