@@ -26,6 +26,7 @@ from simulator.errors import SimulatorError
 from simulator.program import Program
 from tests import onnx_builder
 from tests.cli import DIGITS, invoke
+from tests.simulator.test_program_header import forged
 
 
 def assert_one_line_error(result, *parts: str) -> None:
@@ -272,3 +273,13 @@ def test_npz_member_of_an_unknown_compression_method(tmp_path):
                     "-o", tmp_path / "x.profile.json")
     assert_one_line_error(result, "x.npz: cannot read array file (That compression method is "
                                   "not supported)")
+
+
+def test_binding_scale_of_a_huge_integer(tmp_path, host_program):
+    """numpy's float32 bound overflowed (a RuntimeWarning on stderr) when compared with a
+    scale of 10^40 written as an integer."""
+    data = forged(host_program.read_bytes(), lambda h: h["outputs"][0].update(scale=10**40))
+    (tmp_path / "f.ember").write_bytes(data)
+    outcome = sandbox.run(["disasm", "f.ember"], tmp_path)
+    assert outcome.exit_code == 2 and outcome.failure is None, outcome.stderr
+    assert "scale = 10000000000000000000000000000000000000000: expected" in outcome.stderr
