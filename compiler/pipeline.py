@@ -20,6 +20,7 @@ from compiler.backend.progress import Progress, quiet
 from compiler.backend.reuse import keep_on_chip
 from compiler.backend.schedule import schedule
 from compiler.backend.tiling import alternate, tile
+from compiler.errors import CompileError
 from compiler.graph.ir import Graph, verify
 from compiler.passes.channel_affine import channel_affine
 from compiler.passes.eliminate_common import eliminate_common
@@ -104,6 +105,15 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
     scheduled = schedule(steps, arch, options.double_buffer, progress)
+    # A target's vector unit may implement only some operations: a program that needs another
+    # is refused here, naming the node, not when it runs.
+    lacking = next(((insn, node) for insn, node in zip(scheduled.instructions, scheduled.source)
+                    if arch.vector_lacks(insn)), None)
+    if lacking:
+        insn, node = lacking
+        raise CompileError(f"{qgraph.name}: node {node!r} needs the vector unit's "
+                           f"{insn.op.mnemonic}, which target {arch.name!r} lacks (its vector.ops: "
+                           f"{', '.join(arch.vector.ops) or 'none'})")
     inputs, outputs = (tuple(unsigned_io(b, qgraph) for b in side)
                        for side in bindings(lowered, plan, padded))
     meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},

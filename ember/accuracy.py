@@ -9,6 +9,7 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -22,8 +23,8 @@ from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
 from compiler.graph.ops import OPS
 from ember import ort, preprocessing
-from ember.errors import EmberError
-from ember.flow import CompileOptions, quantize_model
+from ember.errors import EmberError, user_error_types
+from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
@@ -80,11 +81,25 @@ def program_input_shapes(program: Program, path: str, given: Mapping[str, Sequen
     return {**recorded, **{name: tuple(shape) for name, shape in given.items()}}
 
 
+def compiles_again_to(program_path: str, model_path: str, profile_path: str) -> bool:
+    """Whether `model_path` compiled again, with the options and architecture the program
+    records, gives the program at `program_path` byte for byte. When a program's outputs
+    differ from the integer reference, this tells a bug in ember (the same program) from an
+    edited or forged file, whose checksum anyone can recompute."""
+    program = Program.load(program_path)
+    try:
+        options = CompileOptions.from_header(program.metadata.get("options", {}))
+        built = compile_model(model_path, profile_path, options, program.arch)
+    except (TypeError, ValueError, *user_error_types()):  # options a compile cannot take
+        return False
+    return built.compiled.program.to_bytes() == Path(program_path).read_bytes()
+
+
 class BitExactness:
     """Runs the program on the simulator beside the integer reference and keeps the first
     difference: the accelerator must equal `run_int8` bit for bit on every sample."""
 
-    def __init__(self, program: Program, qgraph: Graph):
+    def __init__(self, program: Program, qgraph: Graph, name: str = "the program"):
         self.program, self.qgraph = program, qgraph
         producers = {out: node for node in qgraph.nodes for out in node.outputs}
         self.quantized_input = {}
@@ -93,6 +108,17 @@ class BitExactness:
                 self.quantized_input[node.inputs[0]] = node.outputs[0]
         self.raw_output = {name: producers[name].inputs[0] for name in qgraph.outputs
                            if OPS[producers[name].op].quant is Quant.DEQUANTIZE}
+        # Each binding must be one of the model's values, of its size: a program compiled from
+        # another model, or edited, is refused by name before any sample runs.
+        for kind, bindings, model_value in (("input", program.inputs, self.quantized_input),
+                                            ("output", program.outputs, self.raw_output)):
+            for b in bindings:
+                value = b.name if b.dtype == "float32" else model_value.get(b.name)
+                if value not in qgraph.values or \
+                        math.prod(qgraph.type_of(value).shape) != math.prod(b.shape):
+                    raise EmberError(f"{name}: its {kind} {b.name!r} of shape {list(b.shape)} "
+                                     f"matches none of the model's {kind}s (a program "
+                                     f"compiled from another model, or edited)")
         self.first_difference: dict | None = None
         self.samples = 0
 
@@ -139,7 +165,7 @@ def read_labels(evaluation: Evaluation) -> np.ndarray | None:
                     raise EmberError(f"{path}: no array named 'labels'")
                 return None
             return npz["labels"]
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{path}: not a readable .npy/.npz file ({err})") from None
 
 
@@ -200,7 +226,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     profile = profile_format.load(profile_path)
     quantized = quantize_model(model_path, profile, options, input_shapes)
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
-    exactness = BitExactness(program, qgraph) if program is not None else None
+    exactness = BitExactness(program, qgraph, evaluation.program) if program is not None \
+        else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, evaluation.images)
     # The program, if any, was compiled with this profile: its record is the profile's.
@@ -209,7 +236,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where = evaluation.labels or evaluation.data
-    session = ort.session(proto)
+    session = ort.session(proto, name=model_path)
     outputs = {name: ErrorStats() for name in graph.outputs}
     top1 = {name: Top1() for name in graph.outputs if is_classifier(graph.type_of(name).shape)}
     # Each classifier output's labels, checked against its number of classes.

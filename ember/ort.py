@@ -8,18 +8,37 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ember.errors import EmberError
 
-def session(model: onnx.ModelProto | str, threads: int = 0) -> ort.InferenceSession:
+
+
+def session(model: onnx.ModelProto | str, threads: int = 0,
+            name: str | None = None) -> ort.InferenceSession:
     """A CPU session at the basic optimization level (no contrib ops, no layout changes); it
-    logs at the default logger's severity, which `ember --debug` raises."""
+    logs at the default logger's severity, which `ember --debug` raises (ember says itself
+    what failed). `name` (the model's file, by default `model` when it is a path) for the
+    error."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     if threads:
         options.intra_op_num_threads = threads
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's own classes (InvalidArgument, Fail, ...)
+        where = name or (model if isinstance(model, str) else "the model")
+        raise EmberError(f"{where}: onnxruntime cannot load the model: {_first_line(err)}") \
+            from None
 
 
 def run(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
+    try:
+        return dict(zip(names, sess.run(names, dict(feeds))))
+    except Exception as err:  # a kernel that fails on the model's own values or shapes
+        raise EmberError(f"onnxruntime failed: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

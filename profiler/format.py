@@ -352,6 +352,23 @@ def _check_run(run, where: str) -> None:
              f"{where}.data.sha256", digest, "a SHA-256 in hex")
     _require(isinstance(data.get("synthetic", False), bool), f"{where}.data.synthetic",
              data.get("synthetic"), "true or false")
+    # The rest of the record is kept as it is, into merged profiles: JSON only (no NaN).
+    bad = _non_finite(run)
+    if bad is not None:
+        raise _Malformed(f"{where}.{bad[0]} = {bad[1]!r}: expected a finite number")
+
+
+def _non_finite(node, path: str = "") -> tuple[str, float] | None:
+    """The dotted path to the first NaN or infinity in a JSON value and that value, or None."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return path.lstrip("."), node
+    children = node.items() if isinstance(node, dict) else \
+        enumerate(node) if isinstance(node, list) else ()
+    for key, child in children:
+        found = _non_finite(child, f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def _stats_from_json(name: str, t) -> TensorStats:

@@ -36,8 +36,13 @@ def input_specs(model: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -
     specs = []
     for vi in graph_inputs(model):
         tensor = vi.type.tensor_type
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        dtype = _input_dtype(vi.name, tensor.elem_type)
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        # A size of 0 holds no samples: drawing --random ones until there are enough never ends.
+        if any(d is not None and d < 1 for d in shape):
+            raise ProfileError(f"model input {vi.name!r} has shape "
+                               f"{InputSpec(vi.name, dtype, shape)}: expected positive sizes (or "
+                               f"named dynamic dimensions)")
         if vi.name in overrides:
             fixed = overrides[vi.name]
             if len(fixed) != len(shape) or any(d is not None and d != f
@@ -53,6 +58,25 @@ def input_specs(model: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -
     if not specs:
         raise ProfileError("the model has no data inputs to feed")
     return specs
+
+
+# The element types data can be fed as: numpy's own numeric types (ml_dtypes' float8 and
+# bfloat16 cannot be hashed or written to .npz; strings and complex numbers are no data).
+_FEEDABLE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "float32", "float64")
+
+
+def _input_dtype(name: str, elem_type: int) -> np.dtype:
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except KeyError:  # UNDEFINED, or no type ONNX defines
+        dtype = None
+    if dtype is None or dtype.name not in _FEEDABLE:
+        kind = onnx.TensorProto.DataType.Name(elem_type) \
+            if elem_type in onnx.TensorProto.DataType.values() else f"number {elem_type}"
+        raise ProfileError(f"model input {name!r} has element type {kind}: expected one of "
+                           f"{', '.join(_FEEDABLE)}")
+    return dtype
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -170,6 +170,8 @@ class Arch:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as err:
             raise SimulatorError(f"{path}: cannot read the architecture file: {err}") from None
+        except UnicodeDecodeError:
+            raise SimulatorError(f"{path}: not valid TOML: the file is not UTF-8") from None
         except tomllib.TOMLDecodeError as err:
             raise SimulatorError(f"{path}: not valid TOML: {err}") from None
         return cls.from_dict(data, source=str(path))
@@ -247,6 +249,11 @@ class Arch:
         d["memory"] = {"scratchpad": d.pop("scratchpad"), "accumulator": d.pop("accumulator")}
         d["vector"]["ops"] = list(d["vector"]["ops"])
         return d
+
+    def vector_lacks(self, insn: isa.Insn) -> bool:
+        """Whether `insn` is vector work this vector unit does not implement (`vector.ops`)."""
+        return insn.queue == "vector" and insn.op is not isa.SYNC and \
+            insn.op.mnemonic not in self.vector.ops
 
     def host_cycles(self, flops: int) -> int:
         """Accelerator cycles the host CPU takes for `flops` fp32 operations (rounded up)."""

@@ -161,7 +161,6 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
     n = len(insns) - 1  # END is not executed
     channel = _channels()
     name_of = {v: f"{isa.QUEUES[a]}->{isa.QUEUES[b]}" for (a, b), v in channel.items()}
-    vector_q = isa.QUEUES.index("vector")
     # transfer[i]: the cycles instruction i holds the DRAM port (`InsnDef.transfer`), or None
     queue_of, pops, pushes, wakes, cycles, transfer = [], [], [], [], [], []
     drain = []  # cycles after the unit frees until the results are visible (`InsnDef.latency`)
@@ -171,7 +170,7 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
     for i in range(n):
         insn = insns[i]
         row, q, d = insn.op, isa.QUEUES.index(insn.queue), insn.deps
-        if q == vector_q and row is not isa.SYNC and row.mnemonic not in arch.vector.ops:
+        if arch.vector_lacks(insn):
             raise SimulatorError(f"{_where(program, i)}: the {arch.name} vector unit does not "
                                  f"support {row.mnemonic} (it supports "
                                  f"{listing(arch.vector.ops)})")

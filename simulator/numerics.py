@@ -117,8 +117,12 @@ def rounding_shift(x, shift) -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
-    if np.any(shift < 0) or np.any(shift > 62):
-        raise SimulatorError(f"rounding_shift: shift must lie in [0, 62], got {shift}")
+    outside = shift[(shift < 0) | (shift > 62)]
+    if outside.size:
+        # One value, not the array: the error is one line even for a forged parameter block.
+        raise SimulatorError(f"rounding_shift: shift must lie in [0, 62], got {outside.flat[0]}"
+                             + (f" (and {outside.size - 1} more outside)" if outside.size > 1
+                                else ""))
     mask = (np.int64(1) << shift) - 1
     remainder = x & mask
     threshold = (mask >> 1) + (x < 0)

@@ -108,7 +108,9 @@ BINDING_DTYPES = ("int8", "uint8", "float32")
 # The codes each quantized dtype holds: a binding's zero point is one of them.
 _CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 _MAX_RANK = 32  # numpy's own limit on dimensions
-_FLOAT32 = np.finfo(np.float32)
+# Python floats: a forged scale may be an integer of any size, which numpy's float32 would
+# overflow (with a warning) to compare.
+_SCALE_RANGE = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
 # What a host segment record must hold (the runner may add keys; "graph" is its business).
 _SEGMENT_KEYS = {"name": str, "nodes": list, "inputs": list, "outputs": list, "flops": int}
 # Every key of the program header and its JSON type (model_macs may also be null).
@@ -151,8 +153,9 @@ def binding_from_dict(d, kind: str) -> IOBinding:
          "a list of integers"),
         # The host quantizes in float32: a scale that is 0 or inf there divides by zero.
         ("scale", isinstance(d["scale"], (int, float)) and not isinstance(d["scale"], bool)
-         and _FLOAT32.tiny <= d["scale"] <= _FLOAT32.max,
-         f"a positive, finite float32 number in [{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]"),
+         and _SCALE_RANGE[0] <= d["scale"] <= _SCALE_RANGE[1],
+         f"a positive, finite float32 number in [{_SCALE_RANGE[0]:.3g}, "
+         f"{_SCALE_RANGE[1]:.3g}]"),
         ("zero_point", _is_int(d["zero_point"]) and low <= d["zero_point"] <= high,
          f"an integer in [{low}, {high}]"),
     ]

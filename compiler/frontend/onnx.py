@@ -215,8 +215,13 @@ class _GraphBuilder:
     def build(self) -> Graph:
         g = self.model.graph
         for init in g.initializer:
-            array = numpy_helper.to_array(init)
-            _elem_dtype(init.data_type, f"{self.label}: initializer {init.name!r}")
+            where = f"{self.label}: initializer {init.name!r}"
+            _elem_dtype(init.data_type, where)
+            try:
+                array = numpy_helper.to_array(init)
+            except ValueError as err:  # raw_data of another size than its dims say
+                raise CompileError(f"{where}: its data does not fit its shape "
+                                   f"{list(init.dims)} ({err})") from None
             self.values[init.name] = Value(init.name, Type(str(array.dtype), array.shape), array)
             self.known[init.name] = array
         inputs = []

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import CompileError
-from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
+from compiler.graph.ir import Graph, Node, QuantParams, Type, Value, verify
 from compiler.graph.ops import OPS
 from compiler.graph.printer import type_json
 
@@ -121,6 +121,15 @@ def graph_from_dict(d: dict) -> Graph:
         raise CompileError(f"serialized graph: malformed ({type(err).__name__}: "
                            f"{str(err)[:200]})") from None
     _check_defined(graph)
+    try:
+        # Each node's attributes through its shape rule, against the recorded types: a forged
+        # attribute (a string for a kernel size) is refused here, before any kernel runs.
+        verify(graph)
+    except CompileError as err:
+        raise CompileError(f"serialized graph: {err}") from None
+    except (KeyError, AttributeError, OverflowError, ZeroDivisionError) as err:
+        raise CompileError(f"serialized graph: attributes a shape rule cannot read "
+                           f"({type(err).__name__}: {str(err)[:200]})") from None
     return graph
 
 

@@ -17,6 +17,9 @@ def _const(graph: Graph, name: str) -> np.ndarray | None:
     return graph.values[name].const if name and graph.values[name].is_const else None
 
 
+# A model's parameters may overflow float32 once folded (or hold a negative variance): the
+# NaN or Inf is refused by name where weights are quantized, not warned about here.
+@np.errstate(over="ignore", invalid="ignore", divide="ignore")
 def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value]] | None:
     """Conv(x, W, b) → BN  becomes  Conv(x, W·s, (b − mean)·s + beta), s = gamma/√(var+eps)."""
     params = [_const(graph, n) for n in bn.inputs[1:5]]

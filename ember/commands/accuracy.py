@@ -9,11 +9,12 @@ import click
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
-from ember.accuracy import Evaluation, measure
+from ember.accuracy import Evaluation, compiles_again_to, measure
 from ember.commands.options import (QUANT_FIELDS, data_options, image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, refuse_conflicts,
                                     warn_if_synthetic)
+from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
 
@@ -92,6 +93,11 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
         report.print(console.results())
     failed = _gate(report, min_sqnr, max_top1_drop)
     if report.bit_exact is False:
+        if not compiles_again_to(program, model, kwargs["profile_path"]):
+            raise EmberError(f"{program}: the simulator differs from the integer reference "
+                             f"({difference_text(report.first_difference)}), and the program is not what ember "
+                             f"compiles from {model} with the options and target it records: "
+                             f"an edited program, or one from another ember")
         click.echo(f"ember: the simulator differs from the integer reference: "
                    f"{difference_text(report.first_difference)}", err=True)
         sys.exit(1)

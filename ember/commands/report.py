@@ -96,9 +96,15 @@ def report(source: str, input_path: str | None, html_path: str | None, output: s
 
 def _load_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        # NaN and Infinity are not JSON (the simulator never writes them); the report's keys
+        # are printed back with --json and -o, which must stay JSON.
+        return json.loads(path.read_text(), parse_constant=_not_json)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise EmberError(f"{path}: not a JSON performance report: {err}") from None
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _simulate(source: str, input_path: str | None, check_hazards: bool,

@@ -86,7 +86,7 @@ def _array_file(file: Path, graph: Graph) -> dict[str, np.ndarray]:
         else:
             with np.load(file, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files if k != "labels"}
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{file}: not a readable .npy/.npz file ({err})") from None
     for name in graph.inputs:
         if name not in arrays:
@@ -137,7 +137,7 @@ def run(model: str, data: str | None, samples: int | None, output: str | None,
     reference = {}
     if check:
         proto = fix_input_shapes(load_model(model), parse_input_shapes(input_shapes), model)
-        session = ort.session(proto)
+        session = ort.session(proto, name=model)
         reference = _joined([ort.run(session, feeds) for feeds in runs], count)
     for name, value in outputs.items():
         row = {"name": name, "shape": list(value.shape), "dtype": str(value.dtype),

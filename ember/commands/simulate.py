@@ -250,7 +250,7 @@ def _array_file(prog: Program, path: str) -> dict[str, np.ndarray]:
         else:
             with loaded:
                 arrays = {key: loaded[key] for key in loaded.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:  # EOFError: an empty file
         raise EmberError(f"{path}: cannot read inputs: {err}") from None
     if "" in arrays:
         if len(prog.inputs) != 1:

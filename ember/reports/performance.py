@@ -13,6 +13,7 @@ accelerator's layers with what they cost.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,11 @@ class PerformanceReport:
         if type(doc["report_version"]) is not int or doc["report_version"] != REPORT_VERSION:
             raise EmberError(f"{where}: report version {doc['report_version']!r}, but this ember "
                              f"reads version {REPORT_VERSION} (rerun `ember simulate --report`)")
+        _check(doc, _REPORT, where, "")
+        for i, layer in enumerate(doc["layers"]):
+            _check(layer, _LAYER, where, f"layers[{i}].")
+        for i, segment in enumerate(doc.get("host_segments", ())):
+            _check(segment, _SEGMENT, where, f"host_segments[{i}].")
         try:
             total = max(int(doc["cycles"]), 1)
             peak = int(doc["peak_macs_per_cycle"])
@@ -317,6 +323,77 @@ class PerformanceReport:
             layer.kind == "host" for layer in self.layers) else ()),
             title="Timeline: each layer's span on each unit (the full timeline is the "
                   "Perfetto trace)")
+
+
+def _is_count(v) -> bool:
+    return type(v) is int and 0 <= v < 1 << 63
+
+
+def _is_number(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _is_span(v) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(map(_is_count, v)) and v[0] <= v[1]
+
+
+def _each(check):
+    return lambda v: isinstance(v, dict) and all(check(x) for x in v.values())
+
+
+def _all(check):
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+def _is_run(v) -> bool:
+    """The run record as the HTML page reads it (`simulate.performance_doc` writes it)."""
+    parts = ("tool", "program", "inputs", "options")
+    if not isinstance(v, dict) or not all(isinstance(v.get(k, {}), dict) for k in parts):
+        return False
+    texts = [v.get(part, {}).get(key, "") for part, key in (
+        ("tool", "name"), ("tool", "version"), ("program", "path"), ("program", "sha256"),
+        ("inputs", "path"))]
+    return all(isinstance(text, str) for text in texts)
+
+
+_COUNT = (_is_count, "a non-negative integer")
+_POSITIVE = (lambda v: _is_number(v) and v > 0, "a positive, finite number")
+_NUMBER = (_is_number, "a finite number")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_COUNTS = (_each(_is_count), "an object of non-negative integers")
+_OBJECTS = (_all(lambda x: isinstance(x, dict)), "a list of objects")
+# Every key the renderings read and what it must hold, so that a hand-edited or damaged report
+# is one line naming the key (keys absent from older reports default, beside REQUIRED).
+_REPORT = {
+    "report_version": _COUNT, "arch": _TEXT, "clock_mhz": _POSITIVE, "cycles": _COUNT,
+    "time_ms": _NUMBER, "bound_cycles": _COUNT, "instructions": _COUNT, "macs": _COUNT,
+    "model_macs": _COUNT, "peak_macs_per_cycle": (lambda v: _is_count(v) and v > 0,
+                                                  "a positive integer"),
+    "dram_bytes_per_cycle": _POSITIVE, "mac_utilization": _NUMBER,
+    "utilization": (_each(_is_number), "an object of finite numbers"), "busy_cycles": _COUNTS,
+    "stall_cycles": _COUNTS, "dram_bytes_read": _COUNT, "dram_bytes_written": _COUNT,
+    "compulsory_dram_bytes": _COUNT, "peak_local_bytes": _COUNTS, "energy_uj": _NUMBER,
+    "host_cycles": _COUNT, "host_segments": _OBJECTS, "layers": _OBJECTS,
+    "run": (_is_run, ("an object of objects tool, program, inputs and options, whose names, "
+                      "versions, paths and digests are strings")),
+}
+_LAYER = {
+    "name": _TEXT, "cycles": _COUNT, "start_cycle": (lambda v: v is None or _is_count(v),
+                                                     "a non-negative integer or null"),
+    "macs": _COUNT, "dram_bytes": _COUNT, "bound_cycles": _COUNT, "bound_by": _TEXT,
+    "busy_cycles": _COUNTS, "unit": _TEXT,
+    "unit_spans": (_each(_is_span), "an object of [start, end] cycle pairs"),
+}
+_SEGMENT = {"name": _TEXT, "nodes": (_all(lambda x: isinstance(x, str)), "a list of strings"),
+            "cycles": _COUNT, "read_bytes": _COUNT, "write_bytes": _COUNT,
+            "compute_cycles": _COUNT}
+
+
+def _check(doc: dict, schema: dict, where: str, prefix: str) -> None:
+    for key, (ok, expected) in schema.items():
+        if key in doc and not ok(doc[key]):
+            raise EmberError(f"{where}: malformed performance report: {prefix}{key} = "
+                             f"{doc[key]!r:.60}: expected {expected}")
 
 
 def _layer(layer: dict, latest_end: int, total: int, peak: int, where: str) -> LayerPerf:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from tokenize import TokenError
 from typing import Iterator
 
 import numpy as np
@@ -94,7 +95,8 @@ def _read_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
             yield from _npy_chunks(path, specs)
         else:
             yield from _npz_chunks(path, specs)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as err:
+        # NotImplementedError: a member compressed by a method zipfile does not implement.
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
 
 
@@ -132,7 +134,8 @@ def declared_arrays(path: str | Path, kind: str | None = None
                     elif info.compress_type == zipfile.ZIP_DEFLATED:
                         held = min(held, info.compress_size * _MAX_DEFLATE_RATIO)
                     _check_declared(path, name, reader, held - header)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as err:
+        # NotImplementedError: a member compressed by a method zipfile does not implement.
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
     return found
 
@@ -198,7 +201,11 @@ class _RowReader:
         version = np.lib.format.read_magic(f)
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                        else np.lib.format.read_array_header_2_0)
-        self.shape, fortran, self.dtype = read_header(f)
+        try:
+            self.shape, fortran, self.dtype = read_header(f)
+        except (SyntaxError, TokenError, RecursionError, MemoryError, TypeError) as err:
+            # NumPy parses the header as a Python literal; a forged one fails in the parser.
+            raise ValueError(f"a malformed .npy header ({type(err).__name__})") from None
         if fortran or self.dtype.hasobject:
             raise ValueError("Fortran-ordered or object arrays are not supported")
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
@@ -226,5 +233,5 @@ def _headers(path: Path, specs: list[InputSpec]) -> dict[str, tuple]:
         with zipfile.ZipFile(path) as archive:
             return {Path(m).stem: _RowReader(archive.open(m)).shape
                     for m in archive.namelist() if m.endswith(".npy")}
-    except (OSError, ValueError, zipfile.BadZipFile):
+    except (OSError, ValueError, zipfile.BadZipFile, NotImplementedError):
         return {}

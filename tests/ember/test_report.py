@@ -202,12 +202,44 @@ def test_report_without_host_keys_or_layers_still_renders() -> None:
      "future.json: report version 2, but this ember reads version 1"),
     (lambda tmp: _write(tmp / "text.json", json.dumps({**_host_doc(), "report_version": "1"})),
      "text.json: report version '1'"),
+    # Found by the fuzzers (benchmarks/fuzz.py): each was an internal error while rendering.
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "dram_bytes_read": {}})),
+     "malformed performance report: dram_bytes_read = {}: expected a non-negative integer"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "clock_mhz": [1]})),
+     "clock_mhz = [1]: expected a positive, finite number"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "utilization": {"load": "x"}})),
+     "utilization = {'load': 'x'}: expected an object of finite numbers"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps(_edited(_host_doc(), "layers", 0, "macs",
+                                                           None))),
+     "layers[0].macs = None: expected a non-negative integer"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps(_edited(_host_doc(), "host_segments", 0,
+                                                           "compute_cycles", [2]))),
+     "host_segments[0].compute_cycles = [2]"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps(_edited(_host_doc(), "layers", 0,
+                                                           "unit_spans", {"load": [5, 1]}))),
+     "layers[0].unit_spans = {'load': [5, 1]}: expected an object of [start, end] cycle pairs"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "run": {"tool": 3.5}})),
+     "run = {'tool': 3.5}: expected an object of objects tool, program, inputs and options"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "run": {"options": 1}})),
+     "run = {'options': 1}: expected an object of objects"),
+    (lambda tmp: _write(tmp / "r.json", json.dumps({**_host_doc(), "note": float("nan")})),
+     "r.json: not a JSON performance report: NaN is not JSON"),
 ])
 def test_bad_input_is_one_line_with_exit_2(tmp_path, make, message) -> None:
     result = invoke("report", make(tmp_path))
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert result.output.strip().count("\n") == 0 and "Traceback" not in result.output
+
+
+def _edited(doc: dict, *path_and_value) -> dict:
+    """`doc` with the element at the path (keys and indices) set to the last argument."""
+    *path, key, value = path_and_value
+    node = doc
+    for part in path:
+        node = node[part]
+    node[key] = value
+    return doc
 
 
 def _write(path: Path, text: str) -> Path:
