@@ -110,10 +110,10 @@ def make_session(model_bytes: bytes, threads: int = 0) -> ort.InferenceSession:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # Basic level only: no layout changes or contrib kernels, every value as the graph says.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    # Fatal messages only: a failed load or run raises, and ember says so in its own one line;
-    # onnxruntime's log lines (a warning about an old opset, an error while running a kernel)
-    # would come around it on stderr.
-    options.log_severity_level = 4
+    # A failed load or run raises, and ember says so in its own one line; onnxruntime's log
+    # lines (a warning about an old opset, an error while running a kernel) would come around
+    # it on stderr, so they follow `set_log_severity` (fatal only, unless `ember --debug`).
+    options.log_severity_level = _log_severity
     try:
         return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
     except Exception as err:

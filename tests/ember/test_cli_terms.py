@@ -123,8 +123,13 @@ def test_cannot_quantize_names_the_flag_not_python(tmp_path) -> None:
     from ember.flow import optimized_graph
     from quantizer.checks import check_quantizable
     from quantizer.options import QuantOptions
-    nodes = [helper.make_node("Div", ["x", "z"], ["y"], name="divide")]
-    graph: Graph = optimized_graph(model(nodes, {"x": [1, 4], "z": [1, 4]}, {"y": [1, 4]}))
+    # A BatchNormalization of a [1, 4] value: no Conv to fold into, no feature map to become
+    # a depthwise convolution, no int8 form.
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                              name="norm")]
+    ones = np.ones(4, np.float32)
+    graph: Graph = optimized_graph(model(nodes, {"x": [1, 4]}, {"y": [1, 4]},
+                                         {"s": ones, "b": ones, "m": ones, "v": ones}))
     with pytest.raises(QuantizeError) as caught:
         check_quantizable(graph, QuantOptions())
     message = str(caught.value)

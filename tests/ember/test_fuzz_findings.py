@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import struct
 import warnings
 
@@ -234,8 +235,7 @@ def test_compile_for_a_vector_unit_without_an_operation_the_model_needs(tmp_path
                                                                         digits_profile):
     """A target whose vector unit lacks REQUANT: compile wrote a program (exit 0) that the
     simulator then refused to run."""
-    text = (PRESETS / "default.toml").read_text().replace(
-        'ops = ["REQUANT", "ADD", "MAXPOOL", "AVGPOOL", "LUT"]', 'ops = ["LUT"]')
+    text = re.sub(r'(?m)^ops = \[.*\]$', 'ops = ["LUT"]', (PRESETS / "default.toml").read_text())
     (tmp_path / "a.toml").write_text(text)
     result = invoke("compile", DIGITS / "model.onnx", "--int8", "--profile", digits_profile,
                     "--target", tmp_path / "a.toml", "-o", tmp_path / "m.ember")
