@@ -16,3 +16,12 @@ def invoke(*args, catch_exceptions: bool = True) -> Result:
     """`ember ARGS...` (paths and numbers as strings); with catch_exceptions off, an internal
     error raises in the test instead of becoming exit 1."""
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=catch_exceptions)
+
+
+def assert_one_line_error(result: Result, *parts: str) -> None:
+    """Exit 2 with one line, `ember: error: ...`, that holds every one of `parts`."""
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ember: error: "), result.output
+    for part in parts:
+        assert part in lines[0], lines[0]

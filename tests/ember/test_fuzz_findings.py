@@ -26,16 +26,8 @@ from simulator.arch import PRESETS, Arch
 from simulator.errors import SimulatorError
 from simulator.program import Program
 from tests import onnx_builder
-from tests.cli import DIGITS, invoke
+from tests.cli import DIGITS, assert_one_line_error, invoke
 from tests.simulator.test_program_header import forged
-
-
-def assert_one_line_error(result, *parts: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ember: error: "), result.output
-    for part in parts:
-        assert part in lines[0], lines[0]
 
 
 def test_forged_requant_shift_is_one_line():

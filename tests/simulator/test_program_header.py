@@ -23,7 +23,7 @@ from ember.errors import EmberError
 from simulator.arch import PRESETS, Arch
 from simulator.errors import SimulatorError
 from simulator.program import _DIGEST, _FIXED, Program
-from tests.cli import DIGITS, invoke
+from tests.cli import DIGITS, assert_one_line_error, invoke
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +74,6 @@ def simulate(tmp: Path, data: bytes):
     out.unlink(missing_ok=True)
     result = invoke("simulate", path, "-i", tmp / "sample.npz", "-o", out)
     return result, out.exists()
-
-
-def assert_one_line_error(result, *parts: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ember: error: "), result.output
-    for part in parts:
-        assert part in lines[0], lines[0]
 
 
 def _input(h) -> dict:
