@@ -169,7 +169,8 @@ MODELS = {m.name: m for m in (
               "PicoDet CDLA document layout, weights in Constant nodes, opset 13"),
     RealModel("ocr-det", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 256, 256),
-              rendered(lambda rng, h, w: page(rng, h, w, unit=0.8), 256, 256, *IMAGENET), "mask IoU@0.3",
+              rendered(lambda rng, h, w: page(rng, h, w, unit=0.8), 256, 256, *IMAGENET),
+              "mask IoU@0.3",
               "PP-OCRv4 DB text detector (ConvTranspose, Resize), opset 12"),
     RealModel("ocr-cls", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
@@ -343,13 +344,7 @@ def input_name(proto: onnx.ModelProto) -> str:
 def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndarray,
             reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
     """onnxruntime's quantize_static in the variants the module docstring lists: the best."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -367,47 +362,54 @@ def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndar
     prepared, _ = ort_preprocess(Case(model.name, path), folder)
     name = input_name(onnx.load(str(path), load_external_data=False))
     best, failures = None, []
-    for source, method in [(prepared, m) for m in ORT_METHODS] + [(path, m) for m in ORT_METHODS]:
-        if source == path and (best is not None or prepared == path):
-            break  # the model as is only when every pre-processed variant failed
-        for per_channel in (True, False):
+    variants = [(m, pc) for m in ORT_METHODS for pc in (True, False)]
+    for method, per_channel in variants:
+        # The pre-processed model first (onnxruntime's advice), the model as is when
+        # quantize_static fails on it or writes a model it cannot load.
+        for source in dict.fromkeys((prepared, path)):
             config = (f"{method}, {'per-channel' if per_channel else 'per-tensor'}"
-                      f"{'' if source == prepared else ', no pre-processing'}")
+                      f"{'' if source == prepared else ', not pre-processed'}")
             log(f"{model.name}: onnxruntime quantize_static {config}")
-            out = folder / f"{model.name}-ort.onnx"
             try:
-                with contextlib.redirect_stdout(sys.stderr):
-                    quantize_static(str(source), str(out), Reader(),
-                                    quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                                    activation_type=QuantType.QInt8,
-                                    weight_type=QuantType.QInt8,
-                                    calibrate_method=getattr(CalibrationMethod, method))
+                sessions = ort_quantized(source, folder / f"{model.name}-ort.onnx", Reader(),
+                                         method, per_channel)
             except Exception as err:
                 failures.append(f"{config}: {one_line(err)}")
                 continue
-            for precise in (False, True):
-                options = onnxruntime.SessionOptions()
-                options.log_severity_level = 3
-                if precise:
-                    options.add_session_config_entry("session.x64quantprecision", "1")
-                try:
-                    session = onnxruntime.InferenceSession(str(out), options,
-                                                           providers=["CPUExecutionProvider"])
-                except Exception as err:  # quantize_static wrote a model it cannot load
-                    failures.append(f"{config}: {one_line(err)}")
-                    break
+            for label, session in sessions:
                 accuracy = Accuracy(model.task)
                 for sample, ref in zip(evaluation, reference):
                     accuracy.add(ref, session.run(None, {name: sample}))
                 result = accuracy.result()
                 if best is None or result["sqnr_db"] > best[0]["sqnr_db"]:
-                    best = (result, config + (", x64prec" if precise else ""))
+                    best = (result, config + label)
+            break
     if best is None:
         row.ort_config = "failed: " + "; ".join(failures)[:300]
     else:
         row.ort, row.ort_config = best
-        if failures:
-            row.ort_config += f" ({len(failures)} variants failed: {failures[0]})"
+        row.ort_config += f" (best of {len(variants)}; {len(failures)} failed before a retry)"
+
+
+def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: bool) -> list:
+    """quantize_static (QDQ, int8) of `source` into `out`; sessions at onnxruntime's default
+    level, without and with session.x64quantprecision=1, labelled."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    with contextlib.redirect_stdout(sys.stderr):  # its calibrators print
+        quantize_static(str(source), str(out), reader, quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8,
+                        calibrate_method=getattr(CalibrationMethod, method))
+    sessions = []
+    for label, precise in (("", False), (", x64prec", True)):
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        if precise:
+            options.add_session_config_entry("session.x64quantprecision", "1")
+        sessions.append((label, onnxruntime.InferenceSession(
+            str(out), options, providers=["CPUExecutionProvider"])))
+    return sessions
 
 
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) -> Row:
