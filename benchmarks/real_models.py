@@ -363,6 +363,7 @@ def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndar
     name = input_name(onnx.load(str(path), load_external_data=False))
     best, failures = None, []
     variants = [(m, pc) for m in ORT_METHODS for pc in (True, False)]
+    ran = 0
     for method, per_channel in variants:
         # The pre-processed model first (onnxruntime's advice), the model as is when
         # quantize_static fails on it or writes a model it cannot load.
@@ -383,12 +384,13 @@ def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndar
                 result = accuracy.result()
                 if best is None or result["sqnr_db"] > best[0]["sqnr_db"]:
                     best = (result, config + label)
+            ran += 1
             break
     if best is None:
         row.ort_config = "failed: " + "; ".join(failures)[:300]
     else:
         row.ort, row.ort_config = best
-        row.ort_config += f" (best of {len(variants)}; {len(failures)} failed before a retry)"
+        row.ort_config += f" (best of the {ran} of {len(variants)} variants that ran)"
 
 
 def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: bool) -> list:
