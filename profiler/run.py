@@ -46,6 +46,12 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     except Exception as err:
         raise ProfileError(f"{path}: not a valid ONNX model ({str(err).strip().splitlines()[0]})"
                            ) from None
+    # An input dimension of -1 is paddle2onnx's "any", as onnxruntime reads it: a named dynamic
+    # dimension (`compiler.frontend.onnx.dynamic_minus_one` does the same for the compiler).
+    for value in model.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value == -1:
+                dim.dim_param = "?"
     return model
 
 

@@ -58,6 +58,17 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise CompileError(f"{path}: not a valid ONNX model ({_first_line(err)})") from None
     if not model.graph.node and not model.graph.output:
         raise CompileError(f"{path}: not a valid ONNX model (no graph)")
+    return dynamic_minus_one(model)
+
+
+def dynamic_minus_one(model: onnx.ModelProto) -> onnx.ModelProto:
+    """An input dimension of -1 (paddle2onnx's way to say "any", which onnxruntime reads so) as
+    the named dynamic dimension ONNX means, in place; `profiler.run.load_model` does the same,
+    so that both fingerprint the same model."""
+    for value in model.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value == -1:
+                dim.dim_param = "?"
     return model
 
 

@@ -134,7 +134,7 @@ def test_onnxruntime_errors_while_running_stay_off_stderr(tmp_path):
     assert "Input channels C is not equal" in outcome.stderr
 
 
-@pytest.mark.parametrize("axis,size,shape", [(2, -1, "[1,1,-1,8]"), (0, 0, "[0,1,8,8]")])
+@pytest.mark.parametrize("axis,size,shape", [(2, -2, "[1,1,-2,8]"), (0, 0, "[0,1,8,8]")])
 def test_model_input_of_a_size_below_one(tmp_path, axis, size, shape):
     """quantize-profile --random drew samples of the declared shape: numpy's ValueError for a
     negative size; for a batch of 0, batches without samples, forever (found as a hang)."""
@@ -144,6 +144,17 @@ def test_model_input_of_a_size_below_one(tmp_path, axis, size, shape):
                           tmp_path, ("m.profile.json",), timeout_s=20)
     assert outcome.exit_code == 2 and outcome.failure is None, outcome
     assert f"model input 'input' has shape {shape}: expected positive sizes" in outcome.stderr
+
+
+def test_a_dimension_of_minus_one_is_dynamic(tmp_path):
+    """paddle2onnx writes -1 for "any" (onnxruntime reads it so): a dynamic batch that the data
+    fixes when profiling, and the profile's shape when compiling."""
+    model = tmp_path / _digits_with(tmp_path, lambda m: m.graph.input[0].type.tensor_type
+                                    .shape.dim[0].__setattr__("dim_value", -1))
+    assert invoke("quantize-profile", model, "--data", DIGITS / "calib.npz", "--samples", "8",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("compile", model, "--profile", tmp_path / "p.json", "-o", tmp_path / "m.ember")
+    assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize("name", ["empty.npy", "empty.npz"])
