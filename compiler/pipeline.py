@@ -26,6 +26,7 @@ from compiler.passes.channel_affine import channel_affine
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
+from compiler.passes.fold_bias import fold_bias
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fuse_gates import fuse_gates
@@ -41,6 +42,7 @@ GRAPH_PASSES: list[Pass] = [
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
+    fold_bias,         # after BN folding: a constant Add after a Conv/Gemm/MatMul → its bias
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
     #                    become depthwise 1x1 Convs (Div by a scalar a Mul)
     fuse_gates,        # after Div by a constant became a Mul: x * Sigmoid(x) → Swish, ...

@@ -617,7 +617,7 @@ QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
     OPS["QuantizeLinear"], OPS["DequantizeLinear"], OPS["Rescale"])
 RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
-CONV, MUL = OPS["Conv"], OPS["Mul"]
+CONV, GEMM, MUL = OPS["Conv"], OPS["Gemm"], OPS["Mul"]
 
 
 def supported_ops() -> str:

@@ -14,6 +14,7 @@ from compiler.passes.channel_affine import channel_affine
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
+from compiler.passes.fold_bias import fold_bias
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
 from compiler.passes.remove_identity import remove_identity
@@ -259,3 +260,41 @@ def test_fold_pad_moves_a_zero_pad_into_its_readers_pads(reader, pads, attrs,
 def test_fold_pad_leaves_what_its_reader_cannot_say(reader, pads, value, mode, attrs) -> None:
     _, before = _padded(reader, pads, value, mode, **attrs)
     assert fold_pad(before) is before
+
+
+_BIAS_CASES = {  # name → (nodes, inputs, output shape, initializers): TensorFlow's BiasAdd forms
+    "MatMul + Add": ([helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
+                      helper.make_node("Add", ["m", "bias"], ["y"], name="fc/BiasAdd")],
+                     [1, 8], [1, 2], {"w": (8, 2), "bias": (2,)}),
+    "Conv + Add": ([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                    helper.make_node("Add", ["bias", "c"], ["y"], name="conv/BiasAdd")],
+                   [1, 3, 8, 8], [1, 4, 8, 8], {"w": (4, 3, 3, 3), "bias": (1, 4, 1, 1)}),
+    "Gemm + Sub": ([helper.make_node("Gemm", ["x", "w", "c0"], ["m"], name="fc", beta=0.5),
+                    helper.make_node("Sub", ["m", "bias"], ["y"], name="sub")],
+                   [2, 8], [2, 3], {"w": (8, 3), "c0": (3,), "bias": (3,)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BIAS_CASES))
+def test_fold_bias_makes_a_constant_add_the_producers_bias(case: str) -> None:
+    nodes, x_shape, y_shape, shapes = _BIAS_CASES[case]
+    rng = np.random.default_rng(0)
+    proto = model(nodes, {"x": x_shape}, {"y": y_shape},
+                  {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()})
+    after = fold_bias(fold_constants(import_model(proto)))
+    (node,) = after.nodes
+    assert node.name == nodes[0].name and node.outputs == ("y",) and len(node.inputs) == 3
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    assert max_relative_error(evaluate(after, {"x": x})["y"],
+                              ort.run(ort.session(proto), {"x": x})["y"]) <= 1e-5
+
+
+def test_fold_bias_leaves_an_add_that_is_not_one_value_per_channel() -> None:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Add", ["c", "plane"], ["y"], name="add")]
+    proto = model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]},
+                  {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                   "plane": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)})
+    before = import_model(proto)
+    assert fold_bias(before) is before
