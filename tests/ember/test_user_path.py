@@ -34,8 +34,9 @@ def test_the_readme_says_how_to_reach_ember_before_its_first_bare_command() -> N
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_demo_ends_by_saying_how_to_reach_ember() -> None:
-    dry = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True,
-                         check=False)
+    # --no-print-directory: under `make test` (MAKELEVEL 1) make would add "Leaving directory".
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "demo"], cwd=ROOT,
+                         capture_output=True, text=True, check=False)
     assert "source .venv/bin/activate" in "".join(dry.stdout.splitlines()[-2:])  # its last words
 
 
