@@ -162,7 +162,9 @@ class HostSegments:
         order)."""
         lw = self.lw
         tensor = lw.buffer[name]
-        dtype = self.g.type_of(tensor).dtype
+        # A tensor of its own for a view (`Walk.own_copy`) is no graph value: it holds the
+        # value's own elements.
+        dtype = self.g.type_of(tensor if tensor in self.g.values else name).dtype
         view = lw.views.get(name)
         if view is not None:
             shape = self.g.type_of(name).shape

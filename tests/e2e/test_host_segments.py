@@ -284,3 +284,21 @@ def test_cli_float32_program_input_and_output(tmp_path, digits_profile) -> None:
                       DIGITS / "eval.npz", "--samples", "3", "--json")
     assert accuracy.exit_code == 0, accuracy.output
     assert json.loads(accuracy.output)["bit_exact"] is True
+
+
+def test_a_host_segment_reads_a_reshaped_slice() -> None:
+    """A Reshape of a Slice gets a tensor of its own (an identity-table copy); a host segment
+    reading it looked that tensor up as a graph value (found on PicoDet's head: KeyError)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Slice", ["c", "starts", "ends", "axes"], ["s"], name="part"),
+             helper.make_node("Reshape", ["s", "shape"], ["r"], name="flat"),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="softmax")]
+    proto = model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 32]},
+                  {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                   "starts": np.array([1], np.int64), "ends": np.array([3], np.int64),
+                   "axes": np.array([1], np.int64), "shape": np.array([1, 32], np.int64)})
+    qgraph = quantized(proto, samples({"x": [1, 3, 4, 4]}, 4))
+    compiled = compile_int8(qgraph, Arch.load("default"), HOST)
+    assert compiled.program.host_segments
+    check_bit_exact(qgraph, compiled, samples({"x": [1, 3, 4, 4]}, 2, 1))
