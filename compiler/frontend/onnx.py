@@ -247,9 +247,6 @@ class _GraphBuilder:
             tt = vi.type.tensor_type
             dtype = _elem_dtype(tt.elem_type, f"{self.label}: input {vi.name!r}")
             shape = tuple(d.dim_value for d in tt.shape.dim)
-            if any(size < 1 for size in shape):  # a batch of 0 holds no sample to run
-                raise CompileError(f"{self.label}: input {vi.name!r} has shape "
-                                   f"[{','.join(map(str, shape))}]: expected positive sizes")
             if (why := oversize(shape, dtype)) is not None:
                 raise CompileError(f"{self.label}: input {vi.name!r} is too large: {why}")
             self.values[vi.name] = Value(vi.name, Type(dtype, shape))

@@ -146,18 +146,6 @@ def test_model_input_of_a_size_below_one(tmp_path, axis, size, shape):
     assert f"model input 'input' has shape {shape}: expected positive sizes" in outcome.stderr
 
 
-@pytest.mark.parametrize("command", [["run"], ["show"]])
-def test_a_model_input_of_batch_zero_is_refused_on_import(tmp_path, command):
-    """Found by the final campaign: `ember run` on a batch of 0 failed in the Conv reference's
-    reshape (quantize-profile already refused it)."""
-    def batch_zero(m):
-        for value in (m.graph.input[0], m.graph.output[0]):
-            value.type.tensor_type.shape.dim[0].dim_value = 0
-    model = tmp_path / _digits_with(tmp_path, batch_zero)
-    assert_one_line_error(invoke(*command, model), "input 'input' has shape [0,1,8,8]: "
-                                                    "expected positive sizes")
-
-
 def test_a_dimension_of_minus_one_is_dynamic(tmp_path):
     """paddle2onnx writes -1 for "any" (onnxruntime reads it so): a dynamic batch that the data
     fixes when profiling, and the profile's shape when compiling."""
