@@ -42,10 +42,10 @@ GRAPH_PASSES: list[Pass] = [
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
+    fuse_gates,        # before bias folding takes hard-sigmoid's "+ 3": x * Sigmoid(x) → Swish
     fold_bias,         # after BN folding: a constant Add after a Conv/Gemm/MatMul → its bias
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
     #                    become depthwise 1x1 Convs (Div by a scalar a Mul)
-    fuse_gates,        # after Div by a constant became a Mul: x * Sigmoid(x) → Swish, ...
     eliminate_common,  # after folding, equal constant-fed nodes are now visible as equal
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]

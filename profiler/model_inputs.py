@@ -37,7 +37,9 @@ def input_specs(model: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -
     for vi in graph_inputs(model):
         tensor = vi.type.tensor_type
         dtype = _input_dtype(vi.name, tensor.elem_type)
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        # -1 is paddle2onnx's "any", as onnxruntime reads it (and `run.load_model` rewrites).
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value != -1 else None
+                      for d in tensor.shape.dim)
         # A size of 0 holds no samples: drawing --random ones until there are enough never ends.
         if any(d is not None and d < 1 for d in shape):
             raise ProfileError(f"model input {vi.name!r} has shape "

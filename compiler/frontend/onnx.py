@@ -152,8 +152,8 @@ def _convert_opset(model: onnx.ModelProto, label: str, opset: int) -> onnx.Model
     keeps every value name (profiles and reports key on them)."""
     try:
         converted = version_converter.convert_version(model, MIN_OPSET)
-    except (RuntimeError, ValueError, IndexError,
-            onnx.checker.ValidationError) as err:
+    except (RuntimeError, ValueError, IndexError, onnx.checker.ValidationError,
+            onnx.shape_inference.InferenceError) as err:
         raise CompileError(f"{label}: cannot convert opset {opset} to {MIN_OPSET}: "
                            f"{_first_line(err)}") from None
     _restore_names(model.graph, converted.graph)

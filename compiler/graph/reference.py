@@ -101,7 +101,7 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     for g in range(group):
         wg = win[:, g * cg:(g + 1) * cg]                           # N, cg, *out, *k
         cols = np.moveaxis(wg, 1, 1 + len(kernel))                 # N, *out, cg, *k
-        cols = cols.reshape(n_batch, spatial, -1)
+        cols = cols.reshape(n_batch, spatial, cg * int(np.prod(kernel)))  # N may be 0
         weights = w[g * mg:(g + 1) * mg].reshape(mg, -1)
         out[:, g * mg:(g + 1) * mg] = np.matmul(cols, weights.T).transpose(0, 2, 1)
     out = out.reshape((n_batch, m) + tuple(out_spatial))

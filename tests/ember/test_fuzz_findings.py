@@ -146,6 +146,19 @@ def test_model_input_of_a_size_below_one(tmp_path, axis, size, shape):
     assert f"model input 'input' has shape {shape}: expected positive sizes" in outcome.stderr
 
 
+def test_a_model_input_of_batch_zero_runs_empty(tmp_path):
+    """Found by the final campaign: `ember run` on a batch of 0 (ONNX allows empty tensors)
+    failed in the Conv reference's reshape; it gives the empty outputs onnxruntime gives."""
+    def batch_zero(m):
+        for value in (m.graph.input[0], m.graph.output[0]):
+            value.type.tensor_type.shape.dim[0].dim_value = 0
+    model = tmp_path / _digits_with(tmp_path, batch_zero)
+    result = invoke("run", model, "-o", tmp_path / "out.npz")
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "out.npz") as out:
+        assert out["logits"].shape == (0, 10)
+
+
 def test_a_dimension_of_minus_one_is_dynamic(tmp_path):
     """paddle2onnx writes -1 for "any" (onnxruntime reads it so): a dynamic batch that the data
     fixes when profiling, and the profile's shape when compiling."""
