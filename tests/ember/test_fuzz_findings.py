@@ -159,6 +159,17 @@ def test_a_model_input_of_batch_zero_runs_empty(tmp_path):
         assert out["logits"].shape == (0, 10)
 
 
+def test_an_old_opset_model_the_converter_cannot_infer(tmp_path):
+    """Found by the final campaign: onnx's version converter raised its shape-inference error
+    (a Flatten with no input, at opset 7) past ember's catch."""
+    def broken(m):
+        m.opset_import[0].version = 7
+        flatten = next(node for node in m.graph.node if node.op_type == "Flatten")
+        del flatten.input[:]
+    model = tmp_path / _digits_with(tmp_path, broken)
+    assert_one_line_error(invoke("show", model, "--json"), "cannot convert opset 7 to 11")
+
+
 def test_a_dimension_of_minus_one_is_dynamic(tmp_path):
     """paddle2onnx writes -1 for "any" (onnxruntime reads it so): a dynamic batch that the data
     fixes when profiling, and the profile's shape when compiling."""
