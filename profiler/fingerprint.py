@@ -86,7 +86,10 @@ def _hash_tensor(digest, tensor: onnx.TensorProto) -> None:
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[Dim]:
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+    """Each dimension as recorded: its size, or its name when dynamic (-1, paddle2onnx's "any",
+    is the name "?" that `run.load_model` gives it, so both spellings fingerprint alike)."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value != -1 else
+            (d.dim_param or ("?" if d.HasField("dim_value") else None))
             for d in vi.type.tensor_type.shape.dim]
 
 

@@ -159,6 +159,15 @@ def test_a_model_input_of_batch_zero_runs_empty(tmp_path):
         assert out["logits"].shape == (0, 10)
 
 
+def test_minus_one_and_a_named_dimension_fingerprint_alike():
+    """A profile made from the model as loaded (-1 read as "?") must match the model as given."""
+    from profiler.fingerprint import fingerprint
+    minus_one, named = (onnx.load(DIGITS / "model.onnx") for _ in range(2))
+    minus_one.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    named.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "?"
+    assert fingerprint(minus_one) == fingerprint(named)
+
+
 def test_an_old_opset_model_the_converter_cannot_infer(tmp_path):
     """Found by the final campaign: onnx's version converter raised its shape-inference error
     (a Flatten with no input, at opset 7) past ember's catch."""
