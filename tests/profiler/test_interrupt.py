@@ -50,6 +50,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _as_a_shell_starts_it() -> None:
+    """SIGINT unblocked and at its default action in the child, as a shell starts a command,
+    whatever the test process inherited or set (a Python started with SIGINT ignored or
+    blocked never raises KeyboardInterrupt)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for_busy_workers(process: subprocess.Popen, workers: int) -> None:
     """Until `workers` worker processes have each run for a while (imports included)."""
     deadline = time.monotonic() + 60
@@ -75,14 +83,17 @@ def test_ctrl_c_ends_a_parallel_run_at_once(tmp_path) -> None:
         [sys.executable, "-c", "from ember.cli import main; main()", "quantize-profile",
          str(model), "--random", "1000000", "--workers", "2", "-o", str(output)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=_as_a_shell_starts_it)
     try:
         _wait_for_busy_workers(process, 2)
         os.killpg(process.pid, signal.SIGINT)  # as a terminal does: to the whole group
         try:
             _, stderr = process.communicate(timeout=_EXIT_SECONDS)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"still running {_EXIT_SECONDS} s after Ctrl-C")
+            status = Path("/proc/self/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn"))]
+            pytest.fail(f"still running {_EXIT_SECONDS} s after Ctrl-C (the test process's "
+                        f"{', '.join(masks)})")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
