@@ -85,12 +85,17 @@ def _hash_tensor(digest, tensor: onnx.TensorProto) -> None:
     digest.update(array.tobytes())
 
 
+def any_size(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether a declared size of -1 means "any" (paddle2onnx writes it so, and onnxruntime reads
+    it so): the profiler treats it as the named dynamic dimension "?" everywhere."""
+    return dim.HasField("dim_value") and dim.dim_value == -1
+
+
 def _dims(vi: onnx.ValueInfoProto) -> list[Dim]:
-    """Each dimension as recorded: its size, or its name when dynamic (-1, paddle2onnx's "any",
-    is the name "?" that `run.load_model` gives it, so both spellings fingerprint alike)."""
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value != -1 else
-            (d.dim_param or ("?" if d.HasField("dim_value") else None))
-            for d in vi.type.tensor_type.shape.dim]
+    """Each dimension as recorded: its size, or its name when dynamic (-1 as "?", the name
+    `run.load_model` gives it, so both spellings fingerprint alike)."""
+    return ["?" if any_size(d) else d.dim_value if d.HasField("dim_value") else
+            (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
 
 
 def _shapes(fp: ModelFingerprint) -> str:

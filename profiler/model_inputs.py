@@ -9,7 +9,7 @@ import onnx
 from onnx import helper
 
 from profiler.errors import ProfileError
-from profiler.fingerprint import graph_inputs
+from profiler.fingerprint import any_size, graph_inputs
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,7 @@ def input_specs(model: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -
     for vi in graph_inputs(model):
         tensor = vi.type.tensor_type
         dtype = _input_dtype(vi.name, tensor.elem_type)
-        # -1 is paddle2onnx's "any", as onnxruntime reads it (and `run.load_model` rewrites).
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value != -1 else None
+        shape = tuple(d.dim_value if d.HasField("dim_value") and not any_size(d) else None
                       for d in tensor.shape.dim)
         # A size of 0 holds no samples: drawing --random ones until there are enough never ends.
         if any(d is not None and d < 1 for d in shape):

@@ -19,7 +19,7 @@ from onnx import numpy_helper
 from profiler import batching, parallel
 from profiler.accumulate import Accumulator
 from profiler.errors import ProfileError
-from profiler.fingerprint import fingerprint
+from profiler.fingerprint import any_size, fingerprint
 from profiler.format import Profile, TensorStats, tool_version
 from profiler.histogram import Binner
 from profiler.model_inputs import InputSpec
@@ -46,11 +46,11 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     except Exception as err:
         raise ProfileError(f"{path}: not a valid ONNX model ({str(err).strip().splitlines()[0]})"
                            ) from None
-    # An input dimension of -1 is paddle2onnx's "any", as onnxruntime reads it: a named dynamic
-    # dimension (`compiler.frontend.onnx.dynamic_minus_one` does the same for the compiler).
+    # -1 as the named dynamic dimension it means (`fingerprint.any_size`; the compiler's loader,
+    # which may not import the profiler, does the same: `compiler.frontend.onnx`).
     for value in model.graph.input:
         for dim in value.type.tensor_type.shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value == -1:
+            if any_size(dim):
                 dim.dim_param = "?"
     return model
 

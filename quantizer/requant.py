@@ -17,7 +17,9 @@ from quantizer.errors import QuantizeError, QuantizeWarning
 from simulator import numerics
 from simulator.errors import SimulatorError
 
-RATIO_MIN, RATIO_MAX = 2.0**-32, 2.0**30
+# The fixed-point range is [RATIO_MIN, RANGE_END); a ratio at or past its end is clamped to
+# RATIO_MAX, exactly representable, where every non-zero accumulator already saturates.
+RATIO_MIN, RATIO_MAX, RANGE_END = 2.0**-32, 2.0**30, 2.0**31
 
 
 def ratio(real: float, where: str) -> tuple[int, int]:
@@ -30,8 +32,8 @@ def ratio(real: float, where: str) -> tuple[int, int]:
 def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Per-channel (multipliers, shifts) as two tuples; one warning for the clamped ones."""
     reals = [float(r) for r in reals]
-    clamped = [min(max(r, RATIO_MIN), RATIO_MAX) if math.isfinite(r) and r > 0 else r
-               for r in reals]
+    clamped = [(RATIO_MIN if r < RATIO_MIN else RATIO_MAX if r >= RANGE_END else r)
+               if math.isfinite(r) and r > 0 else r for r in reals]
     moved = [r for r, c in zip(reals, clamped) if r != c]
     if moved:
         what = (f"the requantization ratio {_fmt(moved[0])} of its scales is" if len(reals) == 1

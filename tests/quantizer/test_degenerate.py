@@ -103,8 +103,9 @@ def test_a_clamped_ratio_gives_the_outputs_the_exact_ratio_would(real: float) ->
 def test_ratios_inside_the_range_are_not_touched_and_not_warned() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ratios([RATIO_MIN, 0.5, RATIO_MAX], "n") == tuple(
-            zip(*(numerics.quantize_multiplier(r) for r in (RATIO_MIN, 0.5, RATIO_MAX))))
+        inside = (RATIO_MIN, 0.5, RATIO_MAX, 1.9e9)  # 1.9e9: representable, below 2^31
+        assert ratios(inside, "n") == tuple(
+            zip(*(numerics.quantize_multiplier(r) for r in inside)))
 
 
 def test_the_cli_prints_the_warning_as_one_line(tmp_path) -> None:
