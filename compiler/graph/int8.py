@@ -9,8 +9,8 @@ A kernel takes its inputs positionally and its attributes as keywords: the ONNX 
 `INT8_ATTRS`. Everything a kernel needs is in its inputs and attributes, so the quantizer's
 reference interpreter and the compiler's lowering read the same numbers. Kernels use integer
 arithmetic only, through `simulator.numerics`; the float code here builds tables at compile
-time (`lookup_table`, `softmax_table`) or is QuantizeLinear/DequantizeLinear (numerics' affine
-map in float32).
+time (`lookup_table`, `softmax_table`, `log_softmax_table`) or is QuantizeLinear and
+DequantizeLinear (numerics' affine map in float32).
 
 Conventions of the integer parameters, for an output of scale s_out and zero point z_out:
 - a requantizing kernel (`Quant.requantizes`) accumulates exactly in int32 (wrapping, as
