@@ -25,10 +25,11 @@ How each integer semantics is expressed so that onnxruntime reproduces it:
   subtracts it from x already, so the export unfolds it (`zero_point_fold` again). Gemm's
   beta is in the bias;
   alpha is kept;
-- lookup-table operators (Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu) and Softmax are
-  their fp32 operators between DequantizeLinear and QuantizeLinear: the table is the fp32
-  reference at every input code, so they agree unless onnxruntime's float function and the
-  reference round to different sides of a half step (Softmax: also the table's 2^-20 steps);
+- lookup-table operators (Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu), Softmax and
+  LogSoftmax are their fp32 operators between DequantizeLinear and QuantizeLinear: the table is
+  the fp32 reference at every input code, so they agree unless onnxruntime's float function and
+  the reference round to different sides of a half step (Softmax and LogSoftmax: also the
+  tables' fixed-point steps);
 - Rescale (ember-internal) is a DequantizeLinear → QuantizeLinear pair;
 - data movement and MaxPool keep the scale: DequantizeLinear → op → QuantizeLinear in the
   same parameters is exact; Pad's quantized constant becomes its real value again.

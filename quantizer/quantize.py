@@ -21,12 +21,10 @@ import warnings
 import numpy as np
 
 from compiler.graph.int8 import (
-    SOFTMAX_OUT_SCALE,
     Quant,
     channel_slopes,
     lookup_table,
     reciprocal_range,
-    softmax_table,
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
@@ -438,14 +436,14 @@ def channel_lookup(r: _Rewriter, node: Node) -> None:
 
 
 def fixed_output(r: _Rewriter, node: Node) -> None:
-    """Softmax: an exp table of the input scale; the output is a probability of scale 1/256."""
+    """Softmax, LogSoftmax: a table of the input scale; the output's type is the row's
+    (`OpDef.fixed_output`), not the profile's."""
     x = r.quant_input(node.inputs[0])
-    source = r.quant_of(x)
-    zero = RANGES[r.dtype][0]  # probability 0 is the lowest code
-    out_params = QuantParams.per_tensor(SOFTMAX_OUT_SCALE, zero)
-    table_name = r.const(f"{node.name}/table", softmax_table(source.scale[0]))
+    fixed = OPS[node.op].fixed_output(r.quant_of(x).scale[0], r.dtype)
+    out_params = QuantParams.per_tensor(fixed.scale, fixed.zero_point)
+    table_name = r.const(f"{node.name}/table", fixed.table)
     out = r.activation(node.outputs[0], out_params)
-    r.emit(node.op, node.name, (x, table_name), (out,), {**node.attrs, "out_zero_point": zero})
+    r.emit(node.op, node.name, (x, table_name), (out,), {**node.attrs, **fixed.attrs})
 
 
 # A channel's bias code stays within 2^24 (far inside int32, with room for the products): a

@@ -73,6 +73,15 @@ store -> vector -> compute -> load.
   table stored in the ceil(256 / L) scratchpad rows from `table`. With per_lane=1 each lane has
   its own table (a channel's: PRelu with a slope per channel), in the 256 rows from `table`:
   lane j of row x + 128 is lane j's entry for x (`numerics.lookup_lanes`).
+- SOFTMAX: for each r < rows, a row of C = (blocks - 1) * L + n int8 channels: lanes [0, L)
+  of scratchpad rows src + b * stride + r for channel blocks b < blocks - 1 and lanes [0, n) of
+  row src + (blocks - 1) * stride + r (the layout's one region per channel block; stride 0 with
+  blocks = 1) -> the same lanes of the rows at dst, by `numerics.softmax` (+ out_offset, the
+  output of scale 2^-8) or with log=1 `numerics.log_softmax` (in the input's scale, logarithm
+  fraction bits `shift`). The table is int32 in the accumulator, flat in rows of L from
+  `table`: the 256 exp entries (entry d for a code d below the row's maximum), and with log=1
+  the 257 log-mantissa entries after them (`softmax_table_rows`); load it with a LOAD. Other
+  lanes are left as they are.
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
 - HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
   CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
@@ -255,6 +264,7 @@ def _check_deps(insn: Insn) -> None:
 _MEM = F("mem", 2, names=MEMORIES)
 ParamBlock = vector.ParamBlock  # what REQUANT, ADD, MUL and AVGPOOL read at `param`
 lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane or not)
+softmax_table_rows = vector.softmax_table_rows  # the accumulator rows a SOFTMAX's table takes
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))
@@ -311,6 +321,13 @@ LUT = InsnDef("LUT", 0x09, "vector",
                F("per_lane", 1, default=0)),
               run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
               access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
+SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
+                  (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
+                   F("blocks", 16, default=1), F("stride", _ROW, default=0), F("table", _ROW),
+                   F("log", 1, default=0), F("shift", 5, default=0),
+                   F("out_offset", 8, signed=True, default=0)),
+                  run=vector.softmax, cycles=vector.softmax_cycles, work=vector.softmax_work,
+                  access=vector.softmax_access)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 # On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
 HOST = InsnDef("HOST", 0x0B, "store",
@@ -319,8 +336,8 @@ HOST = InsnDef("HOST", 0x0B, "store",
                run=host.run, cycles=host.cycles, work=host.work, transfer=host.transfer_cycles)
 END = InsnDef("END", 0x1F, "end", ())
 
-TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SYNC, HOST,
-         END)
+TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SOFTMAX, SYNC,
+         HOST, END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}
 

@@ -261,3 +261,82 @@ def quantize_multiplier(real_scale: float) -> tuple[int, int]:
         raise SimulatorError(f"quantize_multiplier: scale {real_scale!r} is outside the "
                              f"representable range [2^-32, 2^31)")
     return multiplier, shift
+
+
+# Softmax: the exp table's entries carry this many fraction bits (its entry for the row's maximum
+# is exactly 1.0 = 2^SOFTMAX_EXP_BITS, so a row's sum is at least that), and a probability is
+# written in steps of 2^-SOFTMAX_OUT_BITS.
+SOFTMAX_EXP_BITS = 20
+SOFTMAX_OUT_BITS = 8
+# LogSoftmax: the mantissa of a row's sum indexes a table of ln(1 + j / 2^LOG_MANTISSA_BITS),
+# and the bits below the index interpolate linearly between two entries.
+LOG_MANTISSA_BITS = 8
+LOG_FRACTION_BITS = 16
+EXP_ENTRIES = 256  # one per distance max - x of int8 codes
+LOG_ENTRIES = (1 << LOG_MANTISSA_BITS) + 1  # ln(1 + j / 256) for j in 0..256; j = 256 is ln 2
+
+
+def divide_rounding(numerator, denominator) -> np.ndarray:
+    """numerator / denominator rounded half up, for numerator >= 0 and denominator > 0 (int64):
+    the divider of softmax's normalisation."""
+    n = np.asarray(numerator, np.int64)
+    d = np.asarray(denominator, np.int64)
+    return (2 * n + d) // (2 * d)
+
+
+def _exp_sum(x, exp_table, axis: int):
+    """(max - x, T[max - x] summed along `axis`): the first two passes of softmax over a row."""
+    x = np.asarray(x, np.int64)
+    distance = np.max(x, axis=axis, keepdims=True) - x
+    if distance.size and distance.max() >= EXP_ENTRIES:
+        raise SimulatorError(f"softmax: codes {distance.max()} apart in one row; the exp table "
+                             f"has {EXP_ENTRIES} entries (int8 codes)")
+    exps = np.asarray(exp_table, np.int64)[distance]
+    return distance, exps, np.sum(exps, axis=axis, keepdims=True)
+
+
+def softmax(x, exp_table, out_offset, *, axis: int = -1, dtype: str = "int8") -> np.ndarray:
+    """Integer softmax along `axis`: p = round(2^8 * T[max - x] / sum T[max - x]) + out_offset,
+    clamped to `dtype`. T (EXP_ENTRIES int32) holds exp(-s_x * d) in Q(SOFTMAX_EXP_BITS), so the
+    output's scale is 2^-8 (probability 1 saturates at 255/256); the sum is at least T[0] = 2^20,
+    and the division rounds half up, exactly."""
+    _, exps, total = _exp_sum(x, exp_table, axis)
+    p = divide_rounding(exps << SOFTMAX_OUT_BITS, total) + out_offset
+    return np.clip(p, *RANGES[dtype]).astype(dtype)
+
+
+def _floor_log2(x) -> np.ndarray:
+    """floor(log2 x) of positive int64 values: the position of the leading one bit."""
+    x = np.asarray(x, np.int64)
+    out = np.zeros(x.shape, np.int64)
+    for bit in (32, 16, 8, 4, 2, 1):  # binary search, as a priority encoder
+        high = (x >> bit) > 0
+        out += np.where(high, bit, 0)
+        x = np.where(high, x >> bit, x)
+    return out
+
+
+def log_softmax(x, exp_table, log_table, shift, out_offset, *, axis: int = -1,
+                dtype: str = "int8") -> np.ndarray:
+    """Integer log-softmax along `axis`, in the input's scale s_x: y = out_offset - (max - x)
+    - round(ln(S / 2^20) / s_x), clamped, where S = sum T[max - x] (`softmax`'s table and sum).
+
+    ln(S / 2^20) = (k - 20) ln 2 + ln(m) for S = m 2^k with m in [1, 2): k is the leading one of
+    S, and ln(m) is interpolated in `log_table` (LOG_ENTRIES int32, entry j = ln(1 + j/256) / s_x
+    in Q(shift), so entry 256 is ln 2 / s_x) between the entries at the mantissa's first 8 bits,
+    by its next LOG_FRACTION_BITS. Every step is exact integer arithmetic; the rounding is half
+    up (the sum of logarithms is never negative)."""
+    distance, _, total = _exp_sum(x, exp_table, axis)
+    table = np.asarray(log_table, np.int64)
+    k = _floor_log2(total)
+    bits = LOG_MANTISSA_BITS + LOG_FRACTION_BITS
+    # The mantissa's bits below the leading one, as a fraction of 2^bits.
+    fraction = np.where(k >= bits, total >> np.maximum(k - bits, 0),
+                        total << np.maximum(bits - k, 0)) - (np.int64(1) << bits)
+    index = fraction >> LOG_FRACTION_BITS
+    below = fraction & ((1 << LOG_FRACTION_BITS) - 1)
+    step = table[index + 1] - table[index]
+    mantissa = table[index] + rounding_shift(step * below, LOG_FRACTION_BITS)
+    logs = (k - SOFTMAX_EXP_BITS) * table[LOG_ENTRIES - 1] + mantissa
+    y = out_offset - distance - rounding_shift(logs, shift)
+    return np.clip(y, *RANGES[dtype]).astype(dtype)

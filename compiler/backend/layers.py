@@ -281,6 +281,22 @@ class LutLayer:
         return self.table.ndim == 2
 
 
+@dataclass(frozen=True, eq=False)
+class SoftmaxLayer:
+    """Softmax or LogSoftmax (`log`) along the channels of y's pixels: the SOFTMAX instruction
+    over each pixel's channel blocks, with the int32 `table` its kernel reads (the exp entries,
+    and for log the log-mantissa entries after them)."""
+
+    node: str
+    x: str
+    y: str
+    table: np.ndarray
+    log: bool
+    shift: int  # the log table's fraction bits (log only)
+    out_zero_point: int
+    views: tuple[View, View]  # of x and y in their buffers
+
+
 @dataclass(frozen=True)
 class HostPort:
     """One value a host segment reads or writes in DRAM: the subgraph's value name, the DRAM
@@ -333,7 +349,7 @@ def _port_bytes(port: HostPort) -> int:
     return int(np.prod(port.shape, dtype=np.int64)) * np.dtype(port.dtype).itemsize
 
 
-Layer = ConvLayer | PoolLayer | AddLayer | MulLayer | LutLayer | HostLayer
+Layer = ConvLayer | PoolLayer | AddLayer | MulLayer | LutLayer | SoftmaxLayer | HostLayer
 
 
 def pixelwise(layer: AddLayer | MulLayer | LutLayer) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.backend.layers import (AddLayer, ConvLayer, Layer, LutLayer, MulLayer, PoolLayer,
-                                     pixelwise)
+                                     SoftmaxLayer, pixelwise)
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
@@ -102,7 +102,19 @@ class ElementwiseTiles:
     params: Region | None  # Add, Mul: the rescale block
 
 
-Tiles = ConvTiles | PoolTiles | ElementwiseTiles
+@dataclass(frozen=True)
+class SoftmaxTiles:
+    """Softmax: `tile_rows` pixels per tile, each pixel's channel blocks in `blocks` regions of
+    `tile_rows` rows (the SOFTMAX stride) in every input and output buffer."""
+
+    tile_rows: int
+    blocks: int
+    inputs: Region
+    outputs: Region
+    table: Region  # the accumulator rows of the int32 table
+
+
+Tiles = ConvTiles | PoolTiles | ElementwiseTiles | SoftmaxTiles
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -336,8 +348,29 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     return ElementwiseTiles(rows, a, b, outputs, table, params)
 
 
+def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
+    n, h, w, c = layer.views[1].shape
+    blocks = ceil_div(c, arch.lanes)
+    fit = arch.scratchpad.rows // (BUFFERS * 2 * blocks)
+    table_rows = isa.softmax_table_rows(arch.lanes, int(layer.log))
+    if fit < 1:
+        raise _too_small(layer.node, "scratchpad", BUFFERS * 2 * blocks, arch.scratchpad.rows,
+                         f"one pixel of {c} channels")
+    if table_rows > arch.accumulator.rows:
+        raise _too_small(layer.node, "accumulator", table_rows, arch.accumulator.rows,
+                         "the table")
+    pixels = max(n * h * w, 1)
+    rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, pixels)
+    rows = ceil_div(pixels, ceil_div(pixels, rows))
+    inputs = Region("scratchpad", 0, blocks * rows)
+    outputs = Region("scratchpad", inputs.end, blocks * rows)
+    return SoftmaxTiles(rows, blocks, inputs, outputs, Region("accumulator", 0, table_rows, 1))
+
+
 def tile(layer: Layer, arch: Arch, packable: bool = False) -> Tiles:
     """The tiles and local regions of one layer on `arch`."""
+    if isinstance(layer, SoftmaxLayer):
+        return tile_softmax(layer, arch)
     if isinstance(layer, ConvLayer):
         return tile_conv(layer, arch, packable)
     if isinstance(layer, PoolLayer):

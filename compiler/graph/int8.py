@@ -9,8 +9,8 @@ A kernel takes its inputs positionally and its attributes as keywords: the ONNX 
 `INT8_ATTRS`. Everything a kernel needs is in its inputs and attributes, so the quantizer's
 reference interpreter and the compiler's lowering read the same numbers. Kernels use integer
 arithmetic only, through `simulator.numerics`; the float code here builds tables at compile
-time (`lookup_table`, `softmax_table`) or is QuantizeLinear/DequantizeLinear (numerics' affine
-map in float32).
+time (`lookup_table`, `softmax_table`, `log_softmax_table`) or is QuantizeLinear and
+DequantizeLinear (numerics' affine map in float32).
 
 Conventions of the integer parameters, for an output of scale s_out and zero point z_out:
 - a requantizing kernel (`Quant.requantizes`) accumulates exactly in int32 (wrapping, as
@@ -151,10 +151,8 @@ def zero_point_fold(weight: Weight, attrs: Mapping[str, Any], a: Value, b: Value
 INT8_ATTRS = frozenset({"x_zero_point", "a_zero_point", "b_zero_point", "multiplier", "shift",
                         "out_zero_point", "qclamp", "out_dtype", "counts"})
 
-# Softmax: exp table entries carry this many fraction bits, and the output is a probability in
-# int8 of scale 1/256 (zero point -128; 0 for uint8).
-SOFTMAX_EXP_BITS = 20
-SOFTMAX_OUT_SCALE = 1.0 / 256.0
+# Softmax: the output is a probability in int8 of scale 2^-8 (zero point -128; 0 for uint8).
+SOFTMAX_OUT_SCALE = 2.0**-numerics.SOFTMAX_OUT_BITS
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -181,16 +179,6 @@ def _with_bias(acc, bias, shape=None):
     bias = np.asarray(bias, np.int64)
     return numerics.wrap32(np.asarray(acc, np.int64) + (bias if shape is None else
                                                          bias.reshape(shape)))
-
-
-def divide_rounding(numerator, denominator) -> np.ndarray:
-    """numerator / denominator rounded half up, for numerator >= 0 and denominator > 0 (int64).
-
-    Should move to numerics: the softmax normalisation needs an integer division.
-    """
-    n = np.asarray(numerator, np.int64)
-    d = np.asarray(denominator, np.int64)
-    return (2 * n + d) // (2 * d)
 
 
 def lookup_any(x, table) -> np.ndarray:
@@ -382,24 +370,65 @@ def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: f
 
 def softmax_table(in_scale: float) -> np.ndarray:
     """exp(-in_scale * d) in Q(SOFTMAX_EXP_BITS) for d = max - x in 0..255 (compile time)."""
-    d = np.arange(256, dtype=np.float64)
-    return np.rint(np.exp(-in_scale * d) * 2.0**SOFTMAX_EXP_BITS).astype(np.int32)
+    d = np.arange(numerics.EXP_ENTRIES, dtype=np.float64)
+    return np.rint(np.exp(-in_scale * d) * 2.0**numerics.SOFTMAX_EXP_BITS).astype(np.int32)
+
+
+def log_softmax_shift(in_scale: float) -> int:
+    """The fraction bits of LogSoftmax's log table: as many as keep its largest entry,
+    ln 2 / in_scale, below 2^30 (an int32 with room for the interpolation), at most 16."""
+    bits = 30 - max(0, int(np.ceil(np.log2(np.log(2.0) / in_scale))))
+    return int(np.clip(bits, 0, numerics.LOG_FRACTION_BITS))
+
+
+def log_softmax_table(in_scale: float) -> np.ndarray:
+    """The exp table (`softmax_table`) followed by ln(1 + j / 256) / in_scale in
+    Q(`log_softmax_shift`) for j in 0..256: the int32 table `numerics.log_softmax` reads."""
+    j = np.arange(numerics.LOG_ENTRIES, dtype=np.float64)
+    logs = np.log1p(j / (numerics.LOG_ENTRIES - 1)) / in_scale
+    logs = np.rint(logs * 2.0**log_softmax_shift(in_scale)).astype(np.int32)
+    return np.concatenate([softmax_table(in_scale), logs])
+
+
+@dataclass(frozen=True)
+class FixedOutput:
+    """What the quantizer gives an operator of fixed output type (`Quant.FIXED_OUTPUT`): the
+    output's scale and zero point, the int32 table input and the integer attributes."""
+
+    scale: float
+    zero_point: int
+    table: np.ndarray
+    attrs: Mapping[str, Any]
+
+
+def softmax_output(in_scale: float, dtype: str) -> FixedOutput:
+    """Softmax: probabilities of scale 2^-8 from the lowest code (probability 0)."""
+    zero = RANGES[dtype][0]
+    return FixedOutput(SOFTMAX_OUT_SCALE, zero, softmax_table(in_scale), {"out_zero_point": zero})
+
+
+def log_softmax_output(in_scale: float, dtype: str) -> FixedOutput:
+    """LogSoftmax keeps the input's scale, its zero point the highest code (log-probability 0):
+    y = s_x (x - max) - ln(sum exp(s_x (x - max))), whose first term is a whole number of the
+    input's steps, so only the logarithm rounds (to half a step, as the input did), and the
+    codes reach the logits' own range below 0 (lower log-probabilities saturate). A profiled
+    scale would be about as wide (the output's range is the logits' range plus ln C at most)
+    but round the first term too."""
+    zero = RANGES[dtype][1]
+    return FixedOutput(in_scale, zero, log_softmax_table(in_scale),
+                       {"out_zero_point": zero, "shift": log_softmax_shift(in_scale)})
 
 
 def softmax_int8(x, table, *, axis=-1, out_zero_point=-128):
-    """Integer softmax: p = round(256 * T[max - x] / sum T[max - x]) + z_out, clamped.
+    """`numerics.softmax` along `axis` (the exp table from `softmax_table`)."""
+    return numerics.softmax(x, table, out_zero_point, axis=axis, dtype=str(x.dtype))
 
-    The table T holds exp(s_x * (x - max)) in fixed point (`softmax_table`); the maximum always
-    maps to T[0] = 2^20, so the sum is at least 2^20 and the division is exact integer rounding
-    (half up). The output scale is 1/256: probability 1 saturates at 255/256.
-    """
-    x64 = np.asarray(x, np.int64)
-    d = np.max(x64, axis=axis, keepdims=True) - x64
-    e = np.asarray(table, np.int64)[d]
-    total = np.sum(e, axis=axis, keepdims=True)
-    p = divide_rounding(e << 8, total) + out_zero_point
-    lo, hi = RANGES[str(x.dtype)]
-    return np.clip(p, lo, hi).astype(x.dtype)
+
+def log_softmax_int8(x, table, *, axis=-1, out_zero_point=127, shift=0):
+    """`numerics.log_softmax` along `axis` (the tables from `log_softmax_table`)."""
+    exp_table, log_table = np.split(np.asarray(table), [numerics.EXP_ENTRIES])
+    return numerics.log_softmax(x, exp_table, log_table, shift, out_zero_point, axis=axis,
+                                dtype=str(x.dtype))
 
 
 # --- pooling and reductions ------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Lower(Enum):
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
+    SOFTMAX = "softmax"          # the vector unit's SOFTMAX along the contiguous axis
     CHANNEL_LUT = "channel_lut"  # likewise, or one table per channel (LUT per_lane=1)
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
@@ -108,6 +109,9 @@ class OpDef:
     clamp_bounds: Callable[..., tuple[float | None, float | None]] | None = None
     window_sizes: Callable[..., list[int]] | None = None
     fill_input: Callable[[Mapping[str, Any]], int | None] | None = None
+    # Quant.FIXED_OUTPUT: the output's parameters, table and integer attributes from the
+    # input's scale and the activation type (`int8.FixedOutput`).
+    fixed_output: Callable[[float, str], int8.FixedOutput] | None = None
     # Why the int8 kernel cannot take these attributes, or None when it can.
     int8_refuses: Callable[[Mapping[str, Any]], str | None] | None = None
     # How the backend lowers the op; None: it has no lowering (the host runs it, if allowed).
@@ -522,8 +526,14 @@ _ROWS = (
           lower=L.DIVIDE, channel_affine=div_affine),
     OpDef("Reciprocal", ("X",), {}, same_shape, ref.reciprocal, quant=Q.LOOKUP,
           int8=int8.lookup_int8, lower=L.LUT),
+    # Softmax and LogSoftmax: an int32 exp table (LogSoftmax's with a log table after it) and
+    # the vector unit's SOFTMAX along the memory's contiguous axis.
     OpDef("Softmax", ("input",), {"axis": -1}, same_shape, ref.softmax,
-          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, coerced_2d_before=13),
+          quant=Q.FIXED_OUTPUT, int8=int8.softmax_int8, fixed_output=int8.softmax_output,
+          coerced_2d_before=13, lower=L.SOFTMAX),
+    OpDef("LogSoftmax", ("input",), {"axis": -1}, same_shape, ref.log_softmax,
+          quant=Q.FIXED_OUTPUT, int8=int8.log_softmax_int8, fixed_output=int8.log_softmax_output,
+          coerced_2d_before=13, lower=L.SOFTMAX),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
           quant=Q.KEEP_PARAMS, int8=ref.identity, lower=L.VIEW, view=V.SAME),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},

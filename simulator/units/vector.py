@@ -1,5 +1,5 @@
 """The vector unit: row-wise int32 -> int8 requantization, quantized add and multiply, pooling
-windows and table lookup, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
+windows, table lookup and softmax along a row's channels, all through `simulator.numerics`. It processes `arch.vector.lanes` elements per
 cycle, so an instruction costs ceil(elements / lanes) cycles.
 
 Parameter blocks (`ParamBlock`) live in the accumulator (int32) at `param`. REQUANT and AVGPOOL
@@ -155,6 +155,42 @@ def lut(state, insn) -> None:
         sp[dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
 
 
+def softmax_table_rows(lanes: int, log: int) -> int:
+    """Accumulator rows of a SOFTMAX's table: the exp entries (and with log=1 the log entries
+    after them), int32, `lanes` per row."""
+    entries = numerics.EXP_ENTRIES + (numerics.LOG_ENTRIES if log else 0)
+    return ceil_div(entries, lanes)
+
+
+def _softmax_rows(a: dict, base: int, block: int) -> slice:
+    return slice(base + block * a["stride"], base + block * a["stride"] + a["rows"])
+
+
+def softmax(state, insn) -> None:
+    a = insn.args
+    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
+        raise SimulatorError(f"SOFTMAX: n = {a['n']}, blocks = {a['blocks']}: expected n in "
+                             f"[1, {lanes}] and at least one block")
+    table = state.accumulator[rows(state.accumulator, a["table"],
+                                   softmax_table_rows(lanes, a["log"]), "accumulator (table)")]
+    table = table.ravel()
+    last = a["blocks"] - 1
+    for base in (a["src"], a["dst"]):
+        rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
+    x = np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
+                        for b in range(a["blocks"])], axis=1)
+    if a["log"]:
+        y = numerics.log_softmax(x, table[:numerics.EXP_ENTRIES],
+                                 table[numerics.EXP_ENTRIES:][:numerics.LOG_ENTRIES], a["shift"],
+                                 a["out_offset"])
+    else:
+        y = numerics.softmax(x, table[:numerics.EXP_ENTRIES], a["out_offset"])
+    for b in range(a["blocks"]):
+        width = lanes if b < last else a["n"]
+        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+
+
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
     """(output pixels, elements read) of a pooling instruction."""
     out_h = (a["in_h"] - a["kh"]) // max(a["sh"], 1) + 1 if a["in_h"] >= a["kh"] else 0
@@ -169,6 +205,14 @@ def row_cycles(arch, insn) -> int:
 
 def pool_cycles(arch, insn) -> int:
     return ceil_div(_pool_elements(arch, insn.args)[1], arch.vector.lanes)
+
+
+def softmax_cycles(arch, insn) -> int:
+    """Three passes over the rows' channel blocks (the maximum; the table lookups and their
+    sum; the division or the subtraction of the logarithm), and one step per row for its
+    reciprocal or logarithm."""
+    a = insn.args
+    return 3 * ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes) + a["rows"]
 
 
 def requant_work(arch, insn) -> Work:
@@ -206,6 +250,15 @@ def lut_work(arch, insn) -> Work:
     return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes
                              + LUT_ENTRIES * (arch.lanes if a["per_lane"] else 1)),
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+
+
+def softmax_work(arch, insn) -> Work:
+    a = insn.args
+    elements = a["rows"] * a["blocks"]
+    return Work(local_bytes=3 * elements * arch.scratchpad.row_bytes
+                + softmax_table_rows(arch.lanes, a["log"]) * arch.accumulator.row_bytes,
+                scratchpad_end=(a["dst"] + (a["blocks"] - 1) * a["stride"] + a["rows"]
+                                if elements else 0))
 
 
 def _param_access(a: dict) -> Access:
@@ -247,3 +300,12 @@ def lut_access(arch, insn) -> tuple[Access, ...]:
             Access(SCRATCHPAD, a["table"], a["table"] + lut_table_rows(arch.lanes, a["per_lane"]),
                    False),
             Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+
+
+def softmax_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    table = (Access(ACCUMULATOR, a["table"],
+                    a["table"] + softmax_table_rows(arch.lanes, a["log"]), False),)
+    return table + tuple(
+        Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
+        for base, write in ((a["src"], False), (a["dst"], True)) for b in range(a["blocks"]))

@@ -86,7 +86,7 @@ def test_an_opset_older_than_the_converter_takes_is_refused() -> None:
 def opset9_model(accelerated_only: bool = False) -> onnx.ModelProto:
     """A tf2onnx-era model at opset 9: BatchNormalization, Upsample (gone since opset 10),
     Dropout, Reshape, Gemm and a 2-D-coerced Softmax, each in its old form; `accelerated_only`
-    leaves out Upsample and Softmax, which the accelerator does not run yet."""
+    leaves out Upsample (the Softmax runs on the accelerator)."""
     rng = np.random.default_rng(0)
     channels = 4
     inits = {"w": weights(rng, channels, 3, 3, 3),
@@ -110,10 +110,8 @@ def opset9_model(accelerated_only: bool = False) -> onnx.ModelProto:
         *up,
         helper.make_node("Dropout", ["p"], ["d"], name="drop"),
         helper.make_node("Reshape", ["d", "shape"], ["f"], name="flat"),
-        helper.make_node("Gemm", ["f", "fc", "fcb"], ["g" if not accelerated_only else "y"],
-                         name="fc")]
-    if not accelerated_only:
-        nodes.append(helper.make_node("Softmax", ["g"], ["y"], name="softmax"))
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["g"], name="fc"),
+        helper.make_node("Softmax", ["g"], ["y"], name="softmax")]
     return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 5]}, inits, opset=9)
 
 

@@ -355,16 +355,17 @@ for op in ("Add", "Sub", "Mul", "Div"):
 case("Div", "int64-negative", node("Div", ["a", "b"], ["y"]),
      {"a": ((3, 4), np.int64)}, inits={"b": const(3, -3, 2, -7)}, outputs=[("y", np.int64)])
 
-for axis in (-1, 0, 1, 2):
-    unary("Softmax", f"axis{axis}", shape=(2, 3, 5), axis=axis)
-unary("Softmax", "default", shape=(3, 7))
-unary("Softmax", "large-logits", shape=(2, 4), axis=1)
-# Before opset 13, Softmax coerced to 2-D at `axis`; on the last axis that is today's Softmax.
-unary("Softmax", "opset11-last-axis", shape=(2, 3, 5), opset=11, axis=2)
-unary("Softmax", "opset11-axis-minus1", shape=(2, 3, 5), opset=11, axis=-1)
-unary("Softmax", "opset11-2d-default", shape=(4, 6), opset=11)
-unary("Softmax", "opset13-axis0", shape=(2, 3, 5), opset=13, axis=0)
-unary("Softmax", f"opset{MAX_OPSET}", shape=(2, 3, 5), opset=MAX_OPSET, axis=1)
+for op in ("Softmax", "LogSoftmax"):
+    for axis in (-1, 0, 1, 2):
+        unary(op, f"axis{axis}", shape=(2, 3, 5), axis=axis)
+    unary(op, "default", shape=(3, 7))
+    unary(op, "large-logits", shape=(2, 4), axis=1)
+    # Before opset 13, the op coerced to 2-D at `axis`; on the last axis that is today's op.
+    unary(op, "opset11-last-axis", shape=(2, 3, 5), opset=11, axis=2)
+    unary(op, "opset11-axis-minus1", shape=(2, 3, 5), opset=11, axis=-1)
+    unary(op, "opset11-2d-default", shape=(4, 6), opset=11)
+    unary(op, "opset13-axis0", shape=(2, 3, 5), opset=13, axis=0)
+    unary(op, f"opset{MAX_OPSET}", shape=(2, 3, 5), opset=MAX_OPSET, axis=1)
 
 case("Dropout", "opset11-ratio-attr", node("Dropout", ["x"], ["y"], ratio=0.3), {"x": (2, 5)},
      opset=11)
@@ -819,8 +820,8 @@ def test_every_row_has_cases() -> None:
 def test_every_opset_form_is_covered() -> None:
     """The opsets where an op's form changed each have a case."""
     opsets = {(c.op, c.model.opset_import[0].version) for c in CASES}
-    for op in ("Squeeze", "Unsqueeze", "Split", "ReduceMean", "Softmax", "Resize", "Pad",
-               "Clip", "Dropout"):
+    for op in ("Squeeze", "Unsqueeze", "Split", "ReduceMean", "Softmax", "LogSoftmax", "Resize",
+               "Pad", "Clip", "Dropout"):
         assert (op, 11) in opsets and (op, MAX_OPSET) in opsets, op
         assert any(o == op and 13 <= v < MAX_OPSET for o, v in opsets), op
 
@@ -1018,6 +1019,8 @@ _REJECTED = {
                                 {"p": const(0, 4, 0, 0)}, 17),
     "Softmax-opset11-inner-axis": (node("Softmax", ["x"], ["y"], axis=1), {"x": (2, 3, 4)}, {},
                                    11),
+    "LogSoftmax-opset11-inner-axis": (node("LogSoftmax", ["x"], ["y"], axis=1),
+                                      {"x": (2, 3, 4)}, {}, 11),
     "Resize-cubic": (node("Resize", ["x", "", "s"], ["y"], mode="cubic"), {"x": (1, 1, 2, 2)},
                      {"s": np.asarray([1, 1, 2, 2], np.float32)}, 17),
     "Cast-bfloat16": (node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16), {"x": (2,)}, {}, 17,

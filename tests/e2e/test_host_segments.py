@@ -90,7 +90,8 @@ def test_fp32_model_input_and_output_cross_the_program_boundary_as_float32() -> 
 
 
 def _transpose_model() -> onnx.ModelProto:
-    """conv → Transpose (no lowering) → conv → ReduceMean (no lowering) → Softmax."""
+    """conv → Transpose (no lowering) → conv → ReduceMean (no lowering) → Softmax over the
+    middle axis (no lowering: not the contiguous one)."""
     rng = np.random.default_rng(1)
     inits = {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
              "w2": rng.standard_normal((8, 8, 3, 3)).astype(np.float32)}
@@ -99,7 +100,7 @@ def _transpose_model() -> onnx.ModelProto:
              helper.make_node("Transpose", ["r1"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
              helper.make_node("Conv", ["t", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
              helper.make_node("ReduceMean", ["c2"], ["m"], name="mean", axes=[2], keepdims=0),
-             helper.make_node("Softmax", ["m"], ["y"], name="probabilities")]
+             helper.make_node("Softmax", ["m"], ["y"], name="probabilities", axis=1)]
     return model(nodes, {"x": [1, 3, 6, 7]}, {"y": [1, 8, 6]}, inits)
 
 

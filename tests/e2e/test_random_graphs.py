@@ -6,7 +6,7 @@ same shape; Mul by a squeeze-and-excitation gate) of convolutions (random kernel
 asymmetric pads, dilation, groups up to depthwise, optional bias, fused Relu/Clip), pools (max
 with ceil_mode, average with one window size), global pools, lookup-table maps (PRelu too) and
 scalar Add/Sub/Mul, optionally ending in a dense tail
-(Flatten or Reshape, then Gemm/MatMul), and views: channel Splits into branches concatenated
+(Flatten or Reshape, then Gemm/MatMul) and a Softmax or LogSoftmax over the channels, and views: channel Splits into branches concatenated
 again (a value twice included), Slices (crops, row and column steps, channel ranges) and
 Concats with earlier tensors (the model input included), so that producers write into their
 Concat's buffer, consumers read views in place, and what cannot be in place is copied. Channel
@@ -14,7 +14,7 @@ counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchp
 happens on every dimension; the target is drawn among the presets, with double buffering on or
 off; and what real detectors and decoders add: nearest upsampling, ConvTranspose, a zero Pad
 before a Conv, spatial means, per-channel constant maps and SiLU written out. Only graphs the
-compiler lowers are drawn: no Transpose, other Pads, Softmax, ...; average pools
+compiler lowers are drawn: no Transpose, other Pads, Softmax over other axes, ...; average pools
 whose windows all hold the same number of counted elements; MatMul only on rank-2
 activations.
 """
@@ -298,6 +298,9 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
             else:
                 add("Reshape", [current, const(np.array([n, -1], np.int64))], (n, features))
             dense_tail(features)
+    if pick(0, 3) == 0:  # a classifier's head: along the channels, the contiguous axis
+        add(("Softmax", "LogSoftmax")[pick(0, 1)], [current], shapes[current],
+            axis=1 if len(shapes[current]) == 4 else -1)
     outputs = {current: shapes[current]}
     # An intermediate tensor as a second output (not a view: its bytes are another tensor's,
     # in an order no binding describes when a channels-last map is flattened).

@@ -139,6 +139,8 @@ CASES = [
          {"s": np.full(1, 0.2, np.float32)}),
     Case("Softmax", [n("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {"y": (3, 10)},
          ranges={"x": 3.0}),
+    Case("LogSoftmax", [n("LogSoftmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)},
+         {"y": (3, 10)}, ranges={"x": 3.0}),
     Case("MaxPool", [n("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                        pads=[1, 1, 1, 1])], X4, {"y": (1, 4, 3, 3)}, steps=0),
     Case("GlobalMaxPool", [n("GlobalMaxPool", ["x"], ["y"])], X4, {"y": (1, 4, 1, 1)}, steps=0),
@@ -251,7 +253,7 @@ def test_int8_kernel_matches_fp32_within_the_output_scale(case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in (
-    "Conv", "ConvTranspose", "Gemm", "Add", "Sigmoid", "Softmax", "AveragePool",
+    "Conv", "ConvTranspose", "Gemm", "Add", "Sigmoid", "Softmax", "LogSoftmax", "AveragePool",
     "Concat-rescale", "MaxPool", "Pad", "Mul")], ids=lambda c: c.id)
 @pytest.mark.parametrize("options", [
     QuantOptions(activation_dtype="uint8"),

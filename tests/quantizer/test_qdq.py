@@ -515,7 +515,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray
             if pick(0, 1):
                 add("Relu", [current], (1, units))
         if pick(0, 1):
-            add("Softmax", [current], (1, features), axis=-1)
+            add(("Softmax", "LogSoftmax")[pick(0, 1)], [current], (1, features), axis=-1)
         outputs = {current: shapes[current]}
     if pick(0, 3) == 0 and len(nodes) > 1:  # an intermediate tensor as a second output
         outputs.setdefault(nodes[0].output[0], shapes[nodes[0].output[0]])

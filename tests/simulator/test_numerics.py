@@ -199,3 +199,39 @@ def test_per_channel_is_per_tensor_on_each_slice(channels, values, arithmetic):
         np.testing.assert_array_equal(q[:, c], column)
         np.testing.assert_array_equal(
             real[:, c], numerics.dequantize(column, s, z, arithmetic=arithmetic))
+
+
+def test_softmax_equals_its_definition_with_exact_rounding():
+    """numerics.softmax: round(256 T[max - x] / sum T[max - x]) + offset, half up, exactly."""
+    rng = np.random.default_rng(3)
+    table = np.rint(np.exp(-0.04 * np.arange(256)) * 2**20).astype(np.int32)
+    x = rng.integers(-128, 128, (20, 7)).astype(np.int8)
+    got = numerics.softmax(x, table, -128)
+    for row, out in zip(x.astype(int), got.astype(int)):
+        e = [int(table[row.max() - v]) for v in row]
+        want = [min(127, int(Fraction(256 * v, sum(e)) + Fraction(1, 2)) - 128) for v in e]
+        assert list(out) == want
+
+
+def test_log_softmax_is_within_half_a_step_of_the_real_logarithm():
+    """numerics.log_softmax against the real ln of the same integer sum: the mantissa table's
+    interpolation keeps it within half an output step plus a tiny margin, on sums from one
+    entry (2^20, log 0) to thousands of them."""
+    from compiler.graph.int8 import log_softmax_shift, log_softmax_table
+    rng = np.random.default_rng(4)
+    for scale, channels in ((0.05, 3), (0.01, 1000), (0.3, 40), (1e-5, 17)):
+        table = log_softmax_table(scale)
+        shift = log_softmax_shift(scale)
+        x = rng.integers(-128, 128, (30, channels)).astype(np.int8)
+        got = numerics.log_softmax(x, table[:256], table[256:], shift, 127).astype(np.int64)
+        d = x.max(axis=1, keepdims=True).astype(np.int64) - x
+        total = table[:256].astype(np.int64)[d].sum(axis=1, keepdims=True)
+        exact = 127 - d - np.log(total / 2**20) / scale
+        inside = got > -128
+        assert np.all(np.abs(got - exact)[inside] <= 0.5 + 1e-3), (scale, channels)
+        assert np.all(exact[~inside] <= -127.5 + 1e-3)
+
+
+def test_floor_log2_is_the_leading_one():
+    values = np.array([1, 2, 3, 2**20, 2**20 + 1, 2**40 - 1, 2**62], np.int64)
+    assert list(numerics._floor_log2(values)) == [int(v).bit_length() - 1 for v in values]

@@ -303,3 +303,44 @@ def test_lut_per_lane_tables():
     np.testing.assert_array_equal(state.scratchpad[300:306], want)
     insn = isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1)
     assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1256, False)  # all 256 table rows
+
+
+def _softmax_tables(log: bool):
+    """An exp table of input scale 0.05 and, for log, the log table after it (as the quantizer
+    builds them), packed into the accumulator rows SOFTMAX reads."""
+    from compiler.graph.int8 import log_softmax_table, softmax_table
+    table = log_softmax_table(0.05) if log else softmax_table(0.05)
+    rows = isa.softmax_table_rows(L, int(log))
+    packed = np.zeros(rows * L, np.int32)
+    packed[:table.size] = table
+    return table, packed.reshape(rows, L)
+
+
+@pytest.mark.parametrize("channels", [5, L, 3 * L + 2])  # C < lanes, C = lanes, several blocks
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_over_channel_blocks_matches_numerics(channels, log):
+    state = fresh()
+    table, packed = _softmax_tables(log)
+    state.accumulator[100:100 + packed.shape[0]] = packed
+    blocks, rows, stride = -(-channels // L), 6, 10
+    before = state.scratchpad.copy()
+    insn = isa.SOFTMAX(src=0, dst=200, rows=rows, n=channels - (blocks - 1) * L, blocks=blocks,
+                       stride=stride, table=100, log=int(log), shift=7 if log else 0,
+                       out_offset=127 if log else -128)
+    run(state, insn)
+    x = np.concatenate([before[b * stride:b * stride + rows] for b in range(blocks)], axis=1)
+    x = x[:, :channels]
+    if log:
+        want = numerics.log_softmax(x, table[:256], table[256:], 7, 127)
+    else:
+        want = numerics.softmax(x, table, -128)
+    got = np.concatenate([state.scratchpad[200 + b * stride:200 + b * stride + rows]
+                          for b in range(blocks)], axis=1)
+    assert np.array_equal(got[:, :channels], want)
+    assert np.array_equal(got[:, channels:], np.concatenate(
+        [before[200 + b * stride:200 + b * stride + rows] for b in range(blocks)],
+        axis=1)[:, channels:])  # lanes past the last channel are left as they are
+    accesses = isa.SOFTMAX.access(ARCH, insn)
+    assert accesses[0] == (1, 100, 100 + packed.shape[0], False)
+    assert (0, 200 + (blocks - 1) * stride, 200 + (blocks - 1) * stride + rows, True) in accesses
+    assert isa.SOFTMAX.cycles(ARCH, insn) == 3 * -(-rows * blocks * L // ARCH.vector.lanes) + rows

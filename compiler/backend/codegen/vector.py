@@ -7,6 +7,9 @@
   per row) when an operand is strided or, for Mul, broadcast: a gate of one value per channel
   is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
   (b_splat=1).
+- **Softmax**: a tile of pixels, each pixel's channel blocks loaded into one region per block
+  (the SOFTMAX stride), one SOFTMAX over all of them, one STORE per block; the int32 table loads
+  into the accumulator once.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import numpy as np
 
 from compiler.backend.codegen.emit import (Context, input_window, instruction, load_acc_rows,
                                            load_window, pixel_tile_grid)
-from compiler.backend.layers import AddLayer, LutLayer, MulLayer, PoolLayer, View, pixelwise
+from compiler.backend.layers import (AddLayer, LutLayer, MulLayer, PoolLayer, SoftmaxLayer,
+                                     View, pixelwise)
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
-from compiler.backend.tiling import ElementwiseTiles, PoolTiles, ceil_div, conv_input_extent
+from compiler.backend.tiling import (ElementwiseTiles, PoolTiles, SoftmaxTiles, ceil_div,
+                                     conv_input_extent)
 from simulator import isa
 
 # --- pooling --------------------------------------------------------------------------------
@@ -218,4 +223,40 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
                          th * tw, table)
             store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
             steps.append(Step(tuple(loads), (work, store)))
+    return steps
+
+
+# --- softmax --------------------------------------------------------------------------------
+
+
+def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
+                  image: ImageBuilder) -> list[Step]:
+    arch, node, lanes = ctx.arch, layer.node, ctx.arch.lanes
+    table = np.zeros(tiles.table.rows * lanes, "<i4")
+    table[:layer.table.size] = layer.table
+    pending = [load_acc_rows(node, arch, tiles.table.base, image.add(table.tobytes()),
+                             tiles.table.rows)]
+    n, h, w, c = layer.views[1].shape
+    cap = tiles.tile_rows
+    tile_hw = (max(1, min(h, cap // w)), w) if w <= cap else (1, ceil_div(w, ceil_div(w, cap)))
+    steps = []
+    for count, (image_index, y0, th, x0, tw) in enumerate(pixel_tile_grid(n, (h, w), tile_hw)):
+        src, dst = ctx.buffer(tiles.inputs, count), ctx.buffer(tiles.outputs, count)
+
+        def dma(row, tensor, view, sram, block, write):
+            c0 = block * lanes
+            return instruction(node, row, ctx.access(tensor, write, view), mem="scratchpad",
+                               sram=sram + block * cap, dram=view.at(image_index, y0, x0, c0),
+                               y_size=th, x_size=tw, elem_bytes=min(lanes, c - c0),
+                               x_stride=view.pixel, y_stride=view.row)
+        loads = pending + [dma(isa.LOAD, layer.x, layer.views[0], src, b, False)
+                           for b in range(tiles.blocks)]
+        pending = []
+        work = instruction(node, isa.SOFTMAX, src=src, dst=dst, rows=th * tw,
+                           n=c - (tiles.blocks - 1) * lanes, blocks=tiles.blocks, stride=cap,
+                           table=tiles.table.base, log=int(layer.log), shift=layer.shift,
+                           out_offset=layer.out_zero_point)
+        stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)
+                  for b in range(tiles.blocks)]
+        steps.append(Step(tuple(loads), (work, *stores)))
     return steps

@@ -8,7 +8,7 @@ the ones the quantizer computed and the integer reference (`quantizer.reference.
 so the program and the oracle read the same integers.
 
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
-(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub/Mul, lookup tables) or `data`
+(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub/Mul, lookup tables, Softmax) or `data`
 (views, slices, Concat, the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
 CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
 """
@@ -24,7 +24,8 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_mul, lower_reduce_mean, lower_sub)
+                                           lower_mul, lower_reduce_mean, lower_softmax,
+                                           lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -49,6 +50,7 @@ RULES = {
     Lower.DIVIDE: lower_div,
     Lower.LUT: lower_lut,
     Lower.CHANNEL_LUT: lower_channel_lut,
+    Lower.SOFTMAX: lower_softmax,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,
     Lower.SPLIT: lower_split,

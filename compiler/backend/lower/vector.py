@@ -1,7 +1,7 @@
 """Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
 GlobalAveragePool, ReduceMean over H and W, GlobalMaxPool, Add and Sub, Mul of two activations
 (one may be broadcast: a gate per channel, per pixel or per image), Div by an activation (a
-reciprocal table and MUL); every single-input elementwise integer map (Relu,
+reciprocal table and MUL), Softmax and LogSoftmax along the channels (SOFTMAX); every single-input elementwise integer map (Relu,
 Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
 256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
 by construction."""
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer,
-                                     PoolLayer, Tensor, View, block_axis, block_shape)
+from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer, PoolLayer,
+                                     SoftmaxLayer, Tensor, View, block_axis, block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
+from simulator import numerics
 
 
 INT8_MIN = -128
@@ -272,3 +273,27 @@ def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = 
     ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
     lw.layers.append(MulLayer(node.name, ta, tb, ty, int(np.prod(y_block)), x_zp, z_zp,
                               *common, (*views, y_view or View.dense(y_block))))
+
+
+def lower_softmax(lw: Walk, node: Node) -> None:
+    """Softmax or LogSoftmax along the axis whose elements are contiguous in memory (the lanes
+    of a row): the last axis of a row-major value of rank <= 3, the channels of a map. The
+    node's table holds the exp entries, and LogSoftmax's the log entries after them."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
+    axis = int8_attrs(node)["axis"] % len(shape)
+    if len(shape) > 4 or block_axis(len(shape), axis) != 3:
+        raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; only "
+                                f"the contiguous axis lowers (the last of rank <= 3, axis 1 of "
+                                f"N x C x H x W)")
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    table = np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1)
+    a = int8_attrs(node)
+    view = lw.need_view(node, x)
+    ty, y_view = lw.output(y, Layout.channels_last(shape))
+    lw.layers.append(SoftmaxLayer(
+        node.name, lw.source(node, x), ty, table,
+        log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
+        shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]),
+        views=(view, y_view or View.dense(block_shape(shape)))))
