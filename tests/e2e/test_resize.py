@@ -22,10 +22,10 @@ def upsample(scales, concat: bool = False, seed: int = 0, **attrs):
     """x → Conv → Resize(nearest, scales) → Relu, or → Concat with a second input (the
     YOLO neck: the Resize's output written straight into its part of the Concat)."""
     rng = np.random.default_rng(seed)
-    height, width = 8 * scales[2], 8 * scales[3]
+    height, width = int(8 * scales[2]), int(8 * scales[3])
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Resize", ["c", "", "scales"], ["u"], mode="nearest", name="up",
-                              **attrs)]
+             helper.make_node("Resize", ["c", "", "scales"], ["u"], name="up",
+                              **{"mode": "nearest", **attrs})]
     inputs, outputs = {"x": [1, 3, 8, 8]}, {"y": [1, 4, height, width]}
     if concat:
         nodes.append(helper.make_node("Concat", ["u", "skip"], ["y"], axis=1, name="cat"))
@@ -57,6 +57,11 @@ def resize_to(height: int, width: int, **attrs) -> onnx.ModelProto:
 ])
 def test_nearest_upsampling_runs_on_the_accelerator(preset, scales, attrs) -> None:
     compiled, _ = compile_and_check(upsample(scales, **attrs), preset)
+    assert compiled.program.host_segments == ()
+
+
+def test_a_linear_resize_that_keeps_the_shape_is_a_copy_whatever_its_scales() -> None:
+    compiled, _ = compile_and_check(upsample((1, 1, 1.05, 1.05), mode="linear"), "default")
     assert compiled.program.host_segments == ()
 
 

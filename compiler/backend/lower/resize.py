@@ -101,13 +101,15 @@ def lower_resize(lw: Walk, node: Node) -> None:
                 for col in cols:
                     _copy(lw, node, source, (buffer, y_view), ((1, row), (2, col)))
             return
+    elif tuple(out_shape) == tuple(shape):  # the kernel returns its input, whatever scales
+        rows = cols = None
     else:
         _, scales = ref.resize_scales(shape, consts[1], consts[2], attrs["axes"],
                                       attrs["keep_aspect_ratio_policy"])
         rows, cols = (_linear_runs(shape[axis], out_shape[axis], scales[axis],
                                    attrs["coordinate_transformation_mode"]) for axis in _AXES)
     passes = [(axis, axis_runs) for axis, axis_runs in ((1, rows), (2, cols)) if axis_runs]
-    if not passes:  # the kernel returns its input
+    if not passes:
         _copy(lw, node, source, (buffer, y_view), ())
     for i, (axis, axis_runs) in enumerate(passes):
         target = (buffer, y_view)
