@@ -40,7 +40,7 @@ class Quant(Enum):
     """How the quantizer treats an operator (a column of the operator table): each kind is one
     rule of the quantizer (`quantizer.quantize.RULES`)."""
 
-    KEEP_PARAMS = "keep_params"        # data movement and max: output type = input type
+    KEEP_PARAMS = "keep_params"        # data movement, max, linear Resize: output type = input's
     CLAMP = "clamp"                    # Relu, Clip: fold into the producer's qclamp, else clamp
     RESCALE_INPUTS = "rescale_inputs"  # Concat: inputs rescaled (Rescale nodes) to the output's
     LINEAR = "linear"                  # int8 x int8 products summed in int32, requantized
