@@ -33,6 +33,8 @@ How each integer semantics is expressed so that onnxruntime reproduces it:
 - Rescale (ember-internal) is a DequantizeLinear → QuantizeLinear pair;
 - data movement and MaxPool keep the scale: DequantizeLinear → op → QuantizeLinear in the
   same parameters is exact; Pad's quantized constant becomes its real value again.
+  A linear Resize keeps the scale too, but its int8 kernel rounds after each axis: within
+  one code.
 
 onnxruntime's fused kernels (extended level: QLinearConv, QGemm) agree as well, but on x86 CPUs
 without VNNI its u8s8 kernels saturate int16 pair sums unless the session sets

@@ -40,7 +40,7 @@ class Quant(Enum):
     """How the quantizer treats an operator (a column of the operator table): each kind is one
     rule of the quantizer (`quantizer.quantize.RULES`)."""
 
-    KEEP_PARAMS = "keep_params"        # data movement and max: output type = input type
+    KEEP_PARAMS = "keep_params"        # data movement, max, linear Resize: output type = input's
     CLAMP = "clamp"                    # Relu, Clip: fold into the producer's qclamp, else clamp
     RESCALE_INPUTS = "rescale_inputs"  # Concat: inputs rescaled (Rescale nodes) to the output's
     LINEAR = "linear"                  # int8 x int8 products summed in int32, requantized
@@ -552,10 +552,60 @@ def dequantize_shape(xs, attrs):
     return [Type("float32", xs[0].type.shape)]
 
 
-def resize_refuses(attrs) -> str | None:
-    if attrs["mode"] != "nearest":
-        return f"Resize mode {attrs['mode']!r}: only 'nearest' keeps the scale"
-    return None
+def resize_int8(x, roi=None, scales=None, sizes=None, **attrs):
+    """Nearest copies codes (the fp32 reference's own). Linear is separable, axis by axis as
+    the fp32 reference goes: each output is `numerics.add` of its two taps, weighed by ADD's
+    input rescales (1 - frac, frac) with offsets 0, the sum rescaled back by 2^-ADD_LEFT_SHIFT
+    (`linear_resize_taps`). A convex combination of codes keeps the input's scale and zero
+    point and never saturates, so the vector unit's ADD over strided Views computes it."""
+    if attrs["mode"] != "linear":
+        return ref.resize(x, roi, scales, sizes, **attrs)
+    out_shape, scale = ref.resize_scales(x.shape, scales, sizes, attrs["axes"],
+                                         attrs["keep_aspect_ratio_policy"])
+    if tuple(out_shape) == x.shape:
+        return x
+    # The vector unit's codes are int8: uint8 codes (the reference alone runs them) are
+    # shifted there and back, so both element types round alike.
+    centre = RANGES[str(x.dtype)][0] + 128
+    y = np.asarray(x, np.int64) - centre
+    for axis in range(x.ndim):
+        if out_shape[axis] == x.shape[axis] and scale[axis] == 1:
+            continue
+        picks = []
+        for lo, hi, rescales in linear_resize_taps(
+                x.shape[axis], out_shape[axis], scale[axis],
+                attrs["coordinate_transformation_mode"]):
+            a = np.take(y, [lo], axis=axis)
+            picks.append(a if rescales is None else numerics.add(
+                a, np.take(y, [hi], axis=axis), 0, 0, *rescales, 0).astype(np.int64))
+        y = np.concatenate(picks, axis=axis)
+    return (y + centre).astype(x.dtype)
+
+
+# ADD's output rescale for a linear resize: the weighed sum back to the input's codes.
+_LERP_OUT = numerics.quantize_multiplier(2.0 ** -numerics.ADD_LEFT_SHIFT)
+# A linear resize's weights are multiples of 2^-16: positions whose float32 coordinates differ
+# by rounding noise alone share their weights (and so a layer), at a cost of under 2^-17 of the
+# 255-code range, 0.002 of a step.
+_LERP_WEIGHT_BITS = 16
+
+
+def linear_resize_taps(in_len: int, out_len: int, scale, ctm: str) -> list[tuple]:
+    """Per output position of one axis: (lo, hi, rescales), rescales the (multipliers, shifts)
+    of ADD weighing input lo by 1 - frac and hi by frac, or None when the output is a copy
+    of input lo (frac rounds to 0, as at a clamped border or on the input's own grid)."""
+    taps = []
+    for lo, hi, frac in zip(*ref.linear_taps(in_len, out_len, scale, ctm)):
+        lo, hi = int(lo), int(hi)
+        frac = round(float(frac) * 2 ** _LERP_WEIGHT_BITS) / 2 ** _LERP_WEIGHT_BITS
+        if frac == 1:
+            lo, frac = hi, 0.0
+        if frac == 0:
+            taps.append((lo, lo, None))
+            continue
+        (m0, s0), (m1, s1) = (numerics.quantize_multiplier(w) for w in (1 - frac, frac))
+        taps.append((lo, hi, ((m0, m1, _LERP_OUT[0]), (s0, s1, _LERP_OUT[1]))))
+    return taps
 
 
 def rescale_shape(xs, attrs):

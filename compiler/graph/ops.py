@@ -62,7 +62,7 @@ class Lower(Enum):
     CONCAT = "concat"            # one buffer its inputs are written or copied into
     QUANTIZE = "quantize"        # a program input binding (the host quantizes)
     TRANSPOSE = "transpose"      # only of a model input: its binding's strides, permuted
-    UPSAMPLE = "upsample"        # nearest, by whole factors: one copy per phase, strided
+    RESIZE = "resize"            # copies of rows and columns (nearest), ADDs of two (linear)
     DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
 
 
@@ -557,8 +557,7 @@ _ROWS = (
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes,
           lower=L.REDUCE_MEAN),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
-          ref.resize, quant=Q.KEEP_PARAMS, int8=ref.resize,  # int8: nearest only
-          int8_refuses=int8.resize_refuses, lower=L.UPSAMPLE),
+          ref.resize, quant=Q.KEEP_PARAMS, int8=int8.resize_int8, lower=L.RESIZE),
     # Data movement: views and copies; integers move as they are, keeping the scale.
     OpDef("Flatten", ("input",), {"axis": 1}, flatten_shape, ref.flatten,
           quant=Q.KEEP_PARAMS, int8=ref.flatten, lower=L.VIEW, view=V.RESHAPE),

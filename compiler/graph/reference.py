@@ -527,29 +527,8 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
     if coordinate_transformation_mode == "tf_crop_and_resize":
         raise CompileError("Resize coordinate_transformation_mode 'tf_crop_and_resize' is not "
                            "supported")
+    out_shape, scale = resize_scales(x.shape, scales, sizes, axes, keep_aspect_ratio_policy)
     rank = x.ndim
-    axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
-    f32 = np.float32
-    scale = [f32(1.0)] * rank
-    out_shape = list(x.shape)
-    if sizes is not None and len(np.atleast_1d(sizes)):
-        sizes = [int(s) for s in np.atleast_1d(sizes)]
-        for a, size in zip(axes, sizes):
-            out_shape[a], scale[a] = size, f32(size) / f32(x.shape[a])
-        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
-            # One scale for all the axes, the smallest or largest; sizes round half up.
-            pick = min if keep_aspect_ratio_policy == "not_larger" else max
-            common = pick(scale[a] for a in axes)
-            for a in axes:
-                scale[a] = common
-                out_shape[a] = int(np.floor(common * f32(x.shape[a]) + f32(0.5)))
-        elif keep_aspect_ratio_policy != "stretch":
-            raise CompileError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} "
-                               "is not one of stretch, not_larger, not_smaller")
-    else:
-        for a, s in zip(axes, np.atleast_1d(scales)):
-            scale[a] = f32(s)
-            out_shape[a] = int(np.floor(f32(x.shape[a]) * scale[a]))
     _check_size(out_shape, x.dtype)
     if tuple(out_shape) == x.shape:
         return x   # onnxruntime copies the input whenever the shape is unchanged, whatever scales
@@ -560,6 +539,34 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
         y = _resize_axis(y, a, out_shape[a], scale[a], mode, coordinate_transformation_mode,
                          nearest_mode)
     return y.astype(x.dtype, copy=False)
+
+
+def resize_scales(shape, scales, sizes, axes, keep_aspect_ratio_policy="stretch"):
+    """Resize's output shape and its float32 scale per axis, as onnxruntime computes them."""
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
+    f32 = np.float32
+    scale = [f32(1.0)] * rank
+    out_shape = list(shape)
+    if sizes is not None and len(np.atleast_1d(sizes)):
+        sizes = [int(s) for s in np.atleast_1d(sizes)]
+        for a, size in zip(axes, sizes):
+            out_shape[a], scale[a] = size, f32(size) / f32(shape[a])
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            # One scale for all the axes, the smallest or largest; sizes round half up.
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            common = pick(scale[a] for a in axes)
+            for a in axes:
+                scale[a] = common
+                out_shape[a] = int(np.floor(common * f32(shape[a]) + f32(0.5)))
+        elif keep_aspect_ratio_policy != "stretch":
+            raise CompileError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} "
+                               "is not one of stretch, not_larger, not_smaller")
+    else:
+        for a, s in zip(axes, np.atleast_1d(scales)):
+            scale[a] = f32(s)
+            out_shape[a] = int(np.floor(f32(shape[a]) * scale[a]))
+    return out_shape, scale
 
 
 def _source_coordinates(in_len, out_len, scale, ctm):
@@ -588,6 +595,15 @@ def _source_coordinates(in_len, out_len, scale, ctm):
     raise CompileError(f"Resize coordinate_transformation_mode {ctm!r} is not supported")
 
 
+def linear_taps(in_len, out_len, scale, ctm):
+    """Linear resize along one axis: output o = x[lo[o]] * (1 - frac[o]) + x[hi[o]] * frac[o],
+    frac in float64 from the float32 source coordinate clamped to the axis."""
+    coord = np.clip(_source_coordinates(in_len, out_len, scale, ctm), 0, in_len - 1)
+    coord = coord.astype(np.float64)
+    lo = np.floor(coord).astype(np.int64)
+    return lo, np.minimum(lo + 1, in_len - 1), coord - lo
+
+
 def _resize_axis(x, axis, out_len, scale, mode, ctm, nearest_mode):
     in_len = x.shape[axis]
     coord = _source_coordinates(in_len, out_len, scale, ctm)
@@ -605,12 +621,10 @@ def _resize_axis(x, axis, out_len, scale, mode, ctm, nearest_mode):
             raise CompileError(f"Resize nearest_mode {nearest_mode!r} is not supported")
         idx = np.clip(idx, 0, in_len - 1).astype(np.int64)
         return np.take(x, idx, axis=axis)
-    coord = np.clip(coord, 0, in_len - 1).astype(np.float64)
-    lo = np.floor(coord).astype(np.int64)
-    hi = np.minimum(lo + 1, in_len - 1)
+    lo, hi, frac = linear_taps(in_len, out_len, scale, ctm)
     shape = [1] * x.ndim
     shape[axis] = out_len
-    frac = (coord - lo).reshape(shape)
+    frac = frac.reshape(shape)
     a, b = np.take(x, lo, axis=axis).astype(np.float64), np.take(x, hi, axis=axis)
     return a * (1 - frac) + b * frac
 

@@ -46,6 +46,9 @@ class Case:
     expect_ops: tuple[str, ...] = ()  # ops the quantized graph must hold
     absent_ops: tuple[str, ...] = ()  # ops it must not hold
     opset: int = 17  # newer for operators added later (Gelu 20, Swish 24)
+    # Whether onnxruntime's run of the QDQ export reproduces it exactly in affine schemes (a
+    # linear Resize rounds after each axis, onnxruntime once).
+    qdq_exact: bool = True
 
 
 def _rng(seed=0):
@@ -174,6 +177,10 @@ CASES = [
          {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, steps=0),
     Case("Resize", [n("Resize", ["x", "", "sc"], ["y"], mode="nearest")], X4,
          {"y": (1, 4, 12, 12)}, {"sc": np.array([1, 1, 2, 2], np.float32)}, steps=0),
+    # Linear rounds after each axis (H, then W): within one step of fp32.
+    Case("Resize-linear", [n("Resize", ["x", "", "", "sz"], ["y"], mode="linear")], X4,
+         {"y": (1, 4, 9, 14)}, {"sz": np.array([1, 4, 9, 14], np.int64)}, steps=1.01,
+         qdq_exact=False),
     Case("Concat-rescale", [n("Sigmoid", ["a"], ["s"]), n("Concat", ["s", "b"], ["y"], axis=1)],
          {"a": (1, 2, 3, 3), "b": (1, 3, 3, 3)}, {"y": (1, 5, 3, 3)}, ranges={"b": 4.0},
          expect_ops=("Rescale",)),

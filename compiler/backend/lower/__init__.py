@@ -20,7 +20,8 @@ from compiler.backend.lower.array import (lower_conv, lower_conv_transpose, lowe
                                           lower_matmul)
 from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
                                          lower_slice, lower_split, lower_transpose,
-                                         lower_upsample, lower_view)
+                                         lower_view)
+from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
@@ -57,7 +58,7 @@ RULES = {
     Lower.CONCAT: lower_concat,
     Lower.QUANTIZE: lower_quantize,
     Lower.TRANSPOSE: lower_transpose,
-    Lower.UPSAMPLE: lower_upsample,
+    Lower.RESIZE: lower_resize,
     Lower.DEQUANTIZE: lower_dequantize,
 }
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from compiler.backend.layers import Binding, Layout, block_axis, transpose_input_strides
 from compiler.graph.ir import Node
-from compiler.graph.ops import int8_attrs, run_fp32
+from compiler.graph.ops import int8_attrs
 from compiler.graph.reference import slice_
 from compiler.backend.lower.walk import Walk, unsupported
 
@@ -98,39 +98,6 @@ def lower_quantize(lw: Walk, node: Node) -> None:
     lw.new_tensor(y, layout)
     lw.inputs.append(Binding(x, y, shape, float(params.scale[0]),
                                int(params.zero_point[0]), layout.strides(shape)))
-
-
-def lower_upsample(lw: Walk, node: Node) -> None:
-    """Nearest-neighbour Resize by whole factors f_h, f_w on H and W (a YOLO neck's, a
-    decoder's): f_h * f_w identity-table copies of the input, copy (dy, dx) into the output's
-    rows dy, dy + f_h, ... and columns dx, dx + f_w, ... (a strided View), so each input pixel
-    lands on its f_h x f_w block. Which input pixel each output pixel takes is the reference's
-    own index arithmetic, run on coordinates; any other map stays on the host."""
-    x, y = node.inputs[0], node.outputs[0]
-    shape, out_shape = lw.shape(x), lw.shape(y)
-    if len(shape) != 4 or shape[:2] != out_shape[:2]:
-        raise unsupported(node, f"it resizes {list(shape)} to {list(out_shape)}; only H and W "
-                                f"of an N x C x H x W map lower")
-    consts = [lw.g.values[n].const if n else None for n in node.inputs[1:]]
-    factors = []
-    for axis in (2, 3):
-        grid = np.broadcast_to(np.arange(shape[axis], dtype=np.float32).reshape(
-            [-1 if a == axis else 1 for a in range(4)]), shape)
-        picked = run_fp32(node, [grid, *consts])[0]
-        coords = picked[tuple(slice(None) if a == axis else 0 for a in range(4))]
-        factor = out_shape[axis] // shape[axis]
-        if factor * shape[axis] != out_shape[axis] or not np.array_equal(
-                coords, np.arange(out_shape[axis]) // factor):
-            raise unsupported(node, f"its map on axis {axis} is not nearest upsampling by a "
-                                    f"whole factor")
-        factors.append(factor)
-    buffer, view = lw.place(y)
-    lw.alias(y, buffer, view)
-    f_h, f_w = factors
-    for dy in range(f_h):
-        for dx in range(f_w):
-            phase = view.sub(1, dy, shape[2], f_h).sub(2, dx, shape[3], f_w)
-            lw.copy(node, x, buffer, phase)
 
 
 def lower_transpose(lw: Walk, node: Node) -> None:
