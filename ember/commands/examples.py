@@ -42,6 +42,7 @@ def build(out_dir: Path, only: tuple[str, ...]) -> None:
       models/mobilenetv3_small.onnx  hard-swish written out, squeeze-and-excitation
       models/yolo.onnx       a small YOLO-style detector, 1x3x256x256 -> box/class maps
       models/unet.onnx       a small U-Net with ConvTranspose, 1x3x128x128 -> 1x2x128x128
+      models/efficientnet_lite0.onnx  with dead channels (BN gamma 1e-9), 1x3x224x224 -> 1x1000
     The zoo models have seeded random weights: they are for compiling and benchmarking,
     not for predicting. Builds are deterministic; on one machine, a rebuild gives the same bytes.
 

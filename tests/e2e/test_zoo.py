@@ -13,6 +13,7 @@ from examples import zoo
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources.arrays import RandomData
+from quantizer.errors import QuantizeWarning
 from tests.e2e.flow import check_bit_exact, compile_and_check
 
 
@@ -41,5 +42,22 @@ SMALL = {"mobilenetv3_small": {"image": 64}, "yolo": {"image": 64}, "unet": {"im
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_new_zoo_model_runs_whole_on_the_accelerator(name: str, preset: str) -> None:
     compiled, result = compile_and_check(getattr(zoo, name)(**SMALL[name]), preset, count=1)
+    assert compiled.program.host_segments == ()
+    assert result.stats.bound_cycles <= result.stats.cycles
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow),
+                                    pytest.param("large", marks=pytest.mark.slow)])
+def test_efficientnet_lite_with_dead_channels_runs_whole_on_the_accelerator(preset: str) -> None:
+    """Its dead channels (weights of 1e-9 and a bias of -1.2 once BN folds) are floored with a
+    warning naming each, not refused or kept in fp32; narrow, to stay fast."""
+    proto = zoo.efficientnet_lite0(image=32, width=0.25, classes=10)
+    with pytest.warns(QuantizeWarning) as caught:
+        compiled, result = compile_and_check(proto, preset, count=1)
+    said = " ".join(str(w.message) for w in caught)
+    for bn, channels in zoo.EFFICIENTNET_LITE_DEAD.items():
+        conv = bn.removesuffix(".bn")
+        assert f"node '{conv}' (Conv): weight '{conv}/W_bn' has {len(channels)} of " in said
+        assert f"slices ({', '.join(map(str, channels))})" in said, (conv, said)
     assert compiled.program.host_segments == ()
     assert result.stats.bound_cycles <= result.stats.cycles

@@ -18,7 +18,7 @@ from examples.digits import train
 DIGITS_DIR = build.EXAMPLES_DIR / "digits"
 EXPECTED_OUTPUT_SHAPES = {
     **{name: {"logits": (1, 1000)} for name in ("resnet18", "mobilenetv2", "squeezenet",
-                                               "mobilenetv3_small")},
+                                               "mobilenetv3_small", "efficientnet_lite0")},
     "mlp": {"logits": (1, 10)},
     "yolo": {"head16.box": (1, 4, 16, 16), "head16.cls": (1, 80, 16, 16),
              "head32.box": (1, 4, 8, 8), "head32.cls": (1, 80, 8, 8)},
@@ -74,6 +74,9 @@ def test_zoo_models_have_the_expected_operators() -> None:
     assert ops["mobilenetv3_small"].count("GlobalAveragePool") == 10
     assert ops["yolo"].count("Sigmoid") == 41 and "Resize" in ops["yolo"]
     assert ops["unet"].count("ConvTranspose") == 2 and ops["unet"].count("Concat") == 2
+    # EfficientNet-Lite0: 49 convolutions (stem, 16 MBConv blocks, head), 9 residual Adds.
+    assert ops["efficientnet_lite0"].count("Conv") == 49
+    assert ops["efficientnet_lite0"].count("Add") == 9
 
 
 def test_committed_digits_data_has_the_documented_layout() -> None:

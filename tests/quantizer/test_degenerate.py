@@ -49,6 +49,19 @@ def vanishing_operand():
                  {"w": weights(rng, 4, 3, 3, 3), "b": weights(rng, 4) - 5})
 
 
+def constant_tensors(bias: float):
+    """conv: every weight 0, so its output is the constant `bias` everywhere (0: an all-zero
+    tensor, a zero range); add: a second input that calibration only ever sees as 0.25."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["d"], name="conv2"),
+             helper.make_node("Add", ["d", "level"], ["y"], name="add")]
+    return model(nodes, {"x": [1, 3, 8, 8], "level": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]},
+                 {"w": np.zeros((4, 3, 3, 3), np.float32), "b": np.full(4, bias, np.float32),
+                  "w2": weights(rng, 4, 4, 1, 1), "b2": weights(rng, 4)})
+
+
 def _compile(proto, feeds):
     profile = profile_of(proto, feeds, optimized_graph(proto))
     with warnings.catch_warnings(record=True) as caught:
@@ -85,6 +98,23 @@ def test_a_vanishing_operand_clamps_ratios_with_a_warning_and_stays_bit_exact() 
     assert any("node 'add' (Add)" in s and "requantization ratios" in s and "clamped" in s
                for s in said), said
     check_bit_exact(built.qgraph, built.compiled, feeds[:2])
+
+
+@pytest.mark.parametrize("bias", [0.5, 0.0])
+def test_all_constant_tensors_compile_bit_exact_and_follow_fp32(bias: float) -> None:
+    """A zero weight tensor, the constant (or all-zero) activation it makes and a constant
+    input are represented exactly: no error, and nothing to warn about."""
+    proto = constant_tensors(bias)
+    feeds = [{"x": s["x"], "level": np.full((1, 4, 8, 8), 0.25, np.float32)}
+             for s in samples({"x": [1, 3, 8, 8]}, 4)]
+    built, said = _compile(proto, feeds)
+    assert said == []
+    check_bit_exact(built.qgraph, built.compiled, feeds[:2])
+    graph = optimized_graph(proto)
+    step = built.qgraph.type_of(built.qgraph.nodes[-2].outputs[0]).quant.scale[0]
+    for feed in feeds[:2]:  # within two roundings (conv2's and the add's) and w2's error
+        assert np.abs(run_int8(built.qgraph, feed)["y"] - evaluate(graph, feed)["y"]).max() \
+            <= 2 * step
 
 
 @pytest.mark.parametrize("real", [1e-40, 3.9e-33, 2.0**-33, 2.0**31, 2.4e26])
