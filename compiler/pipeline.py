@@ -99,12 +99,14 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     tiles = alternate(tiles, arch, reserved)
     # Codegen before DRAM planning: it packs the constants (and pre-padded inputs), so it fixes
     # the image size; DRAM addresses stay relative to each activation until the plan places them.
-    image, steps, padded = generate(lowered, tiles, arch, options, on_chip, progress)
-    # Place activations above the image, reusing buffers by liveness; kept tensors get none.
+    image, steps, padded, constants = generate(lowered, tiles, arch, options, on_chip, progress)
+    # Place activations above the image, reusing buffers by liveness; kept tensors get none
+    # (constant operands are in the image).
     plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name,
                      set(padded) | set(on_chip))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
-    steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
+    steps = [relocate(layer_steps, {**plan.addresses, **constants}, sizes)
+             for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
     scheduled = schedule(steps, arch, options.double_buffer, progress)
     # A target's vector unit may implement only some operations: a program that needs another
