@@ -57,6 +57,29 @@ def test_constant_tensor_operand_bit_exact_on_default_over_a_batch(op) -> None:
     assert compiled.program.host_segments == ()
 
 
+def sequence_model(op: str, shape: tuple[int, ...], const_first: bool, seed: int = 0):
+    """x [1, 6, 16] → MatMul → [1, 6, 8] → op with a constant k of `shape`: a token sequence
+    (rank 3, its last axis in the lanes) with a positional table or a per-token scale."""
+    rng = np.random.default_rng(seed)
+    const = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+    inputs = ["k", "m"] if const_first else ["m", "k"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="project"),
+             helper.make_node(op, inputs, ["y"], name="f")]
+    return model(nodes, {"x": [1, 6, 16]}, {"y": [1, 6, 8]},
+                 {"w": rng.standard_normal((16, 8)).astype(np.float32),
+                  "k": const.astype(np.float32)})
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("shape", [(6, 8), (6, 1), (8,)])
+def test_constant_operand_of_a_sequence_bit_exact(op, shape) -> None:
+    """A value per token ([6, 1]) repeats along the lanes: ADD reads its codes repeated there,
+    MUL splats lane 0."""
+    for const_first, preset in ((False, "edge"), (True, "default")):
+        compiled, _ = compile_and_check(sequence_model(op, shape, const_first), preset)
+        assert compiled.program.host_segments == ()
+
+
 def test_constant_codes_live_in_the_dram_image() -> None:
     proto = constant_model("Add", (1, C, 5, 3), False)
     compiled, _ = compile_and_check(proto, "edge", count=1)

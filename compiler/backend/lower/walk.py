@@ -108,17 +108,17 @@ class Walk:
                                     f"output's shape {list(out_shape)}")
         codes = np.asarray(value.const, np.int8).reshape(
             (1,) * (len(out_shape) - value.const.ndim) + value.const.shape)
-        if over_channels and len(out_shape) == 4:
-            codes = np.broadcast_to(codes, codes.shape[:1] + out_shape[1:2] + codes.shape[2:])
-        stored = block_shape(codes.shape)
-        if len(out_shape) == 4:
-            codes = codes.transpose(0, 2, 3, 1)
-        tensor = f"{node.name}/{name}"
-        self.tensors[tensor] = Tensor(tensor, codes.size)
-        self.layouts[tensor] = Layout.row_major(stored)
-        self.constants[tensor] = np.ascontiguousarray(codes).tobytes()
-        dense = View.dense(stored).strides
+        block = codes.transpose(0, 2, 3, 1) if codes.ndim == 4 else \
+            codes.reshape(block_shape(codes.shape))
         out = block_shape(out_shape)
+        if over_channels:
+            block = np.broadcast_to(block, block.shape[:3] + out[3:])
+        stored = block.shape
+        tensor = f"{node.name}/{name}"
+        self.tensors[tensor] = Tensor(tensor, block.size)
+        self.layouts[tensor] = Layout.row_major(stored)
+        self.constants[tensor] = np.ascontiguousarray(block).tobytes()
+        dense = View.dense(stored).strides
         view = View((stored[0], *out[1:3], stored[3]), 0,
                     (dense[0], *(s if k > 1 else 0 for s, k in zip(dense[1:], stored[1:3]))))
         return tensor, view
