@@ -12,11 +12,13 @@ import pytest
 from onnx import helper
 
 from compiler.graph.evaluate import evaluate
-from ember.flow import optimized_graph
+from ember.flow import CompileOptions, compile_model, optimized_graph
 from ember.reports.metrics import ErrorStats
+from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
-from tests.e2e.flow import compile_and_check, quantized, samples
+from tests.e2e.flow import check_bit_exact, compile_and_check, quantized, samples
 from tests.onnx_builder import model
+from tests.quantizer.util import profile_of
 
 C = 10  # two channel blocks on the edge preset (8 lanes), a partial one on default (16)
 
@@ -97,3 +99,16 @@ def test_constant_tensor_operand_follows_fp32(op, const_first) -> None:
     for feed in samples({"x": (1, C, 5, 3)}, 8, seed=5):
         error.add(evaluate(graph, feed)["y"], run_int8(qgraph, feed)["y"])
     assert error.sqnr_db > 30.0, error.sqnr_db
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_constant_tensor_operand_with_uint8_activations_bit_exact(op) -> None:
+    """uint8 quantization gives the constant uint8 codes too: the int8 passes offset them as
+    they offset the activations."""
+    proto = constant_model(op, (1, 1, 5, 3), True)
+    shapes = {"x": (1, C, 5, 3)}
+    profile = profile_of(proto, samples(shapes, 8), optimized_graph(proto))
+    built = compile_model(proto, profile,
+                          CompileOptions(quant=QuantOptions(activation_dtype="uint8")), "edge")
+    assert built.compiled.program.host_segments == ()
+    check_bit_exact(built.qgraph, built.compiled, samples(shapes, 2, 1))
