@@ -17,6 +17,7 @@ from compiler.graph.reference import conv_transpose_pads
 from ember.flow import optimized_graph
 from ember.reports.metrics import ErrorStats
 from quantizer.reference import run_int8
+from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import compile_and_check, quantized, samples
 from tests.onnx_builder import model, weights
 
@@ -117,6 +118,20 @@ def test_a_3d_conv_transpose_is_named_and_runs_on_the_host() -> None:
         lower(qgraph)
     assert any(layer.__class__.__name__ == "HostLayer"
                for layer in lower(qgraph, allow_host=True).layers)
+
+
+def test_compiling_a_3d_conv_transpose_is_one_line_naming_it(tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    proto = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2, 2],
+                                    name="up3d")],
+                  {"x": [1, 2, 3, 3, 3]}, {"y": [1, 2, 7, 7, 7]}, {"w": weights(rng, 2, 2, 3, 3, 3)})
+    path = tmp_path / "up3d.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert invoke("quantize-profile", path, "--random", "2", "-o", tmp_path / "p.json") \
+        .exit_code == 0
+    result = invoke("compile", path, "--profile", tmp_path / "p.json", "-o", tmp_path / "m.ember")
+    assert_one_line_error(result, "node 'up3d' (ConvTranspose)", "only 2-D ConvTranspose lowers")
+    assert not (tmp_path / "m.ember").exists()
 
 
 @pytest.mark.parametrize("name", ["stride2-groups", "stride2-depthwise"])
