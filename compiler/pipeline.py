@@ -32,6 +32,7 @@ from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
+from compiler.passes.ungroup_conv_transpose import ungroup_conv_transpose
 from simulator.arch import Arch
 from simulator.program import Program
 
@@ -45,7 +46,9 @@ GRAPH_PASSES: list[Pass] = [
     fuse_gates,        # before bias folding takes hard-sigmoid's "+ 3": x * Sigmoid(x) → Swish
     fold_bias,         # after BN folding: a constant Add after a Conv/Gemm/MatMul → its bias
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
-    #                    become depthwise 1x1 Convs (Div by a scalar a Mul)
+    #                    become depthwise 1x1 Convs (Div by a constant a Mul)
+    ungroup_conv_transpose,  # after BN folding, which scales the grouped weight: one group,
+    #                    so that the weight has an output-channel axis for per-channel scales
     eliminate_common,  # after folding, equal constant-fed nodes are now visible as equal
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]
@@ -99,12 +102,14 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     tiles = alternate(tiles, arch, reserved)
     # Codegen before DRAM planning: it packs the constants (and pre-padded inputs), so it fixes
     # the image size; DRAM addresses stay relative to each activation until the plan places them.
-    image, steps, padded = generate(lowered, tiles, arch, options, on_chip, progress)
-    # Place activations above the image, reusing buffers by liveness; kept tensors get none.
+    image, steps, padded, constants = generate(lowered, tiles, arch, options, on_chip, progress)
+    # Place activations above the image, reusing buffers by liveness; kept tensors get none
+    # (constant operands are in the image).
     plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name,
                      set(padded) | set(on_chip))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}
-    steps = [relocate(layer_steps, plan.addresses, sizes) for layer_steps in steps]
+    steps = [relocate(layer_steps, {**plan.addresses, **constants}, sizes)
+             for layer_steps in steps]
     # Schedule last: tokens come from hazards on final addresses (local rows and DRAM bytes).
     scheduled = schedule(steps, arch, options.double_buffer, progress)
     # A target's vector unit may implement only some operations: a program that needs another

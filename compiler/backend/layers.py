@@ -395,3 +395,6 @@ class Lowered:
     inputs: tuple[Binding, ...]
     outputs: tuple[Binding, ...]
     views: dict[str, str] = field(default_factory=dict)  # view value → its buffer
+    # Constant operands (an Add's or Mul's tensor of codes): tensor → its bytes, which live in
+    # the DRAM image, not in the activation arena.
+    constants: dict[str, bytes] = field(default_factory=dict)

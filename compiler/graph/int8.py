@@ -112,7 +112,8 @@ CONV_WEIGHT = Weight(out_axis=lambda rank, attrs: 0,
                      b_sum=lambda w, attrs: w.reshape(w.shape[0], -1).sum(axis=1), padded=True)
 # ConvTranspose's weight is (C_in, C_out / group, *kernel): output channel g * C_out / group + j
 # sums the taps of column j over group g's input rows. Per-channel scales along axis 1 are per
-# output channel only with one group; grouped weights take one scale.
+# output channel only with one group; grouped weights take one scale (the compiler's passes
+# leave none: `compiler.passes.ungroup_conv_transpose`).
 CONV_TRANSPOSE_WEIGHT = Weight(
     out_axis=lambda rank, attrs: 1 if attrs["group"] == 1 else None,
     b_sum=lambda w, attrs: w.reshape(attrs["group"], w.shape[0] // attrs["group"], w.shape[1],

@@ -626,7 +626,7 @@ QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
     OPS["QuantizeLinear"], OPS["DequantizeLinear"], OPS["Rescale"])
 RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
-CONV, GEMM, MUL = OPS["Conv"], OPS["Gemm"], OPS["Mul"]
+CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
 
 
 def supported_ops() -> str:

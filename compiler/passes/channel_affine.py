@@ -10,7 +10,8 @@ output, so profiles and per-layer reports still match it.
 
 A scalar map stays as it is (the vector unit runs it as one table), except a Div, whose int8
 form divides by an activation (a table of its reciprocal, then a product): by a constant it
-becomes a Mul by the reciprocal, one exact rescale.
+becomes a Mul by the reciprocal, one exact rescale; so does a Div by a constant of any other
+shape (a map over the pixels), whose reciprocal the quantizer quantizes as an int8 tensor.
 """
 
 from __future__ import annotations
@@ -26,13 +27,20 @@ FEATURE_MAP_RANK = 4  # N x C x H x W: what a 2-D depthwise convolution reads
 
 
 def channel_affine(graph: Graph) -> Graph:
-    """After this pass no BatchNormalization, and no Div by a constant, reads a float feature
-    map, and no Add, Sub or Mul reads one with a per-channel (non-scalar) constant operand."""
+    """After this pass no BatchNormalization reads a float feature map, no Div a float value by
+    a constant, and no Add, Sub or Mul a float feature map with a per-channel (non-scalar)
+    constant operand."""
     nodes: list[Node] = []
     new_values: dict[str, Value] = {}
     for node in graph.nodes:
         mapped = _affine_of(graph, node)
         if mapped is None:
+            reciprocal = _reciprocal_of(graph, node)
+            if reciprocal is not None:
+                x, scale = reciprocal
+                name = f"{node.name}/scale"
+                new_values[name] = _const(name, scale)
+                node = Node(MUL.name, node.name, (x, name), node.outputs, {})
             nodes.append(node)
             continue
         x, scale, offset = mapped
@@ -84,6 +92,21 @@ def _affine_of(graph: Graph, node: Node) -> tuple[str, np.ndarray, np.ndarray] |
     except ValueError:
         return None
     return x, scale, offset
+
+
+def _reciprocal_of(graph: Graph, node: Node) -> tuple[str, np.ndarray] | None:
+    """(x, 1 / k) when `node` divides a float value x by a constant k (of any shape), else
+    None."""
+    row = OPS[node.op]
+    if row.quant is not Quant.DIVIDE or row.channel_affine is None or len(node.inputs) != 2:
+        return None
+    x, k = node.inputs
+    if graph.values[x].is_const or not graph.values[k].is_const or \
+            graph.type_of(x).dtype != "float32":
+        return None
+    scale, _ = row.channel_affine(row.bind(node.name, node.attrs), [None, graph.values[k].const],
+                                  graph.type_of(x).rank)
+    return x, scale
 
 
 def _const(name: str, array: np.ndarray) -> Value:

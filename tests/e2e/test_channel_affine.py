@@ -84,8 +84,11 @@ def test_constant_operand_runs_on_the_accelerator_bit_exactly(op, shape, const_f
     assert compiled.program.host_segments == ()
 
 
-def test_a_constant_that_is_not_per_channel_runs_on_the_host_with_allow_host() -> None:
-    proto = affine_model("Add", (1, 1, 5, 3), False)
+def test_an_activation_broadcast_over_the_batch_runs_on_the_host_with_allow_host() -> None:
+    # A constant over the pixels runs on the accelerator (tests/e2e/test_constant_operands.py);
+    # one with more images than the activation would make the vector unit repeat x.
+    proto = model([helper.make_node("Add", ["x", "k"], ["y"], name="f")], {"x": [1, C, 5, 3]},
+                  {"y": [2, C, 5, 3]}, {"k": np.ones((2, C, 5, 3), np.float32)})
     shapes = {"x": (1, C, 5, 3)}
     profile = profile_of(proto, samples(shapes, 8), optimized_graph(proto))
     with pytest.raises(CompileError, match="node 'f' \\(Add\\)"):

@@ -12,7 +12,12 @@ from onnx import helper
 from compiler.backend.layers import ConvLayer
 from compiler.backend.lower import lower
 from compiler.errors import CompileError
+from compiler.graph.evaluate import evaluate
 from compiler.graph.reference import conv_transpose_pads
+from ember.flow import optimized_graph
+from ember.reports.metrics import ErrorStats
+from quantizer.reference import run_int8
+from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import compile_and_check, quantized, samples
 from tests.onnx_builder import model, weights
 
@@ -113,3 +118,46 @@ def test_a_3d_conv_transpose_is_named_and_runs_on_the_host() -> None:
         lower(qgraph)
     assert any(layer.__class__.__name__ == "HostLayer"
                for layer in lower(qgraph, allow_host=True).layers)
+
+
+def test_compiling_a_3d_conv_transpose_is_one_line_naming_it(tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    proto = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2, 2],
+                                    name="up3d")],
+                  {"x": [1, 2, 3, 3, 3]}, {"y": [1, 2, 7, 7, 7]}, {"w": weights(rng, 2, 2, 3, 3, 3)})
+    path = tmp_path / "up3d.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert invoke("quantize-profile", path, "--random", "2", "-o", tmp_path / "p.json") \
+        .exit_code == 0
+    result = invoke("compile", path, "--profile", tmp_path / "p.json", "-o", tmp_path / "m.ember")
+    assert_one_line_error(result, "node 'up3d' (ConvTranspose)", "only 2-D ConvTranspose lowers")
+    assert not (tmp_path / "m.ember").exists()
+
+
+@pytest.mark.parametrize("name", ["stride2-groups", "stride2-depthwise"])
+def test_a_grouped_conv_transpose_is_quantized_per_output_channel(name) -> None:
+    """One weight scale per output channel, each from the channel's own weights (the weight
+    made block-diagonal, one group: `compiler.passes.ungroup_conv_transpose`); the array still
+    does, and counts, only its groups' multiply-accumulates."""
+    case = dict(CASES[name])
+    group = case["group"]
+    proto = decoder(**case)
+    qgraph = quantized(proto, samples({"x": [1, 3, 5, 6]}, 4))
+    up = next(node for node in qgraph.nodes if node.name == "up")
+    weight = qgraph.values[up.inputs[1]]
+    assert weight.type.quant.axis == 1 and len(weight.type.quant.scale) == 2 * group
+    assert np.all(np.abs(weight.const).max(axis=(0, 2, 3)) == 127)  # each channel's own range
+    phases = [layer for layer in lower(qgraph).layers if layer.node == "up"]
+    channel_pairs = 2 * group * (4 // group)  # each output channel reads its group's inputs
+    assert all(layer.macs == int(np.prod(layer.out_hw)) * channel_pairs * int(np.prod(
+        layer.kernel)) for layer in phases)
+
+
+def test_a_depthwise_conv_transpose_follows_fp32() -> None:
+    proto = decoder(**CASES["stride2-depthwise"])
+    graph = optimized_graph(proto)
+    qgraph = quantized(proto, samples({"x": [1, 3, 5, 6]}, 16))
+    error = ErrorStats()
+    for feed in samples({"x": [1, 3, 5, 6]}, 4, seed=3):
+        error.add(evaluate(graph, feed)["y"], run_int8(qgraph, feed)["y"])
+    assert error.sqnr_db > 25.0, error.sqnr_db

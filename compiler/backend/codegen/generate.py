@@ -20,18 +20,20 @@ from simulator.arch import Arch
 
 def generate(lowered: Lowered, tiles: list[Tiles], arch: Arch, options: BackendOptions,
              on_chip: dict | None = None, progress: Progress = quiet):
-    """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, and the
-    model inputs that live pre-padded in the image (by tensor). `on_chip`: the tensors kept
-    in the scratchpad (`compiler.backend.reuse`)."""
+    """Codegen for every layer: the DRAM image, the layers' (tensor-relative) steps, the
+    model inputs that live pre-padded in the image (by tensor), and the image address of each
+    constant operand tensor. `on_chip`: the tensors kept in the scratchpad
+    (`compiler.backend.reuse`)."""
     image = ImageBuilder()
     ctx = Context(arch, options.double_buffer, dict(on_chip or {}))
+    constants = {name: image.add(data) for name, data in lowered.constants.items()}
     steps, padded = [], {}
     for done, (layer, t) in enumerate(zip(lowered.layers, tiles)):
         progress("generating code for layers", done, len(lowered.layers))
         if isinstance(layer, ConvLayer) and t.packed_taps > 1:
             padded[layer.x] = padded_input(layer, t, image)
         steps.append(layer_steps(layer, t, ctx, image, padded.get(getattr(layer, "x", None))))
-    return image, steps, padded
+    return image, steps, padded, constants
 
 
 def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,

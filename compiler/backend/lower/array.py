@@ -65,6 +65,9 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
     weight = transposed_weight(np.asarray(w, np.int8), group)  # (C_out, C_in / group, kh, kw)
     zero = int(a.get("x_zero_point", 0))
     full_sum = weight.astype(np.int64).sum(axis=(1, 2, 3))
+    # The model's MACs are those of the channel pairs with weights: a ConvTranspose whose groups
+    # `ungroup_conv_transpose` made block-diagonal counts its groups' only.
+    pairs = int(np.count_nonzero(weight.any(axis=(2, 3))))
     bias = _bias(lw, node, 2, cout)
     multiplier, shift, out_zero, qclamp = requant_params(node, cout)
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)))
@@ -91,7 +94,7 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
                 x_whole.sub(1, crop_h[0], in_h).sub(2, crop_w[0], in_w)
             phase_view = y_view if strides == (1, 1) else \
                 y_whole.sub(1, r_h, count_h, strides[0]).sub(2, r_w, count_w, strides[1])
-            macs = n * count_h * count_w * cout * int(np.prod(sub.shape[1:]))
+            macs = n * count_h * count_w * pairs * int(np.prod(sub.shape[2:]))
             lw.layers.append(ConvLayer(
                 node.name, lw.source(node, x), y_tensor, n, (in_h, in_w), (count_h, count_w),
                 cin, cout, sub.shape[2:], (1, 1), (dil_h, dil_w),

@@ -125,18 +125,30 @@ def lower_sub(lw: Walk, node: Node) -> None:
 def _add(lw: Walk, node: Node, negate_b: bool) -> None:
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    if lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y):
-        raise unsupported(node, f"broadcasting {lw.shape(x)} with {lw.shape(z)}")
-    ta, tb = lw.source(node, x), lw.source(node, z)
-    parts = x in lw.views or z in lw.views
-    if not parts and not lw.layouts[ta].same_bytes(lw.layouts[tb]):
-        raise unsupported(node, "its inputs are stored in different orders")
-    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
-                             else lw.layouts[ta])
-    views = None
-    if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
-        views = (lw.need_view(node, x), lw.need_view(node, z),
-                 y_view or View.dense(block_shape(lw.shape(y))))
+    constant = [n for n in (x, z) if lw.g.values[n].is_const]
+    if constant:  # the other operand, of the output's shape, and the constant over Views
+        (k,), (active,) = constant, [n for n in (x, z) if n not in constant]
+        if lw.shape(active) != lw.shape(y):
+            raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} "
+                                    f"to {lw.shape(y)}")
+        operands = {active: (lw.source(node, active), lw.need_view(node, active)),
+                    k: lw.constant(node, k, lw.shape(y), over_channels=True)}
+        ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+        (ta, a_view), (tb, b_view) = operands[x], operands[z]
+        views = (a_view, b_view, y_view or View.dense(block_shape(lw.shape(y))))
+    else:
+        if lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y):
+            raise unsupported(node, f"broadcasting {lw.shape(x)} with {lw.shape(z)}")
+        ta, tb = lw.source(node, x), lw.source(node, z)
+        parts = x in lw.views or z in lw.views
+        if not parts and not lw.layouts[ta].same_bytes(lw.layouts[tb]):
+            raise unsupported(node, "its inputs are stored in different orders")
+        ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
+                               else lw.layouts[ta])
+        views = None
+        if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
+            views = (lw.need_view(node, x), lw.need_view(node, z),
+                     y_view or View.dense(block_shape(lw.shape(y))))
     mult = list(a["multiplier"])
     if negate_b:  # sub_int8: an ADD whose b rescale is negated
         mult[1] = -mult[1]
@@ -236,6 +248,8 @@ def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = 
     the channels ([N, 1, H, W]) or both ([N, 1, 1, 1]). `z_tensor`: a dense tensor holding b's
     values in place of b's own (Div's reciprocals)."""
     (x, z), y = node.inputs[:2], node.outputs[0]
+    if lw.g.values[x].is_const or (z_tensor is None and lw.g.values[z].is_const):
+        return _constant_product(lw, node, (x, x_zp), (z, z_zp), z_tensor)
     ta = lw.source(node, x)
     tb = lw.source(node, z) if z_tensor is None else z_tensor
     if lw.shape(x) != lw.shape(y):  # the product commutes: the full-shape operand is a
@@ -297,3 +311,29 @@ def lower_softmax(lw: Walk, node: Node) -> None:
         log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
         shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]),
         views=(view, y_view or View.dense(block_shape(shape)))))
+
+
+def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, int],
+                      z_tensor: str | None) -> None:
+    """MUL of an activation operand of the output's shape (or `z_tensor`, Div's reciprocals of
+    z, when x is the constant numerator) by a constant one as b, read over a View that
+    broadcasts it (`Walk.constant`): per lane, or with b_splat where it has one channel."""
+    y = node.outputs[0]
+    (k, k_zp), (active, a_zp) = (x, z) if lw.g.values[x[0]].is_const else (z, x)
+    tensor = z_tensor or lw.source(node, active)
+    if lw.shape(active) != lw.shape(y):
+        raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} to "
+                                f"{lw.shape(y)}")
+    if z_tensor is not None:  # dense, in the order of z's own tensor
+        if not lw.layouts[tensor].same_bytes(Layout.channels_last(lw.shape(active))):
+            raise unsupported(node, f"input {active!r} is in no strided order")
+        a_view = View.dense(block_shape(lw.shape(active)))
+    else:
+        a_view = lw.need_view(node, active)
+    tb, b_view = lw.constant(node, k, lw.shape(y), over_channels=False)
+    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    y_view = y_view or View.dense(block_shape(lw.shape(y)))
+    lw.layers.append(MulLayer(node.name, tensor, tb, ty, y_view.size, a_zp, k_zp,
+                              int(mult[0]), int(shift[0]), out_zp, qclamp,
+                              (a_view, b_view, y_view)))

@@ -52,6 +52,7 @@ class Walk:
         self.inputs: list[Binding] = []
         self.outputs: list[Binding] = []
         self.views: dict[str, View] = {}  # value → its part of its buffer (when not all of it)
+        self.constants: dict[str, bytes] = {}  # constant operand tensor → its bytes (the image's)
         self.into = plan_concats(graph)  # Concat inputs their producers write in place
 
     # -- values --
@@ -91,6 +92,36 @@ class Walk:
                 not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
             raise unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                     f"channels-last order (a layout copy is not implemented)")
+
+    def constant(self, node: Node, name: str, out_shape: tuple[int, ...],
+                 over_channels: bool) -> tuple[str, View]:
+        """A tensor holding the int8 codes of constant `name`, an operand of `node` broadcast
+        (numpy's rules) to `out_shape`, and the View that reads it as a block of that shape:
+        stride 0 along the pixel axes where the constant has one value, image 0 for every image
+        (`View.at` of a block with one image); over the channels too when `over_channels` (a
+        lane reads one channel, so the codes are repeated there), else one channel (a MUL's
+        b_splat). Its bytes go to the DRAM image."""
+        value = self.g.values[name]
+        if value.type.dtype != "int8" or len(value.type.shape) > len(out_shape):
+            raise unsupported(node, f"its constant input {name!r} ({value.type.dtype}, shape "
+                                    f"{list(value.type.shape)}) is no int8 operand of its "
+                                    f"output's shape {list(out_shape)}")
+        codes = np.asarray(value.const, np.int8).reshape(
+            (1,) * (len(out_shape) - value.const.ndim) + value.const.shape)
+        block = codes.transpose(0, 2, 3, 1) if codes.ndim == 4 else \
+            codes.reshape(block_shape(codes.shape))
+        out = block_shape(out_shape)
+        if over_channels:
+            block = np.broadcast_to(block, block.shape[:3] + out[3:])
+        stored = block.shape
+        tensor = f"{node.name}/{name}"
+        self.tensors[tensor] = Tensor(tensor, block.size)
+        self.layouts[tensor] = Layout.row_major(stored)
+        self.constants[tensor] = np.ascontiguousarray(block).tobytes()
+        dense = View.dense(stored).strides
+        view = View((stored[0], *out[1:3], stored[3]), 0,
+                    (dense[0], *(s if k > 1 else 0 for s, k in zip(dense[1:], stored[1:3]))))
+        return tensor, view
 
     # -- views: slices of a buffer, and the parts of a Concat's buffer --
 
@@ -199,7 +230,7 @@ class Walk:
                                f"program cannot return them")
         views = {v: b for v, b in self.buffer.items() if v != b}
         return Lowered(self.g.name, tuple(self.layers), self.tensors, tuple(self.inputs),
-                       tuple(self.outputs), views)
+                       tuple(self.outputs), views, self.constants)
 
     def _refuse_host_only(self, users: dict[str, list[Node]]) -> None:
         """Without allow_host, fail on the first node only the host can run, naming a node the
