@@ -71,5 +71,6 @@ def unquantizable(graph: Graph, node: Node) -> str | None:
                                     const[operands:]):
         if name and not is_const:
             return (f"its {slot.rstrip('?')} input {name!r} is computed at run time, not a "
-                    "constant")
+                    "constant (only a constant one, or one that constant folding computes, "
+                    "has an int8 form)")
     return None

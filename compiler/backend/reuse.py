@@ -195,6 +195,10 @@ def _try_pair(producer: ConvLayer, consumer, p_plain: ConvTiles, c_plain: Tiles,
     fields = _consumer_layout(consumer, c_plain, arch)
     if fields is None or fields["block"] != p_plain.out_block:
         return None
+    # The same pixels: a consumer may read the bytes as another block (a mean over T of a
+    # row-major [N, T, C] a MatMul wrote as N * T pixels of one row).
+    if (consumer.batch, consumer.in_hw) != (producer.batch, producer.out_hw):
+        return None
     if max(fields["height"], fields["width"]) > PAD_MAX:
         return None
     layout = OnChip(producer.y, 0, image_hw=producer.out_hw, **fields)

@@ -48,7 +48,7 @@ class Lower(Enum):
     AVERAGE_POOL = "average_pool"
     GLOBAL_MAX_POOL = "global_max_pool"
     GLOBAL_AVERAGE_POOL = "global_average_pool"
-    REDUCE_MEAN = "reduce_mean"  # over H and/or W: an average pool of that window
+    REDUCE_MEAN = "reduce_mean"  # an average pool over H/W; over C a convolution by ones
     ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
     SUB = "sub"                  # ADD with b's rescale negated; likewise
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand

@@ -468,6 +468,8 @@ reduce_mean("opset18-axes-input", [1, 3], opset=18)
 reduce_mean(f"opset{MAX_OPSET}-axes-input", [-1], opset=MAX_OPSET, keepdims=0)
 reduce_mean("opset18-no-axes", None, opset=18)
 reduce_mean("opset18-noop-with-empty-axes", None, opset=18, noop_with_empty_axes=1)
+reduce_mean("rank3-last-axis", [-1], opset=18, shape=(2, 7, 5), keepdims=0)
+reduce_mean("rank2-all-axes", [0, 1], opset=18, shape=(6, 5), keepdims=0)
 case("ReduceMean", "opset18-empty-axes-input", node("ReduceMean", ["x", "axes"], ["y"]),
      {"x": (2, 3, 4)}, inits={"axes": const()}, opset=18)
 

@@ -1,18 +1,21 @@
-"""Lowering rules for the vector unit: MaxPool, AveragePool with one window size,
-GlobalAveragePool, ReduceMean over H and W, GlobalMaxPool, Add and Sub, Mul of two activations
-(one may be broadcast: a gate per channel, per pixel or per image), Div by an activation (a
-reciprocal table and MUL), Softmax and LogSoftmax along the channels (SOFTMAX); every single-input elementwise integer map (Relu,
-Clip, Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a
-256-entry LUT built by running the node's own int8 kernel on all 256 codes, so it is bit-exact
-by construction."""
+"""Lowering rules for the vector unit: MaxPool (dilated: one pool per output phase), AveragePool
+with one window size, GlobalAveragePool, ReduceMean (over the channels: a convolution on the
+array), GlobalMaxPool, Add and Sub, Mul of two activations (one may be broadcast: a gate per
+channel, per pixel or per image), Div by an activation (a reciprocal table and MUL), Softmax and
+LogSoftmax along the channels (SOFTMAX); every single-input elementwise integer map (Relu, Clip,
+Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a 256-entry LUT
+built by running the node's own int8 kernel on all 256 codes, so it is bit-exact by
+construction."""
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, Layout, LutLayer, MulLayer, PoolLayer,
-                                     SoftmaxLayer, Tensor, View, block_axis, block_shape)
+from compiler.backend.layers import (NHWC, AddLayer, ConvLayer, Layout, LutLayer, MulLayer,
+                                     PoolLayer, SoftmaxLayer, Tensor, View, block_axis,
+                                     block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
@@ -24,14 +27,11 @@ from simulator import numerics
 INT8_MIN = -128
 
 
-def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value,
-          out_hw: tuple[int, int] | None = None, **params):
-    """A pooling layer; `out_hw` when the output's own shape does not say it (a mean without
-    keepdims)."""
+def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value, **params):
     x, y = node.inputs[0], node.outputs[0]
     lw.need_channels_last(node, x)
     n, c, h, w = lw.shape(x)
-    oh, ow = out_hw or lw.shape(y)[2:]
+    oh, ow = lw.shape(y)[2:]
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)))
     lw.layers.append(PoolLayer(
         node.name, lw.source(node, x), y_tensor,
@@ -43,7 +43,7 @@ def _window(lw: Walk, node: Node, a: dict, ceil_mode: int):
     x = node.inputs[0]
     h, w = lw.shape(x)[2:]
     if a.get("dilations") and any(d != 1 for d in a["dilations"]):
-        raise unsupported(node, "dilated pooling windows are not supported")
+        raise unsupported(node, "a dilated average window does not lower (a dilated MaxPool does)")
     kernel = tuple(a["kernel_shape"])
     if len(kernel) != 2:
         raise unsupported(node, "only 2-D pooling lowers")
@@ -58,8 +58,66 @@ def _window(lw: Walk, node: Node, a: dict, ceil_mode: int):
 
 def lower_max_pool(lw: Walk, node: Node) -> None:
     a = int8_attrs(node)
+    if a.get("dilations") and any(d != 1 for d in a["dilations"]):
+        return _dilated_max_pool(lw, node, a)
     kernel, strides, pads = _window(lw, node, a, a["ceil_mode"])
     _pool(lw, node, False, kernel, strides, pads, INT8_MIN)
+
+
+def _dilated_max_pool(lw: Walk, node: Node, a: dict) -> None:
+    """A dilated max pool as one dense max pool per output phase: every d-th input row (and
+    column) is a strided View, over which the window is dense, and each phase writes every
+    (d / gcd(s, d))-th output row (and column), a strided View of the output. The pools load
+    the same bytes as one undilated pool would, and no instruction is added."""
+    x, y = node.inputs[0], node.outputs[0]
+    lw.need_channels_last(node, x)
+    n, c, h, w = lw.shape(x)
+    kernel = tuple(a["kernel_shape"])
+    if len(kernel) != 2:
+        raise unsupported(node, "only 2-D pooling lowers")
+    pads, out, strides, dilations = resolve_pads((h, w), kernel, a["strides"], a["dilations"],
+                                                 a["pads"], a["auto_pad"], a["ceil_mode"])
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, *out)))
+    x_whole = lw.views.get(x) or View.dense(block_shape((n, c, h, w)))
+    y_whole = y_view or View.dense(block_shape((n, c, *out)))
+    axes = [_dilated_phases(*args) for args in
+            zip((h, w), out, kernel, strides, dilations, pads[:2])]
+    for (start_h, size_h, first_h, count_h, step_h, stride_h, pads_h) in axes[0]:
+        for (start_w, size_w, first_w, count_w, step_w, stride_w, pads_w) in axes[1]:
+            if not size_h or not size_w:
+                raise unsupported(node, "a phase of its dilated window lies wholly in the "
+                                        "padding")
+            lw.layers.append(PoolLayer(
+                node.name, lw.source(node, x), y_tensor, n, (size_h, size_w),
+                (count_h, count_w), c, kernel, (stride_h, stride_w),
+                (pads_h[0], pads_w[0], pads_h[1], pads_w[1]), INT8_MIN,
+                x_view=x_whole.sub(1, start_h, size_h, dilations[0])
+                .sub(2, start_w, size_w, dilations[1]),
+                y_view=y_whole.sub(1, first_h, count_h, step_h)
+                .sub(2, first_w, count_w, step_w)))
+
+
+def _dilated_phases(size: int, out: int, kernel: int, stride: int, dilation: int,
+                    pad: int) -> list[tuple]:
+    """The output phases of one axis of a dilated pool, each (its first input and input
+    count, read every `dilation`-th; its first output, output count and output step; its
+    dense pool's stride and (begin, end) pads).
+
+    Output o reads inputs o * s + i * d - p. With g = gcd(s, d) and o = q * (d / g) + r, that
+    is d * (q * s / g + i) + r * s - p: phase r is a dense window of stride s / g over every
+    d-th input from r * s - p on."""
+    common = math.gcd(stride, dilation)
+    step, dense_stride = dilation // common, stride // common
+    phases = []
+    for first in range(min(step, out)):
+        base = first * stride - pad
+        start = base % dilation
+        begin = (start - base) // dilation
+        inputs = len(range(start, size, dilation))
+        count = len(range(first, out, step))
+        end = max(0, (count - 1) * dense_stride + kernel - inputs - begin)
+        phases.append((start, inputs, first, count, step, dense_stride, (begin, end)))
+    return phases
 
 
 def lower_average_pool(lw: Walk, node: Node) -> None:
@@ -84,25 +142,58 @@ def lower_global_average_pool(lw: Walk, node: Node) -> None:
 
 
 def lower_reduce_mean(lw: Walk, node: Node) -> None:
-    """A mean over H, W or both of an N x C x H x W map is the average pool of that window (the
-    global one over both); without keepdims only over both, whose N x C result has the bytes
-    of the pool's N x C x 1 x 1."""
+    """A mean over any axes of a rank-2 to 4 value, read as its (N, H, W, C) block (a
+    row-major [N, T, C] tensor's last axis is its channels): over H, W or both the average
+    pool of that window; over the channels (with H and W or not) a convolution to one output
+    channel by a kernel of ones spanning the averaged axes, its bias taking x's zero point off.
+    Either sums (x - z_x) exactly and requantizes once by s_x / (count * s_out), as
+    `reduce_mean_int8`. Axes of size 1 average nothing."""
     a = int8_attrs(node)
-    shape = lw.shape(node.inputs[0])
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
     given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
-    axes = set(reduce_axes(len(shape), lw.g.values[given].const if given else None,
-                           a["noop_with_empty_axes"]))
-    if len(shape) != 4 or not axes or not axes <= {2, 3} or (
-            not a["keepdims"] and axes != {2, 3}):
-        raise unsupported(node, f"it averages axes {sorted(axes)} of a rank-{len(shape)} value; "
-                                f"only H and W of an N x C x H x W map lower (both, without "
-                                f"keepdims)")
-    h, w = shape[2:]
-    kernel = (h if 2 in axes else 1, w if 3 in axes else 1)
+    axes = reduce_axes(len(shape), lw.g.values[given].const if given else None,
+                       a["noop_with_empty_axes"])
+    if not 2 <= len(shape) <= 4:
+        raise unsupported(node, f"it averages a rank-{len(shape)} value; ranks 2 to 4 lower")
+    averaged = {block_axis(len(shape), axis) for axis in axes if shape[axis] > 1}
+    if 0 in averaged:
+        raise unsupported(node, f"it averages the batch axis of a rank-{len(shape)} value "
+                                f"(axes {sorted(axes)})")
+    if len(shape) == 4:
+        lw.need_channels_last(node, x)
+    else:
+        lw.need_view(node, x)
+    n, h, w, c = block_shape(shape)
+    kernel = (h if 1 in averaged else 1, w if 2 in averaged else 1)
+    out_hw = (h // kernel[0], w // kernel[1])
+    channels = 1 if 3 in averaged else c
+    layout = Layout.channels_last((n, channels, *out_hw)) if len(shape) == 4 else \
+        Layout.row_major(lw.shape(y))
+    if layout.strides(lw.shape(y)) is None:  # keepdims=0 dropped an axis between kept ones:
+        kept = [axis for axis in range(4) if axis not in axes]  # the order of those kept
+        layout = Layout(lw.shape(y), tuple(kept.index(p) for p in NHWC if p in kept))
+    # In place in a Concat only when the value's own block is the layer's (keepdims).
+    in_place = block_shape(lw.shape(y)) == (n, *out_hw, channels)
+    y_tensor, y_view = lw.output(y, layout, in_place)
     mult, shift, out_zp, qclamp = requant_params(node, 1)
-    _pool(lw, node, True, kernel, (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
-          out_hw=(h // kernel[0], w // kernel[1]), multiplier=int(mult[0]),
-          shift=int(shift[0]), out_zero_point=out_zp, qclamp=qclamp)
+    zero = int(a.get("x_zero_point", 0))
+    if 3 not in averaged:
+        lw.layers.append(PoolLayer(
+            node.name, lw.source(node, x), y_tensor, n, (h, w), out_hw, c, kernel, (1, 1),
+            (0, 0, 0, 0), zero, True, int(mult[0]), int(shift[0]), out_zp, qclamp,
+            x_view=lw.views.get(x), y_view=y_view))
+        return
+    count = kernel[0] * kernel[1] * c
+    if count * 255 >= 2**31:
+        raise unsupported(node, f"it averages {count} values, whose sum may overflow the "
+                                f"int32 accumulator")
+    bias = None if zero == 0 else np.array([-zero * count], np.int32)
+    lw.layers.append(ConvLayer(
+        node.name, lw.source(node, x), y_tensor, n, (h, w), out_hw, c, 1, kernel, (1, 1),
+        (1, 1), (0, 0, 0, 0), zero, np.ones((1, c, *kernel), np.int8), bias, mult, shift,
+        out_zp, qclamp, macs=n * out_hw[0] * out_hw[1] * count, x_view=lw.views.get(x),
+        y_view=y_view))
 
 
 def lower_global_max_pool(lw: Walk, node: Node) -> None:
