@@ -93,7 +93,7 @@ def breakdown(program, result, summary) -> list[dict]:
     unit busy for at least half of the span, else "latency": DMA latencies and the
     load -> compute -> vector -> store chain of each tile, which no unit's throughput hides."""
     model_macs = {layer["name"]: layer["macs"] for layer in summary.per_layer}
-    arch, timeline = program.arch, result.timeline
+    arch = program.arch
     port = {}
     for insn, source in zip(program.instructions, program.source):
         if insn.op is isa.LOAD or insn.op is isa.STORE:

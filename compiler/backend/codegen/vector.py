@@ -33,7 +33,7 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
                image: ImageBuilder) -> list[Step]:
     arch, node = ctx.arch, layer.node
     (kh, kw), (sh, sw) = layer.kernel, layer.strides
-    (h, w), (oh, ow), c = layer.in_hw, layer.out_hw, layer.channels
+    (h, w), c = layer.in_hw, layer.channels
     cb = tiles.channel_block
     pending = []
     param_row = None
