@@ -1003,7 +1003,6 @@ def test_resize_row_over_attributes(mode, ctm, nearest_mode, hw, use_sizes, data
        st.sampled_from(["constant", "reflect", "edge", "wrap"]), st.data())
 @settings(max_examples=100)
 def test_pad_row_over_attributes(shape, mode, data):
-    rank = len(shape)
     low = -1 if mode == "constant" else 0
     # reflect needs pads < dim; wrap and edge may reach one dim beyond.
     high = [d - 1 if mode == "reflect" else d for d in shape]
