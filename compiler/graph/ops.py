@@ -60,7 +60,7 @@ class Lower(Enum):
     SPLIT = "split"              # likewise, one View per output
     CONCAT = "concat"            # one buffer its inputs are written or copied into
     QUANTIZE = "quantize"        # a program input binding (the host quantizes)
-    TRANSPOSE = "transpose"      # only of a model input: its binding's strides, permuted
+    TRANSPOSE = "transpose"      # a model input's binding strides, a view, or a strided copy
     UPSAMPLE = "upsample"        # nearest, by whole factors: one copy per phase, strided
     DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
 
