@@ -64,3 +64,48 @@ def test_a_transpose_runs_on_the_accelerator(form: str, preset: str) -> None:
     compiled, _ = compile_and_check(build(), preset)
     assert compiled.program.host_segments == ()
     assert len(copies(compiled)) == count
+
+
+def padded(after: str, pads, value: float | None = None, mode: str = "constant"):
+    """Conv → Pad(pads, value) → an output, or an Add or Concat with a second input."""
+    inputs = ["c", "pads"] + (["value"] if value is not None else [])
+    inits = {"pads": np.array(pads, np.int64)}
+    if value is not None:
+        inits["value"] = np.array(value, np.float32)
+    shape = [1, C, 6 + pads[2] + pads[6], 4 + pads[3] + pads[7]]
+    pad = helper.make_node("Pad", inputs, ["p" if after != "output" else "y"], name="pad",
+                           mode=mode)
+    if after == "output":
+        return conv_then([pad], shape, **inits)
+    if after == "add":
+        second = helper.make_node("Add", ["p", "z"], ["y"], name="add")
+        return conv_then([pad, second], shape, {"z": shape}, **inits)
+    second = helper.make_node("Concat", ["p", "z"], ["y"], axis=1, name="cat")
+    return conv_then([pad, second], [1, C + 2, *shape[2:]], {"z": [1, 2, *shape[2:]]}, **inits)
+
+
+PADS = {
+    "output": ("output", (0, 0, 1, 2, 0, 0, 2, 1), None),
+    "add": ("add", (0, 0, 1, 1, 0, 0, 1, 1), None),
+    "concat": ("concat", (0, 0, 0, 1, 0, 0, 2, 0), None),
+    "value": ("output", (0, 0, 1, 1, 0, 0, 0, 1), 1.5),
+    "crop": ("add", (0, 0, -1, 2, 0, 0, 1, -1), -0.5),
+}
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+@pytest.mark.parametrize("form", list(PADS))
+def test_a_pad_runs_on_the_accelerator(form: str, preset: str) -> None:
+    after, pads, value = PADS[form]
+    compiled, _ = compile_and_check(padded(after, pads, value), preset)
+    assert compiled.program.host_segments == ()
+    assert [layer["kind"] for layer in copies(compiled)
+            if layer["name"] == "pad"] == ["Pool"]
+
+
+def test_a_reflect_pad_is_named_and_refused() -> None:
+    proto = padded("output", (0, 0, 1, 1, 0, 0, 1, 1), mode="reflect")
+    qgraph = quantized(proto, samples({"x": [1, 3, 6, 4]}, 4))
+    with pytest.raises(CompileError, match="node 'pad' \\(Pad\\): its mode 'reflect' \\(only "
+                                           "constant padding lowers\\)"):
+        lower(qgraph)

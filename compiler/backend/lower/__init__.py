@@ -24,7 +24,7 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_mul, lower_reduce_mean, lower_sub)
+                                           lower_mul, lower_pad, lower_reduce_mean, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -55,6 +55,7 @@ RULES = {
     Lower.CONCAT: lower_concat,
     Lower.QUANTIZE: lower_quantize,
     Lower.TRANSPOSE: lower_transpose,
+    Lower.PAD: lower_pad,
     Lower.UPSAMPLE: lower_upsample,
     Lower.DEQUANTIZE: lower_dequantize,
 }
