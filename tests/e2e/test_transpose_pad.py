@@ -109,3 +109,11 @@ def test_a_reflect_pad_is_named_and_refused() -> None:
     with pytest.raises(CompileError, match="node 'pad' \\(Pad\\): its mode 'reflect' \\(only "
                                            "constant padding lowers\\)"):
         lower(qgraph)
+
+
+def test_a_pad_wider_than_the_load_pad_field_is_named_and_refused() -> None:
+    proto = padded("output", (0, 0, 300, 0, 0, 0, 0, 0))
+    qgraph = quantized(proto, samples({"x": [1, 3, 6, 4]}, 4))
+    with pytest.raises(CompileError, match="node 'pad' \\(Pad\\): it pads 300 pixels; a LOAD "
+                                           "pads at most 255"):
+        lower(qgraph)

@@ -18,6 +18,7 @@ from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
+from simulator import isa
 
 
 INT8_MIN = -128
@@ -76,6 +77,10 @@ def lower_pad(lw: Walk, node: Node) -> None:
         begin[axis], end[axis] = pads[i], pads[i + len(axes)]
     if any(begin[:2] + end[:2]):
         raise unsupported(node, "it pads the batch or channel axis (only H and W lower)")
+    widest = isa.LOAD.field("pad_top").range[1]
+    if max(begin + end) > widest:
+        raise unsupported(node, f"it pads {max(begin + end)} pixels; a LOAD pads at most "
+                                f"{widest}")
     lw.need_channels_last(node, x)
     whole = view = lw.need_view(node, x)
     n, c = shape[:2]
