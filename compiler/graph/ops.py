@@ -61,8 +61,9 @@ class Lower(Enum):
     SPLIT = "split"              # likewise, one View per output
     CONCAT = "concat"            # one buffer its inputs are written or copied into
     QUANTIZE = "quantize"        # a program input binding (the host quantizes)
-    TRANSPOSE = "transpose"      # only of a model input: its binding's strides, permuted
+    TRANSPOSE = "transpose"      # a model input's binding strides, a view, or a strided copy
     RESIZE = "resize"            # copies of rows and columns (nearest), ADDs of two (linear)
+    PAD = "pad"                  # constant, of H and W: a 1x1 MaxPool whose LOAD pads
     DEQUANTIZE = "dequantize"    # a program output binding (the host dequantizes)
 
 
@@ -582,7 +583,7 @@ _ROWS = (
     OpDef("Pad", ("data", "pads", "constant_value?", "axes?"), {"mode": "constant"},
           _evaluating(ref.pad), ref.pad, quant=Q.KEEP_PARAMS, int8=ref.pad,
           fill_input=lambda attrs: 2 if attrs["mode"] == "constant" else None,
-          folds_into_consumer=True),
+          lower=L.PAD, folds_into_consumer=True),
     # The boundary between float and integer, and the quantizer's own rescale: only quantized
     # graphs hold these. Their "fp32" reference is their definition (ONNX semantics).
     OpDef("QuantizeLinear", ("x", "y_scale", "y_zero_point?"),

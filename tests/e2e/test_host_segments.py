@@ -89,30 +89,34 @@ def test_fp32_model_input_and_output_cross_the_program_boundary_as_float32() -> 
     assert result.outputs["logits"].dtype == np.float32
 
 
-def _transpose_model() -> onnx.ModelProto:
-    """conv → Transpose (no lowering) → conv → ReduceMean → Softmax over the middle axis (no
-    lowering: not the contiguous one)."""
+# An edge Pad of width 0: a node the accelerator has no lowering for (only constant Pads lower).
+NO_PADS = np.zeros(8, np.int64)
+
+
+def _edge_pad_model() -> onnx.ModelProto:
+    """conv → an edge Pad (no lowering) → conv → ReduceMean → Softmax over the
+    middle axis (no lowering: not the contiguous one)."""
     rng = np.random.default_rng(1)
     inits = {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
-             "w2": rng.standard_normal((8, 8, 3, 3)).astype(np.float32)}
+             "w2": rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "pads": NO_PADS}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Transpose", ["r1"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Pad", ["r1", "pads"], ["t"], name="edge", mode="edge"),
              helper.make_node("Conv", ["t", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
              helper.make_node("ReduceMean", ["c2"], ["m"], name="mean", axes=[2], keepdims=0),
              helper.make_node("Softmax", ["m"], ["y"], name="probabilities", axis=1)]
-    return model(nodes, {"x": [1, 3, 6, 7]}, {"y": [1, 8, 6]}, inits)
+    return model(nodes, {"x": [1, 3, 6, 7]}, {"y": [1, 8, 7]}, inits)
 
 
 @pytest.mark.parametrize("preset", ["default", "edge"])
 def test_operators_without_a_lowering_run_on_the_host_only_when_allowed(preset: str) -> None:
     shapes = {"x": [1, 3, 6, 7]}
-    qgraph = quantized(_transpose_model(), samples(shapes, 8))
-    with pytest.raises(CompileError, match=r"'transpose' \(Transpose\).*--allow-host"):
+    qgraph = quantized(_edge_pad_model(), samples(shapes, 8))
+    with pytest.raises(CompileError, match=r"'edge' \(Pad\).*--allow-host"):
         compile_int8(qgraph, Arch.load(preset))
     compiled = compile_int8(qgraph, Arch.load(preset), HOST)
     assert [s["nodes"] for s in compiled.program.host_segments] == [
-        ["transpose"], ["probabilities"]]
+        ["edge"], ["probabilities"]]
     kinds = [layer["kind"] for layer in compiled.summary.per_layer]
     assert kinds == ["Conv", "Host", "Conv", "Pool", "Host"]
     check_bit_exact(qgraph, compiled, samples(shapes, 3, 1))
@@ -123,19 +127,19 @@ def test_a_host_output_is_written_into_the_concat_that_reads_it() -> None:
     of the Concat's buffer, so the accelerator's Concat needs no copy layer."""
     rng = np.random.default_rng(3)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Transpose", ["c"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Pad", ["c", "pads"], ["t"], name="edge", mode="edge"),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Transpose", ["r"], ["u"], name="transpose2", perm=[0, 1, 3, 2]),
+             helper.make_node("Pad", ["r", "pads"], ["u"], name="edge2", mode="edge"),
              helper.make_node("Concat", ["t", "u"], ["cat"], name="cat", axis=1),
              helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2")]
     proto = model(nodes, {"x": [1, 3, 5, 5]}, {"y": [1, 4, 5, 5]},
                   {"w1": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                   "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32)})
+                   "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "pads": NO_PADS})
     shapes = {"x": [1, 3, 5, 5]}
     qgraph = quantized(proto, samples(shapes, 8))
     compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
     assert [layer["name"] for layer in compiled.summary.per_layer] == [
-        "conv1", "host0:transpose", "relu", "host1:transpose2", "conv2"]
+        "conv1", "host0:edge", "relu", "host1:edge2", "conv2"]
     cat = [s["outputs"][0] for s in compiled.program.host_segments]
     assert cat[1]["dram"] - cat[0]["dram"] == 4 and cat[0]["strides"] == [200, 1, 40, 8]
     check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))

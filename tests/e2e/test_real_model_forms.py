@@ -39,16 +39,15 @@ def test_an_input_transpose_is_the_input_dma(preset: str, channels_in: int, stri
     assert compiled.program.host_segments == ()
 
 
-def test_a_transpose_inside_the_graph_is_named_as_unsupported() -> None:
-    rng = np.random.default_rng(0)
+def test_a_transpose_of_rank_five_is_named_as_unsupported() -> None:
+    """A Transpose inside the graph lowers (tests/e2e/test_transpose_pad.py) up to rank 4."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1], name="to_nhwc")]
-    proto = model(nodes, {"x": [1, 4, 8, 8]}, {"y": [1, 8, 8, 4]})
-    qgraph = quantized(proto, samples({"x": [1, 4, 8, 8]}, 4))
-    with pytest.raises(CompileError, match="'to_nhwc' \\(Transpose\\).*only a Transpose that "
-                                           "alone reads a model input lowers"):
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 4, 1], name="to_last")]
+    proto = model(nodes, {"x": [1, 4, 2, 3, 3]}, {"y": [1, 2, 3, 3, 4]})
+    qgraph = quantized(proto, samples({"x": [1, 4, 2, 3, 3]}, 4))
+    with pytest.raises(CompileError, match="'to_last' \\(Transpose\\): its output has rank 5 "
+                                           "\\(ranks 1 to 4 lower\\)"):
         lower(qgraph)
-    del rng
 
 
 def test_an_opset_9_model_runs_whole_on_the_accelerator() -> None:

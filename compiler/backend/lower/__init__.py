@@ -25,8 +25,8 @@ from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
                                            lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_mul, lower_reduce_mean, lower_softmax,
-                                           lower_sub)
+                                           lower_mul, lower_pad, lower_reduce_mean,
+                                           lower_softmax, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -59,6 +59,7 @@ RULES = {
     Lower.QUANTIZE: lower_quantize,
     Lower.TRANSPOSE: lower_transpose,
     Lower.RESIZE: lower_resize,
+    Lower.PAD: lower_pad,
     Lower.DEQUANTIZE: lower_dequantize,
 }
 

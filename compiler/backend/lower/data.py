@@ -21,7 +21,8 @@ import numpy as np
 
 from dataclasses import replace
 
-from compiler.backend.layers import Binding, Layout, block_axis, transpose_input_strides
+from compiler.backend.layers import (Binding, Layout, LutLayer, View, block_axis, block_shape,
+                                     transpose_input_strides)
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs
 from compiler.graph.reference import slice_
@@ -101,22 +102,101 @@ def lower_quantize(lw: Walk, node: Node) -> None:
 
 
 def lower_transpose(lw: Walk, node: Node) -> None:
-    """Fold a Transpose of a model input into the input's binding; no other Transpose lowers
-    (a permuting copy is not implemented)."""
+    """A Transpose of a model input that alone reads it folds into the input's binding. Any
+    other is its input's bytes read at permuted strides: a view, free, when they are already
+    in the output's own order (channels-last, or row-major below rank 4: a flattened
+    channels-last map's [1, C, HW] -> [1, HW, C] is); else an identity-table copy into a tensor
+    of its own, whole channel blocks per local row when the channel (contiguous) axis stays
+    in place, one element per row (the DMA gathers bytes at the channel stride) when it moves."""
     x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(y)
+    perm = tuple(node.attrs.get("perm") or reversed(range(len(shape))))
     tensor = lw.buffer.get(x)
     index = next((i for i, b in enumerate(lw.inputs) if b.tensor == tensor and tensor == x),
                  None)
-    if index is None or len(lw.g.users().get(x, ())) != 1 or x in lw.g.outputs:
-        raise unsupported(node, "only a Transpose that alone reads a model input lowers (into "
-                                "the input's DMA); a permuting copy is not implemented")
-    shape = lw.shape(y)
-    perm = node.attrs.get("perm") or tuple(reversed(range(len(shape))))
-    layout = Layout.channels_last(shape)
-    del lw.tensors[x], lw.layouts[x], lw.buffer[x]
-    lw.new_tensor(y, layout)
-    lw.inputs[index] = replace(lw.inputs[index], tensor=y, perm=tuple(perm),
-                               strides=transpose_input_strides(perm, layout.strides(shape)))
+    if index is not None and len(lw.g.users().get(x, ())) == 1 and x not in lw.g.outputs:
+        layout = Layout.channels_last(shape)
+        del lw.tensors[x], lw.layouts[x], lw.buffer[x]
+        lw.new_tensor(y, layout)
+        lw.inputs[index] = replace(lw.inputs[index], tensor=y, perm=perm,
+                                   strides=transpose_input_strides(perm, layout.strides(shape)))
+        return
+    if not 1 <= len(shape) <= 4:
+        raise unsupported(node, f"its output has rank {len(shape)} (ranks 1 to 4 lower)")
+    lw.source(node, x)
+    found = _axis_strides(lw, x)
+    if found is None:
+        raise unsupported(node, f"input {x!r} is a view whose bytes are in no strided order")
+    offset, x_strides = found
+    strides = tuple(x_strides[axis] for axis in perm)  # of y's axes, in x's buffer
+    block = block_shape(shape)
+    dense = View.dense(block)
+    blocked = _block_strides(shape, strides)
+    if blocked[3] == 1 and all(s == d or n == 1 for s, d, n in
+                               zip(blocked[:3], dense.strides, block[:3])):
+        lw.buffer[y] = lw.source(node, x)
+        lw.views[y] = View(block, offset, dense.strides)  # the whole buffer or a part of it
+        return
+    buffer = lw.new_tensor(y, Layout.channels_last(shape))
+    if blocked[3] == 1 or block[3] == 1:
+        _copy(lw, node, x, buffer, View(block, offset, blocked[:3]), dense)
+        return
+    # The channel axis moves: copy element by element, y's axes of more than one element
+    # (at most three) as the block's N, H and W, each element a channel block of one.
+    y_strides = _block_strides(shape, (None,) * len(shape), dense)
+    axes = [a for a in range(len(shape)) if shape[a] > 1]
+    outer = axes[:-3]  # a fourth such axis: one copy per index along it
+    axes = axes[-3:]
+    sub = tuple([1] * (3 - len(axes)) + [shape[a] for a in axes] + [1])
+    for i in range(shape[outer[0]] if outer else 1):
+        src_at = offset + (i * strides[outer[0]] if outer else 0)
+        dst_at = i * y_strides[outer[0]] if outer else 0
+        pad = [0] * (3 - len(axes))
+        _copy(lw, node, x, buffer,
+              View(sub, src_at, tuple(pad + [strides[a] for a in axes])),
+              View(sub, dst_at, tuple(pad + [y_strides[a] for a in axes])))
+
+
+def _axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
+    """Where value x's logical element (i, j, ...) sits in its buffer: the byte offset and a
+    stride per logical axis; None when no strides describe its order (a rank above 4)."""
+    shape = lw.shape(x)
+    if x in lw.views:
+        view = lw.views[x]
+        block = (*view.strides, 1)
+        return view.offset, tuple(block[block_axis(len(shape), i)] for i in range(len(shape)))
+    layout = lw.layouts[lw.buffer[x]]
+    size = int(np.prod(shape, dtype=np.int64))
+    position = np.empty(size, np.int64)  # logical flat index -> byte
+    position[layout.order()] = np.arange(size, dtype=np.int64)
+    position = position.reshape(shape)
+    strides = tuple(int(position[tuple(1 if a == axis else 0 for a in range(len(shape)))])
+                    if shape[axis] > 1 else 0 for axis in range(len(shape)))
+    grid = sum(np.arange(n).reshape([-1 if a == axis else 1 for a in range(len(shape))]) * s
+               for axis, (n, s) in enumerate(zip(shape, strides)))
+    return (0, strides) if np.array_equal(position, np.broadcast_to(grid, shape)) else None
+
+
+def _block_strides(shape: tuple[int, ...], strides: tuple, dense: View | None = None) -> tuple:
+    """Per-logical-axis strides arranged as a View's block (N, H, W, C); with `dense`, the
+    other way: the dense View's strides of each logical axis."""
+    rank = len(shape)
+    if dense is not None:
+        block = (*dense.strides, 1)
+        return tuple(block[block_axis(rank, a)] for a in range(rank))
+    block = [0, 0, 0, 1]
+    for axis, stride in enumerate(strides):
+        block[block_axis(rank, axis)] = stride if shape[axis] > 1 else \
+            (1 if block_axis(rank, axis) == 3 else 0)
+    return tuple(block)
+
+
+def _copy(lw: Walk, node: Node, x: str, buffer: str, src: View, dst: View) -> None:
+    """An identity-table layer of `node` from the `src` View of x's buffer to `dst` of
+    `buffer`."""
+    codes = np.arange(-128, 128, dtype=np.int8)
+    lw.layers.append(LutLayer(node.name, lw.source(node, x), buffer, src.size, codes,
+                              (src, dst)))
 
 
 def lower_dequantize(lw: Walk, node: Node) -> None:

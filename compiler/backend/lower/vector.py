@@ -21,7 +21,7 @@ from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
-from simulator import numerics
+from simulator import isa, numerics
 
 
 INT8_MIN = -128
@@ -54,6 +54,48 @@ def _window(lw: Walk, node: Node, a: dict, ceil_mode: int):
     far = [max(p2, (o - 1) * s + k - size - p1) for p1, p2, o, s, k, size in
            zip(pads[:2], pads[2:], out, strides, kernel, (h, w))]
     return kernel, tuple(strides), (pads[0], pads[1], far[0], far[1])
+
+
+def lower_pad(lw: Walk, node: Node) -> None:
+    """A constant Pad of H and W that no reader absorbed (`compiler.passes.fold_pad`): a 1x1
+    MaxPool whose input LOAD fills the border with the pad value's code, so the copy and the
+    padding are one pass over the map (written into its Concat's part in place, if planned).
+    Negative pads crop: the pool reads a View of the kept part."""
+    x, y = node.inputs[0], node.outputs[0]
+    mode = int8_attrs(node)["mode"]
+    if mode != "constant":
+        raise unsupported(node, f"its mode {mode!r} (only constant padding lowers)")
+    given = [*node.inputs[1:4], "", ""][:3]
+    pads, value, axes = (lw.g.values[n].const if n else None for n in given)
+    shape = lw.shape(x)
+    if len(shape) != 4 or any(n and lw.g.values[n].const is None for n in given):
+        raise unsupported(node, "only constant pads of an N x C x H x W map lower")
+    axes = range(4) if axes is None else [int(a) % 4 for a in np.atleast_1d(axes)]
+    pads = [int(p) for p in np.atleast_1d(pads)]
+    begin, end = [0] * 4, [0] * 4
+    for i, axis in enumerate(axes):
+        begin[axis], end[axis] = pads[i], pads[i + len(axes)]
+    if any(begin[:2] + end[:2]):
+        raise unsupported(node, "it pads the batch or channel axis (only H and W lower)")
+    widest = isa.LOAD.field("pad_top").range[1]
+    if max(begin + end) > widest:
+        raise unsupported(node, f"it pads {max(begin + end)} pixels; a LOAD pads at most "
+                                f"{widest}")
+    lw.need_channels_last(node, x)
+    whole = view = lw.need_view(node, x)
+    n, c = shape[:2]
+    for axis, lo, hi in ((1, begin[2], end[2]), (2, begin[3], end[3])):  # crop first
+        if lo < 0 or hi < 0:
+            kept = view.shape[axis] - max(-lo, 0) - max(-hi, 0)
+            view = view.sub(axis, max(-lo, 0), kept)
+    crop_h, crop_w = view.shape[1:3]
+    out_h, out_w = lw.shape(y)[2:]
+    code = 0 if value is None else int(np.asarray(value).item())
+    y_tensor, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    lw.layers.append(PoolLayer(
+        node.name, lw.source(node, x), y_tensor, n, (crop_h, crop_w), (out_h, out_w), c,
+        (1, 1), (1, 1), (max(begin[2], 0), max(begin[3], 0), max(end[2], 0), max(end[3], 0)),
+        code, x_view=view if view != whole or x in lw.views else None, y_view=y_view))
 
 
 def lower_max_pool(lw: Walk, node: Node) -> None:
