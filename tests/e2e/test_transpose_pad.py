@@ -72,7 +72,7 @@ def padded(after: str, pads, value: float | None = None, mode: str = "constant")
     inits = {"pads": np.array(pads, np.int64)}
     if value is not None:
         inits["value"] = np.array(value, np.float32)
-    shape = [1, C, 6 + pads[2] + pads[6], 4 + pads[3] + pads[7]]
+    shape = [1, C + pads[1] + pads[5], 6 + pads[2] + pads[6], 4 + pads[3] + pads[7]]
     pad = helper.make_node("Pad", inputs, ["p" if after != "output" else "y"], name="pad",
                            mode=mode)
     if after == "output":
@@ -103,11 +103,37 @@ def test_a_pad_runs_on_the_accelerator(form: str, preset: str) -> None:
             if layer["name"] == "pad"] == ["Pool"]
 
 
-def test_a_reflect_pad_is_named_and_refused() -> None:
-    proto = padded("output", (0, 0, 1, 1, 0, 0, 1, 1), mode="reflect")
+BORDERS = {
+    "edge": ("output", (0, 0, 2, 1, 0, 0, 1, 3)),
+    "reflect": ("add", (0, 0, 1, 2, 0, 0, 3, 1)),
+    "wrap": ("concat", (0, 0, 2, 0, 0, 0, 0, 2)),
+}
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+@pytest.mark.parametrize("mode", list(BORDERS))
+def test_a_border_copying_pad_runs_on_the_accelerator(mode: str, preset: str) -> None:
+    """Edge, reflect and wrap Pads are copies of input rows and columns: the interior one run,
+    each border row or column a copy of its own."""
+    after, pads = BORDERS[mode]
+    compiled, _ = compile_and_check(padded(after, pads, mode=mode), preset)
+    assert compiled.program.host_segments == ()
+    kinds = [layer["kind"] for layer in copies(compiled) if layer["name"] == "pad"]
+    assert kinds and set(kinds) == {"Lut"}
+    assert len(kinds) <= sum(pads) + 2
+
+
+def test_an_edge_pad_after_a_crop_runs_on_the_accelerator() -> None:
+    compiled, _ = compile_and_check(padded("output", (0, 0, -1, 2, 0, 0, 1, -1), mode="edge"),
+                                    "edge")
+    assert compiled.program.host_segments == ()
+
+
+def test_a_pad_of_the_channels_is_named_and_refused() -> None:
+    proto = padded("output", (0, 1, 0, 0, 0, 1, 0, 0), mode="edge")
     qgraph = quantized(proto, samples({"x": [1, 3, 6, 4]}, 4))
-    with pytest.raises(CompileError, match="node 'pad' \\(Pad\\): its mode 'reflect' \\(only "
-                                           "constant padding lowers\\)"):
+    with pytest.raises(CompileError, match="node 'pad' \\(Pad\\): it pads the batch or "
+                                           "channel axis \\(only H and W lower\\)"):
         lower(qgraph)
 
 

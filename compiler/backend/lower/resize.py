@@ -18,6 +18,7 @@ first into a tensor of the node's own, then W into the output (or its part of a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -88,48 +89,93 @@ def lower_resize(lw: Walk, node: Node) -> None:
     if len(shape) != 4 or shape[:2] != out_shape[:2]:
         raise unsupported(node, f"it resizes {list(shape)} to {list(out_shape)}; only H and W "
                                 f"of an N x C x H x W map lower")
-    consts = [lw.g.values[n].const if n else None for n in node.inputs[1:]]
     attrs = int8_attrs(node)
+    if attrs["mode"] == "nearest":
+        lower_index_map(lw, node, evenly)
+        return
+    consts = [lw.g.values[n].const if n else None for n in node.inputs[1:]]
+    source, target = _ends(lw, node)
+    if tuple(out_shape) == tuple(shape):  # the kernel returns its input, whatever scales
+        _copy(lw, node, source, target, ())
+        return
+    _, scales = ref.resize_scales(shape, consts[1], consts[2], attrs["axes"],
+                                  attrs["keep_aspect_ratio_policy"])
+    rows, cols = (_linear_runs(shape[axis], out_shape[axis], scales[axis],
+                               attrs["coordinate_transformation_mode"]) for axis in _AXES)
+    _two_passes(lw, node, source, target, rows, cols)
+
+
+def lower_index_map(lw: Walk, node: Node, cut: Callable[[np.ndarray], list[Run]]) -> None:
+    """A node whose every output row and column is a copy of an input one (a nearest Resize;
+    an edge, reflect or wrap Pad of H and W): which one is the fp32 reference run on
+    coordinates, cut into runs by `cut`. Both axes at once when that is no more copies than
+    two passes."""
+    shape = lw.shape(node.inputs[0])
+    consts = [lw.g.values[n].const if n else None for n in node.inputs[1:]]
+    rows, cols = (cut(_sources(node, shape, consts, axis)) for axis in _AXES)
+    source, target = _ends(lw, node)
+    if len(rows) * len(cols) <= len(rows) + len(cols):
+        for row in rows:
+            for col in cols:
+                _copy(lw, node, source, target, ((1, row), (2, col)))
+        return
+    _two_passes(lw, node, source, target, rows, cols)
+
+
+def _ends(lw: Walk, node: Node):
+    """The input's (tensor, View) and the output's, the output placed (in its Concat's part)."""
+    x, y = node.inputs[0], node.outputs[0]
     x_view = lw.need_view(node, x)
     buffer, y_view = lw.place(y)
     lw.alias(y, buffer, y_view)
-    source = (lw.source(node, x), x_view)
-    if attrs["mode"] == "nearest":
-        rows, cols = (_nearest_runs(node, shape, consts, axis) for axis in _AXES)
-        if len(rows) * len(cols) <= len(rows) + len(cols):
-            for row in rows:
-                for col in cols:
-                    _copy(lw, node, source, (buffer, y_view), ((1, row), (2, col)))
-            return
-    elif tuple(out_shape) == tuple(shape):  # the kernel returns its input, whatever scales
-        rows = cols = None
-    else:
-        _, scales = ref.resize_scales(shape, consts[1], consts[2], attrs["axes"],
-                                      attrs["keep_aspect_ratio_policy"])
-        rows, cols = (_linear_runs(shape[axis], out_shape[axis], scales[axis],
-                                   attrs["coordinate_transformation_mode"]) for axis in _AXES)
+    return (lw.source(node, x), x_view), (buffer, y_view)
+
+
+def _two_passes(lw: Walk, node: Node, source, target, rows, cols) -> None:
+    """H (when `rows`) into a tensor of the node's own, then W (when `cols`) into `target`."""
+    shape, out_shape = lw.shape(node.inputs[0]), lw.shape(node.outputs[0])
     passes = [(axis, axis_runs) for axis, axis_runs in ((1, rows), (2, cols)) if axis_runs]
     if not passes:
-        _copy(lw, node, source, (buffer, y_view), ())
+        _copy(lw, node, source, target, ())
     for i, (axis, axis_runs) in enumerate(passes):
-        target = (buffer, y_view)
+        step_target = target
         if i < len(passes) - 1:  # H resized into a tensor of the node's own, W not yet
             middle_shape = (*shape[:2], out_shape[2], shape[3])
-            target = (f"{node.name}/rows", View.dense(block_shape(middle_shape)))
-            lw.tensors[target[0]] = Tensor(target[0], target[1].size)
-            lw.layouts[target[0]] = Layout.channels_last(middle_shape)
-        _resize_axis(lw, node, source, target, axis, axis_runs)
-        source = target
+            step_target = (f"{node.name}/rows", View.dense(block_shape(middle_shape)))
+            lw.tensors[step_target[0]] = Tensor(step_target[0], step_target[1].size)
+            lw.layouts[step_target[0]] = Layout.channels_last(middle_shape)
+        _resize_axis(lw, node, source, step_target, axis, axis_runs)
+        source = step_target
 
 
-def _nearest_runs(node: Node, shape, consts, axis: int) -> list[Run]:
-    """The runs of the input rows (axis 2) or columns (3) each output row or column copies,
-    from the fp32 reference run on coordinates."""
+def evenly(sources: np.ndarray) -> list[Run]:
+    """A nearest map's runs: outputs whose inputs advance evenly (a whole factor's phases)."""
+    return runs(sources, [None] * len(sources))
+
+
+def border_runs(sources: np.ndarray) -> list[Run]:
+    """A Pad's runs: its longest stretch of consecutive inputs (the map itself, or what a crop
+    keeps of it) as one run, every border position as a run of its own (borders are a few
+    pixels wide; an edge border repeats one input, a reflected one walks back)."""
+    best, start = (0, 1), 0
+    for o in range(1, len(sources) + 1):
+        if o == len(sources) or sources[o] != sources[o - 1] + 1:
+            if o - start > best[1] - best[0]:
+                best = (start, o)
+            start = o
+    lo, hi = best
+    found = [Run(lo, 1, hi - lo, int(sources[lo]), 1)]
+    return found + [Run(o, 1, 1, int(sources[o]), 1) for o in range(len(sources))
+                    if not lo <= o < hi]
+
+
+def _sources(node: Node, shape, consts, axis: int) -> np.ndarray:
+    """The input row (axis 2) or column (3) each output row or column copies, from the fp32
+    reference run on coordinates."""
     grid = np.broadcast_to(np.arange(shape[axis], dtype=np.float32).reshape(
         [-1 if a == axis else 1 for a in range(4)]), shape)
     picked = run_fp32(node, [grid, *consts])[0]
-    sources = picked[tuple(slice(None) if a == axis else 0 for a in range(4))].astype(np.int64)
-    return runs(sources, [None] * len(sources))
+    return picked[tuple(slice(None) if a == axis else 0 for a in range(4))].astype(np.int64)
 
 
 def _linear_runs(in_len: int, out_len: int, scale, ctm: str) -> list[Run] | None:

@@ -20,6 +20,7 @@ from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
+from compiler.backend.lower.resize import border_runs, lower_index_map
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
 from simulator import isa, numerics
 
@@ -60,11 +61,10 @@ def lower_pad(lw: Walk, node: Node) -> None:
     """A constant Pad of H and W that no reader absorbed (`compiler.passes.fold_pad`): a 1x1
     MaxPool whose input LOAD fills the border with the pad value's code, so the copy and the
     padding are one pass over the map (written into its Concat's part in place, if planned).
-    Negative pads crop: the pool reads a View of the kept part."""
+    Negative pads crop: the pool reads a View of the kept part. An edge, reflect or wrap Pad
+    copies input rows and columns into the border (`resize.lower_index_map`)."""
     x, y = node.inputs[0], node.outputs[0]
     mode = int8_attrs(node)["mode"]
-    if mode != "constant":
-        raise unsupported(node, f"its mode {mode!r} (only constant padding lowers)")
     given = [*node.inputs[1:4], "", ""][:3]
     pads, value, axes = (lw.g.values[n].const if n else None for n in given)
     shape = lw.shape(x)
@@ -77,6 +77,9 @@ def lower_pad(lw: Walk, node: Node) -> None:
         begin[axis], end[axis] = pads[i], pads[i + len(axes)]
     if any(begin[:2] + end[:2]):
         raise unsupported(node, "it pads the batch or channel axis (only H and W lower)")
+    if mode != "constant":  # edge, reflect, wrap: copies of input rows and columns
+        lower_index_map(lw, node, border_runs)
+        return
     widest = isa.LOAD.field("pad_top").range[1]
     if max(begin + end) > widest:
         raise unsupported(node, f"it pads {max(begin + end)} pixels; a LOAD pads at most "
