@@ -89,8 +89,8 @@ def test_fp32_model_input_and_output_cross_the_program_boundary_as_float32() -> 
     assert result.outputs["logits"].dtype == np.float32
 
 
-# An edge Pad of width 0: a node the accelerator has no lowering for (only constant Pads lower).
-NO_PADS = np.zeros(8, np.int64)
+# An edge Pad of one channel: a node the accelerator has no lowering for (Pads of H and W lower).
+CHANNEL_PAD = np.array([0, 0, 0, 0, 0, 1, 0, 0], np.int64)
 
 
 def _edge_pad_model() -> onnx.ModelProto:
@@ -98,7 +98,7 @@ def _edge_pad_model() -> onnx.ModelProto:
     middle axis (no lowering: not the contiguous one)."""
     rng = np.random.default_rng(1)
     inits = {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
-             "w2": rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "pads": NO_PADS}
+             "w2": rng.standard_normal((8, 9, 3, 3)).astype(np.float32), "pads": CHANNEL_PAD}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Pad", ["r1", "pads"], ["t"], name="edge", mode="edge"),
@@ -134,14 +134,15 @@ def test_a_host_output_is_written_into_the_concat_that_reads_it() -> None:
              helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2")]
     proto = model(nodes, {"x": [1, 3, 5, 5]}, {"y": [1, 4, 5, 5]},
                   {"w1": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                   "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "pads": NO_PADS})
+                   "w2": rng.standard_normal((4, 10, 1, 1)).astype(np.float32),
+                   "pads": CHANNEL_PAD})
     shapes = {"x": [1, 3, 5, 5]}
     qgraph = quantized(proto, samples(shapes, 8))
     compiled = compile_int8(qgraph, Arch.load("edge"), HOST)
     assert [layer["name"] for layer in compiled.summary.per_layer] == [
         "conv1", "host0:edge", "relu", "host1:edge2", "conv2"]
     cat = [s["outputs"][0] for s in compiled.program.host_segments]
-    assert cat[1]["dram"] - cat[0]["dram"] == 4 and cat[0]["strides"] == [200, 1, 40, 8]
+    assert cat[1]["dram"] - cat[0]["dram"] == 5 and cat[0]["strides"] == [250, 1, 50, 10]
     check_bit_exact(qgraph, compiled, samples(shapes, 2, 1))
 
 
