@@ -8,9 +8,11 @@ the ones the quantizer computed and the integer reference (`quantizer.reference.
 so the program and the oracle read the same integers.
 
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
-(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Add/Sub/Mul, lookup tables, Softmax) or `data`
-(views, slices, Concat, the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
-CompileError naming it, or with `allow_host` it joins a host segment (`compiler.backend.partition`).
+(Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Pad, Add/Sub/Mul, lookup tables,
+Softmax), `resize` (Resize; border-copying Pads) or `data` (views, slices, Transpose, Concat,
+the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
+CompileError naming it, or with `allow_host` it joins a host segment
+(`compiler.backend.partition`).
 """
 
 from __future__ import annotations
