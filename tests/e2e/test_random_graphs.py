@@ -153,7 +153,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                        pick(17, 32) if big else pick(1, 12), pick(17, 32) if big else pick(1, 12))
         for _ in range(pick(1, 6)):
             n, c, h, w = shapes[current]
-            choice = pick(0, 12)
+            choice = pick(0, 13)
             if choice <= 2:  # Conv, perhaps with a fused Relu or Clip
                 divisors = [g for g in range(1, c + 1) if c % g == 0]
                 groups = (1, c, divisors[pick(0, len(divisors) - 1)])[pick(0, 2)]
@@ -285,6 +285,48 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     x = current
                     add("Sigmoid", [x], shapes[x])
                     add("Mul", [x, current], shapes[x])
+            elif choice == 13:  # what the vision models whole on the accelerator added
+                kind = pick(0, 6)
+                if kind == 0 and h * w <= 256:  # Resize to any size, nearest or linear
+                    oh, ow = pick(1, 2 * h), pick(1, 2 * w)
+                    mode = ("nearest", "linear")[pick(0, 1)]
+                    ctm = ("half_pixel", "asymmetric", "align_corners",
+                           "pytorch_half_pixel")[pick(0, 3)]
+                    add("Resize", [current, "", "", const(np.array([n, c, oh, ow], np.int64))],
+                        (n, c, oh, ow), mode=mode, coordinate_transformation_mode=ctm)
+                elif kind == 1:  # Transpose of H and W: a strided copy
+                    add("Transpose", [current], (n, c, w, h), perm=[0, 1, 3, 2])
+                elif kind == 2:  # a Pad no Conv absorbs: a value, or border copies
+                    mode = ("constant", "edge", "reflect", "wrap")[pick(0, 3)]
+                    most = 1 if mode == "reflect" else 2
+                    if mode == "reflect" and min(h, w) < 2:
+                        continue
+                    top, left, bottom, right = (pick(0, most) for _ in range(4))
+                    inputs = [current, const(np.array([0, 0, top, left, 0, 0, bottom, right]))]
+                    if mode == "constant":
+                        inputs.append(const(np.float32(rng.uniform(-1, 1))))
+                    add("Pad", inputs, (n, c, h + top + bottom, w + left + right), mode=mode)
+                elif kind == 3:  # a dilated MaxPool
+                    k, d, stride = pick(2, 3), pick(2, 3), pick(1, 2)
+                    span = (k - 1) * d + 1
+                    if min(h, w) < span:
+                        continue
+                    add("MaxPool", [current], (n, c, (h - span) // stride + 1,
+                                               (w - span) // stride + 1),
+                        kernel_shape=[k, k], dilations=[d, d], strides=[stride, stride])
+                elif kind == 4:  # a mean over the channels (a convolution by ones)
+                    axes = ([1], [1, 2, 3])[pick(0, 1)]
+                    add("ReduceMean", [current], (n, 1, 1 if 2 in axes else h,
+                                                  1 if 3 in axes else w), axes=axes)
+                elif kind == 5:  # a constant that varies over H and W (a positional table)
+                    op = ("Add", "Sub", "Mul")[pick(0, 2)]
+                    values = rng.uniform(0.5, 1.5, ((1, c, h, w), (1, 1, h, w))[pick(0, 1)])
+                    constant = const(values.astype(np.float32))
+                    add(op, [current, constant] if pick(0, 1) else [constant, current],
+                        shapes[current])
+                elif h * w <= 256:  # a depthwise ConvTranspose, per-channel weights
+                    add("ConvTranspose", [current, weight(c, 1, 2, 2, fan_in=4)],
+                        (n, c, 2 * h, 2 * w), kernel_shape=[2, 2], strides=[2, 2], group=c)
             elif choice == 9 and pick(0, 1):  # a Reshape view of a 1x1 plane, read by what follows
                 if h * w != 1:
                     continue

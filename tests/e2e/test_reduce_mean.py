@@ -56,6 +56,20 @@ def test_a_mean_of_a_feature_map_runs_on_the_accelerator(preset, axes, keepdims,
     assert compiled.program.host_segments == ()
 
 
+def test_a_mean_of_a_whole_large_map_runs_as_one_long_dot_product() -> None:
+    """Over C, H and W each image's bytes are one run: a 1x1 convolution over h * w * c input
+    channels, split along K, where a kernel spanning the 25 x 17 map needs more scratchpad than
+    the edge target has (a random graph found it)."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("ReduceMean", ["c", "axes"], ["y"], keepdims=1, name="mean")]
+    proto = model(nodes, {"x": [2, 3, 25, 17]}, {"y": [2, 1, 1, 1]},
+                  {"w": weights(rng, 8, 3, 3, 3), "axes": np.array([1, 2, 3], np.int64)},
+                  opset=18)
+    compiled, _ = compile_and_check(proto, "edge")
+    assert compiled.program.host_segments == ()
+
+
 @pytest.mark.parametrize("preset", ["default", "edge"])
 @pytest.mark.parametrize("axes, keepdims, x_shape, out_shape", [
     ([-1], 1, [2, 7, 5], [2, 7, 1]),

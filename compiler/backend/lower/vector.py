@@ -234,11 +234,18 @@ def lower_reduce_mean(lw: Walk, node: Node) -> None:
         raise unsupported(node, f"it averages {count} values, whose sum may overflow the "
                                 f"int32 accumulator")
     bias = None if zero == 0 else np.array([-zero * count], np.int32)
+    x_view = lw.views.get(x)
+    in_hw, depth = (h, w), c
+    if averaged == {1, 2, 3} and (x_view is None or x_view.contiguous):
+        # Each image's bytes are one run: a 1x1 convolution over h * w * c input channels,
+        # which the tiler splits along K, where a kernel spanning H x W may not fit on chip.
+        in_hw, kernel, depth = (1, 1), (1, 1), count
+        x_view = None if x_view is None else View((n, 1, 1, count), x_view.offset,
+                                                   (count, count, count))
     lw.layers.append(ConvLayer(
-        node.name, lw.source(node, x), y_tensor, n, (h, w), out_hw, c, 1, kernel, (1, 1),
-        (1, 1), (0, 0, 0, 0), zero, np.ones((1, c, *kernel), np.int8), bias, mult, shift,
-        out_zp, qclamp, macs=n * out_hw[0] * out_hw[1] * count, x_view=lw.views.get(x),
-        y_view=y_view))
+        node.name, lw.source(node, x), y_tensor, n, in_hw, out_hw, depth, 1, kernel, (1, 1),
+        (1, 1), (0, 0, 0, 0), zero, np.ones((1, depth, *kernel), np.int8), bias, mult, shift,
+        out_zp, qclamp, macs=n * out_hw[0] * out_hw[1] * count, x_view=x_view, y_view=y_view))
 
 
 def lower_global_max_pool(lw: Walk, node: Node) -> None:
