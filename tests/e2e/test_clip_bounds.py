@@ -125,3 +125,19 @@ def test_max_of_three_inputs_is_one_line_naming_the_node() -> None:
     with pytest.raises(CompileError, match=r"node 'top' \(Max\) has 3 inputs; Max takes "
                                            r"\('data_0', 'data_1'\)"):
         optimized_graph(proto)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("shape", [[8, 1, 1], [1, 6, 6], [8, 6, 6]],
+                         ids=["per channel", "per pixel", "full"])
+def test_max_and_min_by_a_constant_tensor_bit_exact(shape: list[int], preset: str) -> None:
+    """A constant operand of any broadcastable shape, read over a View as Add's."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node(MAX.name, ["c", "k"], ["m"], name="floor"),
+             helper.make_node(MIN.name, ["k2", "m"], ["y"], name="ceiling")]
+    inits = {"w": weights(rng, 8, 3, 3, 3), "k": rng.standard_normal(shape).astype(np.float32)
+             * np.float32(0.3), "k2": np.full(shape, 0.8, np.float32)}
+    proto = model(nodes, {"x": SHAPE}, {"y": [1, 8, 6, 6]}, inits)
+    compiled, _ = compile_and_check(proto, preset, count=2)
+    assert compiled.program.host_segments == ()
