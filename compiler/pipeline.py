@@ -32,6 +32,7 @@ from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
+from compiler.passes.split_clip import split_clip
 from compiler.passes.ungroup_conv_transpose import ungroup_conv_transpose
 from simulator.arch import Arch
 from simulator.program import Program
@@ -41,6 +42,7 @@ Pass = Callable[[Graph], Graph]
 GRAPH_PASSES: list[Pass] = [
     remove_identity,   # first: Identity/Dropout hide producer-consumer pairs from every rewrite
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
+    split_clip,        # after folding, which makes bounds constant: a run-time one → Max/Min
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
     fuse_gates,        # before bias folding takes hard-sigmoid's "+ 3": x * Sigmoid(x) → Swish

@@ -57,7 +57,10 @@ store -> vector -> compute -> load.
   int32 addition is associative).
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
-  (a, b, out) rescales, and the clamp [qmin, qmax].
+  (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)
+  of the two rescaled operands takes the sum's place (`numerics.extremum`: Max, Min, and Clip
+  by bounds computed at run time). The b rows are [b, b + rows), or the one row b for every
+  row with b_once=1; with b_splat=1, lane 0 of each b row stands for every lane (as MUL's).
 - MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
   with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,
@@ -300,7 +303,8 @@ REQUANT = InsnDef("REQUANT", 0x05, "vector",
 ADD = InsnDef("ADD", 0x06, "vector",
               (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
                F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
-               *_CLAMP),
+               *_CLAMP, F("op", 2, names=vector.ADD_OPS, default=0), F("b_once", 1, default=0),
+               F("b_splat", 1, default=0)),
               run=vector.add, cycles=vector.row_cycles, work=vector.add_work,
               access=vector.add_access)
 MUL = InsnDef("MUL", 0x0C, "vector",

@@ -204,9 +204,25 @@ def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qm
     2^-ADD_LEFT_SHIFT finer than the larger input scale; the output rescale maps the sum to the
     output scale. The compiler derives all three with `quantize_multiplier`.
     """
+    xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts)
+    return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax)
+
+
+def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None,
+             *, op: str, dtype: str = "int8") -> np.ndarray:
+    """Quantized elementwise Max (op="max") or Min (op="min") of int8 tensors with their own
+    scales: `add`'s rescales of each input to the common scale, the larger (smaller) of the
+    two, requantized by the output rescale as add's sum. x and y broadcast (numpy rules)."""
+    xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts)
+    pick = np.maximum(xs, ys) if op == "max" else np.minimum(xs, ys)
+    return requantize(pick, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
+
+
+def _common_scale(x, y, x_offset, y_offset, multipliers, shifts):
+    """`add`'s inputs, centred and rescaled to the common scale by lanes 0 and 1."""
     xs = rescale((np.asarray(x, np.int64) - x_offset) << ADD_LEFT_SHIFT, multipliers[0], shifts[0])
     ys = rescale((np.asarray(y, np.int64) - y_offset) << ADD_LEFT_SHIFT, multipliers[1], shifts[1])
-    return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax)
+    return xs, ys
 
 
 def mul(x, y, x_offset, y_offset, multiplier, shift, out_offset, qmin=None, qmax=None, *,

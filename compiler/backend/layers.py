@@ -212,9 +212,29 @@ class PoolLayer(_Windowed):
         return self.channels
 
 
+class _BinaryOperands:
+    """Where a binary vector layer's b operand broadcasts: its View's shape has 1 where y's has
+    more, over the pixels (one value per image and channel), the channels (one value per
+    pixel) or both (one per image)."""
+
+    views: tuple[View, View, View] | None
+
+    @property
+    def b_channels(self) -> bool:
+        """Whether b has a value per channel (else one per pixel or image, for every lane)."""
+        return self.views is None or self.views[1].shape[3] == self.views[2].shape[3]
+
+    @property
+    def b_pixels(self) -> bool:
+        """Whether b has a value per pixel (else one per image, for every pixel)."""
+        return self.views is None or self.views[1].shape[1:3] == self.views[2].shape[1:3]
+
+
 @dataclass(frozen=True, eq=False)
-class AddLayer:
-    """TFLite's quantized ADD over two tensors of the same layout (Sub negates b's rescale)."""
+class AddLayer(_BinaryOperands):
+    """TFLite's quantized ADD of a and b into y (Sub negates b's rescale), or with `op` "max"
+    or "min" their larger or smaller (`numerics.extremum`). b is of y's shape or broadcast as
+    MulLayer's."""
 
     node: str
     a: str
@@ -230,14 +250,14 @@ class AddLayer:
     # Views of a, b and y in their buffers, all three or none (then each is its whole buffer,
     # and the layer runs over flat bytes).
     views: tuple[View, View, View] | None = None
+    op: str = "add"  # the ADD instruction's op: add, max or min
 
 
 @dataclass(frozen=True, eq=False)
-class MulLayer:
+class MulLayer(_BinaryOperands):
     """A quantized product (numerics.mul) of a and b into y, a of y's shape. b is of y's shape
-    too, or broadcast (its View's shape has 1 where y's has more): over the pixels (a
-    squeeze-and-excitation gate, one value per image and channel), over the channels (one
-    value per pixel), or both (one per image). Fields as AddLayer's, one rescale."""
+    too, or broadcast (`_BinaryOperands`; a squeeze-and-excitation gate is one value per image
+    and channel). Fields as AddLayer's, one rescale."""
 
     node: str
     a: str
@@ -251,16 +271,6 @@ class MulLayer:
     out_zero_point: int
     qclamp: tuple[int, int]
     views: tuple[View, View, View] | None = None
-
-    @property
-    def b_channels(self) -> bool:
-        """Whether b has a value per channel (else one per pixel or image, for every lane)."""
-        return self.views is None or self.views[1].shape[3] == self.views[2].shape[3]
-
-    @property
-    def b_pixels(self) -> bool:
-        """Whether b has a value per pixel (else one per image, for every pixel)."""
-        return self.views is None or self.views[1].shape[1:3] == self.views[2].shape[1:3]
 
 
 @dataclass(frozen=True, eq=False)

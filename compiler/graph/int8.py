@@ -270,6 +270,27 @@ def add_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zer
                                dtype=out_dtype)
 
 
+def max_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
+             qclamp=None, out_dtype="int8"):
+    """The larger of a and b at add_int8's common scale (numerics.extremum, op="max")."""
+    return _extremum("max", a, b, multiplier, shift, a_zero_point, b_zero_point,
+                     out_zero_point, qclamp, out_dtype)
+
+
+def min_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
+             qclamp=None, out_dtype="int8"):
+    """The smaller of a and b, as max_int8."""
+    return _extremum("min", a, b, multiplier, shift, a_zero_point, b_zero_point,
+                     out_zero_point, qclamp, out_dtype)
+
+
+def _extremum(op, a, b, multiplier, shift, a_zero_point, b_zero_point, out_zero_point, qclamp,
+              out_dtype):
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    return numerics.extremum(a, b, a_zero_point, b_zero_point, multiplier, shift,
+                             out_zero_point, lo, hi, op=op, dtype=out_dtype)
+
+
 def sub_int8(a, b, *, multiplier, shift, **params):
     """a - b as an ADD whose b rescale is negated (rescale is odd: round half away from zero)."""
     negated = (multiplier[0], -multiplier[1], multiplier[2])

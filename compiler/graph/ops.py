@@ -51,6 +51,8 @@ class Lower(Enum):
     REDUCE_MEAN = "reduce_mean"  # an average pool over H/W; over C a convolution by ones
     ADD = "add"                  # the vector unit's ADD; a LUT with a scalar constant operand
     SUB = "sub"                  # ADD with b's rescale negated; likewise
+    MAX = "max"                  # ADD with op max (b may broadcast); likewise
+    MIN = "min"                  # ADD with op min; likewise
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
@@ -519,6 +521,11 @@ _ROWS = (
           lower=L.ADD, channel_affine=add_affine),
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
           lower=L.SUB, channel_affine=sub_affine),
+    # Variadic in ONNX; two operands here, as Add's (the vector unit's ADD with op max or min).
+    OpDef("Max", ("data_0", "data_1"), {}, broadcast, ref.maximum, quant=Q.ADD,
+          int8=int8.max_int8, lower=L.MAX),
+    OpDef("Min", ("data_0", "data_1"), {}, broadcast, ref.minimum, quant=Q.ADD,
+          int8=int8.min_int8, lower=L.MIN),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
           lower=L.MUL, channel_affine=mul_affine),
     # Div by a constant becomes a Mul (or a depthwise Conv); by an activation, a Mul by a
@@ -628,6 +635,7 @@ QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
 RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
 CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
+MAX, MIN = OPS["Max"], OPS["Min"]
 
 
 def supported_ops() -> str:

@@ -13,6 +13,7 @@ implement raises CompileError, never a silently different answer.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -314,6 +315,14 @@ def add(a, b):
 
 def sub(a, b):
     return a - b
+
+
+def maximum(*operands):
+    return functools.reduce(np.maximum, operands)
+
+
+def minimum(*operands):
+    return functools.reduce(np.minimum, operands)
 
 
 def mul(a, b):

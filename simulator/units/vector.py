@@ -4,7 +4,7 @@ cycle, so an instruction costs ceil(elements / lanes) cycles.
 
 Parameter blocks (`ParamBlock`) live in the accumulator (int32) at `param`. REQUANT and AVGPOOL
 read them per lane (per channel); ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of
-`numerics.add`, MUL lane 0 as the rescale of `numerics.mul`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
+`numerics.add` (or of `numerics.extremum`, as Max or Min), MUL lane 0 as the rescale of `numerics.mul`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
 are valid), unused channels included.
 """
 
@@ -19,6 +19,7 @@ from simulator import numerics
 from simulator.errors import SimulatorError
 from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
 
+ADD_OPS = ("add", "max", "min")  # what ADD computes of its two rescaled operands (field op)
 LUT_ENTRIES = numerics.RANGES["int8"][1] - numerics.RANGES["int8"][0] + 1  # one per int8 code
 
 
@@ -69,15 +70,24 @@ def requant(state, insn) -> None:
                                                 a["out_offset"], a["qmin"], a["qmax"], axis=1)
 
 
+def add_b_rows(a: dict) -> int:
+    """The b rows an ADD reads: one per row, or one broadcast to all (b_once=1)."""
+    return min(a["rows"], 1) if a["b_once"] else a["rows"]
+
+
 def add(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
     x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
-    y = sp[rows(sp, a["b"], a["rows"], "scratchpad")]
+    y = sp[rows(sp, a["b"], add_b_rows(a), "scratchpad")]
+    if a["b_splat"]:  # lane 0 of each b row stands for every lane
+        y = y[:, :1]
     params = ParamBlock.unpack(state.accumulator, a["param"])
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.add(
-        x, y, a["a_offset"], a["b_offset"], params.multipliers[:3], params.shifts[:3],
-        a["out_offset"], a["qmin"], a["qmax"])
+    common = (x, y, a["a_offset"], a["b_offset"], params.multipliers[:3], params.shifts[:3],
+              a["out_offset"], a["qmin"], a["qmax"])
+    op = ADD_OPS[a["op"]]
+    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = (
+        numerics.add(*common) if op == "add" else numerics.extremum(*common, op=op))
 
 
 def mul_b_rows(a: dict) -> int:
@@ -225,7 +235,7 @@ def requant_work(arch, insn) -> Work:
 
 def add_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=3 * a["rows"] * arch.scratchpad.row_bytes
+    return Work(local_bytes=(2 * a["rows"] + add_b_rows(a)) * arch.scratchpad.row_bytes
                 + ParamBlock.rows() * arch.accumulator.row_bytes,
                 scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
 
@@ -275,7 +285,7 @@ def requant_access(arch, insn) -> tuple[Access, ...]:
 def add_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
-            Access(SCRATCHPAD, a["b"], a["b"] + a["rows"], False), _param_access(a),
+            Access(SCRATCHPAD, a["b"], a["b"] + add_b_rows(a), False), _param_access(a),
             Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
 
 

@@ -335,7 +335,7 @@ _BROADCASTS = {
     "scalar-first": ((), (2, 3)),
     "rank-4": ((1, 3, 1, 5), (2, 1, 4, 1)),
 }
-for op in ("Add", "Sub", "Mul", "Div"):
+for op in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
     for name, (a, b) in _BROADCASTS.items():
         case(op, name, node(op, ["a", "b"], ["y"]), {"a": a, "b": b},
              positive=("b",) if op == "Div" else ())

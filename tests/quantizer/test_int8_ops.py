@@ -97,6 +97,10 @@ CASES = [
          {"y": (2, 3)}),
     Case("Add", [n("Add", ["a", "b"], ["y"])], {"a": (1, 4, 3, 3), "b": (1, 4, 3, 3)},
          {"y": (1, 4, 3, 3)}, ranges={"b": 5.0}),
+    Case("Max", [n("Max", ["a", "b"], ["y"])], {"a": (1, 4, 3, 3), "b": (1, 4, 3, 3)},
+         {"y": (1, 4, 3, 3)}, ranges={"b": 3.0}),
+    Case("Min-broadcast", [n("Min", ["a", "b"], ["y"])], {"a": (1, 4, 3, 3), "b": (1, 1, 1, 1)},
+         {"y": (1, 4, 3, 3)}, ranges={"a": 2.0}),
     Case("Add-const-broadcast", [n("Add", ["a", "c"], ["y"])], {"a": (1, 4, 3, 3)},
          {"y": (1, 4, 3, 3)}, {"c": _w(4, 1, 1)}, steps=1.0),  # c is quantized too
     Case("Sub", [n("Sub", ["a", "b"], ["y"])], {"a": (2, 5), "b": (2, 5)}, {"y": (2, 5)},
@@ -261,7 +265,7 @@ def test_int8_kernel_matches_fp32_within_the_output_scale(case: Case) -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in (
     "Conv", "ConvTranspose", "Gemm", "Add", "Sigmoid", "Softmax", "LogSoftmax", "AveragePool",
-    "Concat-rescale", "MaxPool", "Pad", "Mul")], ids=lambda c: c.id)
+    "Concat-rescale", "MaxPool", "Pad", "Mul", "Max")], ids=lambda c: c.id)
 @pytest.mark.parametrize("options", [
     QuantOptions(activation_dtype="uint8"),
     QuantOptions(symmetric_activations=True),

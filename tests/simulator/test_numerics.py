@@ -126,6 +126,26 @@ def test_add_matches_fraction(pairs, xo, yo, sx, sy, so, oo):
         assert int(got[i]) == min(max(rescale(total, m[2]) + oo, -128), 127)
 
 
+@CI
+@given(st.lists(st.tuples(int8, int8), min_size=1, max_size=16), int8, int8,
+       st.floats(0.001, 1.0), st.floats(0.001, 1.0), st.floats(0.001, 1.0), int8,
+       st.sampled_from(["max", "min"]))
+def test_extremum_matches_fraction(pairs, xo, yo, sx, sy, so, oo, op):
+    big = max(sx, sy)
+    m = [numerics.quantize_multiplier(v) for v in (sx / big, sy / big,
+                                                    big / (2**numerics.ADD_LEFT_SHIFT * so))]
+    x = np.array([p[0] for p in pairs], np.int8)
+    y = np.array([p[1] for p in pairs], np.int8)
+    got = numerics.extremum(x, y, xo, yo, [mm for mm, _ in m], [s for _, s in m], oo, op=op)
+
+    def rescale(v, ms):
+        return round_half_away(Fraction(v * ms[0], 2 ** (31 + ms[1])))
+    pick = max if op == "max" else min
+    for i, (a, b) in enumerate(pairs):
+        common = pick(rescale((a - xo) * 2**20, m[0]), rescale((b - yo) * 2**20, m[1]))
+        assert int(got[i]) == min(max(rescale(common, m[2]) + oo, -128), 127)
+
+
 def test_lookup_and_window_sum():
     table = np.arange(256).astype(np.int8)  # wraps: table[i] = i - 256 for i >= 128
     assert numerics.lookup(np.array([-128, 0, 127], np.int8), table).tolist() == [0, -128, -1]

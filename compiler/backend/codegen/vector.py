@@ -110,7 +110,8 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
                   out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax)
     if isinstance(layer, AddLayer):
-        return instruction(layer.node, isa.ADD, **common)
+        return instruction(layer.node, isa.ADD, **common, op=layer.op,
+                           b_once=int(not layer.b_pixels), b_splat=int(not layer.b_channels))
     return instruction(layer.node, isa.MUL, **common, b_step=int(layer.b_pixels),
                        b_splat=int(not layer.b_channels))
 
@@ -179,7 +180,7 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
                  image: ImageBuilder, pending: list[Op]) -> list[Step]:
     """Add, Mul or LUT over Views: one pixel's channel block per local row, so that each
     operand is read (and the result written) at its own strides, as the pooling layers do. A
-    broadcast Mul operand b is read once per tile: one row (a value per channel), or one byte
+    broadcast operand b is read once per tile: one row (a value per channel), or one byte
     per row (a value per pixel or image, in lane 0)."""
     node, lanes = layer.node, ctx.arch.lanes
     binary = not isinstance(layer, LutLayer)

@@ -26,9 +26,9 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
 from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
-                                           lower_global_max_pool, lower_lut, lower_max_pool,
-                                           lower_mul, lower_pad, lower_reduce_mean,
-                                           lower_softmax, lower_sub)
+                                           lower_global_max_pool, lower_lut, lower_max,
+                                           lower_max_pool, lower_min, lower_mul, lower_pad,
+                                           lower_reduce_mean, lower_softmax, lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -49,6 +49,8 @@ RULES = {
     Lower.REDUCE_MEAN: lower_reduce_mean,
     Lower.ADD: lower_add,
     Lower.SUB: lower_sub,
+    Lower.MAX: lower_max,
+    Lower.MIN: lower_min,
     Lower.MUL: lower_mul,
     Lower.DIVIDE: lower_div,
     Lower.LUT: lower_lut,

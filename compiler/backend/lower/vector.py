@@ -1,7 +1,8 @@
 """Lowering rules for the vector unit: MaxPool (dilated: one pool per output phase), AveragePool
 with one window size, GlobalAveragePool, ReduceMean (over the channels: a convolution on the
-array), GlobalMaxPool, Add and Sub, Mul of two activations (one may be broadcast: a gate per
-channel, per pixel or per image), Div by an activation (a reciprocal table and MUL), Softmax and
+array), GlobalMaxPool, Add and Sub, Max and Min (ADD with op max or min), Mul of two
+activations (one may be broadcast: a gate per channel, per pixel or per image; so may a Max or
+Min operand), Div by an activation (a reciprocal table and MUL), Softmax and
 LogSoftmax along the channels (SOFTMAX); every single-input elementwise integer map (Relu, Clip,
 Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a 256-entry LUT
 built by running the node's own int8 kernel on all 256 codes, so it is bit-exact by
@@ -265,9 +266,27 @@ def lower_sub(lw: Walk, node: Node) -> None:
     _add(lw, node, negate_b=True)
 
 
-def _add(lw: Walk, node: Node, negate_b: bool) -> None:
+def lower_max(lw: Walk, node: Node) -> None:
+    """Max: a LUT with a scalar constant operand; else ADD with op max, either operand
+    broadcast as a MUL's (a Clip's run-time bound: one value per image)."""
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    _add(lw, node, negate_b=False, op="max")
+
+
+def lower_min(lw: Walk, node: Node) -> None:
+    """Min: as Max, ADD with op min."""
+    if _scalar_operand(lw, node):
+        return lower_lut(lw, node)
+    _add(lw, node, negate_b=False, op="min")
+
+
+def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    if op != "add" and not any(lw.g.values[n].is_const for n in (x, z)) and (
+            lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y)):
+        return _broadcast_extremum(lw, node, op)
     constant = [n for n in (x, z) if lw.g.values[n].is_const]
     if constant:  # the other operand, of the output's shape, and the constant over Views
         (k,), (active,) = constant, [n for n in (x, z) if n not in constant]
@@ -300,7 +319,36 @@ def _add(lw: Walk, node: Node, negate_b: bool) -> None:
         node.name, ta, tb, ty, lw.tensors[ty].size_bytes if views is None else
         views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
-        int(a["out_zero_point"]), qclamp, views))
+        int(a["out_zero_point"]), qclamp, views, op))
+
+
+def _broadcast_extremum(lw: Walk, node: Node, op: str) -> None:
+    """Max or Min of two activations, one broadcast over the other (they commute): the one of
+    the output's shape as a, the other as b, a value per channel, per pixel or per image (of
+    the same rank, or a 0-d scalar), as `_product`'s MUL."""
+    a = int8_attrs(node)
+    y = node.outputs[0]
+    (x, x_zp, x_rescale), (z, z_zp, z_rescale) = (
+        (name, int(a[f"{key}_zero_point"]), (int(a["multiplier"][i]), int(a["shift"][i])))
+        for i, (name, key) in enumerate(zip(node.inputs[:2], "ab")))
+    if lw.shape(x) != lw.shape(y):
+        (x, x_zp, x_rescale), (z, z_zp, z_rescale) = (z, z_zp, z_rescale), (x, x_zp, x_rescale)
+    y_block, z_block = block_shape(lw.shape(y)), block_shape(lw.shape(z))
+    if lw.shape(x) != lw.shape(y) or len(lw.shape(z)) not in (0, len(lw.shape(y))) or \
+            z_block[1:3] not in ((1, 1), y_block[1:3]) or z_block[3] not in (1, y_block[3]) or \
+            z_block[0] not in (1, y_block[0]):
+        raise unsupported(node, f"broadcasting {lw.shape(node.inputs[0])} with "
+                                f"{lw.shape(node.inputs[1])}: only a value per channel, per "
+                                f"pixel or per image broadcasts")
+    views = lw.need_view(node, x), lw.need_view(node, z)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    out_rescale = (int(a["multiplier"][2]), int(a["shift"][2]))
+    qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
+    lw.layers.append(AddLayer(
+        node.name, lw.source(node, x), lw.source(node, z), ty, int(np.prod(y_block)), x_zp,
+        z_zp, (x_rescale[0], z_rescale[0], out_rescale[0]),
+        (x_rescale[1], z_rescale[1], out_rescale[1]), int(a["out_zero_point"]), qclamp,
+        (*views, y_view or View.dense(y_block)), op))
 
 
 def lower_lut(lw: Walk, node: Node) -> None:

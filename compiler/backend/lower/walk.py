@@ -131,7 +131,7 @@ class Walk:
         if name in self.views:
             return self.views[name]
         shape = self.shape(name)
-        if not 1 <= len(shape) <= 4 or not self.layouts[self.buffer[name]].same_bytes(
+        if len(shape) > 4 or not self.layouts[self.buffer[name]].same_bytes(
                 Layout.channels_last(shape)):
             return None
         return View.dense(block_shape(shape))
