@@ -21,7 +21,9 @@ SCHEMES = (QuantOptions(activation_dtype="uint8"),
 @pytest.mark.parametrize("seed", range(12))
 def test_offset_graph_computes_the_uint8_codes_minus_128(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    proto, calibration, feeds = random_model(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+    proto = None
+    while proto is None or not proto.graph.node:  # a draw may hold no node: draw on
+        proto, calibration, feeds = random_model(lambda lo, hi: int(rng.integers(lo, hi + 1)))
     try:
         qgraph = quantized(proto, calibration, SCHEMES[seed % len(SCHEMES)])
     except QuantizeError:
