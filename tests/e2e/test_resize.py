@@ -65,6 +65,13 @@ def test_a_linear_resize_that_keeps_the_shape_is_a_copy_whatever_its_scales() ->
     assert compiled.program.host_segments == ()
 
 
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_a_linear_resize_by_scales_without_a_sizes_input_runs_on_the_accelerator(preset) -> None:
+    """Resize(X, roi, scales) with no fourth input, as exporters write a 2x upsampling."""
+    compiled, _ = compile_and_check(upsample((1, 1, 2, 2), mode="linear"), preset)
+    assert compiled.program.host_segments == ()
+
+
 def test_an_upsample_into_a_concat_writes_its_part_in_place() -> None:
     compiled, _ = compile_and_check(upsample((1, 1, 2, 2), concat=True), "default")
     assert compiled.program.host_segments == ()

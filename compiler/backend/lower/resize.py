@@ -93,12 +93,13 @@ def lower_resize(lw: Walk, node: Node) -> None:
     if attrs["mode"] == "nearest":
         lower_index_map(lw, node, evenly)
         return
-    consts = [lw.g.values[n].const if n else None for n in node.inputs[1:]]
+    roi, scales, sizes = ([lw.g.values[n].const if n else None for n in node.inputs[1:]]
+                          + [None] * 3)[:3]
     source, target = _ends(lw, node)
     if tuple(out_shape) == tuple(shape):  # the kernel returns its input, whatever scales
         _copy(lw, node, source, target, ())
         return
-    _, scales = ref.resize_scales(shape, consts[1], consts[2], attrs["axes"],
+    _, scales = ref.resize_scales(shape, scales, sizes, attrs["axes"],
                                   attrs["keep_aspect_ratio_policy"])
     rows, cols = (_linear_runs(shape[axis], out_shape[axis], scales[axis],
                                attrs["coordinate_transformation_mode"]) for axis in _AXES)
