@@ -385,7 +385,9 @@ def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: f
     lo, hi = RANGES[dtype]
     codes = np.arange(lo, hi + 1, dtype=np.int64)
     real_in = numerics.dequantize(codes, in_scale, in_zero_point, arithmetic=np.float64)
-    real_out = fp32(real_in.astype(np.float32), **attrs)
+    # A code outside the function's domain (Sqrt of a negative) maps to 0, not to NaN's cast.
+    real_out = np.nan_to_num(fp32(real_in.astype(np.float32), **attrs), nan=0.0,
+                             posinf=np.inf, neginf=-np.inf)
     return numerics.quantize(real_out, out_scale, out_zero_point, dtype=dtype,
                              arithmetic=np.float64)
 

@@ -500,6 +500,10 @@ _ROWS = (
           lower=L.LUT),
     OpDef("Erf", ("input",), {}, same_shape, ref.erf, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
+    OpDef("Sqrt", ("X",), {}, same_shape, ref.sqrt, quant=Q.LOOKUP, int8=int8.lookup_int8,
+          lower=L.LUT),
+    # fp32 only for now: a constant exponent's 256-entry table needs the lookup to bind it.
+    OpDef("Pow", ("X", "Y"), {}, broadcast, ref.power),
     OpDef("Gelu", ("X",), {"approximate": "none"}, same_shape, ref.gelu, quant=Q.LOOKUP,
           int8=int8.lookup_int8, lower=L.LUT,
           recognised_forms=({"approximate": "none"}, {"approximate": "tanh"})),

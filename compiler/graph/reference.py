@@ -306,6 +306,18 @@ def neg(x):
     return np.negative(x)
 
 
+@_f64
+def sqrt(x):
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(x)
+
+
+def power(x, y):
+    """ONNX Pow: the output has the base's type whatever the exponent's."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return np.power(x.astype(np.float64), np.asarray(y, np.float64)).astype(x.dtype)
+
+
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 

@@ -286,6 +286,12 @@ unary("Neg", "3d")
 case("Reciprocal", "3d", node("Reciprocal", ["x"], ["y"]), {"x": (2, 3, 4)}, positive=("x",))
 unary("Exp", "3d")
 unary("Erf", "3d")
+# Abs first: the square root and a fractional power of a negative base are NaN.
+case("Sqrt", "3d", [node("Abs", ["x"], ["a"]), node("Sqrt", ["a"], ["y"])], {"x": (2, 3, 4)})
+case("Pow", "constant-exponent", node("Pow", ["x", "e"], ["y"]), {"x": (2, 3, 4)},
+     inits={"e": np.array(2.0, np.float32)})
+case("Pow", "run-time-exponent", [node("Abs", ["x"], ["a"]), node("Pow", ["a", "e"], ["y"])],
+     {"x": (2, 3, 4), "e": (3, 4)}, positive=("x",))
 unary("Gelu", "exact", opset=20)
 unary("Gelu", "tanh", opset=20, approximate="tanh")
 unary("Swish", "default", opset=24)

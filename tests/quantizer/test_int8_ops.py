@@ -131,6 +131,8 @@ CASES = [
     Case("Neg", [n("Neg", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}),
     Case("Exp", [n("Exp", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 2.0}),
     Case("Erf", [n("Erf", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 3.0}),
+    Case("Sqrt", [n("Sqrt", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 0.5},
+         offsets={"x": 2.0}),
     Case("Gelu", [n("Gelu", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=20),
     Case("Swish", [n("Swish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=24),
     Case("Mish", [n("Mish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=18),
