@@ -21,7 +21,7 @@ import numpy as np
 
 from dataclasses import replace
 
-from compiler.backend.layers import (Binding, Layout, LutLayer, View, block_axis, block_shape,
+from compiler.backend.layers import (Binding, Layout, View, block_axis, block_shape,
                                      transpose_input_strides)
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs
@@ -139,7 +139,8 @@ def lower_transpose(lw: Walk, node: Node) -> None:
         return
     buffer = lw.new_tensor(y, Layout.channels_last(shape))
     if blocked[3] == 1 or block[3] == 1:
-        _copy(lw, node, x, buffer, View(block, offset, blocked[:3]), dense)
+        lw.copy_view(node, lw.source(node, x), View(block, offset, blocked[:3]), buffer,
+                     dense)
         return
     # The channel axis moves: copy element by element, y's axes of more than one element
     # (at most three) as the block's N, H and W, each element a channel block of one.
@@ -152,9 +153,9 @@ def lower_transpose(lw: Walk, node: Node) -> None:
         src_at = offset + (i * strides[outer[0]] if outer else 0)
         dst_at = i * y_strides[outer[0]] if outer else 0
         pad = [0] * (3 - len(axes))
-        _copy(lw, node, x, buffer,
-              View(sub, src_at, tuple(pad + [strides[a] for a in axes])),
-              View(sub, dst_at, tuple(pad + [y_strides[a] for a in axes])))
+        lw.copy_view(node, lw.source(node, x),
+                     View(sub, src_at, tuple(pad + [strides[a] for a in axes])), buffer,
+                     View(sub, dst_at, tuple(pad + [y_strides[a] for a in axes])))
 
 
 def _axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
@@ -190,13 +191,6 @@ def _block_strides(shape: tuple[int, ...], strides: tuple, dense: View | None = 
             (1 if block_axis(rank, axis) == 3 else 0)
     return tuple(block)
 
-
-def _copy(lw: Walk, node: Node, x: str, buffer: str, src: View, dst: View) -> None:
-    """An identity-table layer of `node` from the `src` View of x's buffer to `dst` of
-    `buffer`."""
-    codes = np.arange(-128, 128, dtype=np.int8)
-    lw.layers.append(LutLayer(node.name, lw.source(node, x), buffer, src.size, codes,
-                              (src, dst)))
 
 
 def lower_dequantize(lw: Walk, node: Node) -> None:

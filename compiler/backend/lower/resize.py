@@ -22,14 +22,13 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.backend.layers import AddLayer, Layout, LutLayer, Tensor, View, block_shape
+from compiler.backend.layers import AddLayer, Layout, Tensor, View, block_shape
 from compiler.backend.lower.walk import Walk, unsupported
 from compiler.graph import reference as ref
 from compiler.graph.int8 import linear_resize_taps
 from compiler.graph.ir import Node
 from compiler.graph.ops import int8_attrs, run_fp32
 
-_IDENTITY = np.arange(-128, 128, dtype=np.int8)
 _AXES = (2, 3)  # H and W; in a View's (N, H, W, C) block they are axes 1 and 2
 
 
@@ -207,5 +206,4 @@ def _copy(lw: Walk, node: Node, source, target, axis_runs) -> None:
     (tensor, view), (out_tensor, out_view) = source, target
     for axis, run in axis_runs:
         view, out_view = run.inputs(view, axis), run.outputs(out_view, axis)
-    lw.layers.append(LutLayer(node.name, tensor, out_tensor, view.size, _IDENTITY,
-                              (view, out_view)))
+    lw.copy_view(node, tensor, view, out_tensor, out_view)

@@ -22,7 +22,7 @@ from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.resize import border_runs, lower_index_map
-from compiler.backend.lower.walk import Walk, requant_params, unsupported
+from compiler.backend.lower.walk import INT8_CODES, Walk, requant_params, unsupported
 from simulator import isa, numerics
 
 
@@ -362,8 +362,7 @@ def lower_lut(lw: Walk, node: Node) -> None:
     x, y = node.inputs[index], node.outputs[0]
     if lw.g.type_of(x).dtype != "int8":
         raise unsupported(node, "its input is not int8")
-    codes = np.arange(-128, 128, dtype=np.int8)
-    args = [codes if i == index else (lw.g.values[n].const if n else None)
+    args = [INT8_CODES if i == index else (lw.g.values[n].const if n else None)
             for i, n in enumerate(node.inputs)]
     while args and args[-1] is None:
         args.pop()

@@ -25,6 +25,11 @@ from compiler.graph.ops import OPS, Lower, int8_attrs
 from simulator.errors import listing
 
 
+# Every int8 code in table order: the domain a lookup table is computed over, and as a table
+# the identity (a copy).
+INT8_CODES = np.arange(-128, 128, dtype=np.int8)
+
+
 class Unsupported(CompileError):
     """A node the accelerator cannot run: with `allow_host` it runs on the host instead."""
 
@@ -179,9 +184,12 @@ class Walk:
     def copy(self, node: Node, x: str, buffer: str, view: View) -> None:
         """An identity LUT layer of `node`: value x (any view) → `view` of `buffer`."""
         src = self.need_view(node, x)
-        codes = np.arange(-128, 128, dtype=np.int8)
-        self.layers.append(LutLayer(node.name, self.source(node, x), buffer, src.size, codes,
-                                    (src, view)))
+        self.copy_view(node, self.source(node, x), src, buffer, view)
+
+    def copy_view(self, node: Node, tensor: str, src: View, buffer: str, dst: View) -> None:
+        """An identity LUT layer of `node`: View `src` of `tensor` → View `dst` of `buffer`
+        (the one copy that Concat, Transpose, Resize and Pad layers are made of)."""
+        self.layers.append(LutLayer(node.name, tensor, buffer, src.size, INT8_CODES, (src, dst)))
 
     def own_copy(self, node: Node, x: str) -> str:
         """A tensor of its own holding view x densely (for a consumer that cannot read it in
