@@ -64,9 +64,6 @@ def unquantizable(graph: Graph, node: Node) -> str | None:
     operands = row.run_time_inputs
     if operands == 2 and all(const[:2]):
         return "both operands are constants (constant folding removes it)"
-    if row.int8_refuses is not None and (refusal := row.int8_refuses(
-            row.bind(node.name, node.attrs))):
-        return refusal
     for name, slot, is_const in zip(node.inputs[operands:], row.inputs[operands:],
                                     const[operands:]):
         if name and not is_const:

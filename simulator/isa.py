@@ -39,7 +39,8 @@ store -> vector -> compute -> load.
   from `sram`: element (l, e) goes to row sram + (pad_top + l) * width + pad_left + e, its bytes
   to the row's first elem_bytes bytes (little-endian int32 in the accumulator). Pad rows and the
   lanes past elem_bytes are set to pad_value (the zero point for a convolution, -128 for
-  max-pooling, the pad value's code for a Pad, lowered as a 1x1 MAXPOOL). elem_bytes must be a multiple of the lane size and at most a row.
+  max-pooling, the pad value's code for a Pad, lowered as a 1x1 MAXPOOL). elem_bytes must be
+  a multiple of the lane size and at most a row.
 - STORE: local -> DRAM, the same addressing without pads: row sram + l * x_size + e goes to
   dram + l * y_stride + e * x_stride.
 - PRELOAD: the array latches scratchpad rows [sp, sp + k) as the k x L weight tile W

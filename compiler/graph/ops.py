@@ -115,8 +115,6 @@ class OpDef:
     # Quant.FIXED_OUTPUT: the output's parameters, table and integer attributes from the
     # input's scale and the activation type (`int8.FixedOutput`).
     fixed_output: Callable[[float, str], int8.FixedOutput] | None = None
-    # Why the int8 kernel cannot take these attributes, or None when it can.
-    int8_refuses: Callable[[Mapping[str, Any]], str | None] | None = None
     # How the backend lowers the op; None: it has no lowering (the host runs it, if allowed).
     lower: Lower | None = None
     # Whether the output is the input's values unchanged (a view), and how; None: computed.
