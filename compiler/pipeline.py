@@ -12,7 +12,7 @@ from compiler.backend.codegen.emit import relocate
 from compiler.backend.codegen.generate import generate
 from compiler.backend.codegen.host import HostTiles, host_segments
 from compiler.backend.layer_order import order_for_memory
-from compiler.backend.layers import ConvLayer, HostLayer
+from compiler.backend.layers import ConvLayer, HostLayer, MatMulLayer
 from compiler.backend.lower import lower
 from compiler.backend.memory import plan_dram
 from compiler.backend.program import BackendOptions, Compiled, bindings, packable, summarize
@@ -128,7 +128,8 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     meta = {"compiler": {"options": options.to_dict(), "layers": len(lowered.layers)},
             **(metadata or {})}
     # The model's MACs (a grouped convolution's zero blocks excluded) are the roofline's.
-    model_macs = sum(layer.macs for layer in lowered.layers if isinstance(layer, ConvLayer))
+    model_macs = sum(layer.macs for layer in lowered.layers
+                     if isinstance(layer, (ConvLayer, MatMulLayer)))
     program = Program(arch=arch, instructions=scheduled.instructions, dram_image=image.bytes(),
                       inputs=inputs, outputs=outputs, source=scheduled.source, metadata=meta,
                       host_segments=host_segments(lowered, plan), model_macs=model_macs)

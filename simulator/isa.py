@@ -40,15 +40,23 @@ store -> vector -> compute -> load.
   to the row's first elem_bytes bytes (little-endian int32 in the accumulator). Pad rows and the
   lanes past elem_bytes are set to pad_value (the zero point for a convolution, -128 for
   max-pooling, the pad value's code for a Pad, lowered as a 1x1 MAXPOOL). elem_bytes must be
-  a multiple of the lane size and at most a row.
+  a multiple of the lane size and at most a row. With transpose=1 (the scratchpad, elem_bytes
+  1, no pads) the block is turned: element (l, e) goes to lane l of row sram + e, for y_size <= L
+  lines, and lanes [y_size, L) of the x_size rows are set to pad_value. It reads Kᵀ's stationary
+  tile from K stored [S, Dh] (a line per key, its Dh bytes a run); it costs what the same LOAD
+  without transpose costs (the corner turn is a buffer of L x L bytes the bursts fill).
 - STORE: local -> DRAM, the same addressing without pads: row sram + l * x_size + e goes to
   dram + l * y_stride + e * x_stride.
 - PRELOAD: the array latches scratchpad rows [sp, sp + k) as the k x L weight tile W
-  (k <= array rows; row r of W holds the weights of input channel r for the L output channels).
+  (k <= array rows; row r of W holds the weights of input channel r for the L output channels),
+  minus w_offset: W = rows - w_offset, int9 (`numerics.centre`; 0 for constant weights, whose
+  activations' zero points fold into the bias; an activation's zero point when the tile is an
+  activation, the second operand of a MatMul of two activations).
 - COMPUTE: for o < m_outer, i < m_inner, the input row X = scratchpad row
   sp + o * outer_stride + i * inner_stride (its first k lanes) passes through the array, and
-  X[:k] @ W[:k, :n] goes to lanes [0, n) of accumulator row acc + o * m_inner + i, replacing it
-  or, with accumulate=1, adding to it (int32, wrapping). The strides let one COMPUTE apply one
+  (X[:k] - x_offset) @ W[:k, :n] goes to lanes [0, n) of accumulator row acc + o * m_inner + i,
+  replacing it or, with accumulate=1, adding to it (int32, wrapping; int9 x int9 products, exact
+  as `numerics.int_matmul`). The strides let one COMPUTE apply one
   kernel tap of a strided convolution to a whole output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
   `numerics.requantize` per lane, with the parameter block at `param`, then + out_offset and the
@@ -281,19 +289,21 @@ LOAD = InsnDef("LOAD", 0x01, "load",
                (_MEM, F("sram", _ROW), *_STRIDED,
                 F("pad_top", 8, default=0), F("pad_bottom", 8, default=0),
                 F("pad_left", 8, default=0), F("pad_right", 8, default=0),
-                F("pad_value", 8, signed=True, default=0)),
+                F("pad_value", 8, signed=True, default=0), F("transpose", 1, default=0)),
                run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access,
                transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
 STORE = InsnDef("STORE", 0x02, "store", (_MEM, F("sram", _ROW), *_STRIDED),
                 run=dma.store, cycles=dma.cycles, work=dma.store_work,
                 access=dma.store_access, transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
-PRELOAD = InsnDef("PRELOAD", 0x03, "compute", (F("sp", _ROW), F("k", 16)),
+PRELOAD = InsnDef("PRELOAD", 0x03, "compute",
+                  (F("sp", _ROW), F("k", 16), F("w_offset", 8, signed=True, default=0)),
                   run=array.preload, cycles=array.preload_cycles, work=array.preload_work,
                   access=array.preload_access)
 COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
                   (F("sp", _ROW), F("acc", _ROW), F("m_outer", 16, default=1), F("m_inner", 16),
                    F("outer_stride", _ROW, default=0), F("inner_stride", 8, default=1),
-                   F("k", 16), F("n", 16), F("accumulate", 1, default=0)),
+                   F("k", 16), F("n", 16), F("accumulate", 1, default=0),
+                   F("x_offset", 8, signed=True, default=0)),
                   run=array.compute, cycles=array.compute_cycles, work=array.compute_work,
                   access=array.compute_access, latency=array.compute_latency)
 REQUANT = InsnDef("REQUANT", 0x05, "vector",

@@ -75,6 +75,13 @@ def mac(acc, a, b) -> np.ndarray:
     return wrap32(np.asarray(acc, np.int64) + np.asarray(a, np.int64) * np.asarray(b, np.int64))
 
 
+def centre(x, offset: int) -> np.ndarray:
+    """x - offset, int16: an int8 operand of the array less its zero point (int9). The array's
+    products of two such operands stay below 2^16 in magnitude, so `int_matmul` is exact for
+    them as for int8 (its bound has the 4x margin for it)."""
+    return np.asarray(x, np.int16) - np.int16(offset)
+
+
 def int_matmul(a, b) -> np.ndarray:
     """Exact int8 (M, K) x int8 (K, N) -> int32 (M, N) through float64 BLAS.
 

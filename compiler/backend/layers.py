@@ -187,6 +187,45 @@ class ConvLayer(_Windowed):
 
 
 @dataclass(frozen=True, eq=False)
+class Operand:
+    """One matrix of a MatMul of two activations in its buffer: element (i, j) of GEMM g is the
+    byte at offsets[g] + i * rows + j * cols (any strides: a Transpose before the MatMul is a
+    view, its strides permuted)."""
+
+    tensor: str
+    offsets: tuple[int, ...]
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True, eq=False)
+class MatMulLayer:
+    """A MatMul of two activations on the array, one GEMM per index of the leading (batch,
+    head) axes: y = requant((a - a_zp) @ (b - b_zp)), a (m, k) and b (k, n), y row-major
+    (m, n) at y_offsets. b is the stationary operand, a tile of k rows of n lanes (PRELOAD
+    w_offset = b_zp), a's rows stream (COMPUTE x_offset = a_zp): both zero points are
+    subtracted on the array, exactly as `int8.matmul_int8` does. y's rows are n contiguous
+    bytes at stride y_row from y_offsets[g]."""
+
+    node: str
+    a: Operand
+    b: Operand
+    y: str
+    y_offsets: tuple[int, ...]
+    y_row: int  # the stride of y's rows (n, or a wider row of a Transpose it writes into)
+    m: int
+    k: int
+    n: int
+    a_zero_point: int
+    b_zero_point: int
+    multiplier: int
+    shift: int
+    out_zero_point: int
+    qclamp: tuple[int, int]
+    macs: int
+
+
+@dataclass(frozen=True, eq=False)
 class PoolLayer(_Windowed):
     """MaxPool, or AveragePool with a single window size (params set), on the vector unit."""
 
@@ -359,7 +398,8 @@ def _port_bytes(port: HostPort) -> int:
     return int(np.prod(port.shape, dtype=np.int64)) * np.dtype(port.dtype).itemsize
 
 
-Layer = ConvLayer | PoolLayer | AddLayer | MulLayer | LutLayer | SoftmaxLayer | HostLayer
+Layer = (ConvLayer | MatMulLayer | PoolLayer | AddLayer | MulLayer | LutLayer | SoftmaxLayer
+         | HostLayer)
 
 
 def pixelwise(layer: AddLayer | MulLayer | LutLayer) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.backend.layers import AddLayer, HostLayer, Lowered, MulLayer
+from compiler.backend.layers import AddLayer, HostLayer, Lowered, MatMulLayer, MulLayer
 from compiler.errors import CompileError
 
 ALIGN_BYTES = 64  # buffers start on a burst-sized boundary, so no burst straddles two tensors
@@ -63,6 +63,8 @@ def reads(layer) -> tuple[str, ...]:
         return (layer.a, layer.b)
     if isinstance(layer, HostLayer):
         return layer.reads
+    if isinstance(layer, MatMulLayer):
+        return (layer.a.tensor, layer.b.tensor)
     return (layer.x,)
 
 

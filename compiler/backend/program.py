@@ -8,7 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from compiler.backend.codegen.convolution import PaddedInput
-from compiler.backend.layers import ConvLayer, HostLayer, Lowered, transpose_input_strides
+from compiler.backend.layers import (ConvLayer, HostLayer, Lowered, MatMulLayer,
+                                     transpose_input_strides)
 from compiler.backend.memory import DramPlan, reads
 from compiler.backend.schedule import Scheduled
 from compiler.backend.tiling import Region, Tiles
@@ -131,7 +132,7 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: P
         layer_macs[source] = layer_macs.get(source, 0) + work.macs
     array_macs = sum(layer_macs.values())
     per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
-                       "macs": layer.macs if isinstance(layer, ConvLayer) else 0,
+                       "macs": layer.macs if isinstance(layer, (ConvLayer, MatMulLayer)) else 0,
                        "array_macs": layer_macs.get(layer.node, 0)} for layer in lowered.layers)
     return Summary(
         layers=len(lowered.layers), instructions=len(scheduled.instructions),

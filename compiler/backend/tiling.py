@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, ConvLayer, Layer, LutLayer, MulLayer, PoolLayer,
-                                     SoftmaxLayer, pixelwise)
+from compiler.backend.layers import (AddLayer, ConvLayer, Layer, LutLayer, MatMulLayer,
+                                     MulLayer, PoolLayer, SoftmaxLayer, pixelwise)
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
@@ -114,7 +114,23 @@ class SoftmaxTiles:
     table: Region  # the accumulator rows of the int32 table
 
 
-Tiles = ConvTiles | PoolTiles | ElementwiseTiles | SoftmaxTiles
+@dataclass(frozen=True)
+class MatMulTiles:
+    """A MatMul of two activations: `rows` rows of a per tile, all its K slices of `k_block`
+    lanes (one region of `rows` rows each in an inputs buffer), and b's tiles of k_block rows
+    of `n_block` lanes, all K slices of one output-channel block in a weights buffer."""
+
+    rows: int
+    k_block: int
+    n_block: int
+    inputs: Region
+    weights: Region
+    outputs: Region
+    acc: Region
+    params: Region
+
+
+Tiles = ConvTiles | PoolTiles | ElementwiseTiles | SoftmaxTiles | MatMulTiles
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -367,8 +383,32 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     return SoftmaxTiles(rows, blocks, inputs, outputs, Region("accumulator", 0, table_rows, 1))
 
 
+def tile_matmul(layer: MatMulLayer, arch: Arch) -> MatMulTiles:
+    """K slices of at most the array's rows (and the lanes, which a transposing LOAD fills),
+    output-channel blocks of the lanes, and as many rows of a per tile as the memories hold."""
+    k_block = min(arch.array.rows, arch.lanes)
+    n_block = min(arch.array.cols, arch.lanes)
+    slices = ceil_div(layer.k, k_block)
+    weight_rows = slices * k_block
+    fit_sp = (arch.scratchpad.rows - BUFFERS * weight_rows) // (BUFFERS * (slices + 1))
+    fit_acc = (arch.accumulator.rows - PARAM_ROWS) // BUFFERS
+    fit = min(fit_sp, fit_acc, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS)
+    if fit < 1:
+        raise _too_small(layer.node, "scratchpad", BUFFERS * (weight_rows + slices + 1),
+                         arch.scratchpad.rows, "one row of the product")
+    rows = ceil_div(layer.m, ceil_div(layer.m, min(fit, layer.m)))
+    weights = Region("scratchpad", 0, weight_rows)
+    inputs = Region("scratchpad", weights.end, slices * rows)
+    outputs = Region("scratchpad", inputs.end, rows)
+    params = Region("accumulator", 0, PARAM_ROWS, 1)
+    acc = Region("accumulator", params.end, rows)
+    return MatMulTiles(rows, k_block, n_block, inputs, weights, outputs, acc, params)
+
+
 def tile(layer: Layer, arch: Arch, packable: bool = False) -> Tiles:
     """The tiles and local regions of one layer on `arch`."""
+    if isinstance(layer, MatMulLayer):
+        return tile_matmul(layer, arch)
     if isinstance(layer, SoftmaxLayer):
         return tile_softmax(layer, arch)
     if isinstance(layer, ConvLayer):

@@ -44,7 +44,8 @@ def preload(state, insn) -> None:
     a = insn.args
     if a["k"] > state.arch.array.rows:
         raise SimulatorError(f"k = {a['k']}: expected at most array.rows = {state.arch.array.rows}")
-    state.weights = state.scratchpad[rows(state.scratchpad, a["sp"], a["k"], "scratchpad")].copy()
+    state.weights = numerics.centre(
+        state.scratchpad[rows(state.scratchpad, a["sp"], a["k"], "scratchpad")], a["w_offset"])
 
 
 def input_rows(a: dict) -> np.ndarray | slice:
@@ -88,6 +89,8 @@ def compute(state, insn) -> None:
         raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[0]})")
     out = state.accumulator[rows(state.accumulator, a["acc"], m, "accumulator"), :n]
     inputs = sp[input_rows(a), :k]
+    if a["x_offset"]:
+        inputs = numerics.centre(inputs, a["x_offset"])
     weights = state.weights[:k, :n]
     step = max(1, _BLAS_SINGLE_THREAD_MNK // max(1, k * n))
     for r in range(0, m, step):

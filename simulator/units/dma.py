@@ -38,6 +38,8 @@ def _block_shape(a: dict) -> tuple[int, int]:
 def load(state, insn) -> None:
     a = insn.args
     memory, name = _local(state, a)
+    if a["transpose"]:
+        return _load_turned(state, memory, a)
     height, width = _block_shape(a)
     if height * width == 0:
         return
@@ -49,6 +51,28 @@ def load(state, insn) -> None:
     data = np.ascontiguousarray(src).view(memory.dtype.newbyteorder("<"))
     block[a["pad_top"]:a["pad_top"] + a["y_size"], a["pad_left"]:a["pad_left"] + a["x_size"],
           :lanes] = data
+
+
+def _turn_check(a: dict, lanes: int) -> None:
+    if a["mem"] != 0 or a["elem_bytes"] != 1 or any(a[p] for p in _PADS) or a["y_size"] > lanes:
+        raise SimulatorError(f"LOAD transpose=1: expected the scratchpad, elem_bytes 1, no pads "
+                             f"and y_size <= {lanes} lanes; got mem {MEMORIES[a['mem']]}, "
+                             f"elem_bytes {a['elem_bytes']}, pads "
+                             f"{[a[p] for p in _PADS]}, y_size {a['y_size']}")
+
+
+def _load_turned(state, memory: np.ndarray, a: dict) -> None:
+    """transpose=1: element (l, e) to lane l of row sram + e (a corner turn)."""
+    _turn_check(a, memory.shape[1])
+    if a["y_size"] * a["x_size"] == 0:
+        return
+    block = memory[rows(memory, a["sram"], a["x_size"], "scratchpad")]
+    src = _dram_view(state.dram, a["dram"], a, writeable=False)[:, :, 0]
+    block[...] = a["pad_value"]
+    block[:, :a["y_size"]] = src.T.view(np.int8)
+
+
+_PADS = ("pad_top", "pad_bottom", "pad_left", "pad_right")
 
 
 def store(state, insn) -> None:
@@ -97,7 +121,7 @@ def min_cycles(arch, count: int, nbytes: int) -> float:
 
 def load_work(arch, insn) -> Work:
     a = insn.args
-    height, width = _block_shape(a)
+    height, width = _block_shape(a) if not a["transpose"] else (1, a["x_size"])
     row_bytes = arch.memories[a["mem"]].row_bytes
     end = a["sram"] + height * width
     return Work(dram_read=a["y_size"] * a["x_size"] * a["elem_bytes"],
@@ -115,7 +139,7 @@ def store_work(arch, insn) -> Work:
 
 def load_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    height, width = _block_shape(a)
+    height, width = _block_shape(a) if not a["transpose"] else (1, a["x_size"])
     return (Access(a["mem"], a["sram"], a["sram"] + height * width, True),)
 
 

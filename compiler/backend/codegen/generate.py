@@ -8,8 +8,10 @@ from __future__ import annotations
 from compiler.backend.codegen.convolution import PaddedInput, conv_steps, padded_input
 from compiler.backend.codegen.emit import Context
 from compiler.backend.codegen.host import host_steps
+from compiler.backend.codegen.matmul import matmul_steps
 from compiler.backend.codegen.vector import elementwise_steps, pool_steps, softmax_steps
-from compiler.backend.layers import ConvLayer, HostLayer, Lowered, PoolLayer, SoftmaxLayer
+from compiler.backend.layers import (ConvLayer, HostLayer, Lowered, MatMulLayer, PoolLayer,
+                                     SoftmaxLayer)
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.program import BackendOptions
 from compiler.backend.progress import Progress, quiet
@@ -47,4 +49,6 @@ def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,
         return pool_steps(layer, tiles, ctx, image)
     if isinstance(layer, SoftmaxLayer):
         return softmax_steps(layer, tiles, ctx, image)
+    if isinstance(layer, MatMulLayer):
+        return matmul_steps(layer, tiles, ctx, image)
     return elementwise_steps(layer, tiles, ctx, image)

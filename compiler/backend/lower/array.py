@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.backend.layers import ConvLayer, Layout, View, block_shape
+from compiler.backend.layers import (ConvLayer, Layout, MatMulLayer, Operand, View,
+                                     block_shape)
+from compiler.backend.lower.data import axis_strides
 from compiler.graph.ir import Node
-from compiler.graph.ops import int8_attrs, node_macs
+from compiler.graph.ops import OPS, Lower, int8_attrs, node_macs
 from compiler.graph.reference import conv_transpose_pads, resolve_pads, transposed_weight
 from compiler.backend.lower.walk import Walk, requant_params, unsupported
 from simulator.numerics import wrap32
@@ -150,11 +152,73 @@ def lower_gemm(lw: Walk, node: Node) -> None:
 
 def lower_matmul(lw: Walk, node: Node) -> None:
     b = lw.g.values[node.inputs[1]].const
+    if b is None and not lw.g.values[node.inputs[0]].is_const:
+        return _activation_matmul(lw, node)
     if b is None or b.ndim != 2:
         raise unsupported(node, "only MatMul by a constant 2-D weight lowers")
     if a_zero := int(node.attrs.get("a_zero_point", 0)):
         raise unsupported(node, f"activation zero point {a_zero} is not folded")
     _matmul(lw, node, np.asarray(b.T, np.int8), bias_index=2)
+
+
+def _activation_matmul(lw: Walk, node: Node) -> None:
+    """A MatMul of two activations (attention's Q·Kᵀ and P·V): one GEMM per index of the
+    leading axes (numpy's broadcasting), each operand read in place at its own strides, so a
+    Transpose before it is free (`MatMulLayer`)."""
+    x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    a_shape, b_shape, y_shape = lw.shape(x), lw.shape(z), lw.shape(y)
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise unsupported(node, "a MatMul of two activations of rank 1 (rank >= 2 lowers)")
+    if len(node.inputs) > 2 and node.inputs[2]:
+        raise unsupported(node, "a MatMul of two activations with a bias")
+    a = int8_attrs(node)
+    multiplier, shift, out_zero, qclamp = requant_params(node, 1)
+    operands = []
+    for name, shape in ((x, a_shape), (z, b_shape)):
+        lw.source(node, name)
+        found = axis_strides(lw, name)
+        if found is None:
+            raise unsupported(node, f"input {name!r} is a view whose bytes are in no strided "
+                                    f"order")
+        offset, strides = found
+        # A leading axis the operand lacks, or has once, broadcasts: stride 0.
+        leading = (0,) * (len(y_shape) - len(shape)) + tuple(
+            s if size > 1 else 0 for s, size in zip(strides[:-2], shape[:-2]))
+        offsets = tuple(offset + sum(i * s for i, s in zip(index, leading))
+                        for index in np.ndindex(*y_shape[:-2]))
+        operands.append(Operand(lw.source(node, name), offsets, strides[-2], strides[-1]))
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    ty, y_strides = _product_place(lw, y)
+    y_offsets = tuple(sum(i * s for i, s in zip(index, y_strides[:-2]))
+                      for index in np.ndindex(*y_shape[:-2]))
+    lw.layers.append(MatMulLayer(
+        node.name, *operands, ty, y_offsets, y_strides[-2], m, k, n,
+        int(a.get("a_zero_point", 0)), int(a.get("b_zero_point", 0)), int(multiplier[0]),
+        int(shift[0]), out_zero, qclamp, macs=node_macs(lw.g, node)))
+
+
+def _product_place(lw: Walk, y: str) -> tuple[str, tuple[int, ...]]:
+    """Where a MatMul of two activations writes y, and y's strides there: its own row-major
+    tensor; or, when a Transpose that keeps the last axis alone reads it (attention's heads
+    merged back, [B, H, S, Dh] -> [B, S, H, Dh]), straight into that Transpose's row-major
+    output, which then costs no copy (`lower_transpose` finds it written)."""
+    shape = lw.shape(y)
+    users = lw.g.users().get(y, ())
+    if len(users) == 1 and OPS[users[0].op].lower is Lower.TRANSPOSE and not lw.allow_host \
+            and y not in lw.g.outputs:
+        perm = tuple(users[0].attrs.get("perm") or reversed(range(len(shape))))
+        if perm[-1] == len(shape) - 1:
+            out = users[0].outputs[0]
+            tensor = lw.new_tensor(out, Layout.row_major(lw.shape(out)))
+            dense = Layout.row_major(lw.shape(out)).strides(lw.shape(out))
+            strides = [0] * len(shape)
+            for axis, stride in zip(perm, dense):
+                strides[axis] = stride
+            lw.buffer[y] = tensor
+            lw.strided[y] = (0, tuple(strides))
+            return tensor, tuple(strides)
+    tensor = lw.new_tensor(y, Layout.row_major(shape))
+    return tensor, Layout.row_major(shape).strides(shape)
 
 
 def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:

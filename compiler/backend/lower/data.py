@@ -24,7 +24,7 @@ from dataclasses import replace
 from compiler.backend.layers import (Binding, Layout, View, block_axis, block_shape,
                                      transpose_input_strides)
 from compiler.graph.ir import Node
-from compiler.graph.ops import int8_attrs
+from compiler.graph.ops import OPS, Lower, int8_attrs
 from compiler.graph.reference import slice_
 from compiler.backend.lower.walk import Walk, unsupported
 
@@ -109,6 +109,8 @@ def lower_transpose(lw: Walk, node: Node) -> None:
     of its own, whole channel blocks per local row when the channel (contiguous) axis stays
     in place, one element per row (the DMA gathers bytes at the channel stride) when it moves."""
     x, y = node.inputs[0], node.outputs[0]
+    if y in lw.tensors:  # its producer, a MatMul of two activations, wrote it in place
+        return
     shape = lw.shape(y)
     perm = tuple(node.attrs.get("perm") or reversed(range(len(shape))))
     tensor = lw.buffer.get(x)
@@ -124,11 +126,15 @@ def lower_transpose(lw: Walk, node: Node) -> None:
     if not 1 <= len(shape) <= 4:
         raise unsupported(node, f"its output has rank {len(shape)} (ranks 1 to 4 lower)")
     lw.source(node, x)
-    found = _axis_strides(lw, x)
+    found = axis_strides(lw, x)
     if found is None:
         raise unsupported(node, f"input {x!r} is a view whose bytes are in no strided order")
     offset, x_strides = found
     strides = tuple(x_strides[axis] for axis in perm)  # of y's axes, in x's buffer
+    if _only_activation_matmuls(lw, y):  # they read any strides: no copy
+        lw.buffer[y] = lw.source(node, x)
+        lw.strided[y] = (offset, strides)
+        return
     block = block_shape(shape)
     dense = View.dense(block)
     blocked = _block_strides(shape, strides)
@@ -158,10 +164,12 @@ def lower_transpose(lw: Walk, node: Node) -> None:
                      View(sub, dst_at, tuple(pad + [y_strides[a] for a in axes])))
 
 
-def _axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
+def axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
     """Where value x's logical element (i, j, ...) sits in its buffer: the byte offset and a
     stride per logical axis; None when no strides describe its order (a rank above 4)."""
     shape = lw.shape(x)
+    if x in lw.strided:
+        return lw.strided[x]
     if x in lw.views:
         view = lw.views[x]
         block = (*view.strides, 1)
@@ -176,6 +184,16 @@ def _axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
     grid = sum(np.arange(n).reshape([-1 if a == axis else 1 for a in range(len(shape))]) * s
                for axis, (n, s) in enumerate(zip(shape, strides)))
     return (0, strides) if np.array_equal(position, np.broadcast_to(grid, shape)) else None
+
+
+def _only_activation_matmuls(lw: Walk, y: str) -> bool:
+    """Whether value y is read only by MatMuls of two activations, which load any strides (a
+    corner-turning LOAD where the lanes are not contiguous), on the accelerator: not with
+    allow_host, where a host segment might read it."""
+    users = lw.g.users().get(y, ())
+    return (not lw.allow_host and bool(users) and y not in lw.g.outputs and
+            all(OPS[u.op].lower is Lower.MATMUL and
+                not any(lw.g.values[i].is_const for i in u.inputs[:2]) for u in users))
 
 
 def _block_strides(shape: tuple[int, ...], strides: tuple, dense: View | None = None) -> tuple:

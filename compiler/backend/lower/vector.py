@@ -21,6 +21,7 @@ from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
+from compiler.backend.lower.data import axis_strides
 from compiler.backend.lower.resize import border_runs, lower_index_map
 from compiler.backend.lower.walk import INT8_CODES, Walk, requant_params, unsupported
 from simulator import isa, numerics
@@ -284,11 +285,17 @@ def lower_min(lw: Walk, node: Node) -> None:
 def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    if op != "add" and not any(lw.g.values[n].is_const for n in (x, z)) and (
+    rows = _row_major_views(lw, node, (x, z), y)
+    if rows is not None:  # attention's scores and their mask, in logical order
+        (ta, a_view), (tb, b_view), (ty, y_view) = rows
+        views = (a_view, b_view, y_view)
+    elif op != "add" and not any(lw.g.values[n].is_const for n in (x, z)) and (
             lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y)):
         return _broadcast_extremum(lw, node, op)
     constant = [n for n in (x, z) if lw.g.values[n].is_const]
-    if constant:  # the other operand, of the output's shape, and the constant over Views
+    if rows is not None:
+        pass
+    elif constant:  # the other operand, of the output's shape, and the constant over Views
         (k,), (active,) = constant, [n for n in (x, z) if n not in constant]
         if lw.shape(active) != lw.shape(y):
             raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} "
@@ -320,6 +327,45 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
         int(a["out_zero_point"]), qclamp, views, op))
+
+
+def _row_major(lw: Walk, name: str) -> bool:
+    """Whether value `name` is a whole row-major buffer of rank 4 in no channels-last order: a
+    MatMul of two activations' [B, H, S, N] (attention's scores), whose vector consumers read
+    it in logical order, its last axis in the lanes."""
+    shape = lw.shape(name)
+    if len(shape) != 4 or name in lw.views or name in lw.strided or name not in lw.buffer:
+        return False
+    layout = lw.layouts[lw.buffer[name]]
+    return layout.same_bytes(Layout.row_major(shape)) and \
+        not layout.same_bytes(Layout.channels_last(shape))
+
+
+def _logical_view(lw: Walk, node: Node, name: str, out_shape: tuple[int, ...]) -> View:
+    """Value `name` read as the block (N, H, W, C) = `out_shape` in logical order, its axes of
+    one element broadcast (stride 0: the DMA repeats them); its last axis must be contiguous."""
+    found = axis_strides(lw, name)
+    shape = lw.shape(name)
+    if found is None or shape[-1] != out_shape[-1] or (shape[-1] > 1 and found[1][-1] != 1):
+        raise unsupported(node, f"input {name!r} {list(shape)} is not stored with its last "
+                                f"axis contiguous and of the output's length")
+    offset, strides = found
+    strides = (0,) * (4 - len(shape)) + tuple(st if n > 1 else 0
+                                              for st, n in zip(strides, shape))
+    return View(tuple(out_shape), offset, strides[:3])
+
+
+def _row_major_views(lw: Walk, node: Node, inputs: tuple[str, ...], y: str):
+    """(tensor, View) of each input and of the output y, all in logical order, when an input of
+    y's shape is `_row_major`: y is then row-major too, and the others broadcast over it by
+    their Views (a mask [B, 1, 1, S] over heads and query rows); else None."""
+    shape = lw.shape(y)
+    if not any(_row_major(lw, x) and lw.shape(x) == shape for x in inputs) or \
+            any(lw.g.values[x].is_const for x in inputs):
+        return None
+    views = [(lw.source(node, x), _logical_view(lw, node, x, shape)) for x in inputs]
+    ty = lw.new_tensor(y, Layout.row_major(shape))
+    return (*views, (ty, View.dense(tuple(shape))))
 
 
 def _broadcast_extremum(lw: Walk, node: Node, op: str) -> None:
@@ -486,6 +532,14 @@ def lower_softmax(lw: Walk, node: Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
     axis = int8_attrs(node)["axis"] % len(shape)
+    rows = _row_major_views(lw, node, (x,), y) if axis == 3 else None
+    if rows is not None:
+        (tx, x_view), (ty, y_view) = rows
+        lw.layers.append(SoftmaxLayer(
+            node.name, tx, ty, np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1),
+            log=False, shift=0, out_zero_point=int(int8_attrs(node)["out_zero_point"]),
+            views=(x_view, y_view)))
+        return
     if len(shape) > 4 or block_axis(len(shape), axis) != 3:
         raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; only "
                                 f"the contiguous axis lowers (the last of rank <= 3, axis 1 of "

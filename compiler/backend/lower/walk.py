@@ -58,6 +58,9 @@ class Walk:
         self.outputs: list[Binding] = []
         self.views: dict[str, View] = {}  # value → its part of its buffer (when not all of it)
         self.constants: dict[str, bytes] = {}  # constant operand tensor → its bytes (the image's)
+        # A value only MatMuls of two activations read, in no View's order (a Transpose of the
+        # last two axes: Kᵀ): its offset and a stride per logical axis in its buffer.
+        self.strided: dict[str, tuple[int, tuple[int, ...]]] = {}
         self.into = plan_concats(graph)  # Concat inputs their producers write in place
 
     # -- values --

@@ -1,0 +1,79 @@
+"""Code generation for a MatMul of two activations (`MatMulLayer`) on the array.
+
+One GEMM per (batch, head) index: per tile of a's rows, its K slices load once (rows of k
+lanes); per block of n output channels, b's K slices load as k x n weight tiles, each one
+PRELOAD (w_offset: b's zero point) and one COMPUTE of the tile's rows (x_offset: a's zero
+point), accumulating over the slices; one REQUANT and one STORE finish the block. An operand
+whose lanes are not contiguous in DRAM (Kᵀ read from K stored [S, Dh], a transposed a) loads
+with LOAD transpose=1, a corner turn: the Transpose before the MatMul costs no copy.
+"""
+
+from __future__ import annotations
+
+from compiler.backend.codegen.emit import Context, instruction, load_acc_rows
+from compiler.backend.layers import MatMulLayer, Operand
+from compiler.backend.memory import ImageBuilder
+from compiler.backend.steps import Step
+from compiler.backend.tiling import PARAM_ROWS, MatMulTiles
+from simulator import isa
+
+
+def _load_rows(node: str, ctx: Context, operand: Operand, offset: int, sram: int, count: int,
+               lanes: int):
+    """Rows [0, count) x lanes [0, lanes) of the matrix at `offset` into rows from `sram`:
+    one element a row when the lanes are contiguous, else a corner turn (lane l of row e is
+    element (e, l), line l read at the lanes' stride)."""
+    access = ctx.access(operand.tensor, False)
+    if operand.cols == 1 or lanes == 1:
+        return instruction(node, isa.LOAD, access, mem="scratchpad", sram=sram, dram=offset,
+                           y_size=count, x_size=1, elem_bytes=lanes, x_stride=lanes,
+                           y_stride=operand.rows)
+    return instruction(node, isa.LOAD, access, mem="scratchpad", sram=sram, dram=offset,
+                       y_size=lanes, x_size=count, elem_bytes=1, x_stride=operand.rows,
+                       y_stride=operand.cols, transpose=1)
+
+
+def matmul_steps(layer: MatMulLayer, tiles: MatMulTiles, ctx: Context,
+                 image: ImageBuilder) -> list[Step]:
+    arch, node, a, b = ctx.arch, layer.node, layer.a, layer.b
+    kb, nb, tile_rows = tiles.k_block, tiles.n_block, tiles.rows
+    slices = [(k0, min(kb, layer.k - k0)) for k0 in range(0, layer.k, kb)]
+    params = image.add(isa.ParamBlock([layer.multiplier] * arch.lanes,
+                                      [layer.shift] * arch.lanes).pack(arch.lanes))
+    pending = [load_acc_rows(node, arch, tiles.params.base, params, PARAM_ROWS)]
+    qmin, qmax = layer.qclamp
+    steps, tile_count, block_count = [], 0, 0
+    for g, y_offset in enumerate(layer.y_offsets):
+        for m0 in range(0, layer.m, tile_rows):
+            rows = min(tile_rows, layer.m - m0)
+            in_row = ctx.buffer(tiles.inputs, tile_count)
+            tile_count += 1
+            pending += [_load_rows(node, ctx, a, a.offsets[g] + m0 * a.rows + k0 * a.cols,
+                                   in_row + j * tile_rows, rows, kk)
+                        for j, (k0, kk) in enumerate(slices)]
+            for n0 in range(0, layer.n, nb):
+                n = min(nb, layer.n - n0)
+                w_row, acc_row = ctx.buffer(tiles.weights, block_count), \
+                    ctx.buffer(tiles.acc, block_count)
+                out_row = ctx.buffer(tiles.outputs, block_count)
+                block_count += 1
+                loads = pending + [
+                    _load_rows(node, ctx, b, b.offsets[g] + k0 * b.rows + n0 * b.cols,
+                               w_row + j * kb, kk, n) for j, (k0, kk) in enumerate(slices)]
+                pending = []
+                body = []
+                for j, (k0, kk) in enumerate(slices):
+                    body += [instruction(node, isa.PRELOAD, sp=w_row + j * kb, k=kk,
+                                         w_offset=layer.b_zero_point),
+                             instruction(node, isa.COMPUTE, sp=in_row + j * tile_rows,
+                                         acc=acc_row, m_inner=rows, k=kk, n=n,
+                                         accumulate=int(j > 0), x_offset=layer.a_zero_point)]
+                body += [instruction(node, isa.REQUANT, acc=acc_row, sp=out_row, rows=rows,
+                                     param=tiles.params.base, out_offset=layer.out_zero_point,
+                                     qmin=qmin, qmax=qmax),
+                         instruction(node, isa.STORE, ctx.access(layer.y, True),
+                                     mem="scratchpad", sram=out_row,
+                                     dram=y_offset + m0 * layer.y_row + n0, y_size=rows,
+                                     x_size=1, elem_bytes=n, x_stride=n, y_stride=layer.y_row)]
+                steps.append(Step(tuple(loads), tuple(body)))
+    return steps

@@ -1,0 +1,122 @@
+"""Attention on the accelerator: MatMuls of two activations on the array (one operand the
+stationary tile, both zero points subtracted by the array's offsets), Kᵀ by a corner-turning
+LOAD, the heads' merge written in place, and the masked softmax over row-major scores. Each
+runs bit-exactly with no host segment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from simulator import isa
+from tests.e2e.flow import compile_and_check
+from tests.onnx_builder import model, weights
+
+
+def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0):
+    """A multi-head attention block: QKV projections by constant weights, heads split by
+    Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh plus a float mask input [B, 1, 1, S], Softmax, P·V,
+    heads merged by Transpose/Reshape, the output projection and the residual Add."""
+    rng = np.random.default_rng(seed)
+    dh = d // heads
+    nodes, inits = [], {}
+    for name in ("q", "k", "v", "o"):
+        inits[f"w{name}"] = weights(rng, d, d, scale=d ** -0.5)
+    inits["heads"] = np.array([batch, s, heads, dh], np.int64)
+    inits["merged"] = np.array([batch, s, d], np.int64)
+    inits["scale"] = np.float32(dh ** -0.5)
+    for name in ("q", "k", "v"):
+        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}p"], name=f"proj_{name}"),
+                  helper.make_node("Reshape", [f"{name}p", "heads"], [f"{name}r"],
+                                   name=f"split_{name}")]
+    nodes += [helper.make_node("Transpose", ["qr"], ["qh"], perm=[0, 2, 1, 3], name="heads_q"),
+              helper.make_node("Transpose", ["kr"], ["kt"], perm=[0, 2, 3, 1], name="heads_k"),
+              helper.make_node("Transpose", ["vr"], ["vh"], perm=[0, 2, 1, 3], name="heads_v"),
+              helper.make_node("MatMul", ["qh", "kt"], ["scores"], name="qk"),
+              helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale_scores"),
+              helper.make_node("Add", ["scaled", "mask"], ["masked"], name="add_mask"),
+              helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["p", "vh"], ["ctx"], name="pv"),
+              helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3], name="merge_t"),
+              helper.make_node("Reshape", ["ctxt", "merged"], ["ctxm"], name="merge"),
+              helper.make_node("MatMul", ["ctxm", "wo"], ["o"], name="proj_o"),
+              helper.make_node("Add", ["x", "o"], ["y"], name="residual")]
+    return model(nodes, {"x": [batch, s, d], "mask": [batch, 1, 1, s]}, {"y": [batch, s, d]},
+                 inits)
+
+
+def product(a_shape, b_shape, transpose_b: bool = False, seed: int = 0):
+    """Two activations (each a MatMul of its own input by a constant; rank 4 split from rank 3
+    by a Reshape) multiplied; with transpose_b, b is stored with its last two axes swapped and
+    a Transpose swaps them back (as Kᵀ)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, inputs = [], {}, {}
+    stored_b = list(b_shape[:-2]) + [b_shape[-1], b_shape[-2]] if transpose_b else list(b_shape)
+    for name, shape in (("a", list(a_shape)), ("b", stored_b)):
+        inits[f"w{name}"] = weights(rng, 4, shape[-1])
+        flat = [shape[0] * shape[1], *shape[2:]] if len(shape) == 4 else shape
+        inputs[name] = flat[:-1] + [4]
+        projected = f"{name}f" if len(shape) == 4 else f"{name}p"
+        nodes.append(helper.make_node("MatMul", [name, f"w{name}"], [projected],
+                                      name=f"proj_{name}"))
+        if len(shape) == 4:
+            inits[f"{name}shape"] = np.array(shape, np.int64)
+            nodes.append(helper.make_node("Reshape", [projected, f"{name}shape"], [f"{name}p"],
+                                          name=f"heads_{name}"))
+    b = "bp"
+    if transpose_b:
+        perm = list(range(len(b_shape)))
+        perm[-2:] = perm[-1], perm[-2]
+        nodes.append(helper.make_node("Transpose", ["bp"], ["bt"], perm=perm, name="turn"))
+        b = "bt"
+    nodes.append(helper.make_node("MatMul", ["ap", b], ["y"], name="product"))
+    out = [*np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2])), a_shape[-2],
+           b_shape[-1]]
+    return model(nodes, inputs, {"y": out}, inits)
+
+
+PRODUCTS = {
+    "rank 2": ((5, 20), (20, 7), False),
+    "rank 2, Bᵀ": ((5, 20), (20, 7), True),
+    "rank 3, Bᵀ, K above the array": ((2, 9, 40), (2, 40, 19), True),
+    "rank 4 heads": ((2, 3, 9, 12), (2, 3, 12, 19), False),
+    "rank 4, Kᵀ": ((1, 2, 40, 8), (1, 2, 8, 40), True),
+    "rank 4, broadcast heads": ((2, 1, 5, 8), (2, 3, 8, 6), False),
+}
+
+
+@pytest.mark.parametrize("preset", ["edge", "default"])
+@pytest.mark.parametrize("form", PRODUCTS)
+def test_activation_matmul_runs_on_the_array_bit_exactly(form: str, preset: str) -> None:
+    a_shape, b_shape, transpose_b = PRODUCTS[form]
+    compiled, _ = compile_and_check(product(a_shape, b_shape, transpose_b), preset)
+    program = compiled.program
+    assert program.host_segments == ()
+    product_insns = [i for i in program.instructions if i.op is isa.COMPUTE and i.args["x_offset"]]
+    assert product_insns, "the activation MatMul streams its rows less a's zero point"
+    turned = [i for i in program.instructions if i.op is isa.LOAD and i.args["transpose"]]
+    assert bool(turned) == transpose_b  # a Transpose before the MatMul is a corner turn
+
+
+ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
+    "edge S=8 H=2": ("edge", 8, 16, 2, 1),
+    "edge S=20 H=4": ("edge", 20, 32, 4, 1),
+    "default S=24 H=4 B=2": ("default", 24, 32, 4, 2),
+    "default S=12 H=2": ("default", 12, 16, 2, 1),
+    "large S=40 H=2": ("large", 40, 32, 2, 1),
+    "large S=8 H=4": ("large", 8, 16, 4, 1),
+}
+
+
+@pytest.mark.parametrize("case", ATTENTION)
+def test_attention_block_runs_whole_on_the_accelerator_bit_exactly(case: str) -> None:
+    preset, s, d, heads, batch = ATTENTION[case]
+    compiled, _ = compile_and_check(attention(s, d, heads, batch), preset)
+    program = compiled.program
+    assert program.host_segments == ()
+    assert any(i.op is isa.SOFTMAX for i in program.instructions)
+    # Q and V heads are strided views and the merge is written in place: the only identity
+    # copies left are none (no LUT of the heads' data movement).
+    sources = {program.source[n] for n, i in enumerate(program.instructions) if i.op is isa.LUT}
+    assert not sources & {"heads_q", "heads_k", "heads_v", "merge_t"}
