@@ -29,6 +29,7 @@ from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_bias import fold_bias
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
+from compiler.passes.fold_scale import fold_scale
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
@@ -47,6 +48,7 @@ GRAPH_PASSES: list[Pass] = [
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
     fuse_gates,        # before bias folding takes hard-sigmoid's "+ 3": x * Sigmoid(x) → Swish
     fold_bias,         # after BN folding: a constant Add after a Conv/Gemm/MatMul → its bias
+    fold_scale,        # after bias folding: attention's 1/√Dh → the query projection's weights
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,
     #                    become depthwise 1x1 Convs (Div by a constant a Mul)
     ungroup_conv_transpose,  # after BN folding, which scales the grouped weight: one group,

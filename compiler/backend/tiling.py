@@ -389,7 +389,7 @@ def tile_matmul(layer: MatMulLayer, arch: Arch) -> MatMulTiles:
     k_block = min(arch.array.rows, arch.lanes)
     n_block = min(arch.array.cols, arch.lanes)
     slices = ceil_div(layer.k, k_block)
-    weight_rows = slices * k_block
+    weight_rows = layer.k  # all K rows of a block of b, in one LOAD
     fit_sp = (arch.scratchpad.rows - BUFFERS * weight_rows) // (BUFFERS * (slices + 1))
     fit_acc = (arch.accumulator.rows - PARAM_ROWS) // BUFFERS
     fit = min(fit_sp, fit_acc, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS)

@@ -37,9 +37,9 @@ def _block_shape(a: dict) -> tuple[int, int]:
 
 def load(state, insn) -> None:
     a = insn.args
-    memory, name = _local(state, a)
     if a["transpose"]:
-        return _load_turned(state, memory, a)
+        return _load_turned(state, a)
+    memory, name = _local(state, a)
     height, width = _block_shape(a)
     if height * width == 0:
         return
@@ -61,8 +61,9 @@ def _turn_check(a: dict, lanes: int) -> None:
                              f"{[a[p] for p in _PADS]}, y_size {a['y_size']}")
 
 
-def _load_turned(state, memory: np.ndarray, a: dict) -> None:
+def _load_turned(state, a: dict) -> None:
     """transpose=1: element (l, e) to lane l of row sram + e (a corner turn)."""
+    memory = state.scratchpad
     _turn_check(a, memory.shape[1])
     if a["y_size"] * a["x_size"] == 0:
         return

@@ -6,18 +6,28 @@ runs bit-exactly with no host segment."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
+from compiler.frontend.onnx import import_model
+from compiler.graph.evaluate import evaluate
+from compiler.passes.fold_constants import fold_constants
+from compiler.passes.fold_scale import fold_scale
+from ember import ort
+from ember.compare import max_relative_error
 from simulator import isa
+from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import compile_and_check
 from tests.onnx_builder import model, weights
 
 
-def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0):
-    """A multi-head attention block: QKV projections by constant weights, heads split by
-    Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh plus a float mask input [B, 1, 1, S], Softmax, P·V,
-    heads merged by Transpose/Reshape, the output projection and the residual Add."""
+def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0,
+              divide: bool = False, bias: bool = False, mask: tuple | None = None):
+    """A multi-head attention block: QKV projections by constant weights (with bias Adds),
+    heads split by Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh (or divided by √Dh) plus a float
+    mask input [B, 1, 1, S], Softmax, P·V, heads merged by Transpose/Reshape, the output
+    projection and the residual Add. `mask`: the mask's shape, [B, 1, 1, S] unless given."""
     rng = np.random.default_rng(seed)
     dh = d // heads
     nodes, inits = [], {}
@@ -25,16 +35,24 @@ def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int
         inits[f"w{name}"] = weights(rng, d, d, scale=d ** -0.5)
     inits["heads"] = np.array([batch, s, heads, dh], np.int64)
     inits["merged"] = np.array([batch, s, d], np.int64)
-    inits["scale"] = np.float32(dh ** -0.5)
+    inits["scale"] = np.float32(dh ** 0.5 if divide else dh ** -0.5)
     for name in ("q", "k", "v"):
-        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}p"], name=f"proj_{name}"),
-                  helper.make_node("Reshape", [f"{name}p", "heads"], [f"{name}r"],
-                                   name=f"split_{name}")]
+        projected = f"{name}p"
+        nodes.append(helper.make_node("MatMul", ["x", f"w{name}"], [projected],
+                                      name=f"proj_{name}"))
+        if bias:
+            inits[f"b{name}"] = weights(rng, d, scale=0.1)
+            nodes.append(helper.make_node("Add", [projected, f"b{name}"], [f"{name}b"],
+                                          name=f"bias_{name}"))
+            projected = f"{name}b"
+        nodes.append(helper.make_node("Reshape", [projected, "heads"], [f"{name}r"],
+                                      name=f"split_{name}"))
     nodes += [helper.make_node("Transpose", ["qr"], ["qh"], perm=[0, 2, 1, 3], name="heads_q"),
               helper.make_node("Transpose", ["kr"], ["kt"], perm=[0, 2, 3, 1], name="heads_k"),
               helper.make_node("Transpose", ["vr"], ["vh"], perm=[0, 2, 1, 3], name="heads_v"),
               helper.make_node("MatMul", ["qh", "kt"], ["scores"], name="qk"),
-              helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale_scores"),
+              helper.make_node("Div" if divide else "Mul", ["scores", "scale"], ["scaled"],
+                               name="scale_scores"),
               helper.make_node("Add", ["scaled", "mask"], ["masked"], name="add_mask"),
               helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
               helper.make_node("MatMul", ["p", "vh"], ["ctx"], name="pv"),
@@ -42,8 +60,8 @@ def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int
               helper.make_node("Reshape", ["ctxt", "merged"], ["ctxm"], name="merge"),
               helper.make_node("MatMul", ["ctxm", "wo"], ["o"], name="proj_o"),
               helper.make_node("Add", ["x", "o"], ["y"], name="residual")]
-    return model(nodes, {"x": [batch, s, d], "mask": [batch, 1, 1, s]}, {"y": [batch, s, d]},
-                 inits)
+    return model(nodes, {"x": [batch, s, d], "mask": list(mask or (batch, 1, 1, s))},
+                 {"y": [batch, s, d]}, inits)
 
 
 def product(a_shape, b_shape, transpose_b: bool = False, seed: int = 0):
@@ -106,13 +124,45 @@ ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "default S=12 H=2": ("default", 12, 16, 2, 1),
     "large S=40 H=2": ("large", 40, 32, 2, 1),
     "large S=8 H=4": ("large", 8, 16, 4, 1),
+    "default S=20 H=4, biases, Div": ("default", 20, 32, 4, 1, dict(bias=True, divide=True)),
+    "edge S=12 H=2 B=2, a mask per query row": ("edge", 12, 16, 2, 2, dict(mask=(2, 1, 12, 12))),
+    "edge S=12 H=2 B=2, one mask for the batch": ("edge", 12, 16, 2, 2, dict(mask=(1, 1, 1, 12))),
 }
+
+
+@pytest.mark.parametrize("divide", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_score_scale_folds_into_the_query_weights(divide: bool, bias: bool) -> None:
+    """Mul by 1/√Dh (or Div by √Dh) of Q·Kᵀ moves into Q's projection (weight, bias), through
+    the heads' Reshape and Transpose: no node is left for it, the product takes its output's
+    name, and the fp32 function stays onnxruntime's."""
+    proto = attention(8, 16, 2, 1, divide=divide, bias=bias)
+    graph = fold_constants(import_model(proto))
+    after = fold_scale(graph)
+    assert len(after.nodes) == len(graph.nodes) - 1
+    assert "scale_scores" not in {n.name for n in after.nodes}
+    assert next(n for n in after.nodes if n.name == "qk").outputs == ("scaled",)
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 16)).astype(np.float32),
+             "mask": np.zeros((1, 1, 1, 8), np.float32)}
+    assert max_relative_error(evaluate(after, feeds)["y"],
+                              ort.run(ort.session(proto), feeds)["y"]) <= 1e-5
+
+
+def test_the_score_scale_stays_when_the_query_is_read_twice() -> None:
+    proto = attention(8, 16, 2, 1)
+    proto.graph.output.append(helper.make_tensor_value_info("qp", onnx.TensorProto.FLOAT,
+                                                            [1, 8, 16]))
+    proto.graph.output.append(helper.make_tensor_value_info("kp", onnx.TensorProto.FLOAT,
+                                                            [1, 8, 16]))
+    graph = fold_constants(import_model(proto))
+    assert fold_scale(graph) is graph
 
 
 @pytest.mark.parametrize("case", ATTENTION)
 def test_attention_block_runs_whole_on_the_accelerator_bit_exactly(case: str) -> None:
-    preset, s, d, heads, batch = ATTENTION[case]
-    compiled, _ = compile_and_check(attention(s, d, heads, batch), preset)
+    preset, s, d, heads, batch, *options = ATTENTION[case]
+    compiled, _ = compile_and_check(attention(s, d, heads, batch, **(options or [{}])[0]),
+                                    preset)
     program = compiled.program
     assert program.host_segments == ()
     assert any(i.op is isa.SOFTMAX for i in program.instructions)
@@ -120,3 +170,31 @@ def test_attention_block_runs_whole_on_the_accelerator_bit_exactly(case: str) ->
     # copies left are none (no LUT of the heads' data movement).
     sources = {program.source[n] for n, i in enumerate(program.instructions) if i.op is isa.LUT}
     assert not sources & {"heads_q", "heads_k", "heads_v", "merge_t"}
+
+
+@pytest.fixture(scope="module")
+def attention_files(tmp_path_factory):
+    """The attention block, its calibration data and its program (edge)."""
+    folder = tmp_path_factory.mktemp("attention")
+    onnx.save(attention(8, 16, 2, 1), folder / "model.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(folder / "data.npz", x=rng.standard_normal((4, 8, 16)).astype(np.float32),
+             mask=rng.standard_normal((4, 1, 1, 8)).astype(np.float32))
+    np.savez(folder / "bad.npz", x=rng.standard_normal((2, 8, 16)).astype(np.float32),
+             mask=np.zeros((2, 1, 1, 9), np.float32))
+    assert invoke("quantize-profile", folder / "model.onnx", "--data", folder / "data.npz",
+                  "-o", folder / "model.profile.json").exit_code == 0
+    result = invoke("compile", folder / "model.onnx", "--int8", "--profile",
+                    folder / "model.profile.json", "--target", "edge", "-o",
+                    folder / "model.ember")
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_a_mask_of_the_wrong_shape_names_the_input_and_both_shapes(attention_files,
+                                                                   command: str) -> None:
+    target = attention_files / ("model.onnx" if command == "run" else "model.ember")
+    result = invoke(command, target, "-i", attention_files / "bad.npz")
+    assert_one_line_error(result, "'mask'", "9", "8")
+    assert "(2, 1, 1, 9)" in result.output or "[2, 1, 1, 9]" in result.output

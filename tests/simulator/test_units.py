@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from simulator import isa, numerics
 from simulator.arch import Arch
 from simulator.machine import State
+from simulator.errors import SimulatorError
 from simulator.units.vector import ParamBlock
 
 ARCH = Arch.load("default")
@@ -367,3 +368,58 @@ def test_softmax_over_channel_blocks_matches_numerics(channels, log):
     assert accesses[0] == (1, 100, 100 + packed.shape[0], False)
     assert (0, 200 + (blocks - 1) * stride, 200 + (blocks - 1) * stride + rows, True) in accesses
     assert isa.SOFTMAX.cycles(ARCH, insn) == 3 * -(-rows * blocks * L // ARCH.vector.lanes) + rows
+
+
+@pytest.mark.parametrize("w_offset, x_offset", [(0, 0), (-128, 127), (5, -3)])
+def test_preload_and_compute_offsets_subtract_both_zero_points(w_offset, x_offset):
+    """A MatMul of two activations: (X - x_offset) @ (W - w_offset), int9 products, exact."""
+    state = fresh()
+    run(state, isa.PRELOAD(sp=100, k=L, w_offset=w_offset))
+    weights = state.scratchpad[100:100 + L].astype(np.int64) - w_offset
+    run(state, isa.COMPUTE(sp=5, acc=20, m_inner=4, k=L, n=L - 1, x_offset=x_offset))
+    inputs = state.scratchpad[5:9, :L].astype(np.int64) - x_offset
+    np.testing.assert_array_equal(state.accumulator[20:24, :L - 1],
+                                  numerics.wrap32(inputs @ weights[:, :L - 1]))
+
+
+def test_new_fields_default_to_zero_so_old_words_are_unchanged():
+    """The offsets and LOAD's transpose are the last fields of their rows, default 0: a word
+    built without them is the word of the same instruction before they existed (its high bits
+    are 0)."""
+    for insn, field in ((isa.PRELOAD(sp=3, k=4), "w_offset"),
+                        (isa.COMPUTE(sp=1, acc=2, m_inner=3, k=4, n=5), "x_offset"),
+                        (isa.LOAD(mem="scratchpad", sram=1, dram=2, y_size=3, x_size=4,
+                                  elem_bytes=5, x_stride=6, y_stride=7), "transpose")):
+        assert insn.args[field] == 0
+        offset = isa._LAYOUT[insn.op.mnemonic][-1][1]
+        assert isa.encode(insn) >> offset == 0
+        assert isa.decode(isa.encode(insn)) == insn
+
+
+def test_load_transpose_turns_lines_into_lanes():
+    """Element (l, e) to lane l of row sram + e: Kᵀ's tile from K stored [S, Dh]."""
+    state = fresh()
+    keys = rng.integers(-128, 128, (L, 40)).astype(np.int8)  # S = L keys of Dh = 40 (stride 40)
+    state.dram[500:500 + keys.size] = keys.view(np.uint8).ravel()
+    run(state, isa.LOAD(mem="scratchpad", sram=30, dram=500 + 3, y_size=L - 2, x_size=7,
+                        elem_bytes=1, x_stride=1, y_stride=40, pad_value=-1, transpose=1))
+    want = np.full((7, L), -1, np.int8)
+    want[:, :L - 2] = keys[:L - 2, 3:10].T
+    np.testing.assert_array_equal(state.scratchpad[30:37], want)
+    load = isa.LOAD(mem="scratchpad", sram=30, dram=503, y_size=L - 2, x_size=7, elem_bytes=1,
+                    x_stride=1, y_stride=40, transpose=1)
+    assert isa.LOAD.access(ARCH, load)[0][1:3] == (30, 37)
+    # It costs what the same bytes cost without the turn: y_size runs of x_size bytes.
+    plain = isa.LOAD(mem="scratchpad", sram=30, dram=503, y_size=L - 2, x_size=1,
+                     elem_bytes=7, x_stride=7, y_stride=40)
+    assert isa.LOAD.cycles(ARCH, load) == isa.LOAD.cycles(ARCH, plain)
+
+
+@pytest.mark.parametrize("bad", [dict(elem_bytes=2, x_stride=2), dict(pad_top=1),
+                                 dict(y_size=L + 1), dict(mem="accumulator")])
+def test_load_transpose_refuses_what_it_cannot_turn(bad):
+    state = fresh()
+    args = dict(mem="scratchpad", sram=0, dram=0, y_size=2, x_size=3, elem_bytes=1,
+                x_stride=1, y_stride=8, transpose=1)
+    with pytest.raises(SimulatorError, match="transpose=1"):
+        run(state, isa.LOAD(**{**args, **bad}))

@@ -286,15 +286,13 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
     rows = _row_major_views(lw, node, (x, z), y)
+    constant = [n for n in (x, z) if lw.g.values[n].is_const]
     if rows is not None:  # attention's scores and their mask, in logical order
         (ta, a_view), (tb, b_view), (ty, y_view) = rows
         views = (a_view, b_view, y_view)
-    elif op != "add" and not any(lw.g.values[n].is_const for n in (x, z)) and (
+    elif op != "add" and not constant and (
             lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y)):
         return _broadcast_extremum(lw, node, op)
-    constant = [n for n in (x, z) if lw.g.values[n].is_const]
-    if rows is not None:
-        pass
     elif constant:  # the other operand, of the output's shape, and the constant over Views
         (k,), (active,) = constant, [n for n in (x, z) if n not in constant]
         if lw.shape(active) != lw.shape(y):
@@ -342,17 +340,23 @@ def _row_major(lw: Walk, name: str) -> bool:
 
 
 def _logical_view(lw: Walk, node: Node, name: str, out_shape: tuple[int, ...]) -> View:
-    """Value `name` read as the block (N, H, W, C) = `out_shape` in logical order, its axes of
-    one element broadcast (stride 0: the DMA repeats them); its last axis must be contiguous."""
+    """Value `name` read as the block (N, H, W, C) = `out_shape` in logical order, its last axis
+    contiguous. One row per image broadcast over both middle axes (a mask [B, 1, 1, S] over
+    heads and query rows) is a block of one pixel, which ADD reads once per tile (b_once);
+    any other axis of one element is broadcast by stride 0 (the DMA repeats it)."""
     found = axis_strides(lw, name)
     shape = lw.shape(name)
     if found is None or shape[-1] != out_shape[-1] or (shape[-1] > 1 and found[1][-1] != 1):
         raise unsupported(node, f"input {name!r} {list(shape)} is not stored with its last "
                                 f"axis contiguous and of the output's length")
     offset, strides = found
-    strides = (0,) * (4 - len(shape)) + tuple(st if n > 1 else 0
-                                              for st, n in zip(strides, shape))
-    return View(tuple(out_shape), offset, strides[:3])
+    shape = (1,) * (4 - len(shape)) + tuple(shape)
+    strides = (0,) * (4 - len(strides)) + tuple(st if n > 1 else 0
+                                                for st, n in zip(strides, shape[4 - len(strides):]))
+    block = tuple(out_shape)
+    if shape[1] == shape[2] == 1:
+        block = (shape[0], 1, 1, out_shape[3])
+    return View(block, offset, strides[:3])
 
 
 def _row_major_views(lw: Walk, node: Node, inputs: tuple[str, ...], y: str):
@@ -527,31 +531,28 @@ def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = 
 
 def lower_softmax(lw: Walk, node: Node) -> None:
     """Softmax or LogSoftmax along the axis whose elements are contiguous in memory (the lanes
-    of a row): the last axis of a row-major value of rank <= 3, the channels of a map. The
+    of a row): the last axis of a row-major value of rank <= 3, the channels of a map, the last
+    axis of a MatMul's row-major [B, H, S, N] (attention's scores: `_row_major_views`). The
     node's table holds the exp entries, and LogSoftmax's the log entries after them."""
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
-    axis = int8_attrs(node)["axis"] % len(shape)
-    rows = _row_major_views(lw, node, (x,), y) if axis == 3 else None
+    a = int8_attrs(node)
+    axis = a["axis"] % len(shape)
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    rows = _row_major_views(lw, node, (x,), y) if axis == len(shape) - 1 else None
     if rows is not None:
-        (tx, x_view), (ty, y_view) = rows
-        lw.layers.append(SoftmaxLayer(
-            node.name, tx, ty, np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1),
-            log=False, shift=0, out_zero_point=int(int8_attrs(node)["out_zero_point"]),
-            views=(x_view, y_view)))
-        return
-    if len(shape) > 4 or block_axis(len(shape), axis) != 3:
+        (tx, view), (ty, y_view) = rows
+    elif len(shape) > 4 or block_axis(len(shape), axis) != 3:
         raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; only "
                                 f"the contiguous axis lowers (the last of rank <= 3, axis 1 of "
                                 f"N x C x H x W)")
-    if lw.g.type_of(x).dtype != "int8":
-        raise unsupported(node, "its input is not int8")
+    else:
+        tx, view = lw.source(node, x), lw.need_view(node, x)
+        ty, y_view = lw.output(y, Layout.channels_last(shape))
     table = np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1)
-    a = int8_attrs(node)
-    view = lw.need_view(node, x)
-    ty, y_view = lw.output(y, Layout.channels_last(shape))
     lw.layers.append(SoftmaxLayer(
-        node.name, lw.source(node, x), ty, table,
+        node.name, tx, ty, table,
         log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
         shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]),
         views=(view, y_view or View.dense(block_shape(shape)))))
