@@ -165,6 +165,9 @@ class HostSegments:
         # A tensor of its own for a view (`Walk.own_copy`) is no graph value: it holds the
         # value's own elements.
         dtype = self.g.type_of(tensor if tensor in self.g.values else name).dtype
+        if name in lw.strided:  # read by MatMuls of two activations at these strides
+            offset, strides = lw.strided[name]
+            return HostPort(name, tensor, self.g.type_of(name).shape, dtype, strides, offset)
         view = lw.views.get(name)
         if view is not None:
             shape = self.g.type_of(name).shape

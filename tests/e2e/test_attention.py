@@ -1,7 +1,8 @@
 """Attention on the accelerator: MatMuls of two activations on the array (one operand the
 stationary tile, both zero points subtracted by the array's offsets), Kᵀ by a corner-turning
-LOAD, the heads' merge written in place, and the masked softmax over row-major scores. Each
-runs bit-exactly with no host segment."""
+LOAD, the heads' merge written in place, the score scale folded into the query weights, and
+the masked softmax over row-major scores. Each runs bit-exactly with no host segment (and
+with --allow-host, around the nodes kept in fp32)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,20 @@ import onnx
 import pytest
 from onnx import helper
 
+from compiler.backend.program import BackendOptions
 from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import evaluate
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_scale import fold_scale
 from ember import ort
 from ember.compare import max_relative_error
+from ember.flow import CompileOptions, compile_model, optimized_graph
+from quantizer.options import QuantOptions
 from simulator import isa
 from tests.cli import assert_one_line_error, invoke
-from tests.e2e.flow import compile_and_check
+from tests.e2e.flow import check_bit_exact, compile_and_check, samples
 from tests.onnx_builder import model, weights
+from tests.quantizer.util import profile_of
 
 
 def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0,
@@ -128,6 +133,20 @@ ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "edge S=12 H=2 B=2, a mask per query row": ("edge", 12, 16, 2, 2, dict(mask=(2, 1, 12, 12))),
     "edge S=12 H=2 B=2, one mask for the batch": ("edge", 12, 16, 2, 2, dict(mask=(1, 1, 1, 12))),
 }
+
+
+@pytest.mark.parametrize("kept", [(), ("qk",), ("pv",), ("heads_k",), ("merge_t",)])
+def test_attention_with_nodes_kept_on_the_host_stays_bit_exact(kept: tuple) -> None:
+    """With --allow-host and nodes kept in fp32, a host segment reads the strided views the
+    MatMuls read (Kᵀ, the heads) and writes what they wrote in place, at their strides."""
+    proto = attention(12, 16, 2, 1)
+    shapes = {"x": [1, 12, 16], "mask": [1, 1, 1, 12]}
+    profile = profile_of(proto, samples(shapes, 8), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(QuantOptions(keep_fp32=kept),
+                                                         BackendOptions(allow_host=True)), "edge")
+    assert len(built.compiled.program.host_segments) == (1 if kept else 0) + \
+        (kept in (("qk",), ("pv",), ("heads_k",)))
+    check_bit_exact(built.qgraph, built.compiled, samples(shapes, 2, 1))
 
 
 @pytest.mark.parametrize("divide", [False, True])

@@ -204,8 +204,8 @@ def _product_place(lw: Walk, y: str) -> tuple[str, tuple[int, ...]]:
     output, which then costs no copy (`lower_transpose` finds it written)."""
     shape = lw.shape(y)
     users = lw.g.users().get(y, ())
-    if len(users) == 1 and OPS[users[0].op].lower is Lower.TRANSPOSE and not lw.allow_host \
-            and y not in lw.g.outputs:
+    if len(users) == 1 and OPS[users[0].op].lower is Lower.TRANSPOSE and \
+            y not in lw.g.outputs:
         perm = tuple(users[0].attrs.get("perm") or reversed(range(len(shape))))
         if perm[-1] == len(shape) - 1:
             out = users[0].outputs[0]

@@ -188,10 +188,9 @@ def axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:
 
 def _only_activation_matmuls(lw: Walk, y: str) -> bool:
     """Whether value y is read only by MatMuls of two activations, which load any strides (a
-    corner-turning LOAD where the lanes are not contiguous), on the accelerator: not with
-    allow_host, where a host segment might read it."""
+    corner-turning LOAD where the lanes are not contiguous; a host segment, its port's)."""
     users = lw.g.users().get(y, ())
-    return (not lw.allow_host and bool(users) and y not in lw.g.outputs and
+    return (bool(users) and y not in lw.g.outputs and
             all(OPS[u.op].lower is Lower.MATMUL and
                 not any(lw.g.values[i].is_const for i in u.inputs[:2]) for u in users))
 
