@@ -122,6 +122,26 @@ def test_activation_matmul_runs_on_the_array_bit_exactly(form: str, preset: str)
     assert bool(turned) == transpose_b  # a Transpose before the MatMul is a corner turn
 
 
+def gemm(trans_a: int, trans_b: int, seed: int = 0):
+    """Gemm of two activations (each a MatMul of its own input), transposed as the flags say."""
+    rng = np.random.default_rng(seed)
+    a_shape, b_shape = ((20, 6) if trans_a else (6, 20)), ((9, 20) if trans_b else (20, 9))
+    nodes = [helper.make_node("MatMul", [n, f"w{n}"], [f"{n}p"], name=f"proj_{n}")
+             for n in "ab"]
+    nodes.append(helper.make_node("Gemm", ["ap", "bp"], ["y"], alpha=0.5, transA=trans_a,
+                                  transB=trans_b, name="product"))
+    return model(nodes, {"a": [a_shape[0], 4], "b": [b_shape[0], 4]}, {"y": [6, 9]},
+                 {"wa": weights(rng, 4, a_shape[1]), "wb": weights(rng, 4, b_shape[1])})
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_of_two_activations_runs_on_the_array_bit_exactly(trans_a: int, trans_b: int):
+    compiled, _ = compile_and_check(gemm(trans_a, trans_b), "edge")
+    assert compiled.program.host_segments == ()
+    turned = [i for i in compiled.program.instructions if i.op is isa.LOAD and i.args["transpose"]]
+    assert bool(turned) == bool(trans_a or trans_b)
+
+
 ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "edge S=8 H=2": ("edge", 8, 16, 2, 1),
     "edge S=20 H=4": ("edge", 20, 32, 4, 1),

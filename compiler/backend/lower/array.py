@@ -141,11 +141,13 @@ def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
 
 def lower_gemm(lw: Walk, node: Node) -> None:
     a = int8_attrs(node)
+    b = lw.g.values[node.inputs[1]].const
+    if b is None and not lw.g.values[node.inputs[0]].is_const:
+        return _activation_matmul(lw, node, (bool(a["transA"]), bool(a["transB"])))
     if a["transA"]:
         raise unsupported(node, "transA=1 is not supported")
-    b = lw.g.values[node.inputs[1]].const
     if b is None:
-        raise unsupported(node, "both operands are activations (only constant weights lower)")
+        raise unsupported(node, "a constant A times an activation B")
     weights = np.asarray(b if a["transB"] else b.T, np.int8)  # (N, K)
     _matmul(lw, node, weights, bias_index=2)
 
@@ -161,20 +163,24 @@ def lower_matmul(lw: Walk, node: Node) -> None:
     _matmul(lw, node, np.asarray(b.T, np.int8), bias_index=2)
 
 
-def _activation_matmul(lw: Walk, node: Node) -> None:
-    """A MatMul of two activations (attention's Q·Kᵀ and P·V): one GEMM per index of the
-    leading axes (numpy's broadcasting), each operand read in place at its own strides, so a
-    Transpose before it is free (`MatMulLayer`)."""
+def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (False, False)
+                       ) -> None:
+    """A MatMul (or Gemm) of two activations (attention's Q·Kᵀ and P·V): one GEMM per index
+    of the leading axes (numpy's broadcasting), each operand read in place at its own strides
+    (a Gemm's transA/transB swap the last two), so a Transpose before it is free
+    (`MatMulLayer`)."""
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    a_shape, b_shape, y_shape = lw.shape(x), lw.shape(z), lw.shape(y)
-    if len(a_shape) < 2 or len(b_shape) < 2:
+    y_shape = lw.shape(y)
+    if len(lw.shape(x)) < 2 or len(lw.shape(z)) < 2:
         raise unsupported(node, "a MatMul of two activations of rank 1 (rank >= 2 lowers)")
     if len(node.inputs) > 2 and node.inputs[2]:
-        raise unsupported(node, "a MatMul of two activations with a bias")
+        raise unsupported(node, f"a product of two activations with a bias input "
+                                f"{node.inputs[2]!r}")
     a = int8_attrs(node)
     multiplier, shift, out_zero, qclamp = requant_params(node, 1)
-    operands = []
-    for name, shape in ((x, a_shape), (z, b_shape)):
+    operands, shapes = [], []
+    for name, swap in zip((x, z), transposed):
+        shape = lw.shape(name)
         lw.source(node, name)
         found = axis_strides(lw, name)
         if found is None:
@@ -186,8 +192,10 @@ def _activation_matmul(lw: Walk, node: Node) -> None:
             s if size > 1 else 0 for s, size in zip(strides[:-2], shape[:-2]))
         offsets = tuple(offset + sum(i * s for i, s in zip(index, leading))
                         for index in np.ndindex(*y_shape[:-2]))
-        operands.append(Operand(lw.source(node, name), offsets, strides[-2], strides[-1]))
-    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+        rows, cols = (strides[-1], strides[-2]) if swap else (strides[-2], strides[-1])
+        operands.append(Operand(lw.source(node, name), offsets, rows, cols))
+        shapes.append((shape[-1], shape[-2]) if swap else shape[-2:])
+    (m, k), (_, n) = shapes
     ty, y_strides = _product_place(lw, y)
     y_offsets = tuple(sum(i * s for i, s in zip(index, y_strides[:-2]))
                       for index in np.ndindex(*y_shape[:-2]))
