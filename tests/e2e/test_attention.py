@@ -169,6 +169,19 @@ def test_attention_with_nodes_kept_on_the_host_stays_bit_exact(kept: tuple) -> N
     check_bit_exact(built.qgraph, built.compiled, samples(shapes, 2, 1))
 
 
+@pytest.mark.parametrize("options", [QuantOptions(activation_dtype="uint8"),
+                                     QuantOptions(symmetric_activations=True)],
+                         ids=["uint8", "symmetric"])
+def test_attention_with_other_activation_codes_stays_bit_exact(options) -> None:
+    """uint8 codes (offset to int8) and zero points of 0 reach the array's offsets too."""
+    proto = attention(12, 16, 2, 1)
+    shapes = {"x": [1, 12, 16], "mask": [1, 1, 1, 12]}
+    profile = profile_of(proto, samples(shapes, 8), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(options), "default")
+    assert built.compiled.program.host_segments == ()
+    check_bit_exact(built.qgraph, built.compiled, samples(shapes, 2, 1))
+
+
 @pytest.mark.parametrize("divide", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 def test_the_score_scale_folds_into_the_query_weights(divide: bool, bias: bool) -> None:
