@@ -23,6 +23,7 @@ from quantizer.options import QuantOptions
 from simulator import isa
 from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import check_bit_exact, compile_and_check, samples
+from tests.e2e.test_products import product as broadcast_product
 from tests.onnx_builder import model, weights
 from tests.quantizer.util import profile_of
 
@@ -140,6 +141,25 @@ def test_gemm_of_two_activations_runs_on_the_array_bit_exactly(trans_a: int, tra
     assert compiled.program.host_segments == ()
     turned = [i for i in compiled.program.instructions if i.op is isa.LOAD and i.args["transpose"]]
     assert bool(turned) == bool(trans_a or trans_b)
+
+
+BROADCAST_SUMS = {  # the forms products take (tests.e2e.test_products.FORMS), summed
+    "gate first": ((2, 10, 3, 3), (2, 10, 1, 1), True),
+    "scalar activation": ((2, 10, 3, 4), (2, 1, 1, 1), False),
+    "per pixel": ((1, 10, 3, 4), (1, 1, 3, 4), True),
+    "one value per channel for the batch": ((2, 10, 3, 4), (1, 10, 1, 1), False),
+}
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub"])
+@pytest.mark.parametrize("form", BROADCAST_SUMS)
+def test_sum_of_a_broadcast_activation_bit_exact(form: str, op: str) -> None:
+    """ADD with b_once/b_splat sums (and Sub subtracts, either operand broadcast) as MUL
+    multiplies, on the accelerator."""
+    a_shape, b_shape, swap = BROADCAST_SUMS[form]
+    compiled, _ = compile_and_check(broadcast_product(a_shape, b_shape, op, swap), "edge")
+    assert compiled.program.host_segments == ()
+    assert any(i.op is isa.ADD for i in compiled.program.instructions)
 
 
 ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)

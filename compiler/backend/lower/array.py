@@ -1,5 +1,6 @@
 """Lowering rules for the array: Conv, Gemm and MatMul with a constant weight run as
-convolutions (Gemm is a 1x1 convolution over M pixels of K channels). Grouped and depthwise
+convolutions (Gemm is a 1x1 convolution over M pixels of K channels); MatMul and Gemm of two
+activations are `MatMulLayer`s, the second operand loaded as the stationary tile. Grouped and depthwise
 convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped.
 
 ConvTranspose runs as stride_h x stride_w ordinary convolutions, one per output phase, without

@@ -290,9 +290,8 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     if rows is not None:  # attention's scores and their mask, in logical order
         (ta, a_view), (tb, b_view), (ty, y_view) = rows
         views = (a_view, b_view, y_view)
-    elif op != "add" and not constant and (
-            lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y)):
-        return _broadcast_extremum(lw, node, op)
+    elif not constant and (lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y)):
+        return _broadcast_operand(lw, node, op, negate_b)
     elif constant:  # the other operand, of the output's shape, and the constant over Views
         (k,), (active,) = constant, [n for n in (x, z) if n not in constant]
         if lw.shape(active) != lw.shape(y):
@@ -304,8 +303,6 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         (ta, a_view), (tb, b_view) = operands[x], operands[z]
         views = (a_view, b_view, y_view or View.dense(block_shape(lw.shape(y))))
     else:
-        if lw.shape(x) != lw.shape(y) or lw.shape(z) != lw.shape(y):
-            raise unsupported(node, f"broadcasting {lw.shape(x)} with {lw.shape(z)}")
         ta, tb = lw.source(node, x), lw.source(node, z)
         parts = x in lw.views or z in lw.views
         if not parts and not lw.layouts[ta].same_bytes(lw.layouts[tb]):
@@ -372,14 +369,16 @@ def _row_major_views(lw: Walk, node: Node, inputs: tuple[str, ...], y: str):
     return (*views, (ty, View.dense(tuple(shape))))
 
 
-def _broadcast_extremum(lw: Walk, node: Node, op: str) -> None:
-    """Max or Min of two activations, one broadcast over the other (they commute): the one of
-    the output's shape as a, the other as b, a value per channel, per pixel or per image (of
-    the same rank, or a 0-d scalar), as `_product`'s MUL."""
+def _broadcast_operand(lw: Walk, node: Node, op: str, negate_b: bool) -> None:
+    """Add, Sub, Max or Min of two activations, one broadcast over the other: the one of the
+    output's shape as a, the other as b (ADD's sum and extremum commute; Sub's negated rescale
+    goes with its second input), a value per channel, per pixel or per image (of the same
+    rank, or a 0-d scalar), as `_product`'s MUL."""
     a = int8_attrs(node)
     y = node.outputs[0]
     (x, x_zp, x_rescale), (z, z_zp, z_rescale) = (
-        (name, int(a[f"{key}_zero_point"]), (int(a["multiplier"][i]), int(a["shift"][i])))
+        (name, int(a[f"{key}_zero_point"]),
+         ((-1 if negate_b and key == "b" else 1) * int(a["multiplier"][i]), int(a["shift"][i])))
         for i, (name, key) in enumerate(zip(node.inputs[:2], "ab")))
     if lw.shape(x) != lw.shape(y):
         (x, x_zp, x_rescale), (z, z_zp, z_rescale) = (z, z_zp, z_rescale), (x, x_zp, x_rescale)
