@@ -29,11 +29,14 @@ from tests.quantizer.util import profile_of
 
 
 def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0,
-              divide: bool = False, bias: bool = False, mask: tuple | None = None):
+              divide: bool = False, bias: bool = False, mask: tuple | None = None,
+              computed_mask: bool = False):
     """A multi-head attention block: QKV projections by constant weights (with bias Adds),
     heads split by Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh (or divided by √Dh) plus a float
     mask input [B, 1, 1, S], Softmax, P·V, heads merged by Transpose/Reshape, the output
-    projection and the residual Add. `mask`: the mask's shape, [B, 1, 1, S] unless given."""
+    projection and the residual Add. `mask`: the mask's shape, [B, 1, 1, S] unless given;
+    with `computed_mask` it is computed from an input `keep` [B, S] as BERT exports do:
+    (1 - Unsqueeze(keep)) * -10."""
     rng = np.random.default_rng(seed)
     dh = d // heads
     nodes, inits = [], {}
@@ -66,8 +69,16 @@ def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int
               helper.make_node("Reshape", ["ctxt", "merged"], ["ctxm"], name="merge"),
               helper.make_node("MatMul", ["ctxm", "wo"], ["o"], name="proj_o"),
               helper.make_node("Add", ["x", "o"], ["y"], name="residual")]
-    return model(nodes, {"x": [batch, s, d], "mask": list(mask or (batch, 1, 1, s))},
-                 {"y": [batch, s, d]}, inits)
+    inputs = {"x": [batch, s, d], "mask": list(mask or (batch, 1, 1, s))}
+    if computed_mask:
+        del inputs["mask"]
+        inputs["keep"] = [batch, s]
+        inits.update(axes=np.array([1, 2], np.int64), one=np.float32(1.0),
+                     drop_value=np.float32(-10.0))
+        nodes[:0] = [helper.make_node("Unsqueeze", ["keep", "axes"], ["keep4"], name="unsqueeze"),
+                     helper.make_node("Sub", ["one", "keep4"], ["drop"], name="invert"),
+                     helper.make_node("Mul", ["drop", "drop_value"], ["mask"], name="mask_scale")]
+    return model(nodes, inputs, {"y": [batch, s, d]}, inits)
 
 
 def product(a_shape, b_shape, transpose_b: bool = False, seed: int = 0):
@@ -172,6 +183,7 @@ ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "default S=20 H=4, biases, Div": ("default", 20, 32, 4, 1, dict(bias=True, divide=True)),
     "edge S=12 H=2 B=2, a mask per query row": ("edge", 12, 16, 2, 2, dict(mask=(2, 1, 12, 12))),
     "edge S=12 H=2 B=2, one mask for the batch": ("edge", 12, 16, 2, 2, dict(mask=(1, 1, 1, 12))),
+    "default S=12 H=2 B=2, a computed mask": ("default", 12, 16, 2, 2, dict(computed_mask=True)),
 }
 
 
