@@ -4,7 +4,8 @@
 An element is one local row. LOAD reads `y_size` lines of `x_size` elements of `elem_bytes`
 bytes from DRAM (element stride `x_stride`, line stride `y_stride`, in bytes) into a block of
 (pad_top + y_size + pad_bottom) x (pad_left + x_size + pad_right) consecutive local rows; pad rows
-and the lanes past `elem_bytes` are filled with `pad_value`. STORE is the inverse without pads.
+and the lanes past `elem_bytes` are filled with `pad_value`; with `transpose` the block is turned
+(byte e of line l to lane l of row e). STORE is the inverse without pads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.errors import SimulatorError
-from simulator.units import MEMORIES, Access, Work, ceil_div, dram_view, rows
+from simulator.units import MEMORIES, SCRATCHPAD, Access, Work, ceil_div, dram_view, rows
 
 
 def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:
@@ -53,8 +54,11 @@ def load(state, insn) -> None:
           :lanes] = data
 
 
+_PADS = ("pad_top", "pad_bottom", "pad_left", "pad_right")
+
+
 def _turn_check(a: dict, lanes: int) -> None:
-    if a["mem"] != 0 or a["elem_bytes"] != 1 or any(a[p] for p in _PADS) or a["y_size"] > lanes:
+    if a["mem"] != SCRATCHPAD or a["elem_bytes"] != 1 or any(a[p] for p in _PADS) or a["y_size"] > lanes:
         raise SimulatorError(f"LOAD transpose=1: expected the scratchpad, elem_bytes 1, no pads "
                              f"and y_size <= {lanes} lanes; got mem {MEMORIES[a['mem']]}, "
                              f"elem_bytes {a['elem_bytes']}, pads "
@@ -71,9 +75,6 @@ def _load_turned(state, a: dict) -> None:
     src = _dram_view(state.dram, a["dram"], a, writeable=False)[:, :, 0]
     block[...] = a["pad_value"]
     block[:, :a["y_size"]] = src.T.view(np.int8)
-
-
-_PADS = ("pad_top", "pad_bottom", "pad_left", "pad_right")
 
 
 def store(state, insn) -> None:

@@ -30,13 +30,14 @@ from tests.quantizer.util import profile_of
 
 def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0,
               divide: bool = False, bias: bool = False, mask: tuple | None = None,
-              computed_mask: bool = False):
+              computed_mask: bool = False, causal: bool = False):
     """A multi-head attention block: QKV projections by constant weights (with bias Adds),
     heads split by Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh (or divided by √Dh) plus a float
     mask input [B, 1, 1, S], Softmax, P·V, heads merged by Transpose/Reshape, the output
     projection and the residual Add. `mask`: the mask's shape, [B, 1, 1, S] unless given;
     with `computed_mask` it is computed from an input `keep` [B, S] as BERT exports do:
-    (1 - Unsqueeze(keep)) * -10."""
+    (1 - Unsqueeze(keep)) * -10; with `causal` it is a constant [1, 1, S, S], -10 above the
+    diagonal."""
     rng = np.random.default_rng(seed)
     dh = d // heads
     nodes, inits = [], {}
@@ -70,6 +71,9 @@ def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int
               helper.make_node("MatMul", ["ctxm", "wo"], ["o"], name="proj_o"),
               helper.make_node("Add", ["x", "o"], ["y"], name="residual")]
     inputs = {"x": [batch, s, d], "mask": list(mask or (batch, 1, 1, s))}
+    if causal:
+        del inputs["mask"]
+        inits["mask"] = (np.triu(np.ones((s, s)), 1) * -10.0).astype(np.float32)[None, None]
     if computed_mask:
         del inputs["mask"]
         inputs["keep"] = [batch, s]
@@ -184,6 +188,7 @@ ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "edge S=12 H=2 B=2, a mask per query row": ("edge", 12, 16, 2, 2, dict(mask=(2, 1, 12, 12))),
     "edge S=12 H=2 B=2, one mask for the batch": ("edge", 12, 16, 2, 2, dict(mask=(1, 1, 1, 12))),
     "default S=12 H=2 B=2, a computed mask": ("default", 12, 16, 2, 2, dict(computed_mask=True)),
+    "edge S=12 H=2 B=2, a constant causal mask": ("edge", 12, 16, 2, 2, dict(causal=True)),
 }
 
 

@@ -336,35 +336,49 @@ def _row_major(lw: Walk, name: str) -> bool:
         not layout.same_bytes(Layout.channels_last(shape))
 
 
-def _logical_view(lw: Walk, node: Node, name: str, out_shape: tuple[int, ...]) -> View:
-    """Value `name` read as the block (N, H, W, C) = `out_shape` in logical order, its last axis
-    contiguous. One row per image broadcast over both middle axes (a mask [B, 1, 1, S] over
-    heads and query rows) is a block of one pixel, which ADD reads once per tile (b_once);
+def _logical_view(lw: Walk, node: Node, name: str, out_shape: tuple[int, ...]
+                  ) -> tuple[str, View]:
+    """The tensor of value `name` and the View that reads it as the block (N, H, W, C) =
+    `out_shape` in logical order, its last axis contiguous (a constant's codes are stored so,
+    in the DRAM image). One row per image broadcast over both middle axes (a mask [B, 1, 1, S]
+    over heads and query rows) is a block of one pixel, which ADD reads once per tile (b_once);
     any other axis of one element is broadcast by stride 0 (the DMA repeats it)."""
-    found = axis_strides(lw, name)
     shape = lw.shape(name)
+    value = lw.g.values[name]
+    if value.is_const:
+        codes = np.asarray(value.const, np.int8)
+        codes = np.broadcast_to(codes, codes.shape[:-1] + (out_shape[-1],)) if codes.ndim else \
+            np.broadcast_to(codes, (out_shape[-1],))
+        tensor = f"{node.name}/{name}"
+        lw.tensors[tensor] = Tensor(tensor, codes.size)
+        lw.layouts[tensor] = Layout.row_major(codes.shape)
+        lw.constants[tensor] = np.ascontiguousarray(codes).tobytes()
+        shape = codes.shape
+        found = (0, Layout.row_major(shape).strides(shape))
+    else:
+        tensor, found = lw.source(node, name), axis_strides(lw, name)
     if found is None or shape[-1] != out_shape[-1] or (shape[-1] > 1 and found[1][-1] != 1):
         raise unsupported(node, f"input {name!r} {list(shape)} is not stored with its last "
                                 f"axis contiguous and of the output's length")
     offset, strides = found
     shape = (1,) * (4 - len(shape)) + tuple(shape)
-    strides = (0,) * (4 - len(strides)) + tuple(st if n > 1 else 0
-                                                for st, n in zip(strides, shape[4 - len(strides):]))
+    strides = (0,) * (4 - len(strides)) + tuple(strides)
+    strides = tuple(st if n > 1 else 0 for st, n in zip(strides, shape))
     block = tuple(out_shape)
     if shape[1] == shape[2] == 1:
         block = (shape[0], 1, 1, out_shape[3])
-    return View(block, offset, strides[:3])
+    return tensor, View(block, offset, strides[:3])
 
 
 def _row_major_views(lw: Walk, node: Node, inputs: tuple[str, ...], y: str):
     """(tensor, View) of each input and of the output y, all in logical order, when an input of
     y's shape is `_row_major`: y is then row-major too, and the others broadcast over it by
-    their Views (a mask [B, 1, 1, S] over heads and query rows); else None."""
+    their Views (a mask [B, 1, 1, S] over heads and query rows, or a constant one); else
+    None."""
     shape = lw.shape(y)
-    if not any(_row_major(lw, x) and lw.shape(x) == shape for x in inputs) or \
-            any(lw.g.values[x].is_const for x in inputs):
+    if not any(_row_major(lw, x) and lw.shape(x) == shape for x in inputs):
         return None
-    views = [(lw.source(node, x), _logical_view(lw, node, x, shape)) for x in inputs]
+    views = [_logical_view(lw, node, x, shape) for x in inputs]
     ty = lw.new_tensor(y, Layout.row_major(shape))
     return (*views, (ty, View.dense(tuple(shape))))
 
@@ -537,15 +551,16 @@ def lower_softmax(lw: Walk, node: Node) -> None:
     shape = lw.shape(x)
     a = int8_attrs(node)
     axis = a["axis"] % len(shape)
-    if lw.g.type_of(x).dtype != "int8":
-        raise unsupported(node, "its input is not int8")
-    rows = _row_major_views(lw, node, (x,), y) if axis == len(shape) - 1 else None
-    if rows is not None:
-        (tx, view), (ty, y_view) = rows
-    elif len(shape) > 4 or block_axis(len(shape), axis) != 3:
+    int8 = lw.g.type_of(x).dtype == "int8"
+    rows = _row_major_views(lw, node, (x,), y) if int8 and axis == len(shape) - 1 else None
+    if rows is None and (len(shape) > 4 or block_axis(len(shape), axis) != 3):
         raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; only "
                                 f"the contiguous axis lowers (the last of rank <= 3, axis 1 of "
-                                f"N x C x H x W)")
+                                f"N x C x H x W, the last of a MatMul's [B, H, S, N])")
+    if not int8:
+        raise unsupported(node, "its input is not int8")
+    if rows is not None:
+        (tx, view), (ty, y_view) = rows
     else:
         tx, view = lw.source(node, x), lw.need_view(node, x)
         ty, y_view = lw.output(y, Layout.channels_last(shape))
