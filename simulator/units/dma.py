@@ -58,7 +58,8 @@ _PADS = ("pad_top", "pad_bottom", "pad_left", "pad_right")
 
 
 def _turn_check(a: dict, lanes: int) -> None:
-    if a["mem"] != SCRATCHPAD or a["elem_bytes"] != 1 or any(a[p] for p in _PADS) or a["y_size"] > lanes:
+    if a["mem"] != SCRATCHPAD or a["elem_bytes"] != 1 or any(a[p] for p in _PADS) or \
+            a["y_size"] > lanes:
         raise SimulatorError(f"LOAD transpose=1: expected the scratchpad, elem_bytes 1, no pads "
                              f"and y_size <= {lanes} lanes; got mem {MEMORIES[a['mem']]}, "
                              f"elem_bytes {a['elem_bytes']}, pads "

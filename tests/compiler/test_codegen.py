@@ -70,8 +70,8 @@ def test_depthwise_skips_all_zero_weight_tiles() -> None:
 
 def test_unsupported_op_names_the_node_and_suggests_keep_fp32() -> None:
     proto = model([helper.make_node("Softmax", ["x"], ["y"], name="probabilities", axis=0)],
-                  {"x": [2, 10]}, {"y": [2, 10]})  # not the contiguous axis: no lowering
-    qgraph = quantized(proto, samples({"x": [2, 10]}, 4))
+                  {"x": [2, 1, 1, 1, 10]}, {"y": [2, 1, 1, 1, 10]})  # rank 5: no lowering
+    qgraph = quantized(proto, samples({"x": [2, 1, 1, 1, 10]}, 4))
     with pytest.raises(CompileError, match=r"'probabilities' \(Softmax\).*--keep-fp32"):
         compile_int8(qgraph, EDGE)
 

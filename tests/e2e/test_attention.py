@@ -30,14 +30,14 @@ from tests.quantizer.util import profile_of
 
 def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int = 0,
               divide: bool = False, bias: bool = False, mask: tuple | None = None,
-              computed_mask: bool = False, causal: bool = False):
+              computed_mask: bool = False, causal: bool = False, softmax_axis: int = -1):
     """A multi-head attention block: QKV projections by constant weights (with bias Adds),
     heads split by Reshape/Transpose, Q·Kᵀ scaled by 1/√Dh (or divided by √Dh) plus a float
     mask input [B, 1, 1, S], Softmax, P·V, heads merged by Transpose/Reshape, the output
     projection and the residual Add. `mask`: the mask's shape, [B, 1, 1, S] unless given;
     with `computed_mask` it is computed from an input `keep` [B, S] as BERT exports do:
     (1 - Unsqueeze(keep)) * -10; with `causal` it is a constant [1, 1, S, S], -10 above the
-    diagonal."""
+    diagonal. `softmax_axis`: the axis the Softmax normalizes."""
     rng = np.random.default_rng(seed)
     dh = d // heads
     nodes, inits = [], {}
@@ -64,7 +64,7 @@ def attention(s: int = 8, d: int = 16, heads: int = 2, batch: int = 1, seed: int
               helper.make_node("Div" if divide else "Mul", ["scores", "scale"], ["scaled"],
                                name="scale_scores"),
               helper.make_node("Add", ["scaled", "mask"], ["masked"], name="add_mask"),
-              helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
+              helper.make_node("Softmax", ["masked"], ["p"], axis=softmax_axis, name="softmax"),
               helper.make_node("MatMul", ["p", "vh"], ["ctx"], name="pv"),
               helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3], name="merge_t"),
               helper.make_node("Reshape", ["ctxt", "merged"], ["ctxm"], name="merge"),
@@ -189,6 +189,7 @@ ATTENTION = {  # (S, D, heads, batch): S below and above the lanes (8, 16, 32)
     "edge S=12 H=2 B=2, one mask for the batch": ("edge", 12, 16, 2, 2, dict(mask=(1, 1, 1, 12))),
     "default S=12 H=2 B=2, a computed mask": ("default", 12, 16, 2, 2, dict(computed_mask=True)),
     "edge S=12 H=2 B=2, a constant causal mask": ("edge", 12, 16, 2, 2, dict(causal=True)),
+    "edge S=12 H=2, Softmax over the query rows": ("edge", 12, 16, 2, 1, dict(softmax_axis=2)),
 }
 
 

@@ -75,10 +75,10 @@ def _fails(result, *fragments) -> None:
 
 def test_unsupported_op(tmp_path) -> None:
     proto = model([helper.make_node("Softmax", ["x"], ["y"], name="probabilities", axis=0)],
-                  {"x": [2, 10]}, {"y": [2, 10]})  # not the contiguous axis: no lowering
+                  {"x": [2, 1, 1, 1, 10]}, {"y": [2, 1, 1, 1, 10]})  # rank 5: no lowering
     onnx.save(proto, tmp_path / "softmax.onnx")
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "data.npz", x=rng.standard_normal((8, 10)).astype(np.float32))
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((8, 1, 1, 1, 10)).astype(np.float32))
     assert invoke("quantize-profile", tmp_path / "softmax.onnx", "--data",
                   tmp_path / "data.npz", "-o", tmp_path / "p.json").exit_code == 0
     result = invoke("compile", tmp_path / "softmax.onnx", "--profile", tmp_path / "p.json",

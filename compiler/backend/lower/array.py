@@ -1,7 +1,7 @@
 """Lowering rules for the array: Conv, Gemm and MatMul with a constant weight run as
 convolutions (Gemm is a 1x1 convolution over M pixels of K channels); MatMul and Gemm of two
-activations are `MatMulLayer`s, the second operand loaded as the stationary tile. Grouped and depthwise
-convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped.
+activations are `MatMulLayer`s, the second operand loaded as the stationary tile. Grouped and
+depthwise convolutions expand to block-diagonal weight tiles whose all-zero blocks are skipped.
 
 ConvTranspose runs as stride_h x stride_w ordinary convolutions, one per output phase, without
 zeros in DRAM: the outputs (y, x) with y = r_h, r_h + s_h, ... and x = r_w, r_w + s_w, ... see

@@ -1,15 +1,16 @@
 """Lowering rules for the vector unit: MaxPool (dilated: one pool per output phase), AveragePool
 with one window size, GlobalAveragePool, ReduceMean (over the channels: a convolution on the
 array), GlobalMaxPool, Add and Sub, Max and Min (ADD with op max or min), Mul of two
-activations (one may be broadcast: a gate per channel, per pixel or per image; so may a Max or
-Min operand), Div by an activation (a reciprocal table and MUL), Softmax and
-LogSoftmax along the channels (SOFTMAX); every single-input elementwise integer map (Relu, Clip,
-Rescale, Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a 256-entry LUT
-built by running the node's own int8 kernel on all 256 codes, so it is bit-exact by
-construction."""
+activations (one may be broadcast: a gate per channel, per pixel or per image; so may an Add,
+Sub, Max or Min operand, and a mask over attention's row-major scores), Div by an activation (a
+reciprocal table and MUL), Softmax and LogSoftmax along the channels (SOFTMAX; along another
+axis through element copies); every single-input elementwise integer map (Relu, Clip, Rescale,
+Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a 256-entry LUT built by
+running the node's own int8 kernel on all 256 codes, so it is bit-exact by construction."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,7 +22,7 @@ from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
-from compiler.backend.lower.data import axis_strides
+from compiler.backend.lower.data import axis_strides, copy_elements
 from compiler.backend.lower.resize import border_runs, lower_index_map
 from compiler.backend.lower.walk import INT8_CODES, Walk, requant_params, unsupported
 from simulator import isa, numerics
@@ -545,31 +546,61 @@ def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = 
 def lower_softmax(lw: Walk, node: Node) -> None:
     """Softmax or LogSoftmax along the axis whose elements are contiguous in memory (the lanes
     of a row): the last axis of a row-major value of rank <= 3, the channels of a map, the last
-    axis of a MatMul's row-major [B, H, S, N] (attention's scores: `_row_major_views`). The
-    node's table holds the exp entries, and LogSoftmax's the log entries after them."""
+    axis of a MatMul's row-major [B, H, S, N] (attention's scores: `_row_major_views`). Along
+    another axis, through element copies around it (`_softmax_across`). The node's table
+    holds the exp entries, and LogSoftmax's the log entries after them."""
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
     a = int8_attrs(node)
     axis = a["axis"] % len(shape)
     int8 = lw.g.type_of(x).dtype == "int8"
     rows = _row_major_views(lw, node, (x,), y) if int8 and axis == len(shape) - 1 else None
-    if rows is None and (len(shape) > 4 or block_axis(len(shape), axis) != 3):
-        raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; only "
-                                f"the contiguous axis lowers (the last of rank <= 3, axis 1 of "
-                                f"N x C x H x W, the last of a MatMul's [B, H, S, N])")
+    if rows is None and len(shape) > 4:
+        raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; "
+                                f"ranks up to 4 lower")
     if not int8:
         raise unsupported(node, "its input is not int8")
+    table = np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1)
+    layer = functools.partial(
+        SoftmaxLayer, node.name, table=table,
+        log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
+        shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]))
     if rows is not None:
         (tx, view), (ty, y_view) = rows
+    elif block_axis(len(shape), axis) != 3:
+        return _softmax_across(lw, node, axis, layer)
     else:
         tx, view = lw.source(node, x), lw.need_view(node, x)
         ty, y_view = lw.output(y, Layout.channels_last(shape))
-    table = np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1)
-    lw.layers.append(SoftmaxLayer(
-        node.name, tx, ty, table,
-        log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
-        shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]),
-        views=(view, y_view or View.dense(block_shape(shape)))))
+    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
+
+
+def _softmax_across(lw: Walk, node: Node, axis: int, layer) -> None:
+    """Softmax along an axis that is not contiguous (a column of scores): x is copied element
+    by element into a row-major tensor whose last axis is `axis`, normalized there, and copied
+    back into y's own layout (two passes of one byte a row: correct, not fast)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
+    lw.source(node, x)
+    found = axis_strides(lw, x)
+    if found is None:
+        raise unsupported(node, f"input {x!r} is a view whose bytes are in no strided order")
+    offset, strides = found
+    order = [i for i in range(len(shape)) if i != axis] + [axis]
+    turned = tuple(shape[i] for i in order)
+    dense = Layout.row_major(turned).strides(turned)
+    names = f"{node.name}/{x}/turned", f"{node.name}/turned"
+    for name in names:
+        lw.tensors[name] = Tensor(name, int(np.prod(turned, dtype=np.int64)))
+        lw.layouts[name] = Layout.row_major(turned)
+    copy_elements(lw, node, lw.source(node, x), offset, tuple(strides[i] for i in order),
+                  turned, names[0], dense)
+    block = View.dense((1,) * (4 - len(turned)) + turned)
+    lw.layers.append(layer(*names, views=(block, block)))
+    layout = Layout.channels_last(shape)
+    ty = lw.new_tensor(y, layout)
+    copy_elements(lw, node, names[1], 0, tuple(dense[order.index(i)] for i in range(len(shape))),
+                  shape, ty, layout.strides(shape))
 
 
 def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, int],
