@@ -253,7 +253,8 @@ class _GraphBuilder:
             inputs.append(vi.name)
         nodes = [self._node(i, n) for i, n in enumerate(g.node)]
         available = set(inputs) | set(self.values)
-        nodes = [self._type_outputs(node) for node in toposort(nodes, available)]
+        nodes = [typed for node in toposort(nodes, available)
+                 for typed in map(self._type_outputs, self._expanded(node))]
         outputs = tuple(o.name for o in g.output)
         for name in outputs:
             if name not in self.values:
@@ -298,6 +299,21 @@ class _GraphBuilder:
         except CompileError as err:
             raise CompileError(f"{self.label}: {err}") from None
         return Node(op.name, name, tuple(inputs), tuple(outputs), attrs)
+
+    def _expanded(self, node: Node) -> list[Node]:
+        """The node, or the nodes its row unrolls it into (LSTM, GRU), typed in turn."""
+        expand = optable.OPS[node.op].expand
+        if expand is None:
+            return [node]
+        inputs = []
+        for name in node.inputs:
+            value = self.values.get(name) if name else None
+            known = self.known.get(name) if name else None
+            inputs.append(Value(name, value.type, known) if known is not None else value)
+        try:
+            return expand(node, inputs, self._constant)
+        except CompileError as err:
+            raise CompileError(f"{self.label}: {err}") from None
 
     def _constant(self, name: str, value) -> str:
         array = np.asarray(value)

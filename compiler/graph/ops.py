@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from compiler.errors import CompileError
-from compiler.graph import int8
+from compiler.graph import int8, recurrent
 from compiler.graph import reference as ref
 from compiler.graph.int8 import INT8_ATTRS, Quant, Weight
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
@@ -99,6 +99,10 @@ class OpDef:
     coerced_2d_before: int | None = None
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
+    # The importer replaces the node by these nodes of other rows (a recurrence unrolled into
+    # its cell equations): `expand(node, inputs, make_const)` with the inputs' typed Values
+    # (constants known) and a function making a named constant; no later stage sees the op.
+    expand: Callable[..., list[Node]] | None = None
     # How the quantizer rewrites the op, and its integer-only reference (simulator.numerics);
     # None for ops that are never quantized (they only exist before constant folding).
     quant: Quant | None = None
@@ -327,6 +331,11 @@ def _evaluating(fp32: Callable[..., Any], data_inputs: int = 1) -> ShapeRule:
         results = result if isinstance(result, tuple) else (result,)
         return [Type(str(r.dtype), r.shape) for r in results]
     return rule
+
+
+def _expanded_on_import(*args, **attrs):
+    raise CompileError("a recurrent layer is unrolled on import; it has no shape rule or "
+                       "reference of its own")
 
 
 def constant_shape(xs, attrs):
@@ -607,6 +616,18 @@ _ROWS = (
           quant=Q.RESCALE, int8=int8.rescale_int8,  # ember's: int8 → int8, new scale
           lower=L.LUT),
     # Constants and shape arithmetic: constant folding removes them before compilation.
+    # Recurrent layers: unrolled on import over the static sequence length
+    # (`compiler.graph.recurrent`), so their shape rule and reference are never called.
+    OpDef("LSTM", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?", "initial_c?", "P?"),
+          {"activation_alpha": None, "activation_beta": None, "activations": None,
+           "clip": None, "direction": "forward", "hidden_size": None, "input_forget": 0,
+           "layout": 0}, _expanded_on_import, _expanded_on_import,
+          outputs=("Y?", "Y_h?", "Y_c?"), expand=recurrent.expand_lstm),
+    OpDef("GRU", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?"),
+          {"activation_alpha": None, "activation_beta": None, "activations": None,
+           "clip": None, "direction": "forward", "hidden_size": None, "layout": 0,
+           "linear_before_reset": 0}, _expanded_on_import, _expanded_on_import,
+          outputs=("Y?", "Y_h?"), expand=recurrent.expand_gru),
     OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
                            "value_int": None, "value_ints": None, "sparse_value": None,
                            "value_string": None, "value_strings": None},
@@ -638,6 +659,10 @@ RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Recipro
 # And the rows of the operators the graph passes write.
 CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
 MAX, MIN = OPS["Max"], OPS["Min"]
+# And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
+MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
+SLICE, SPLIT, CONCAT, RESHAPE = OPS["Slice"], OPS["Split"], OPS["Concat"], OPS["Reshape"]
+TRANSPOSE, IDENTITY = OPS["Transpose"], OPS["Identity"]
 
 
 def supported_ops() -> str:
