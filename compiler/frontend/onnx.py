@@ -84,13 +84,75 @@ def import_model(source: str | os.PathLike | onnx.ModelProto,
     if opset < MIN_OPSET:
         model, opset = _convert_opset(model, label, opset), MIN_OPSET
     model = fix_input_shapes(model, input_shapes or {}, label)
+    inferred = _inferred(model, label)
+    if any(n.op_type in UNROLLED for n in inferred.graph.node):
+        inferred = _inferred(unroll_recurrent(inferred, label), label)
+    return _GraphBuilder(inferred, label, opset).build()
+
+
+def _inferred(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
-        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                data_prop=True)
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                            data_prop=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
         raise CompileError(f"{label}: invalid ONNX model: {_first_line(err)}") from None
-    return _GraphBuilder(inferred, label, opset).build()
+
+
+# The operators whose rows unroll them (`OpDef.expand`): LSTM, GRU.
+UNROLLED = frozenset(name for name, op in optable.OPS.items() if op.expand is not None)
+
+
+def unroll_recurrent(model: onnx.ModelProto, label: str = "model") -> onnx.ModelProto:
+    """`model` with every recurrent node replaced by its cell equations over the static
+    sequence length (`compiler.graph.recurrent`), as ONNX nodes and initializers: the importer
+    reads this form, and `ember quantize-profile` profiles it, so that every value of the
+    unrolled steps has its range under the name the quantizer looks for."""
+    inferred = _inferred(model, label)
+    graph = inferred.graph
+    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    types = {vi.name: vi.type.tensor_type for vi in
+             list(graph.input) + list(graph.value_info) + list(graph.output)}
+
+    def value(name: str) -> Value | None:
+        if not name:
+            return None
+        if name in known:
+            array = known[name]
+            return Value(name, Type(str(array.dtype), array.shape), array)
+        tt = types.get(name)
+        dims = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim) \
+            if tt is not None and tt.HasField("shape") else ()
+        return Value(name, Type("float32", dims))
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    added: list[onnx.TensorProto] = []
+
+    def make_const(name: str, array: np.ndarray) -> str:
+        array = np.asarray(array)
+        array = array.astype(np.int64 if array.dtype.kind in "iu" else np.float32)
+        added.append(numpy_helper.from_array(array, name))
+        return name
+
+    for index, proto in enumerate(model.graph.node):
+        op = optable.OPS.get(proto.op_type) if proto.domain in _DEFAULT_DOMAINS else None
+        if op is None or op.expand is None:
+            out.graph.node.append(proto)
+            continue
+        name = proto.name or f"{proto.op_type}_{index}"
+        node = Node(op.name, name, tuple(proto.input), tuple(proto.output),
+                    {a.name: _attr_value(a) for a in proto.attribute})
+        try:
+            op.bind(name, node.attrs)
+            parts = op.expand(node, [value(i) for i in node.inputs], make_const)
+        except CompileError as err:
+            raise CompileError(f"{label}: {err}") from None
+        out.graph.node.extend(helper.make_node(p.op, list(p.inputs), list(p.outputs),
+                                               name=p.name, **p.attrs) for p in parts)
+    out.graph.initializer.extend(added)
+    return out
 
 
 def fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
@@ -253,8 +315,7 @@ class _GraphBuilder:
             inputs.append(vi.name)
         nodes = [self._node(i, n) for i, n in enumerate(g.node)]
         available = set(inputs) | set(self.values)
-        nodes = [typed for node in toposort(nodes, available)
-                 for typed in map(self._type_outputs, self._expanded(node))]
+        nodes = [self._type_outputs(node) for node in toposort(nodes, available)]
         outputs = tuple(o.name for o in g.output)
         for name in outputs:
             if name not in self.values:
@@ -299,21 +360,6 @@ class _GraphBuilder:
         except CompileError as err:
             raise CompileError(f"{self.label}: {err}") from None
         return Node(op.name, name, tuple(inputs), tuple(outputs), attrs)
-
-    def _expanded(self, node: Node) -> list[Node]:
-        """The node, or the nodes its row unrolls it into (LSTM, GRU), typed in turn."""
-        expand = optable.OPS[node.op].expand
-        if expand is None:
-            return [node]
-        inputs = []
-        for name in node.inputs:
-            value = self.values.get(name) if name else None
-            known = self.known.get(name) if name else None
-            inputs.append(Value(name, value.type, known) if known is not None else value)
-        try:
-            return expand(node, inputs, self._constant)
-        except CompileError as err:
-            raise CompileError(f"{self.label}: {err}") from None
 
     def _constant(self, name: str, value) -> str:
         array = np.asarray(value)

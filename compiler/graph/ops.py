@@ -661,7 +661,7 @@ CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"]
 MAX, MIN = OPS["Max"], OPS["Min"]
 # And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
-SLICE, SPLIT, CONCAT, RESHAPE = OPS["Slice"], OPS["Split"], OPS["Concat"], OPS["Reshape"]
+SLICE, CONCAT, RESHAPE = OPS["Slice"], OPS["Concat"], OPS["Reshape"]
 TRANSPOSE, IDENTITY = OPS["Transpose"], OPS["Identity"]
 
 

@@ -39,18 +39,24 @@ class _Writer:
     def const(self, label: str, array) -> str:
         return self.make_const(f"{self.node.name}/{label}", np.asarray(array))
 
-    def op(self, row, inputs: Sequence[str], label: str, outputs: int = 1,
-           names: Sequence[str] | None = None, **attrs) -> list[str]:
-        self.count += 1
-        outs = list(names) if names else [f"{self.node.name}/{label}" + (f"_{i}" if outputs > 1
-                                          else "") for i in range(outputs)]
-        self.nodes.append(Node(row.name, f"{self.node.name}/{label}#{self.count}",
-                               tuple(inputs), tuple(outs), attrs))
-        return outs
+    def parts(self, name: str, sizes: Sequence[int], label: str) -> list[str]:
+        """`name` cut along axis 1 into consecutive parts of `sizes` (Slices: valid at every
+        opset ember imports, unlike Split's forms)."""
+        from compiler.graph import ops as table
+        cuts = np.cumsum([0, *sizes])
+        return [self.one(table.SLICE, [name, self.const(f"{label}{k}/start", [cuts[k]]),
+                                       self.const(f"{label}{k}/end", [cuts[k + 1]]),
+                                       self.const(f"{label}{k}/axis", [1])], f"{label}{k}")
+                for k in range(len(sizes))]
 
     def one(self, row, inputs: Sequence[str], label: str, name: str | None = None,
             **attrs) -> str:
-        return self.op(row, inputs, label, names=[name] if name else None, **attrs)[0]
+        """A node of `row` whose one output is `name`, or a fresh name under the node's."""
+        self.count += 1
+        out = name or f"{self.node.name}/{label}"
+        self.nodes.append(Node(row.name, f"{self.node.name}/{label}#{self.count}",
+                               tuple(inputs), (out,), attrs))
+        return out
 
 
 def _refuse(node: Node, what: str) -> CompileError:
@@ -210,8 +216,7 @@ def expand_lstm(node: Node, inputs: Sequence[Value | None], make_const: MakeCons
             if h is not None:
                 pre = wr.one(table.ADD, [pre, wr.one(table.MATMUL, [h, r_t], f"{s}/hr")],
                              f"{s}/pre")
-            gi, go, gf, gc = wr.op(table.SPLIT, [pre], f"{s}/gates", outputs=4, axis=1,
-                                   num_outputs=4)
+            gi, go, gf, gc = wr.parts(pre, [hidden] * 4, f"{s}/gate")
 
             def peephole(gate: str, state: str | None, which: int, label: str) -> str:
                 if p is None or state is None:
@@ -270,12 +275,11 @@ def expand_gru(node: Node, inputs: Sequence[Value | None], make_const: MakeConst
             pre = wr.one(table.SLICE, [xw, wr.const(f"{s}/start", [k * b]),
                                        wr.const(f"{s}/end", [(k + 1) * b]),
                                        wr.const(f"{s}/axis", [0])], f"{s}/xw")
-            x_zr, x_h = wr.op(table.SPLIT, [pre, wr.const(f"{s}/sizes", [2 * hidden, hidden])],
-                              f"{s}/x_parts", outputs=2, axis=1)
+            x_zr, x_h = wr.parts(pre, [2 * hidden, hidden], f"{s}/x_part")
             if h is not None:
                 x_zr = wr.one(table.ADD, [x_zr, wr.one(table.MATMUL, [h, r_zr], f"{s}/hr_zr")],
                               f"{s}/pre_zr")
-            gz, gr = wr.op(table.SPLIT, [x_zr], f"{s}/gates", outputs=2, axis=1, num_outputs=2)
+            gz, gr = wr.parts(x_zr, [hidden] * 2, f"{s}/gate")
             z = wr.one(f_act, [_clip(wr, node, gz, f"{s}/z_clip")], f"{s}/z")
             reset = wr.one(f_act, [_clip(wr, node, gr, f"{s}/r_clip")], f"{s}/r")
             if h is None:
