@@ -541,6 +541,42 @@ def efficientnet_lite0(seed: int = 0, image: int = 224, width: float = 1.0,
                    f"{seed}), for benchmarking.")
 
 
+def lstm_classifier(seed: int = 0, steps: int = 16, features: int = 20, hidden: int = 32,
+                    classes: int = 10) -> onnx.ModelProto:
+    """A sequence classifier as torch exports one: features [1, T, F] (batch first), made
+    time-major for a one-layer LSTM of `hidden` units, the last hidden state through a Linear
+    to logits [1, classes]. Weights uniform at 3x PyTorch's ±1/√H bound, as trained recurrent
+    weights grow, so the gates use their range. The importer unrolls the LSTM into T steps of
+    MatMuls, gate tables and products."""
+    rng = np.random.default_rng(seed)
+    bound = 3 / np.sqrt(hidden)
+
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.uniform(-bound, bound, shape).astype(np.float32)
+
+    inits = [numpy_helper.from_array(a, n) for n, a in (
+        ("lstm.W", uniform(1, 4 * hidden, features)), ("lstm.R", uniform(1, 4 * hidden, hidden)),
+        ("lstm.B", uniform(1, 8 * hidden)), ("fc.weight", uniform(classes, hidden)),
+        ("fc.bias", uniform(classes)), ("flat", np.array([1, hidden], np.int64)))]
+    nodes = [helper.make_node("Transpose", ["input"], ["time_major"], name="time_major",
+                              perm=[1, 0, 2]),
+             helper.make_node("LSTM", ["time_major", "lstm.W", "lstm.R", "lstm.B"],
+                              ["", "lstm.h"], name="lstm", hidden_size=hidden),
+             helper.make_node("Reshape", ["lstm.h", "flat"], ["last"], name="last"),
+             helper.make_node("Gemm", ["last", "fc.weight", "fc.bias"], ["logits"], name="fc",
+                              transB=1)]
+    graph = helper.make_graph(
+        nodes, "lstm_classifier",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT,
+                                       [1, steps, features])],
+        [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, classes])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model.doc_string = (f"A one-layer LSTM sequence classifier with random weights (seed {seed}), "
+                        "for benchmarking.")
+    return model
+
+
 MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp,
           "mobilenetv3_small": mobilenetv3_small, "yolo": yolo, "unet": unet,
-          "efficientnet_lite0": efficientnet_lite0}
+          "efficientnet_lite0": efficientnet_lite0, "lstm_classifier": lstm_classifier}

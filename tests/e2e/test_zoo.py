@@ -61,3 +61,13 @@ def test_efficientnet_lite_with_dead_channels_runs_whole_on_the_accelerator(pres
         assert f"slices ({', '.join(map(str, channels))})" in said, (conv, said)
     assert compiled.program.host_segments == ()
     assert result.stats.bound_cycles <= result.stats.cycles
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow),
+                                    pytest.param("large", marks=pytest.mark.slow)])
+def test_lstm_classifier_runs_whole_on_the_accelerator(preset: str) -> None:
+    """Its LSTM unrolled on import: 16 steps of MatMuls on the array, gate tables and products
+    on the vector unit, no host segment."""
+    compiled, result = compile_and_check(zoo.lstm_classifier(), preset, count=1)
+    assert compiled.program.host_segments == ()
+    assert result.stats.bound_cycles <= result.stats.cycles

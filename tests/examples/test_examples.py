@@ -20,6 +20,7 @@ EXPECTED_OUTPUT_SHAPES = {
     **{name: {"logits": (1, 1000)} for name in ("resnet18", "mobilenetv2", "squeezenet",
                                                "mobilenetv3_small", "efficientnet_lite0")},
     "mlp": {"logits": (1, 10)},
+    "lstm_classifier": {"logits": (1, 10)},
     "yolo": {"head16.box": (1, 4, 16, 16), "head16.cls": (1, 80, 16, 16),
              "head32.box": (1, 4, 8, 8), "head32.cls": (1, 80, 8, 8)},
     "unet": {"scores": (1, 2, 128, 128)},
