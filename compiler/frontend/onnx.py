@@ -108,22 +108,20 @@ def unroll_recurrent(model: onnx.ModelProto, label: str = "model") -> onnx.Model
     sequence length (`compiler.graph.recurrent`), as ONNX nodes and initializers: the importer
     reads this form, and `ember quantize-profile` profiles it, so that every value of the
     unrolled steps has its range under the name the quantizer looks for."""
-    inferred = _inferred(model, label)
-    graph = inferred.graph
-    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    types = {vi.name: vi.type.tensor_type for vi in
-             list(graph.input) + list(graph.value_info) + list(graph.output)}
+    opset = _check_opset(model, label)
+    if opset < MIN_OPSET:
+        model, opset = _convert_opset(model, label, opset), MIN_OPSET
+    # ember's own typing of the model as it is (the recurrent rows have shape rules), so that
+    # the layers' inputs have static shapes and their weights are known even where ONNX's
+    # shape inference or a Constant node leaves them open.
+    typing = _GraphBuilder(_inferred(model, label), label, opset)
+    typing.build()
 
     def value(name: str) -> Value | None:
         if not name:
             return None
-        if name in known:
-            array = known[name]
-            return Value(name, Type(str(array.dtype), array.shape), array)
-        tt = types.get(name)
-        dims = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim) \
-            if tt is not None and tt.HasField("shape") else ()
-        return Value(name, Type("float32", dims))
+        known = typing.known.get(name)
+        return Value(name, typing.values[name].type, known)
 
     out = onnx.ModelProto()
     out.CopyFrom(model)

@@ -334,8 +334,22 @@ def _evaluating(fp32: Callable[..., Any], data_inputs: int = 1) -> ShapeRule:
 
 
 def _expanded_on_import(*args, **attrs):
-    raise CompileError("a recurrent layer is unrolled on import; it has no shape rule or "
-                       "reference of its own")
+    raise CompileError("a recurrent layer is unrolled on import; it has no reference of its "
+                       "own")
+
+
+def recurrent_shape(xs, attrs):
+    """Y [T, dirs, B, H] (layout 1: [B, T, dirs, H]) and the last states [dirs, B, H]
+    ([B, dirs, H]): what the importer types before it unrolls the layer."""
+    x, r = xs[0].type.shape, xs[2].type.shape
+    if len(x) != 3 or len(r) != 3:
+        raise CompileError(f"X {list(x)} and R {list(r)} should both be of rank 3")
+    dirs, hidden = (2 if attrs["direction"] == "bidirectional" else 1), r[-1]
+    if attrs["layout"]:
+        y, state = (x[0], x[1], dirs, hidden), (x[0], dirs, hidden)
+    else:
+        y, state = (x[0], dirs, x[1], hidden), (dirs, x[1], hidden)
+    return [_t(xs[0], y), _t(xs[0], state), _t(xs[0], state)]
 
 
 def constant_shape(xs, attrs):
@@ -617,16 +631,16 @@ _ROWS = (
           lower=L.LUT),
     # Constants and shape arithmetic: constant folding removes them before compilation.
     # Recurrent layers: unrolled on import over the static sequence length
-    # (`compiler.graph.recurrent`), so their shape rule and reference are never called.
+    # (`compiler.graph.recurrent`), so their reference is never called.
     OpDef("LSTM", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?", "initial_c?", "P?"),
           {"activation_alpha": None, "activation_beta": None, "activations": None,
            "clip": None, "direction": "forward", "hidden_size": None, "input_forget": 0,
-           "layout": 0}, _expanded_on_import, _expanded_on_import,
+           "layout": 0}, recurrent_shape, _expanded_on_import,
           outputs=("Y?", "Y_h?", "Y_c?"), expand=recurrent.expand_lstm),
     OpDef("GRU", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?"),
           {"activation_alpha": None, "activation_beta": None, "activations": None,
            "clip": None, "direction": "forward", "hidden_size": None, "layout": 0,
-           "linear_before_reset": 0}, _expanded_on_import, _expanded_on_import,
+           "linear_before_reset": 0}, recurrent_shape, _expanded_on_import,
           outputs=("Y?", "Y_h?"), expand=recurrent.expand_gru),
     OpDef("Constant", (), {"value": None, "value_float": None, "value_floats": None,
                            "value_int": None, "value_ints": None, "sparse_value": None,

@@ -292,6 +292,16 @@ case("Pow", "constant-exponent", node("Pow", ["x", "e"], ["y"]), {"x": (2, 3, 4)
      inits={"e": np.array(2.0, np.float32)})
 case("Pow", "run-time-exponent", [node("Abs", ["x"], ["a"]), node("Pow", ["a", "e"], ["y"])],
      {"x": (2, 3, 4), "e": (3, 4)}, positive=("x",))
+# Recurrent layers, unrolled on import: the unrolled graph against onnxruntime's kernels
+# (tests/compiler/test_recurrent.py covers every attribute).
+case("LSTM", "forward", node("LSTM", ["x", "w", "r", "b"], ["y", "y_h", "y_c"], hidden_size=4),
+     {"x": (5, 2, 3)}, outputs=("y", "y_h", "y_c"),
+     inits={"w": weights(1, 16, 3, seed=1) * 0.5, "r": weights(1, 16, 4, seed=2) * 0.5,
+            "b": weights(1, 32, seed=3) * 0.3}, opset=14)
+case("GRU", "bidirectional", node("GRU", ["x", "w", "r"], ["y", "y_h"], hidden_size=4,
+                                  direction="bidirectional", linear_before_reset=1),
+     {"x": (5, 2, 3)}, outputs=("y", "y_h"),
+     inits={"w": weights(2, 12, 3, seed=1) * 0.5, "r": weights(2, 12, 4, seed=2) * 0.5})
 unary("Gelu", "exact", opset=20)
 unary("Gelu", "tanh", opset=20, approximate="tanh")
 unary("Swish", "default", opset=24)
