@@ -400,17 +400,26 @@ def rescale_inputs(r: _Rewriter, node: Node) -> None:
 
 
 def lookup(r: _Rewriter, node: Node) -> None:
-    """A 256-entry table of the fp32 reference at every input code, as an extra input."""
+    """A 256-entry table of the fp32 reference at every input code, as an extra input; the
+    constant inputs after the first (Pow's exponent) are bound into it and kept before it."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
     op = OPS[node.op]
-    table = lookup_table(op.fp32, op.bind(node.name, node.attrs), source.scale[0],
+    consts = [r.g.values[name].const for name in node.inputs[1:]]
+    for name, value in zip(node.inputs[1:], consts):
+        if np.size(value) != 1:
+            raise QuantizeError(f"node {node.name!r} ({node.op}): its constant {name!r} of "
+                                f"shape {list(np.shape(value))} is not one value, so no one "
+                                "table maps the input; keep the node in fp32")
+    table = lookup_table(lambda v, **attrs: op.fp32(v, *consts, **attrs),
+                         op.bind(node.name, node.attrs), source.scale[0],
                          source.zero_point[0], out_params.scale[0],
                          out_params.zero_point[0], r.dtype)
     table_name = r.const(f"{node.name}/table", table)
     out = r.activation(node.outputs[0], out_params)
-    r.emit(node.op, node.name, (x, table_name), (out,), node.attrs)
+    r.emit(node.op, node.name, (x, *map(r.copy_const, node.inputs[1:]), table_name), (out,),
+           node.attrs)
 
 
 def channel_lookup(r: _Rewriter, node: Node) -> None:

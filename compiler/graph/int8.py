@@ -349,6 +349,11 @@ def lookup_int8(x, table, **_baked):
     return lookup_any(x, table)
 
 
+def power_int8(x, exponent, table, **_baked):
+    """Pow by a constant exponent: the exponent is in the table."""
+    return lookup_any(x, table)
+
+
 def channel_lookup_int8(x, slope, tables, **_baked):
     """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
     built from the fp32 reference with channel c's slope (`channel_slopes`)."""

@@ -523,8 +523,9 @@ _ROWS = (
           lower=L.LUT),
     OpDef("Sqrt", ("X",), {}, same_shape, ref.sqrt, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
-    # fp32 only for now: a constant exponent's 256-entry table needs the lookup to bind it.
-    OpDef("Pow", ("X", "Y"), {}, broadcast, ref.power),
+    # A constant scalar exponent is bound into the table (a computed one has no int8 form).
+    OpDef("Pow", ("X", "Y"), {}, broadcast, ref.power, quant=Q.LOOKUP, int8=int8.power_int8,
+          lower=L.LUT),
     OpDef("Gelu", ("X",), {"approximate": "none"}, same_shape, ref.gelu, quant=Q.LOOKUP,
           int8=int8.lookup_int8, lower=L.LUT,
           recognised_forms=({"approximate": "none"}, {"approximate": "tanh"})),

@@ -4,6 +4,7 @@ this test covers it without naming it."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper
@@ -34,8 +35,19 @@ def test_the_table_has_lookup_operators() -> None:
 @pytest.mark.parametrize("preset", ["edge", "default"])
 def test_lookup_operator_runs_on_the_accelerator_bit_exactly(op: str, preset: str) -> None:
     # 5x7x9 = 315 elements: several vector rows on either preset and a partial last one.
-    proto = model([helper.make_node(op, ["x"], ["y"], name="f")], {"x": (1, 5, 7, 9)},
-                  {"y": (1, 5, 7, 9)}, opset=opset_of(op))
+    # A row's further required inputs (Pow's exponent) are constants, here 2.
+    extra = {f"c{i}": np.float32(2.0) for i in range(1, OPS[op].min_inputs)}
+    proto = model([helper.make_node(op, ["x", *extra], ["y"], name="f")], {"x": (1, 5, 7, 9)},
+                  {"y": (1, 5, 7, 9)}, extra, opset=opset_of(op))
     compiled, _ = compile_and_check(proto, preset)
     assert compiled.program.host_segments == ()
     assert [row["kind"] for row in compiled.summary.per_layer] == ["Lut"]
+
+
+@pytest.mark.parametrize("exponent", [3.0, 0.5, -1.0])
+def test_pow_binds_its_constant_exponent_into_the_table(exponent: float) -> None:
+    proto = model([helper.make_node("Abs", ["x"], ["a"]),
+                   helper.make_node("Pow", ["a", "e"], ["y"], name="f")], {"x": (1, 5, 7, 9)},
+                  {"y": (1, 5, 7, 9)}, {"e": np.float32(exponent)})
+    compiled, _ = compile_and_check(proto, "edge")
+    assert compiled.program.host_segments == ()

@@ -133,6 +133,8 @@ CASES = [
     Case("Erf", [n("Erf", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 3.0}),
     Case("Sqrt", [n("Sqrt", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 0.5},
          offsets={"x": 2.0}),
+    Case("Pow", [n("Pow", ["x", "e"], ["y"])], X4, {"y": Y4}, {"e": np.float32(2.0)},
+         ranges={"x": 2.0}),
     Case("Gelu", [n("Gelu", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=20),
     Case("Swish", [n("Swish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=24),
     Case("Mish", [n("Mish", ["x"], ["y"])], X4, {"y": Y4}, ranges={"x": 4.0}, opset=18),
