@@ -23,6 +23,8 @@ from compiler.backend.tiling import alternate, tile
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, verify
 from compiler.passes.channel_affine import channel_affine
+from compiler.passes.conv1d_as_2d import conv1d_as_2d
+from compiler.passes.pad_as_4d import pad_as_4d
 from compiler.passes.eliminate_common import eliminate_common
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_batchnorm import fold_batchnorm
@@ -53,6 +55,9 @@ GRAPH_PASSES: list[Pass] = [
     #                    become depthwise 1x1 Convs (Div by a constant a Mul)
     ungroup_conv_transpose,  # after BN folding, which scales the grouped weight: one group,
     #                    so that the weight has an output-channel axis for per-channel scales
+    conv1d_as_2d,      # after BN and bias folding into the 1-D Conv: a 2-D Conv one row high,
+    #                    as the array runs them
+    pad_as_4d,         # likewise a Pad of a rank-2/3 value: of a one-channel map's H and W
     eliminate_common,  # after folding, equal constant-fed nodes are now visible as equal
     eliminate_dead,    # last: earlier passes leave unread constants and nodes behind
 ]

@@ -46,7 +46,11 @@ class Layout:
         """Byte strides of the logical axes, or None when the layout is no axis permutation of
         `shape` (then an I/O binding cannot describe it)."""
         if tuple(self.dims) != tuple(shape):
-            return () if self.same_bytes(Layout.row_major(shape)) else None
+            if self.same_bytes(Layout.row_major(shape)):
+                return ()
+            # A Reshape view of the layout's own axes (ones added or removed, axes merged
+            # where their strides nest, split): numpy's test for a reshape without a copy.
+            return _reshaped_strides(self.dims, self.strides(self.dims, item_bytes), shape)
         physical = [self.dims[p] for p in self.perm]
         phys_strides = [int(np.prod(physical[i + 1:], dtype=np.int64)) * item_bytes
                         for i in range(len(physical))]
@@ -54,6 +58,32 @@ class Layout:
         for i, axis in enumerate(self.perm):
             strides[axis] = phys_strides[i]
         return tuple(strides)
+
+
+def _reshaped_strides(dims, strides, shape) -> tuple[int, ...] | None:
+    """Strides of `shape` over the same row-major elements as `dims` at `strides`, or None when
+    a reshape of them is no strided view (a merge of axes whose strides do not nest)."""
+    old = [(d, s) for d, s in zip(dims, strides) if d != 1]
+    new = [d for d in shape if d != 1]
+    if int(np.prod([d for d, _ in old], dtype=np.int64)) != int(np.prod(new, dtype=np.int64)):
+        return None
+    found: list[int] = [0] * len(new)
+    i = j = 0
+    while i < len(old) and j < len(new):
+        size_old, size_new, i_end, j_end = old[i][0], new[j], i + 1, j + 1
+        while size_old != size_new:
+            if size_new < size_old:
+                size_new, j_end = size_new * new[j_end], j_end + 1
+            else:
+                size_old, i_end = size_old * old[i_end][0], i_end + 1
+        if any(old[k][1] != old[k + 1][1] * old[k + 1][0] for k in range(i, i_end - 1)):
+            return None
+        found[j_end - 1] = old[i_end - 1][1]
+        for k in range(j_end - 1, j, -1):
+            found[k - 1] = found[k] * new[k]
+        i, j = i_end, j_end
+    own = iter(found)
+    return tuple(next(own) if d != 1 else 0 for d in shape)
 
 
 @dataclass(frozen=True)
@@ -334,7 +364,8 @@ class LutLayer:
 class SoftmaxLayer:
     """Softmax or LogSoftmax (`log`) along the channels of y's pixels: the SOFTMAX instruction
     over each pixel's channel blocks, with the int32 `table` its kernel reads (the exp entries,
-    and for log the log-mantissa entries after them)."""
+    and for log the log-mantissa entries after them); with `norm`, LayerNormalization, the
+    LAYERNORM instruction over the same rows and `table` its parameters."""
 
     node: str
     x: str
@@ -344,6 +375,7 @@ class SoftmaxLayer:
     shift: int  # the log table's fraction bits (log only)
     out_zero_point: int
     views: tuple[View, View]  # of x and y in their buffers
+    norm: bool = False
 
 
 @dataclass(frozen=True)

@@ -149,27 +149,8 @@ def lower_transpose(lw: Walk, node: Node) -> None:
                      dense)
         return
     # The channel axis moves: copy element by element.
-    copy_elements(lw, node, lw.source(node, x), offset, strides, shape, buffer,
-                  _block_strides(shape, (None,) * len(shape), dense))
-
-
-def copy_elements(lw: Walk, node: Node, tensor: str, offset: int, strides: tuple[int, ...],
-                  shape: tuple[int, ...], buffer: str, dst_strides: tuple[int, ...]) -> None:
-    """Identity copies of `node`, element by element, of the value of `shape` whose element
-    (i, j, ...) sits at offset + i * strides[0] + ... of `tensor` to dst_strides of `buffer`:
-    the axes of more than one element (at most three) as the block's N, H and W, each element
-    a channel block of one (the DMA gathers bytes at any stride); a fourth such axis, one
-    copy per index along it."""
-    axes = [a for a in range(len(shape)) if shape[a] > 1]
-    outer = axes[:-3]
-    axes = axes[-3:]
-    sub = tuple([1] * (3 - len(axes)) + [shape[a] for a in axes] + [1])
-    for i in range(shape[outer[0]] if outer else 1):
-        src_at = offset + (i * strides[outer[0]] if outer else 0)
-        dst_at = i * dst_strides[outer[0]] if outer else 0
-        pad = [0] * (3 - len(axes))
-        lw.copy_view(node, tensor, View(sub, src_at, tuple(pad + [strides[a] for a in axes])),
-                     buffer, View(sub, dst_at, tuple(pad + [dst_strides[a] for a in axes])))
+    lw.copy_elements(node, lw.source(node, x), offset, strides, shape, buffer,
+                     _block_strides(shape, (None,) * len(shape), dense))
 
 
 def axis_strides(lw: Walk, x: str) -> tuple[int, tuple[int, ...]] | None:

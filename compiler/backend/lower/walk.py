@@ -96,10 +96,42 @@ class Walk:
         if len(shape) != 4:
             raise unsupported(node, f"input {name!r} has rank {len(shape)}; expected "
                                     f"N x C x H x W")
-        if name not in self.views and \
-                not self.layouts[self.buffer[name]].same_bytes(Layout.channels_last(shape)):
+        if name not in self.views:
+            self.in_order(node, name)
+
+    def in_order(self, node: Node, name: str) -> None:
+        """Make value `name` (a whole buffer) sit in its own order, channels-last for a map:
+        when its bytes are another order of its elements (a channels-last map read through a
+        Reshape as [N, C, L], a row-major [N, C, L] read as [N, C, 1, L]), a copy element by
+        element becomes the buffer this and later readers use."""
+        shape = self.shape(name)
+        layout = self.layouts[self.source(node, name)]
+        target = Layout.channels_last(shape)
+        if layout.same_bytes(target):
+            return
+        # Walk the buffer's own axes (the value is a reshape of them, in the same logical
+        # order): each must step its target position evenly for one strided copy to do it.
+        dims = tuple(layout.dims)
+        size = int(np.prod(dims, dtype=np.int64))
+        position = np.empty(size, np.int64)
+        position[target.order()] = np.arange(size)
+        position = position.reshape(dims)
+        steps = []
+        for axis, extent in enumerate(dims):
+            step = np.diff(position, axis=axis)
+            if extent > 1 and not np.all(step == step.flat[0]):
+                steps = None
+                break
+            steps.append(int(step.flat[0]) if extent > 1 else 0)
+        if steps is None or len(dims) > 4 or len(shape) > 4:
             raise unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                     f"channels-last order (a layout copy is not implemented)")
+        copy = f"{node.name}/{name}/in_order"
+        self.tensors[copy] = Tensor(copy, self.tensors[self.buffer[name]].size_bytes)
+        self.layouts[copy] = target
+        self.copy_elements(node, self.buffer[name], 0, layout.strides(dims), dims, copy,
+                           tuple(steps))
+        self.buffer[name] = copy
 
     def constant(self, node: Node, name: str, out_shape: tuple[int, ...],
                  over_channels: bool) -> tuple[str, View]:
@@ -147,6 +179,9 @@ class Walk:
     def need_view(self, node: Node, name: str) -> View:
         self.source(node, name)
         view = self.view_of(name)
+        if view is None and name not in self.views:
+            self.in_order(node, name)
+            view = self.view_of(name)
         if view is None:
             raise unsupported(node, f"input {name!r} is a view whose bytes are in no strided "
                                     f"order (a layout copy is not implemented)")
@@ -193,6 +228,25 @@ class Walk:
         """An identity LUT layer of `node`: View `src` of `tensor` → View `dst` of `buffer`
         (the one copy that Concat, Transpose, Resize and Pad layers are made of)."""
         self.layers.append(LutLayer(node.name, tensor, buffer, src.size, INT8_CODES, (src, dst)))
+
+    def copy_elements(self, node: Node, tensor: str, offset: int, strides: tuple[int, ...],
+                      shape: tuple[int, ...], buffer: str,
+                      dst_strides: tuple[int, ...]) -> None:
+        """Identity copies of `node`, element by element, of the value of `shape` whose element
+        (i, j, ...) sits at offset + i * strides[0] + ... of `tensor` to dst_strides of `buffer`:
+        the axes of more than one element (at most three) as the block's N, H and W, each element
+        a channel block of one (the DMA gathers bytes at any stride); a fourth such axis, one
+        copy per index along it."""
+        axes = [a for a in range(len(shape)) if shape[a] > 1]
+        outer = axes[:-3]
+        axes = axes[-3:]
+        sub = tuple([1] * (3 - len(axes)) + [shape[a] for a in axes] + [1])
+        for i in range(shape[outer[0]] if outer else 1):
+            src_at = offset + (i * strides[outer[0]] if outer else 0)
+            dst_at = i * dst_strides[outer[0]] if outer else 0
+            pad = [0] * (3 - len(axes))
+            self.copy_view(node, tensor, View(sub, src_at, tuple(pad + [strides[a] for a in axes])),
+                           buffer, View(sub, dst_at, tuple(pad + [dst_strides[a] for a in axes])))
 
     def own_copy(self, node: Node, x: str) -> str:
         """A tensor of its own holding view x densely (for a consumer that cannot read it in

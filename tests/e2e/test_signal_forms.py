@@ -1,0 +1,67 @@
+"""What audio and sequence front ends write (silero-vad's STFT and encoder): 1-D convolutions, a
+reflect Pad of a rank-2 signal, channel Slices of a 1-D convolution's output, and LSTM states
+read back as [N, C, L] values. All on the accelerator, bit-exact, no host segment: 1-D
+convolutions run as 2-D ones a row high (`conv1d_as_2d`), rank-2/3 Pads as Pads of a
+one-channel map (`pad_as_4d`), and a value whose bytes are another order of its elements is
+copied into its own order where a reader needs it (`Walk.in_order`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from compiler.graph.ir import Graph
+from compiler.passes.conv1d_as_2d import conv1d_as_2d
+from compiler.passes.pad_as_4d import pad_as_4d
+from compiler.frontend.onnx import import_model
+from compiler.graph.evaluate import evaluate
+from tests.e2e.flow import compile_and_check
+from tests.onnx_builder import model
+
+
+def stft_encoder(seed: int = 0, frames: int = 4, hop: int = 16):
+    """x [N, hop * frames] → reflect Pad → Unsqueeze → Conv1d (an STFT basis, stride hop) →
+    real and imaginary halves (channel Slices) → magnitude → two Conv1d + Relu."""
+    rng = np.random.default_rng(seed)
+    bins = 9
+    inits = {"pads": np.array([0, hop, 0, hop], np.int64), "axis": np.array([1], np.int64),
+             "basis": rng.normal(0, 0.3, (2 * bins, 1, 2 * hop)).astype(np.float32),
+             "w1": rng.normal(0, 0.3, (12, bins, 3)).astype(np.float32),
+             "b1": rng.normal(0, 0.1, 12).astype(np.float32),
+             "w2": rng.normal(0, 0.3, (8, 12, 3)).astype(np.float32),
+             "two": np.float32(2.0),
+             "s0": np.array([0], np.int64), "s1": np.array([bins], np.int64),
+             "s2": np.array([2 * bins], np.int64), "ax1": np.array([1], np.int64)}
+    n = helper.make_node
+    nodes = [n("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+             n("Unsqueeze", ["padded", "axis"], ["signal"]),
+             n("Conv", ["signal", "basis"], ["spec"], strides=[hop]),
+             n("Slice", ["spec", "s0", "s1", "ax1"], ["re"]),
+             n("Slice", ["spec", "s1", "s2", "ax1"], ["im"]),
+             n("Pow", ["re", "two"], ["re2"]), n("Pow", ["im", "two"], ["im2"]),
+             n("Add", ["re2", "im2"], ["power"]), n("Sqrt", ["power"], ["magnitude"]),
+             n("Conv", ["magnitude", "w1", "b1"], ["c1"], pads=[1, 1]),
+             n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2"], ["y"], pads=[1, 1], strides=[2])]
+    length = hop * frames
+    out = (frames + 2) // 2 + (1 if (frames + 2) % 2 else 0)
+    return model(nodes, {"x": [2, length]}, {"y": [2, 8, out]}, inits)
+
+
+def test_the_passes_lift_the_signal_forms_and_keep_fp32() -> None:
+    proto = stft_encoder()
+    graph = import_model(proto)
+    lifted = pad_as_4d(conv1d_as_2d(graph))
+    assert all(lifted.type_of(n.inputs[1]).rank == 4 for n in lifted.nodes if n.op == "Conv")
+    assert [lifted.type_of(n.inputs[0]).rank for n in lifted.nodes if n.op == "Pad"] == [4]
+    x = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(lifted, x)["y"], evaluate(graph, x)["y"], rtol=1e-5,
+                               atol=1e-5)
+    assert isinstance(lifted, Graph)
+
+
+@pytest.mark.parametrize("preset", ["edge", "default", "large"])
+def test_an_stft_encoder_runs_whole_on_the_accelerator(preset: str) -> None:
+    compiled, _ = compile_and_check(stft_encoder(), preset)
+    assert compiled.program.host_segments == ()
