@@ -577,6 +577,85 @@ def lstm_classifier(seed: int = 0, steps: int = 16, features: int = 20, hidden: 
     return model
 
 
+def transformer_encoder(seed: int = 0, tokens: int = 32, width: int = 64, heads: int = 4,
+                        blocks: int = 2, hidden: int = 128) -> onnx.ModelProto:
+    """A BERT-style encoder as torch exports one (opset 17), over embedded tokens
+    [1, tokens, width] (the token-id lookup is not yet on the accelerator): `blocks` post-norm
+    blocks of multi-head self-attention (Q/K/V projections with biases, heads by Reshape and
+    Transpose, Q·Kᵀ/√d, Softmax, P·V, heads merged, output projection, residual,
+    LayerNormalization) and a feed-forward (MatMul, GELU written with Erf, MatMul, residual,
+    LayerNormalization), then mean pooling over the tokens → [1, width]. Weights uniform in
+    ±gain/√fan_in, LayerNorm gammas near 1."""
+    rng = np.random.default_rng(seed)
+    dh = width // heads
+    nodes: list[onnx.NodeProto] = []
+    inits: dict[str, np.ndarray] = {}
+
+    def const(name: str, value) -> str:
+        inits[name] = np.asarray(value)
+        return name
+
+    def linear(x: str, name: str, fan_in: int, fan_out: int, gain: float = 1.0) -> str:
+        bound = gain / np.sqrt(fan_in)
+        w = const(f"{name}.weight", rng.uniform(-bound, bound, (fan_in, fan_out))
+                  .astype(np.float32))
+        b = const(f"{name}.bias", rng.uniform(-bound, bound, fan_out).astype(np.float32))
+        nodes.append(helper.make_node("MatMul", [x, w], [f"{name}.mm"], name=f"{name}.mm"))
+        nodes.append(helper.make_node("Add", [f"{name}.mm", b], [name], name=name))
+        return name
+
+    def node(op: str, inputs: list[str], name: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def norm(x: str, name: str) -> str:
+        gamma = const(f"{name}.weight", rng.uniform(0.8, 1.2, width).astype(np.float32))
+        beta = const(f"{name}.bias", rng.normal(0, 0.05, width).astype(np.float32))
+        return node("LayerNormalization", [x, gamma, beta], name, epsilon=1e-12)
+
+    split = const("shape.heads", np.array([1, tokens, heads, dh], np.int64))
+    merged = const("shape.merged", np.array([1, tokens, width], np.int64))
+    scale = const("attention.scale", np.float32(1 / np.sqrt(dh)))
+    half, one = const("gelu.half", np.float32(0.5)), const("gelu.one", np.float32(1.0))
+    root2 = const("gelu.sqrt2", np.float32(np.sqrt(2.0)))
+    x = "input"
+    for i in range(blocks):
+        p = f"layer.{i}"
+        # The value and output projections at gain 3: attention averages the values away.
+        q, k, v = (node("Reshape", [linear(x, f"{p}.attention.{n}", width, width, gain), split],
+                        f"{p}.attention.{n}.heads")
+                   for n, gain in (("query", 1), ("key", 1), ("value", 3)))
+        q = node("Transpose", [q], f"{p}.attention.q", perm=[0, 2, 1, 3])
+        k = node("Transpose", [k], f"{p}.attention.kt", perm=[0, 2, 3, 1])
+        v = node("Transpose", [v], f"{p}.attention.v", perm=[0, 2, 1, 3])
+        scores = node("Mul", [node("MatMul", [q, k], f"{p}.attention.scores"), scale],
+                      f"{p}.attention.scaled")
+        probs = node("Softmax", [scores], f"{p}.attention.probs", axis=-1)
+        context = node("Transpose", [node("MatMul", [probs, v], f"{p}.attention.context")],
+                       f"{p}.attention.merge", perm=[0, 2, 1, 3])
+        context = node("Reshape", [context, merged], f"{p}.attention.merged")
+        attended = linear(context, f"{p}.attention.output", width, width, 3)
+        x = norm(node("Add", [attended, x], f"{p}.attention.residual"), f"{p}.attention.norm")
+        h = linear(x, f"{p}.intermediate", width, hidden)
+        erf = node("Erf", [node("Div", [h, root2], f"{p}.gelu.scaled")], f"{p}.gelu.erf")
+        gelu = node("Mul", [node("Mul", [h, half], f"{p}.gelu.half"),
+                            node("Add", [erf, one], f"{p}.gelu.shift")], f"{p}.gelu")
+        out = linear(gelu, f"{p}.output", hidden, width)
+        x = norm(node("Add", [out, x], f"{p}.output.residual"), f"{p}.output.norm")
+    node("ReduceMean", [x], "pooled", axes=[1], keepdims=0)
+    graph = helper.make_graph(
+        nodes, "transformer_encoder",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, tokens, width])],
+        [helper.make_tensor_value_info("pooled", onnx.TensorProto.FLOAT, [1, width])],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model.doc_string = (f"A {blocks}-block transformer encoder with random weights (seed {seed}), "
+                        "for benchmarking.")
+    return model
+
+
 MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "squeezenet": squeezenet, "mlp": mlp,
           "mobilenetv3_small": mobilenetv3_small, "yolo": yolo, "unet": unet,
-          "efficientnet_lite0": efficientnet_lite0, "lstm_classifier": lstm_classifier}
+          "efficientnet_lite0": efficientnet_lite0, "lstm_classifier": lstm_classifier,
+          "transformer_encoder": transformer_encoder}

@@ -23,6 +23,7 @@ import numpy as np
 from compiler.graph.int8 import (
     Quant,
     channel_slopes,
+    layer_norm_params,
     lookup_table,
     reciprocal_range,
     zero_point_fold,
@@ -455,6 +456,32 @@ def fixed_output(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, table_name), (out,), {**node.attrs, **fixed.attrs})
 
 
+def normalize(r: _Rewriter, node: Node) -> None:
+    """LayerNormalization over the last axis: the integer kernel's parameters (`int8.
+    layer_norm_params`) as an int32 input, the output's type from the profile."""
+    if any(node.outputs[1:]):
+        raise QuantizeError(f"node {node.name!r} ({node.op}): its Mean/InvStdDev outputs have no "
+                            "int8 form; keep the node in fp32")
+    shape = r.g.type_of(node.inputs[0]).shape
+    attrs = OPS[node.op].bind(node.name, node.attrs)
+    if attrs["axis"] % len(shape) != len(shape) - 1:
+        raise QuantizeError(f"node {node.name!r} ({node.op}): it normalizes axes "
+                            f"{attrs['axis']}.. of {list(shape)}; the int8 form normalizes the "
+                            "last axis only; keep the node in fp32")
+    x = r.quant_input(node.inputs[0])
+    out_params = r.params(node.outputs[0])
+    scale = r.g.values[node.inputs[1]].const
+    bias = r.copy_const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else \
+        r.const(f"{node.name}/B", np.zeros(shape[-1], np.float32))
+    table = layer_norm_params(scale, r.values[bias].const, attrs["epsilon"], shape[-1],
+                              r.quant_of(x).scale[0], out_params.scale[0])
+    table_name = r.const(f"{node.name}/params", table)
+    out = r.activation(node.outputs[0], out_params)
+    # gamma and beta stay (the QDQ export's fp32 form reads them); the kernel reads the table.
+    r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), bias, table_name), (out,),
+           {**node.attrs, "out_zero_point": int(out_params.zero_point[0])})
+
+
 # A channel's bias code stays within 2^24 (far inside int32, with room for the products): a
 # channel whose weights are near zero but whose bias is not (a dead channel that BatchNorm
 # folding left) gets its weight scale floored to |bias| / (s_x * 2^24) instead of failing.
@@ -615,6 +642,7 @@ RULES = {
     Quant.LOOKUP: lookup,
     Quant.CHANNEL_LOOKUP: channel_lookup,
     Quant.FIXED_OUTPUT: fixed_output,
+    Quant.NORMALIZE: normalize,
     Quant.LINEAR: linear,
     Quant.ADD: add,
     Quant.MUL: mul,

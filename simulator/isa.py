@@ -94,6 +94,13 @@ store -> vector -> compute -> load.
   `table`: the 256 exp entries (entry d for a code d below the row's maximum), and with log=1
   the 257 log-mantissa entries after them (`softmax_table_rows`); load it with a LOAD. Other
   lanes are left as they are.
+- LAYERNORM: rows of C = (blocks - 1) * L + n int8 channels addressed as SOFTMAX's (src, dst,
+  rows, n, blocks, stride) -> the same lanes at dst, by `numerics.layer_norm`: integer mean and
+  variance of each row, an integer square root, the normalized value in Q16 rescaled per
+  channel, + out_offset. Its parameters are int32 in the accumulator, flat in rows of L from
+  `table`: the epsilon term, then C multipliers, C shifts and C biases
+  (`layernorm_table_rows`); load them with a LOAD. It takes three passes over the row's
+  channel blocks and a root step per row.
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
 - HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
   CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
@@ -277,6 +284,7 @@ _MEM = F("mem", 2, names=MEMORIES)
 ParamBlock = vector.ParamBlock  # what REQUANT, ADD, MUL and AVGPOOL read at `param`
 lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane or not)
 softmax_table_rows = vector.softmax_table_rows  # the accumulator rows a SOFTMAX's table takes
+layernorm_table_rows = vector.layernorm_table_rows  # likewise a LAYERNORM's parameters
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
 _STRIDED = (F("dram", 32), F("y_size", 16), F("x_size", 16), F("elem_bytes", 16),
             F("x_stride", 24), F("y_stride", 32))
@@ -343,6 +351,12 @@ SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
                    F("out_offset", 8, signed=True, default=0)),
                   run=vector.softmax, cycles=vector.softmax_cycles, work=vector.softmax_work,
                   access=vector.softmax_access)
+LAYERNORM = InsnDef("LAYERNORM", 0x0E, "vector",
+                    (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
+                     F("blocks", 16, default=1), F("stride", _ROW, default=0),
+                     F("table", _ROW), F("out_offset", 8, signed=True, default=0)),
+                    run=vector.layernorm, cycles=vector.layernorm_cycles,
+                    work=vector.layernorm_work, access=vector.layernorm_access)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 # On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
 HOST = InsnDef("HOST", 0x0B, "store",
@@ -351,7 +365,8 @@ HOST = InsnDef("HOST", 0x0B, "store",
                run=host.run, cycles=host.cycles, work=host.work, transfer=host.transfer_cycles)
 END = InsnDef("END", 0x1F, "end", ())
 
-TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SOFTMAX, SYNC,
+TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SOFTMAX,
+         LAYERNORM, SYNC,
          HOST, END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}

@@ -307,6 +307,54 @@ def divide_rounding(numerator, denominator) -> np.ndarray:
     return (2 * n + d) // (2 * d)
 
 
+def isqrt(v) -> np.ndarray:
+    """floor(sqrt(v)) of non-negative int64 values, exactly: a float estimate corrected to the
+    integer whose square is the largest not above v (a square-root unit's result)."""
+    v = np.asarray(v, np.int64)
+    if v.size and v.min() < 0:
+        raise SimulatorError(f"isqrt: negative operand {v.min()}")
+    root = np.floor(np.sqrt(v.astype(np.float64))).astype(np.int64)
+    for _ in range(2):  # the estimate is within one of the root for v < 2^63
+        root = np.where(root * root > v, root - 1, root)
+        root = np.where((root + 1) * (root + 1) <= v, root + 1, root)
+    return root
+
+
+# LayerNorm's fixed point: the normalized value (x - mean) / std in Q16, from a square root of
+# the variance term scaled by 2^(2 * 8) (8 more bits of root).
+LAYERNORM_FRACTION_BITS = 16
+LAYERNORM_ROOT_BITS = 8
+LAYERNORM_MAX_CHANNELS = 1 << 14  # keeps C^2 * 2^14 * 2^(2 * root bits) inside int64
+# gamma * n and beta meet in steps of 2^-8 of the output's, so only the last shift rounds.
+LAYERNORM_BIAS_BITS = 8
+
+
+def layer_norm(x, eps_term, multipliers, shifts, biases, out_offset=0, *,
+               dtype: str = "int8") -> np.ndarray:
+    """Integer LayerNorm over the last axis of int8 codes (I-BERT's integer-only form): with
+    S1 = sum x and S2 = sum x^2 over the C codes of a row, the variance term
+    V = C S2 - S1^2 + eps_term is C^2 times the variance in codes squared (the zero point
+    cancels), and n = (C x - S1) 2^16 / sqrt(V) is the normalized value in Q16, its root taken by
+    `isqrt` on V 2^16 and the division rounded half away from zero; then per channel, in
+    256ths of the output's step, rescale(n, multiplier, shift) + bias, with gamma 2^8 /
+    (s_y 2^16) as the multiplier (negative for a negative gamma) and beta 2^8 / s_y as the
+    bias, and one rounding shift by 8 to the output's steps, + out_offset (z_y), clamped.
+    eps_term = round(eps C^2 / s_x^2)."""
+    x = np.asarray(x, np.int64)
+    c = x.shape[-1]
+    if c > LAYERNORM_MAX_CHANNELS:
+        raise SimulatorError(f"layer_norm: {c} channels; at most {LAYERNORM_MAX_CHANNELS}")
+    s1 = x.sum(axis=-1, keepdims=True)
+    v = c * (x * x).sum(axis=-1, keepdims=True) - s1 * s1 + np.int64(eps_term)
+    root = np.maximum(isqrt(v << (2 * LAYERNORM_ROOT_BITS)), 1)
+    d = c * x - s1
+    n = np.sign(d) * divide_rounding(np.abs(d) << (LAYERNORM_FRACTION_BITS
+                                                    + LAYERNORM_ROOT_BITS), root)
+    fine = rescale(n, multipliers, shifts, axis=-1) + _along(biases, x.ndim, -1)
+    out = rounding_shift(fine, LAYERNORM_BIAS_BITS) + out_offset
+    return np.clip(out, *RANGES[dtype]).astype(dtype)
+
+
 def _exp_sum(x, exp_table, axis: int):
     """(max - x, T[max - x] summed along `axis`): the first two passes of softmax over a row."""
     x = np.asarray(x, np.int64)

@@ -368,7 +368,8 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     n, h, w, c = layer.views[1].shape
     blocks = ceil_div(c, arch.lanes)
     fit = arch.scratchpad.rows // (BUFFERS * 2 * blocks)
-    table_rows = isa.softmax_table_rows(arch.lanes, int(layer.log))
+    table_rows = isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
+        isa.softmax_table_rows(arch.lanes, int(layer.log))
     if fit < 1:
         raise _too_small(layer.node, "scratchpad", BUFFERS * 2 * blocks, arch.scratchpad.rows,
                          f"one pixel of {c} channels")

@@ -52,6 +52,7 @@ class Quant(Enum):
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
     CHANNEL_LOOKUP = "channel_lookup"  # likewise one table per channel (PRelu's slopes)
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
+    NORMALIZE = "normalize"            # LayerNorm: integer mean, variance and root, per channel
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
 
@@ -79,7 +80,7 @@ class Quant(Enum):
         """Whether the output's parameters come from the profile (the others keep or fix
         theirs)."""
         return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP,
-                                            Quant.RESCALE_INPUTS)
+                                            Quant.RESCALE_INPUTS, Quant.NORMALIZE)
 
     @property
     def quantized_only(self) -> bool:
@@ -458,6 +459,39 @@ def log_softmax_int8(x, table, *, axis=-1, out_zero_point=127, shift=0):
     exp_table, log_table = np.split(np.asarray(table), [numerics.EXP_ENTRIES])
     return numerics.log_softmax(x, exp_table, log_table, shift, out_zero_point, axis=axis,
                                 dtype=str(x.dtype))
+
+
+def layer_norm_params(scale, bias, epsilon: float, channels: int, in_scale: float,
+                      out_scale: float) -> np.ndarray:
+    """The int32 parameters `numerics.layer_norm` reads (compile time): the epsilon term
+    eps C^2 / s_x^2, then per channel the multiplier and shift of gamma 2^8 / (s_y 2^16)
+    (negated for a negative gamma, 0 for a zero one) and the bias beta 2^8 / s_y (the output's
+    zero point is the node's out_zero_point)."""
+    gamma = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,))
+    beta = np.broadcast_to(np.zeros(1) if bias is None else
+                           np.asarray(bias, np.float64).reshape(-1), (channels,))
+    eps_term = min(round(epsilon * channels * channels / in_scale**2), 2**31 - 1)
+    multipliers, shifts = np.zeros(channels, np.int64), np.zeros(channels, np.int64)
+    for c, g in enumerate(gamma):
+        if g != 0:
+            m, k = numerics.quantize_multiplier(
+                abs(float(g)) * 2**numerics.LAYERNORM_BIAS_BITS
+                / (out_scale * 2**numerics.LAYERNORM_FRACTION_BITS))
+            multipliers[c], shifts[c] = (m if g > 0 else -m), k
+    biases = np.round(beta / out_scale * 2**numerics.LAYERNORM_BIAS_BITS)
+    return np.concatenate([[eps_term], multipliers, shifts,
+                           np.clip(biases, -2**31, 2**31 - 1)]).astype(np.int32)
+
+
+def layer_norm_int8(x, scale, bias, table, *, axis=-1, epsilon=1e-5, stash_type=1,
+                    out_zero_point=0):
+    """`numerics.layer_norm` over the last axis, with the parameters of `layer_norm_params`
+    (gamma and beta are in them; the node keeps its fp32 ones for the QDQ export)."""
+    c = x.shape[-1]
+    table = np.asarray(table, np.int64)
+    return numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
+                               table[1 + 2 * c:1 + 3 * c], out_zero_point,
+                               dtype=str(x.dtype))
 
 
 # --- pooling and reductions ------------------------------------------------------------------

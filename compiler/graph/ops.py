@@ -57,6 +57,7 @@ class Lower(Enum):
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
     SOFTMAX = "softmax"          # the vector unit's SOFTMAX along the contiguous axis
+    LAYER_NORM = "layer_norm"    # the vector unit's LAYERNORM along the contiguous axis
     CHANNEL_LUT = "channel_lut"  # likewise, or one table per channel (LUT per_lane=1)
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
@@ -377,6 +378,14 @@ def _cast_dtype(attrs) -> str:
     return dtype
 
 
+def layer_norm_shape(xs, attrs):
+    """Y as X; Mean and InvStdDev keep the axes before `axis` and are 1 after it."""
+    x = xs[0].type.shape
+    axis = attrs["axis"] % len(x)
+    stat = x[:axis] + (1,) * (len(x) - axis)
+    return [_t(xs[0], x), _t(xs[0], stat), _t(xs[0], stat)]
+
+
 def batchnorm_shape(xs, attrs):
     if attrs["training_mode"]:
         raise CompileError("training_mode=1 computes batch statistics; only inference "
@@ -568,6 +577,12 @@ _ROWS = (
     OpDef("LogSoftmax", ("input",), {"axis": -1}, same_shape, ref.log_softmax,
           quant=Q.FIXED_OUTPUT, int8=int8.log_softmax_int8, fixed_output=int8.log_softmax_output,
           coerced_2d_before=13, lower=L.SOFTMAX),
+    # LayerNormalization: integer mean, variance and square root over the contiguous axis
+    # (`numerics.layer_norm`, the vector unit's LAYERNORM), gamma and beta per channel.
+    OpDef("LayerNormalization", ("X", "Scale", "B?"), {"axis": -1, "epsilon": 1e-5,
+                                                       "stash_type": 1},
+          layer_norm_shape, ref.layer_normalization, outputs=("Y", "Mean?", "InvStdDev?"),
+          quant=Q.NORMALIZE, int8=int8.layer_norm_int8, lower=L.LAYER_NORM),
     OpDef("Identity", ("input",), {}, same_shape, ref.identity,
           quant=Q.KEEP_PARAMS, int8=ref.identity, lower=L.VIEW, view=V.SAME),
     OpDef("Dropout", ("data", "ratio?", "training_mode?"), {"seed": None},
@@ -677,7 +692,7 @@ MAX, MIN = OPS["Max"], OPS["Min"]
 # And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
 SLICE, CONCAT, RESHAPE = OPS["Slice"], OPS["Concat"], OPS["Reshape"]
-TRANSPOSE, IDENTITY = OPS["Transpose"], OPS["Identity"]
+TRANSPOSE, IDENTITY, PAD = OPS["Transpose"], OPS["Identity"], OPS["Pad"]
 
 
 def supported_ops() -> str:

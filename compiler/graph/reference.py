@@ -364,6 +364,17 @@ def log_softmax(x, *, axis=-1):
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
+def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    """ONNX LayerNormalization: normalized over the axes from `axis` on, then scale and bias;
+    also the mean and the inverse standard deviation (outputs Mean and InvStdDev)."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    wide = x.astype(np.float64) if stash_type == 1 else x
+    mean = wide.mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(((wide - mean) ** 2).mean(axis=axes, keepdims=True) + epsilon)
+    y = (wide - mean) * inv * scale + (0 if bias is None else bias)
+    return y.astype(x.dtype), mean.astype(x.dtype), inv.astype(x.dtype)
+
+
 def identity(x):
     return x
 

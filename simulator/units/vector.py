@@ -201,6 +201,38 @@ def softmax(state, insn) -> None:
         sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
 
 
+def layernorm_table_rows(lanes: int, channels: int) -> int:
+    """Accumulator rows of a LAYERNORM's parameters, int32, `lanes` per row: the epsilon term,
+    then the C multipliers, the C shifts and the C biases."""
+    return ceil_div(1 + 3 * channels, lanes)
+
+
+def _row_channels(a: dict, lanes: int) -> int:
+    return (a["blocks"] - 1) * lanes + a["n"]
+
+
+def layernorm(state, insn) -> None:
+    a = insn.args
+    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
+        raise SimulatorError(f"LAYERNORM: n = {a['n']}, blocks = {a['blocks']}: expected n in "
+                             f"[1, {lanes}] and at least one block")
+    c = _row_channels(a, lanes)
+    table = state.accumulator[rows(state.accumulator, a["table"],
+                                   layernorm_table_rows(lanes, c), "accumulator (table)")]
+    table = table.ravel().astype(np.int64)
+    last = a["blocks"] - 1
+    for base in (a["src"], a["dst"]):
+        rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
+    x = np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
+                        for b in range(a["blocks"])], axis=1)
+    y = numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
+                            table[1 + 2 * c:1 + 3 * c], a["out_offset"])
+    for b in range(a["blocks"]):
+        width = lanes if b < last else a["n"]
+        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+
+
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
     """(output pixels, elements read) of a pooling instruction."""
     out_h = (a["in_h"] - a["kh"]) // max(a["sh"], 1) + 1 if a["in_h"] >= a["kh"] else 0
@@ -221,6 +253,13 @@ def softmax_cycles(arch, insn) -> int:
     """Three passes over the rows' channel blocks (the maximum; the table lookups and their
     sum; the division or the subtraction of the logarithm), and one step per row for its
     reciprocal or logarithm."""
+    a = insn.args
+    return 3 * ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes) + a["rows"]
+
+
+def layernorm_cycles(arch, insn) -> int:
+    """Three passes over the rows' channel blocks (the sums of codes and squares; the centred
+    codes; the division and per-channel rescale), and one square-root step per row."""
     a = insn.args
     return 3 * ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes) + a["rows"]
 
@@ -271,6 +310,16 @@ def softmax_work(arch, insn) -> Work:
                                 if elements else 0))
 
 
+def layernorm_work(arch, insn) -> Work:
+    a = insn.args
+    elements = a["rows"] * a["blocks"]
+    table = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
+    return Work(local_bytes=3 * elements * arch.scratchpad.row_bytes
+                + table * arch.accumulator.row_bytes,
+                scratchpad_end=(a["dst"] + (a["blocks"] - 1) * a["stride"] + a["rows"]
+                                if elements else 0))
+
+
 def _param_access(a: dict) -> Access:
     return Access(ACCUMULATOR, a["param"], a["param"] + ParamBlock.rows(), False)
 
@@ -316,6 +365,15 @@ def softmax_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     table = (Access(ACCUMULATOR, a["table"],
                     a["table"] + softmax_table_rows(arch.lanes, a["log"]), False),)
+    return table + tuple(
+        Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
+        for base, write in ((a["src"], False), (a["dst"], True)) for b in range(a["blocks"]))
+
+
+def layernorm_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    rows_ = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
+    table = (Access(ACCUMULATOR, a["table"], a["table"] + rows_, False),)
     return table + tuple(
         Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
         for base, write in ((a["src"], False), (a["dst"], True)) for b in range(a["blocks"]))

@@ -302,6 +302,11 @@ case("GRU", "bidirectional", node("GRU", ["x", "w", "r"], ["y", "y_h"], hidden_s
                                   direction="bidirectional", linear_before_reset=1),
      {"x": (5, 2, 3)}, outputs=("y", "y_h"),
      inits={"w": weights(2, 12, 3, seed=1) * 0.5, "r": weights(2, 12, 4, seed=2) * 0.5})
+case("LayerNormalization", "last-axis", node("LayerNormalization", ["x", "g", "b"], ["y"]),
+     {"x": (2, 3, 8)}, inits={"g": weights(8, seed=1), "b": weights(8, seed=2)})
+case("LayerNormalization", "two-axes-and-stats",
+     node("LayerNormalization", ["x", "g"], ["y", "mean", "inv"], axis=1, epsilon=1e-3),
+     {"x": (2, 3, 4)}, outputs=("y", "mean", "inv"), inits={"g": weights(3, 4, seed=1)})
 unary("Gelu", "exact", opset=20)
 unary("Gelu", "tanh", opset=20, approximate="tanh")
 unary("Swish", "default", opset=24)

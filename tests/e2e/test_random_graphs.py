@@ -13,7 +13,9 @@ Concat's buffer, consumers read views in place, and what cannot be in place is c
 counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchpad, so tiling
 happens on every dimension; the target is drawn among the presets, with double buffering on or
 off; and what real detectors and decoders add: nearest upsampling, ConvTranspose, a zero Pad
-before a Conv, spatial means, per-channel constant maps and SiLU written out. Only graphs the
+before a Conv, spatial means, per-channel constant maps and SiLU written out; and what sequence
+models add: LayerNorm over the channels, Pow by a constant, 1-D convolutions and reflect Pads
+of rank-3 values. Only graphs the
 compiler lowers are drawn: no Transpose, other Pads, Softmax over other axes, ...; average pools
 whose windows all hold the same number of counted elements; MatMul only on rank-2
 activations.
@@ -153,7 +155,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                        pick(17, 32) if big else pick(1, 12), pick(17, 32) if big else pick(1, 12))
         for _ in range(pick(1, 6)):
             n, c, h, w = shapes[current]
-            choice = pick(0, 13)
+            choice = pick(0, 14)
             if choice <= 2:  # Conv, perhaps with a fused Relu or Clip
                 divisors = [g for g in range(1, c + 1) if c % g == 0]
                 groups = (1, c, divisors[pick(0, len(divisors) - 1)])[pick(0, 2)]
@@ -327,6 +329,43 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                 elif h * w <= 256:  # a depthwise ConvTranspose, per-channel weights
                     add("ConvTranspose", [current, weight(c, 1, 2, 2, fan_in=4)],
                         (n, c, 2 * h, 2 * w), kernel_shape=[2, 2], strides=[2, 2], group=c)
+            elif choice == 14:  # what sequence models add (issue #11)
+                kind = pick(0, 3)
+                if kind == 0:  # LayerNorm over the channels of tokens [n, h * w, c], and back
+                    add("Reshape", [current, const(np.array([n, c, h * w], np.int64))],
+                        (n, c, h * w))
+                    add("Transpose", [current], (n, h * w, c), perm=[0, 2, 1])
+                    gamma = const(rng.uniform(-1.5, 1.5, c).astype(np.float32))
+                    beta = const(rng.normal(0, 0.3, c).astype(np.float32))
+                    add("LayerNormalization", [current, gamma, beta], (n, h * w, c),
+                        epsilon=10.0 ** -pick(1, 6))
+                    add("Transpose", [current], (n, c, h * w), perm=[0, 2, 1])
+                    add("Reshape", [current, const(np.array([n, c, h, w], np.int64))],
+                        (n, c, h, w))
+                elif kind == 1:  # a power by a constant exponent: a table
+                    exponent = (2.0, 3.0, 0.5, -1.0)[pick(0, 3)]
+                    if exponent in (0.5, -1.0):
+                        add("Abs", [current], shapes[current])
+                    add("Pow", [current, const(np.float32(exponent))], shapes[current])
+                elif kind == 2 and h * w > 1:  # a 1-D convolution over the flattened plane
+                    add("Reshape", [current, const(np.array([n, c, h * w], np.int64))],
+                        (n, c, h * w))
+                    k, out = pick(1, 5), pick(1, 24)
+                    stride = pick(1, 2)
+                    length = (h * w + 2 * (k // 2) - k) // stride + 1
+                    add("Conv", [current, weight(out, c, k, fan_in=c * k)], (n, out, length),
+                        kernel_shape=[k], pads=[k // 2, k // 2], strides=[stride])
+                    add("Reshape", [current, const(np.array([n, out, 1, length], np.int64))],
+                        (n, out, 1, length))
+                elif kind == 3:  # a reflect Pad of a rank-3 view
+                    add("Reshape", [current, const(np.array([n * c, h, w], np.int64))],
+                        (n * c, h, w))
+                    if min(h, w) >= 2:
+                        add("Pad", [current, const(np.array([0, 1, 1, 0, 1, 1]))],
+                            (n * c, h + 2, w + 2), mode="reflect")
+                        h, w = h + 2, w + 2
+                    add("Reshape", [current, const(np.array([n, c, h, w], np.int64))],
+                        (n, c, h, w))
             elif choice == 9 and pick(0, 1):  # a Reshape view of a 1x1 plane, read by what follows
                 if h * w != 1:
                     continue

@@ -71,3 +71,14 @@ def test_lstm_classifier_runs_whole_on_the_accelerator(preset: str) -> None:
     compiled, result = compile_and_check(zoo.lstm_classifier(), preset, count=1)
     assert compiled.program.host_segments == ()
     assert result.stats.bound_cycles <= result.stats.cycles
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow),
+                                    pytest.param("large", marks=pytest.mark.slow)])
+def test_transformer_encoder_runs_whole_on_the_accelerator(preset: str) -> None:
+    """Two encoder blocks: attention's products on the array, Softmax and LayerNorm on the
+    vector unit, GELU written with Erf as one table; no host segment."""
+    compiled, result = compile_and_check(zoo.transformer_encoder(tokens=16, width=32), preset,
+                                         count=1)
+    assert compiled.program.host_segments == ()
+    assert result.stats.bound_cycles <= result.stats.cycles

@@ -21,10 +21,15 @@ EXPECTED_OUTPUT_SHAPES = {
                                                "mobilenetv3_small", "efficientnet_lite0")},
     "mlp": {"logits": (1, 10)},
     "lstm_classifier": {"logits": (1, 10)},
+    "transformer_encoder": {"pooled": (1, 64)},
     "yolo": {"head16.box": (1, 4, 16, 16), "head16.cls": (1, 80, 16, 16),
              "head32.box": (1, 4, 8, 8), "head32.cls": (1, 80, 8, 8)},
     "unet": {"scores": (1, 2, 128, 128)},
 }
+
+
+# Mean pooling over tokens of independent random inputs averages normalized features away.
+SMALLEST_PEAK = {"transformer_encoder": 0.2}
 
 
 def _session(model: onnx.ModelProto, every_tensor: bool = False) -> ort.InferenceSession:
@@ -53,11 +58,12 @@ def test_zoo_model_is_valid_deterministic_and_numerically_sane(name: str) -> Non
     for output, shape in EXPECTED_OUTPUT_SHAPES[name].items():
         assert outputs[output].shape == shape, output
         assert np.isfinite(outputs[output]).all(), output
-        assert 1 <= np.abs(outputs[output]).max() <= 100, output
+        assert SMALLEST_PEAK.get(name, 1) <= np.abs(outputs[output]).max() <= 100, output
     # Neither exploding nor vanishing: every tensor's RMS stays within a decade of 1.
     rms = {key: float(np.sqrt(np.mean(value.astype(np.float64) ** 2)))
            for key, value in outputs.items()}
-    assert all(0.1 < value < 10 for value in rms.values()), rms
+    # Attention probabilities are 1/tokens on average by nature.
+    assert all(0.1 < value < 10 for key, value in rms.items() if not key.endswith(".probs")), rms
 
 
 def test_zoo_models_have_the_expected_operators() -> None:

@@ -253,10 +253,11 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
         loads = pending + [dma(isa.LOAD, layer.x, layer.views[0], src, b, False)
                            for b in range(tiles.blocks)]
         pending = []
-        work = instruction(node, isa.SOFTMAX, src=src, dst=dst, rows=th * tw,
-                           n=c - (tiles.blocks - 1) * lanes, blocks=tiles.blocks, stride=cap,
-                           table=tiles.table.base, log=int(layer.log), shift=layer.shift,
-                           out_offset=layer.out_zero_point)
+        rows = dict(src=src, dst=dst, rows=th * tw, n=c - (tiles.blocks - 1) * lanes,
+                    blocks=tiles.blocks, stride=cap, table=tiles.table.base)
+        work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point) \
+            if layer.norm else instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
+                                           shift=layer.shift, out_offset=layer.out_zero_point)
         stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)
                   for b in range(tiles.blocks)]
         steps.append(Step(tuple(loads), (work, *stores)))

@@ -26,9 +26,10 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_q
 from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
-                                           lower_global_max_pool, lower_lut, lower_max,
-                                           lower_max_pool, lower_min, lower_mul, lower_pad,
-                                           lower_reduce_mean, lower_softmax, lower_sub)
+                                           lower_global_max_pool, lower_layer_norm, lower_lut,
+                                           lower_max, lower_max_pool, lower_min, lower_mul,
+                                           lower_pad, lower_reduce_mean, lower_softmax,
+                                           lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
 from compiler.graph.ops import Lower
@@ -56,6 +57,7 @@ RULES = {
     Lower.LUT: lower_lut,
     Lower.CHANNEL_LUT: lower_channel_lut,
     Lower.SOFTMAX: lower_softmax,
+    Lower.LAYER_NORM: lower_layer_norm,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,
     Lower.SPLIT: lower_split,

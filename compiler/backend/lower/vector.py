@@ -22,7 +22,7 @@ from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
-from compiler.backend.lower.data import axis_strides, copy_elements
+from compiler.backend.lower.data import axis_strides
 from compiler.backend.lower.resize import border_runs, lower_index_map
 from compiler.backend.lower.walk import INT8_CODES, Walk, requant_params, unsupported
 from simulator import isa, numerics
@@ -379,6 +379,13 @@ def _row_major_views(lw: Walk, node: Node, inputs: tuple[str, ...], y: str):
     shape = lw.shape(y)
     if not any(_row_major(lw, x) and lw.shape(x) == shape for x in inputs):
         return None
+    if any(lw.shape(x) == shape and not _row_major(lw, x) for x in inputs):
+        # A row-major operand beside a channels-last map of the same shape (a value a
+        # Transpose brought back): run channels-last, the row-major one copied into order.
+        for x in inputs:
+            if _row_major(lw, x):
+                lw.in_order(node, x)
+        return None
     views = [_logical_view(lw, node, x, shape) for x in inputs]
     ty = lw.new_tensor(y, Layout.row_major(shape))
     return (*views, (ty, View.dense(tuple(shape))))
@@ -575,6 +582,30 @@ def lower_softmax(lw: Walk, node: Node) -> None:
     lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
 
 
+def lower_layer_norm(lw: Walk, node: Node) -> None:
+    """LayerNormalization over the contiguous axis (the quantizer takes only the last): the
+    rows of a row-major value or the channels of each pixel, by the vector unit's LAYERNORM,
+    its int32 parameters the node's fourth input."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
+    if lw.g.type_of(x).dtype != "int8":
+        raise unsupported(node, "its input is not int8")
+    rows = _row_major_views(lw, node, (x,), y)
+    table = np.asarray(lw.g.values[node.inputs[3]].const, np.int32).reshape(-1)
+    layer = functools.partial(SoftmaxLayer, node.name, table=table, log=False, shift=0,
+                              out_zero_point=int(int8_attrs(node)["out_zero_point"]),
+                              norm=True)
+    if rows is not None:
+        (tx, view), (ty, y_view) = rows
+    elif block_axis(len(shape), len(shape) - 1) == 3:
+        tx, view = lw.source(node, x), lw.need_view(node, x)
+        ty, y_view = lw.output(y, Layout.channels_last(shape))
+    else:
+        raise unsupported(node, f"it normalizes the last axis of {list(shape)}, whose elements "
+                                "are not contiguous in memory")
+    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
+
+
 def _softmax_across(lw: Walk, node: Node, axis: int, layer) -> None:
     """Softmax along an axis that is not contiguous (a column of scores): x is copied element
     by element into a row-major tensor whose last axis is `axis`, normalized there, and copied
@@ -593,14 +624,14 @@ def _softmax_across(lw: Walk, node: Node, axis: int, layer) -> None:
     for name in names:
         lw.tensors[name] = Tensor(name, int(np.prod(turned, dtype=np.int64)))
         lw.layouts[name] = Layout.row_major(turned)
-    copy_elements(lw, node, lw.source(node, x), offset, tuple(strides[i] for i in order),
-                  turned, names[0], dense)
+    lw.copy_elements(node, lw.source(node, x), offset, tuple(strides[i] for i in order),
+                     turned, names[0], dense)
     block = View.dense((1,) * (4 - len(turned)) + turned)
     lw.layers.append(layer(*names, views=(block, block)))
     layout = Layout.channels_last(shape)
     ty = lw.new_tensor(y, layout)
-    copy_elements(lw, node, names[1], 0, tuple(dense[order.index(i)] for i in range(len(shape))),
-                  shape, ty, layout.strides(shape))
+    lw.copy_elements(node, names[1], 0, tuple(dense[order.index(i)] for i in range(len(shape))),
+                     shape, ty, layout.strides(shape))
 
 
 def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, int],
