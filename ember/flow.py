@@ -17,14 +17,17 @@ import onnx
 
 from compiler.backend.program import BackendOptions, Compiled
 from compiler.backend.progress import Progress, quiet
-from compiler.frontend.onnx import fix_input_shapes, import_model, load_model
+from compiler.frontend.onnx import (UNROLLED, fix_input_shapes, import_model, load_model,
+                                    unroll_recurrent)
 from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
 from ember import preprocessing
 from ember.errors import EmberError
 from profiler import format as profile_format
-from profiler.fingerprint import graph_inputs
+from compiler.errors import CompileError
+from profiler.fingerprint import fingerprint, graph_inputs
 from profiler.format import Profile
+from profiler.run import profile as run_profile
 from quantizer.checks import unquantizable_nodes
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
@@ -208,3 +211,18 @@ def _dims(shape: Sequence[int | None]) -> str:
 
 def _sha256(path: str | os.PathLike) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def profile_model(proto: onnx.ModelProto, source, specs, options, overrides=None,
+                  on_samples=lambda n: None, label: str = "model") -> Profile:
+    """The profiler's run (`profiler.run.profile`) over the model as ember imports it: its
+    recurrent layers unrolled at the given input shapes, so that every step's values get a
+    range under the names the quantizer reads. The profile names the model given."""
+    if not any(node.op_type in UNROLLED for node in proto.graph.node):
+        return run_profile(proto, source, specs, options, on_samples)
+    try:
+        unrolled = unroll_recurrent(fix_input_shapes(proto, overrides or {}, label), label)
+    except CompileError as err:
+        raise EmberError(str(err)) from None
+    return replace(run_profile(unrolled, source, specs, options, on_samples),
+                   model=fingerprint(proto))

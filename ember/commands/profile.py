@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -11,7 +10,6 @@ import click
 from rich.table import Table
 
 from compiler.errors import CompileError
-from compiler.frontend.onnx import UNROLLED, fix_input_shapes, unroll_recurrent
 from compiler.graph.ops import OPS
 from ember import console, preprocessing
 from ember.commands.options import (
@@ -23,13 +21,11 @@ from ember.commands.options import (
 )
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
-from ember.flow import optimized_graph
+from ember.flow import optimized_graph, profile_model
 from ember.progress import counting
 from profiler import format as profile_format
-from profiler.fingerprint import fingerprint
 from profiler.model_inputs import input_specs, parse_input_shape
 from profiler.run import RunOptions, load_model
-from profiler.run import profile as run_profile
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from quantizer.checks import unquantizable
@@ -107,26 +103,11 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
         total = min(total, samples)
     started = time.perf_counter()
     with counting("profiling samples", total) as advance:
-        result = run_profile(_profiled_form(model, onnx_model, overrides), source, specs,
-                             options, advance)
-    # The profile names the model the user gave, whatever form of it was run.
-    result = dataclasses.replace(result, model=fingerprint(onnx_model))
+        result = profile_model(onnx_model, source, specs, options, overrides, advance, model)
     profile_format.save(result, out)
     if unimportable is not None:
         click.echo(unimportable, err=True)
     _summary(result, out, time.perf_counter() - started)
-
-
-def _profiled_form(path: str, onnx_model, overrides):
-    """The model onnxruntime profiles: with its recurrent layers unrolled as the importer
-    unrolls them (at the given input shapes), so every step's values get a range under the
-    names the quantizer reads; else the model itself."""
-    if not any(node.op_type in UNROLLED for node in onnx_model.graph.node):
-        return onnx_model
-    try:
-        return unroll_recurrent(fix_input_shapes(onnx_model, overrides, path), path)
-    except CompileError as err:
-        raise EmberError(str(err)) from None
 
 
 def _warn_unsupported(model: str, onnx_model, specs) -> str | None:
