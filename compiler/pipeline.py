@@ -33,9 +33,11 @@ from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fold_scale import fold_scale
 from compiler.passes.fuse_gates import fuse_gates
+from compiler.passes.fuse_layer_norm import fuse_layer_norm
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from compiler.passes.split_clip import split_clip
+from compiler.passes.split_fused_heads import split_fused_heads
 from compiler.passes.ungroup_conv_transpose import ungroup_conv_transpose
 from simulator.arch import Arch
 from simulator.program import Program
@@ -45,6 +47,10 @@ Pass = Callable[[Graph], Graph]
 GRAPH_PASSES: list[Pass] = [
     remove_identity,   # first: Identity/Dropout hide producer-consumer pairs from every rewrite
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
+    split_fused_heads,  # after folding, which makes the Slices constant: a fused Q/K/V's
+    #                    rank-5 Transpose → a channel Slice, Reshape and Transpose per part
+    fuse_layer_norm,   # after folding, which makes eps, gamma and beta constant: a LayerNorm
+    #                    written out → LayerNormalization (integer mean, variance and root)
     split_clip,        # after folding, which makes bounds constant: a run-time one → Max/Min
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator

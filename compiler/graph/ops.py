@@ -693,6 +693,10 @@ MAX, MIN = OPS["Max"], OPS["Min"]
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
 SLICE, CONCAT, RESHAPE = OPS["Slice"], OPS["Concat"], OPS["Reshape"]
 TRANSPOSE, IDENTITY, PAD = OPS["Transpose"], OPS["Identity"], OPS["Pad"]
+SQUEEZE = OPS["Squeeze"]
+# And the rows the written-out LayerNorm fusion reads and writes.
+DIV, POW, SQRT, REDUCE_MEAN = OPS["Div"], OPS["Pow"], OPS["Sqrt"], OPS["ReduceMean"]
+LAYER_NORMALIZATION = OPS["LayerNormalization"]
 
 
 def supported_ops() -> str:

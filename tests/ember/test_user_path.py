@@ -55,7 +55,7 @@ EARLY = [
     ("simulate {program} -i {input} --report {missing}", "simulator.machine", "run"),
     ("simulate {program} -i {input} --trace {missing}", "simulator.machine", "run"),
     ("quantize-profile {model} --data {calib} -o {missing}", "ember.commands.profile",
-     "run_profile"),
+     "profile_model"),
     ("compile {model} --profile {profile} -o {missing}", "ember.commands.compile",
      "compile_model"),
     ("compile {model} --profile {profile} -o {x} --emit-onnx {missing}",
