@@ -145,6 +145,21 @@ def _sequence_rows(wr: _Writer, node: Node, x: Value, t: int, b: int, i: int) ->
     return wr.one(table.RESHAPE, [name, wr.const("x_rows/shape", [t * b, i])], "x_rows")
 
 
+def _time_order(direction: str, d: int, steps: int):
+    """The steps direction d runs: forward, or backward for reverse and a bidirectional's
+    second."""
+    forward = direction == "forward" or (direction == "bidirectional" and d == 0)
+    return range(steps) if forward else reversed(range(steps))
+
+
+def _step_rows(wr: _Writer, xw: str, k: int, b: int, label: str) -> str:
+    """Step k's B rows of the input projection (all steps' rows in time order)."""
+    from compiler.graph import ops as table
+    return wr.one(table.SLICE, [xw, wr.const(f"{label}/start", [k * b]),
+                                wr.const(f"{label}/end", [(k + 1) * b]),
+                                wr.const(f"{label}/axis", [0])], f"{label}/xw")
+
+
 def _clip(wr: _Writer, node: Node, name: str, label: str) -> str:
     from compiler.graph import ops as table
     bound = node.attrs.get("clip")
@@ -205,14 +220,10 @@ def expand_lstm(node: Node, inputs: Sequence[Value | None], make_const: MakeCons
         c = _initial(wr, node, get(6), d, b, hidden, "c0_")
         r_t = wr.const(f"d{d}/R_T", r[d].T)
         p = None if peep is None or not np.any(peep.const[d]) else peep.const[d]
-        order = range(t) if (direction == "forward" or (direction == "bidirectional" and d == 0)) \
-            else reversed(range(t))
         hs: dict[int, str] = {}
-        for k in order:
+        for k in _time_order(direction, d, t):
             s = f"d{d}/t{k}"
-            pre = wr.one(table.SLICE, [xw, wr.const(f"{s}/start", [k * b]),
-                                       wr.const(f"{s}/end", [(k + 1) * b]),
-                                       wr.const(f"{s}/axis", [0])], f"{s}/xw")
+            pre = _step_rows(wr, xw, k, b, s)
             if h is not None:
                 pre = wr.one(table.ADD, [pre, wr.one(table.MATMUL, [h, r_t], f"{s}/hr")],
                              f"{s}/pre")
@@ -267,14 +278,10 @@ def expand_gru(node: Node, inputs: Sequence[Value | None], make_const: MakeConst
         h = _initial(wr, node, get(5), d, b, hidden, "h0_")
         r_zr = wr.const(f"d{d}/Rzr_T", r[d, :2 * hidden].T)
         r_h = wr.const(f"d{d}/Rh_T", r[d, 2 * hidden:].T)
-        order = range(t) if (direction == "forward" or (direction == "bidirectional" and d == 0)) \
-            else reversed(range(t))
         hs: dict[int, str] = {}
-        for k in order:
+        for k in _time_order(direction, d, t):
             s = f"d{d}/t{k}"
-            pre = wr.one(table.SLICE, [xw, wr.const(f"{s}/start", [k * b]),
-                                       wr.const(f"{s}/end", [(k + 1) * b]),
-                                       wr.const(f"{s}/axis", [0])], f"{s}/xw")
+            pre = _step_rows(wr, xw, k, b, s)
             x_zr, x_h = wr.parts(pre, [2 * hidden, hidden], f"{s}/x_part")
             if h is not None:
                 x_zr = wr.one(table.ADD, [x_zr, wr.one(table.MATMUL, [h, r_zr], f"{s}/hr_zr")],

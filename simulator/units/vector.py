@@ -176,29 +176,40 @@ def _softmax_rows(a: dict, base: int, block: int) -> slice:
     return slice(base + block * a["stride"], base + block * a["stride"] + a["rows"])
 
 
-def softmax(state, insn) -> None:
-    a = insn.args
+def _channel_rows(state, a: dict, mnemonic: str) -> np.ndarray:
+    """The rows of C channels a SOFTMAX or LAYERNORM reads: one region per channel block."""
     sp, lanes = state.scratchpad, state.scratchpad.shape[1]
     if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
-        raise SimulatorError(f"SOFTMAX: n = {a['n']}, blocks = {a['blocks']}: expected n in "
+        raise SimulatorError(f"{mnemonic}: n = {a['n']}, blocks = {a['blocks']}: expected n in "
                              f"[1, {lanes}] and at least one block")
-    table = state.accumulator[rows(state.accumulator, a["table"],
-                                   softmax_table_rows(lanes, a["log"]), "accumulator (table)")]
-    table = table.ravel()
     last = a["blocks"] - 1
     for base in (a["src"], a["dst"]):
         rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
-    x = np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
-                        for b in range(a["blocks"])], axis=1)
+    return np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
+                           for b in range(a["blocks"])], axis=1)
+
+
+def _write_channel_rows(state, a: dict, y: np.ndarray) -> None:
+    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    for b in range(a["blocks"]):
+        width = lanes if b < a["blocks"] - 1 else a["n"]
+        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+
+
+def softmax(state, insn) -> None:
+    a = insn.args
+    x = _channel_rows(state, a, "SOFTMAX")
+    lanes = state.scratchpad.shape[1]
+    table = state.accumulator[rows(state.accumulator, a["table"],
+                                   softmax_table_rows(lanes, a["log"]), "accumulator (table)")]
+    table = table.ravel()
     if a["log"]:
         y = numerics.log_softmax(x, table[:numerics.EXP_ENTRIES],
                                  table[numerics.EXP_ENTRIES:][:numerics.LOG_ENTRIES], a["shift"],
                                  a["out_offset"])
     else:
         y = numerics.softmax(x, table[:numerics.EXP_ENTRIES], a["out_offset"])
-    for b in range(a["blocks"]):
-        width = lanes if b < last else a["n"]
-        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+    _write_channel_rows(state, a, y)
 
 
 def layernorm_table_rows(lanes: int, channels: int) -> int:
@@ -213,24 +224,15 @@ def _row_channels(a: dict, lanes: int) -> int:
 
 def layernorm(state, insn) -> None:
     a = insn.args
-    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
-    if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
-        raise SimulatorError(f"LAYERNORM: n = {a['n']}, blocks = {a['blocks']}: expected n in "
-                             f"[1, {lanes}] and at least one block")
+    x = _channel_rows(state, a, "LAYERNORM")
+    lanes = state.scratchpad.shape[1]
     c = _row_channels(a, lanes)
     table = state.accumulator[rows(state.accumulator, a["table"],
                                    layernorm_table_rows(lanes, c), "accumulator (table)")]
     table = table.ravel().astype(np.int64)
-    last = a["blocks"] - 1
-    for base in (a["src"], a["dst"]):
-        rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
-    x = np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
-                        for b in range(a["blocks"])], axis=1)
     y = numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
                             table[1 + 2 * c:1 + 3 * c], a["out_offset"])
-    for b in range(a["blocks"]):
-        width = lanes if b < last else a["n"]
-        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+    _write_channel_rows(state, a, y)
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
