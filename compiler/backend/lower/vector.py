@@ -298,7 +298,8 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         if lw.shape(active) != lw.shape(y):
             raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} "
                                     f"to {lw.shape(y)}")
-        operands = {active: (lw.source(node, active), lw.need_view(node, active)),
+        view = lw.need_view(node, active)  # first: it may copy the operand into order
+        operands = {active: (lw.source(node, active), view),
                     k: lw.constant(node, k, lw.shape(y), over_channels=True)}
         ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
         (ta, a_view), (tb, b_view) = operands[x], operands[z]
@@ -314,6 +315,7 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
             views = (lw.need_view(node, x), lw.need_view(node, z),
                      y_view or View.dense(block_shape(lw.shape(y))))
+            ta, tb = lw.source(node, x), lw.source(node, z)  # copied into order, maybe
     mult = list(a["multiplier"])
     if negate_b:  # sub_int8: an ADD whose b rescale is negated
         mult[1] = -mult[1]
@@ -447,6 +449,7 @@ def lower_lut(lw: Walk, node: Node) -> None:
     views = None
     if part or y_view is not None:  # a part of a buffer in or out: run over Views
         views = (lw.need_view(node, x), y_view or View.dense(block_shape(lw.shape(y))))
+        tensor = lw.source(node, x)  # copied into order, maybe
     lw.layers.append(LutLayer(node.name, tensor, ty, lw.tensors[tensor].size_bytes
                                 if views is None else views[0].size, table.reshape(256),
                                 views))
@@ -577,7 +580,8 @@ def lower_softmax(lw: Walk, node: Node) -> None:
     elif block_axis(len(shape), axis) != 3:
         return _softmax_across(lw, node, axis, layer)
     else:
-        tx, view = lw.source(node, x), lw.need_view(node, x)
+        view = lw.need_view(node, x)  # first: it may copy x into order, a new buffer
+        tx = lw.source(node, x)
         ty, y_view = lw.output(y, Layout.channels_last(shape))
     lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
 
@@ -598,7 +602,8 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     if rows is not None:
         (tx, view), (ty, y_view) = rows
     elif block_axis(len(shape), len(shape) - 1) == 3:
-        tx, view = lw.source(node, x), lw.need_view(node, x)
+        view = lw.need_view(node, x)  # first: it may copy x into order, a new buffer
+        tx = lw.source(node, x)
         ty, y_view = lw.output(y, Layout.channels_last(shape))
     else:
         raise unsupported(node, f"it normalizes the last axis of {list(shape)}, whose elements "
