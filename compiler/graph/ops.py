@@ -605,6 +605,22 @@ _ROWS = (
           _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes,
           lower=L.REDUCE_MEAN),
+    # fp32 only for now (the host runs them under --allow-host): the int8 forms need a row
+    # reduction on the vector unit.
+    *(OpDef(name, ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
+            _evaluating(fn), fn, attr_to_input={"axes": 1})
+      for name, fn in (("ReduceSum", ref.reduce_sum), ("ReduceMax", ref.reduce_max),
+                       ("ReduceMin", ref.reduce_min), ("ReduceL2", ref.reduce_l2))),
+    # Comparisons, selection and broadcasting copies: fp32 only for now (constant folding
+    # evaluates them; with --allow-host the host runs the rest).
+    OpDef("Equal", ("A", "B"), {}, _dtype_rule(lambda a: "bool", broadcast), ref.equal),
+    OpDef("Less", ("A", "B"), {}, _dtype_rule(lambda a: "bool", broadcast), ref.less),
+    OpDef("Greater", ("A", "B"), {}, _dtype_rule(lambda a: "bool", broadcast), ref.greater),
+    OpDef("Not", ("X",), {}, same_shape, ref.logical_not),
+    OpDef("Where", ("condition", "X", "Y"), {}, _evaluating(ref.where, 3), ref.where),
+    OpDef("Expand", ("input", "shape"), {}, _evaluating(ref.expand), ref.expand),
+    OpDef("Tile", ("input", "repeats"), {}, _evaluating(ref.tile), ref.tile),
+    OpDef("Range", ("start", "limit", "delta"), {}, _evaluating(ref.range_, 0), ref.range_),
     OpDef("Resize", ("X", "roi?", "scales?", "sizes?"), _RESIZE, _evaluating(ref.resize),
           ref.resize, quant=Q.KEEP_PARAMS, int8=int8.resize_int8, lower=L.RESIZE),
     # Data movement: views and copies; integers move as they are, keeping the scale.

@@ -430,16 +430,93 @@ def global_max_pool(x):
     return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
-def reduce_mean(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+def _reduce(fn, x, axes, keepdims, noop_with_empty_axes):
+    """ONNX's reductions: over `axes` (all when none are given, unless noop_with_empty_axes)."""
     if axes is None or len(np.atleast_1d(axes)) == 0:
         if noop_with_empty_axes:
             return x
         axes = tuple(range(x.ndim))
     axes = tuple(int(a) for a in np.atleast_1d(axes))
-    return np.mean(x, axis=axes, keepdims=bool(keepdims)).astype(x.dtype)
+    return np.asarray(fn(x, axes, bool(keepdims))).astype(x.dtype)
+
+
+def reduce_mean(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(lambda v, a, k: np.mean(v, axis=a, keepdims=k), x, axes, keepdims,
+                   noop_with_empty_axes)
+
+
+def reduce_sum(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(lambda v, a, k: np.sum(v, axis=a, keepdims=k), x, axes, keepdims,
+                   noop_with_empty_axes)
+
+
+def _extreme(dtype, low: bool):
+    """The identity of max (low) or min over an empty set: -inf / +inf, the type's bounds."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return -np.inf if low else np.inf
+    if dtype.kind == "b":
+        return not low
+    info = np.iinfo(dtype)
+    return info.min if low else info.max
+
+
+def reduce_max(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(lambda v, a, k: np.max(v, axis=a, keepdims=k,
+                                          initial=_extreme(v.dtype, True)),
+                   x, axes, keepdims, noop_with_empty_axes)
+
+
+def reduce_min(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(lambda v, a, k: np.min(v, axis=a, keepdims=k,
+                                          initial=_extreme(v.dtype, False)),
+                   x, axes, keepdims, noop_with_empty_axes)
+
+
+def reduce_l2(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(lambda v, a, k: np.sqrt(np.sum(np.square(v.astype(np.float64)), axis=a,
+                                                  keepdims=k)), x, axes, keepdims,
+                   noop_with_empty_axes)
+
+
+# --- comparisons and selection ----------------------------------------------------------------
+
+
+def equal(a, b):
+    return np.equal(a, b)
+
+
+def less(a, b):
+    return np.less(a, b)
+
+
+def greater(a, b):
+    return np.greater(a, b)
+
+
+def logical_not(x):
+    return np.logical_not(x)
+
+
+def where(condition, x, y):
+    return np.where(condition, x, y).astype(np.result_type(x, y))
 
 
 # --- data movement --------------------------------------------------------------------------
+
+
+def expand(x, shape):
+    """ONNX Expand: numpy broadcasting of x and `shape` (either may have the larger dims)."""
+    return np.array(x * np.ones([int(d) for d in shape], x.dtype), dtype=x.dtype)
+
+
+def tile(x, repeats):
+    return np.tile(x, [int(r) for r in repeats])
+
+
+def range_(start, limit, delta):
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    return (start + delta * np.arange(count)).astype(np.asarray(start).dtype)
 
 
 def flatten(x, *, axis=1):

@@ -495,6 +495,47 @@ case("ReduceMean", "opset18-empty-axes-input", node("ReduceMean", ["x", "axes"],
      {"x": (2, 3, 4)}, inits={"axes": const()}, opset=18)
 
 
+# Comparisons and selection (fp32 only: constant folding evaluates them, else the host).
+for op in ("Equal", "Less", "Greater"):
+    case(op, "broadcast", node(op, ["a", "b"], ["y"]), {"a": (2, 3, 4), "b": (3, 1)},
+         outputs=[("y", np.bool_)])
+    case(op, "int64", node(op, ["a", "b"], ["y"]),
+         {"a": ((2, 5), np.int64), "b": ((5,), np.int64)}, outputs=[("y", np.bool_)])
+case("Not", "3d", [node("Less", ["a", "b"], ["c"]), node("Not", ["c"], ["y"])],
+     {"a": (2, 3, 4), "b": (2, 3, 4)}, outputs=[("y", np.bool_)])
+case("Where", "broadcast",
+     [node("Greater", ["a", "b"], ["c"]), node("Where", ["c", "a", "b"], ["y"])],
+     {"a": (2, 3, 4), "b": (1, 4)})
+case("Expand", "broadcast-up", node("Expand", ["x", "shape"], ["y"]), {"x": (3, 1)},
+     inits={"shape": const(2, 3, 4)})
+case("Expand", "shape-smaller", node("Expand", ["x", "shape"], ["y"]), {"x": (2, 3, 4)},
+     inits={"shape": const(3, 1)})
+case("Tile", "3d", node("Tile", ["x", "repeats"], ["y"]), {"x": (2, 3, 4)},
+     inits={"repeats": const(1, 2, 3)})
+case("Range", "float", [node("Range", ["start", "limit", "delta"], ["r"]),
+                        node("Add", ["x", "r"], ["y"])], {"x": (7,)},
+     inits={"start": np.float32(1.0), "limit": np.float32(8.0), "delta": np.float32(1.0)})
+
+
+def reduce(op, name, axes, opset=17, shape=(2, 3, 4, 5), **attrs):
+    """ReduceSum took its axes as an input from opset 13, the others from 18."""
+    as_input = opset >= (13 if op == "ReduceSum" else 18)
+    if axes is not None and not as_input:
+        attrs["axes"] = axes
+    if as_input and axes is not None:
+        case(op, name, node(op, ["x", "axes"], ["y"], **attrs), {"x": shape},
+             inits={"axes": const(*axes)}, opset=opset)
+    else:
+        unary(op, name, shape=shape, opset=opset, **attrs)
+
+
+for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"):
+    reduce(op, "last-axis", [-1], keepdims=0)
+    reduce(op, "channels-opset13", [1], opset=13)
+    reduce(op, "spatial-opset18", [2, 3], opset=18)
+    reduce(op, "all-axes", None, opset=18)
+
+
 def resize(name, shape, opset=17, scales=None, sizes=None, known_bug=None, **attrs):
     """Resize with constant scales or sizes; roi is empty (it only matters for
     tf_crop_and_resize) and opset 11 requires scales even when sizes are given."""

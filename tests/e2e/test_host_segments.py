@@ -309,3 +309,21 @@ def test_a_host_segment_reads_a_reshaped_slice() -> None:
     compiled = compile_int8(qgraph, Arch.load("default"), HOST)
     assert compiled.program.host_segments
     check_bit_exact(qgraph, compiled, samples({"x": [1, 3, 4, 4]}, 2, 1))
+
+
+def test_a_reduction_without_an_int8_form_runs_on_the_host() -> None:
+    """ReduceSum, ReduceMax, ReduceMin and ReduceL2 have fp32 rows only: with --allow-host
+    they run in a host segment between accelerator layers, bit-exact against the reference."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("ReduceL2", ["c", "axes"], ["r"], name="norm", keepdims=1),
+             helper.make_node("Mul", ["c", "r"], ["y"], name="scale")]
+    proto = model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 4, 4, 4]},
+                  {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                   "axes": np.array([1], np.int64)}, opset=18)
+    qgraph = quantized(proto, samples({"x": [1, 3, 4, 4]}, 4),
+                       QuantOptions(keep_fp32=("norm",)))
+    compiled = compile_int8(qgraph, Arch.load("default"), HOST)
+    assert [s["nodes"] for s in compiled.program.host_segments] == [
+        ["c/DequantizeLinear", "norm", "r/QuantizeLinear"]]
+    check_bit_exact(qgraph, compiled, samples({"x": [1, 3, 4, 4]}, 2, 1))
