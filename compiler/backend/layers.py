@@ -50,7 +50,7 @@ class Layout:
                 return ()
             # A Reshape view of the layout's own axes (ones added or removed, axes merged
             # where their strides nest, split): numpy's test for a reshape without a copy.
-            return _reshaped_strides(self.dims, self.strides(self.dims, item_bytes), shape)
+            return reshaped_strides(self.dims, self.strides(self.dims, item_bytes), shape)
         physical = [self.dims[p] for p in self.perm]
         phys_strides = [int(np.prod(physical[i + 1:], dtype=np.int64)) * item_bytes
                         for i in range(len(physical))]
@@ -60,7 +60,7 @@ class Layout:
         return tuple(strides)
 
 
-def _reshaped_strides(dims, strides, shape) -> tuple[int, ...] | None:
+def reshaped_strides(dims, strides, shape) -> tuple[int, ...] | None:
     """Strides of `shape` over the same row-major elements as `dims` at `strides`, or None when
     a reshape of them is no strided view (a merge of axes whose strides do not nest)."""
     old = [(d, s) for d, s in zip(dims, strides) if d != 1]
@@ -84,6 +84,29 @@ def _reshaped_strides(dims, strides, shape) -> tuple[int, ...] | None:
         i, j = i_end, j_end
     own = iter(found)
     return tuple(next(own) if d != 1 else 0 for d in shape)
+
+
+def common_axes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The coarsest axes both row-major shapes `a` and `b` split into (of the same elements):
+    (6, 4, 5) and (2, 3, 20) give (2, 3, 4, 5); None when no such axes exist ((4, 6) and
+    (6, 4))."""
+    a, b = [d for d in a if d != 1], [d for d in b if d != 1]
+    out: list[int] = []
+    i = j = 0
+    left_a, left_b = (a[0] if a else 1), (b[0] if b else 1)
+    while i < len(a) and j < len(b):
+        step = min(left_a, left_b)
+        if max(left_a, left_b) % step:
+            return None
+        out.append(step)
+        left_a, left_b = left_a // step, left_b // step
+        if left_a == 1:
+            i += 1
+            left_a = a[i] if i < len(a) else 1
+        if left_b == 1:
+            j += 1
+            left_b = b[j] if j < len(b) else 1
+    return tuple(out) if i == len(a) and j == len(b) else None
 
 
 @dataclass(frozen=True)

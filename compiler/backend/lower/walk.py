@@ -16,8 +16,8 @@ import copy
 
 import numpy as np
 
-from compiler.backend.layers import (Binding, Layer, Layout, Lowered, LutLayer,
-                                     Tensor, View, block_axis, block_shape)
+from compiler.backend.layers import (Binding, Layer, Layout, Lowered, LutLayer, Tensor, View,
+                                     block_axis, block_shape, common_axes, reshaped_strides)
 from compiler.backend.partition import BINDINGS, HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
@@ -109,28 +109,32 @@ class Walk:
         target = Layout.channels_last(shape)
         if layout.same_bytes(target):
             return
-        # Walk the buffer's own axes (the value is a reshape of them, in the same logical
-        # order): each must step its target position evenly for one strided copy to do it.
-        dims = tuple(layout.dims)
-        size = int(np.prod(dims, dtype=np.int64))
-        position = np.empty(size, np.int64)
-        position[target.order()] = np.arange(size)
-        position = position.reshape(dims)
-        steps = []
-        for axis, extent in enumerate(dims):
-            step = np.diff(position, axis=axis)
-            if extent > 1 and not np.all(step == step.flat[0]):
-                steps = None
-                break
-            steps.append(int(step.flat[0]) if extent > 1 else 0)
-        if steps is None or len(dims) > 4 or len(shape) > 4:
+        # Walk the finest axes both the buffer's and the value's split into (the value is a
+        # reshape of the buffer's, in the same logical order): each must step its source and
+        # target positions evenly for one strided copy to do it.
+        dims = common_axes(tuple(layout.dims), shape)
+        source = None if dims is None else \
+            reshaped_strides(layout.dims, layout.strides(layout.dims), dims)
+        steps = None
+        if source is not None and len(dims) <= 4:
+            size = int(np.prod(dims, dtype=np.int64))
+            position = np.empty(size, np.int64)
+            position[target.order()] = np.arange(size)
+            position = position.reshape(dims)
+            steps = []
+            for axis, extent in enumerate(dims):
+                step = np.diff(position, axis=axis)
+                if extent > 1 and not np.all(step == step.flat[0]):
+                    steps = None
+                    break
+                steps.append(int(step.flat[0]) if extent > 1 else 0)
+        if steps is None or len(shape) > 4:
             raise unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                     f"channels-last order (a layout copy is not implemented)")
         copy = f"{node.name}/{name}/in_order"
         self.tensors[copy] = Tensor(copy, self.tensors[self.buffer[name]].size_bytes)
         self.layouts[copy] = target
-        self.copy_elements(node, self.buffer[name], 0, layout.strides(dims), dims, copy,
-                           tuple(steps))
+        self.copy_elements(node, self.buffer[name], 0, source, dims, copy, tuple(steps))
         self.buffer[name] = copy
 
     def constant(self, node: Node, name: str, out_shape: tuple[int, ...],
