@@ -95,6 +95,11 @@ def compiles_again_to(program_path: str, model_path: str, profile_path: str) -> 
     return built.compiled.program.to_bytes() == Path(program_path).read_bytes()
 
 
+# The bindings of a model value as it is, not of its quantized codes: float32 (a value the
+# host reads or writes in fp32) and int32 (a model input of integer indices).
+_AS_GIVEN = ("float32", "int32")
+
+
 class BitExactness:
     """Runs the program on the simulator beside the integer reference and keeps the first
     difference: the accelerator must equal `run_int8` bit for bit on every sample."""
@@ -113,7 +118,7 @@ class BitExactness:
         for kind, bindings, model_value in (("input", program.inputs, self.quantized_input),
                                             ("output", program.outputs, self.raw_output)):
             for b in bindings:
-                value = b.name if b.dtype == "float32" else model_value.get(b.name)
+                value = b.name if b.dtype in _AS_GIVEN else model_value.get(b.name)
                 if value not in qgraph.values or \
                         math.prod(qgraph.type_of(value).shape) != math.prod(b.shape):
                     raise EmberError(f"{name}: its {kind} {b.name!r} of shape {list(b.shape)} "
@@ -124,9 +129,10 @@ class BitExactness:
 
     def check(self, env: Mapping[str, np.ndarray]) -> machine.Result:
         """Run one sample from `env` (`run_int8(..., keep_all=True)`'s values) and compare."""
-        # A float32 binding is a model input or output the host reads or writes as it is.
-        inputs = {b.name: env[b.name if b.dtype == "float32" else self.quantized_input[b.name]]
-                  for b in self.program.inputs}
+        # A float32 binding is a model input or output the host reads or writes as it is; an
+        # int32 one a model input of integer indices.
+        inputs = {b.name: b.quantize(env[b.name]) if b.dtype in _AS_GIVEN
+                  else env[self.quantized_input[b.name]] for b in self.program.inputs}
         result = machine.run(self.program, inputs, host=run_segment)
         for binding in self.program.outputs:
             raw = binding.name if binding.dtype == "float32" else self.raw_output[binding.name]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.graph.int8 import Quant
-from compiler.graph.ir import Graph, Node
+from compiler.graph.ir import Graph, Node, Type
 from compiler.graph.ops import OPS
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
@@ -49,24 +49,42 @@ def unquantizable_nodes(graph: Graph, options: QuantOptions) -> tuple[str, ...]:
                  if node.name not in keep and unquantizable(graph, node))
 
 
+def is_float(t: Type) -> bool:
+    return np.dtype(t.dtype).kind == "f"
+
+
+def integer_node(graph: Graph, node: Node) -> bool:
+    """Whether `node` of an fp32 graph computes integers from integers only (a Reshape of
+    token ids, a comparison of byte values): exact as it is, so nothing of it is quantized."""
+    run_time = [name for name in node.inputs if name and not graph.values[name].is_const]
+    return bool(run_time) and not any(is_float(graph.type_of(name))
+                                      for name in run_time + [n for n in node.outputs if n])
+
+
 def unquantizable(graph: Graph, node: Node) -> str | None:
-    """Why `node` has no int8 form, or None when it has one."""
+    """Why `node` has no int8 form, or None when it has one (an integer node needs none)."""
+    if integer_node(graph, node):
+        return None
     row = OPS[node.op]
     if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
         hint = (" (the graph passes remove it after a Conv or Gemm, or on a feature map)"
                 if row.folds_into_producer else "")
         return f"has no int8 implementation{hint}"
     const = [bool(n) and graph.values[n].is_const for n in node.inputs]
-    data = [n for n, c in zip(node.inputs, const) if n and not c]
+    indices = [bool(n) and i in row.index_inputs for i, n in enumerate(node.inputs)]
+    for name, is_index in zip(node.inputs, indices):
+        if is_index and is_float(graph.type_of(name)):
+            return f"its indices {name!r} are {graph.type_of(name).dtype}, not integers"
+    data = [n for n, c, i in zip(node.inputs, const, indices) if n and not c and not i]
     for name in data[:1] if row.quant is not Quant.RESCALE_INPUTS else data:
         if graph.type_of(name).dtype != "float32":
             return f"input {name!r} is {graph.type_of(name).dtype}, not float32"
     operands = row.run_time_inputs
     if operands == 2 and all(const[:2]):
         return "both operands are constants (constant folding removes it)"
-    for name, slot, is_const in zip(node.inputs[operands:], row.inputs[operands:],
-                                    const[operands:]):
-        if name and not is_const:
+    for name, slot, is_const, is_index in zip(node.inputs[operands:], row.inputs[operands:],
+                                              const[operands:], indices[operands:]):
+        if name and not is_const and not is_index:
             return (f"its {slot.rstrip('?')} input {name!r} is computed at run time, not a "
                     "constant (only a constant one, or one that constant folding computes, "
                     "has an int8 form)")

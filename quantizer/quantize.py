@@ -32,7 +32,7 @@ from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL, RESCALE
 from profiler.format import Profile
 from quantizer import calibrate
-from quantizer.checks import check_quantizable
+from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
@@ -89,7 +89,8 @@ class _Rewriter:
         for node in self.g.nodes:
             if node.name in self.absorbed:
                 continue
-            rule = keep_float if node.name in self.keep else RULES[OPS[node.op].quant]
+            rule = keep_float if node.name in self.keep or integer_node(self.g, node) else \
+                RULES[OPS[node.op].quant]
             rule(self, node)
         for name in self.g.outputs:
             self.float_input(name)
@@ -120,10 +121,12 @@ class _Rewriter:
         """The activations whose ranges come from the profile, in graph order."""
         needed: list[str] = []
         for node in self.g.nodes:
-            if node.name in self.keep or node.name in self.absorbed:
+            if node.name in self.keep or node.name in self.absorbed or \
+                    integer_node(self.g, node):
                 continue
             for name in node.inputs:
-                if name and not self.g.values[name].is_const and name in self.float_primary:
+                if name and not self.g.values[name].is_const and name in self.float_primary \
+                        and is_float(self.g.type_of(name)):
                     needed.append(name)
             if OPS[node.op].quant.profiled_output:
                 needed.append(self._final_output(node))
@@ -374,6 +377,16 @@ def keep_params(r: _Rewriter, node: Node) -> None:
                                _quantize_array(np.float32(real), params, r.dtype))
     outputs = [r.activation(out, params) for out in node.outputs]
     r.emit(node.op, node.name, inputs, outputs, node.attrs)
+
+
+def gather(r: _Rewriter, node: Node) -> None:
+    """Gather: rows of a constant table, its codes per tensor over the table's own range (so
+    every row an index may pick is covered, seen in calibration or not), or of an activation
+    in its own parameters; the output keeps them. The integer indices stay as they are."""
+    data, indices = node.inputs
+    x = r.quant_const(data) if r.g.values[data].is_const else r.quant_input(data)
+    out = r.activation(node.outputs[0], r.quant_of(x))
+    r.emit(node.op, node.name, (x, r.copy_const(indices)), (out,), node.attrs)
 
 
 def clamp(r: _Rewriter, node: Node) -> None:
@@ -648,6 +661,7 @@ RULES = {
     Quant.MUL: mul,
     Quant.DIVIDE: divide,
     Quant.AVERAGE: average,
+    Quant.GATHER: gather,
 }
 
 

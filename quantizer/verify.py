@@ -14,11 +14,15 @@ from compiler.graph.ir import Graph, verify
 def verify_int8(graph: Graph) -> None:
     """Raise CompileError naming the first breach of an invariant of a quantized graph.
 
-    Besides ir.verify's, every integer activation carries QuantParams and the graph's inputs
-    and outputs are float.
+    Besides ir.verify's, every integer activation carries QuantParams and the graph's
+    outputs are float; its inputs are float or integers (token ids), never quantized codes.
     """
     verify(graph)
-    for name in list(graph.inputs) + list(graph.outputs):
+    for name in graph.inputs:
+        if graph.values[name].type.dtype not in ("float32", "int32", "int64"):
+            raise CompileError(f"graph {graph.name!r}: input {name!r} is "
+                               f"{graph.values[name].type.dtype}, not float32 or integers")
+    for name in graph.outputs:
         if graph.values[name].type.dtype != "float32":
             raise CompileError(f"graph {graph.name!r}: interface value {name!r} is not float32")
     for name, value in graph.values.items():

@@ -5,6 +5,15 @@ class SimulatorError(Exception):
     """A message for a person (names the file, field or instruction); the CLI exits with 2."""
 
 
+class IndexRangeError(SimulatorError):
+    """An index the indexed DMA read is outside its table: the machine names the input binding
+    that holds `address`, when one does."""
+
+    def __init__(self, message: str, address: int, index: int, size: int):
+        super().__init__(message)
+        self.address, self.index, self.size = address, index, size
+
+
 def listing(names, limit: int = 10, quote: bool = False, sep: str = ", ") -> str:
     """Names for a one-line message, `a, b, c`, or past `limit` the first few and a count,
     `a, b, ..., (40 in all)`: a model with hundreds of nodes never makes a 3,000-character

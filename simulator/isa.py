@@ -101,6 +101,15 @@ store -> vector -> compute -> load.
   `table`: the epsilon term, then C multipliers, C shifts and C biases
   (`layernorm_table_rows`); load them with a LOAD. It takes three passes over the row's
   channel blocks and a root step per row.
+- GATHER: the indexed DMA, DRAM -> DRAM, on the load queue (an embedding lookup): reads `count`
+  little-endian int32 indices from `index` and, for i < count, copies the row_bytes bytes of
+  table row k (at table + k * table_stride) to dst + i * dst_stride, where k is index i, or
+  index i + rows for a negative one (`numerics.gather_index`). An index outside [-rows, rows)
+  is an error naming it (the machine names the input binding it came from), and nothing moves.
+  It takes two DMA latencies (the rows' addresses wait for the indices) and the transfer: the
+  indices' run, then each row's read and its write, each a run in bursts, on the DRAM port.
+  Order it as a LOAD of its indices and a STORE of its rows: after the STOREs that write the
+  indices, before the LOADs of its rows (the load queue is in order).
 - SYNC: does nothing on queue `queue`; it carries dependency flags.
 - HOST: runs host segment `segment` (an index into the program's `host_segments`) on the host
   CPU, on the store queue: reads each of the segment's input bindings from DRAM, calls the host
@@ -357,6 +366,12 @@ LAYERNORM = InsnDef("LAYERNORM", 0x0E, "vector",
                      F("table", _ROW), F("out_offset", 8, signed=True, default=0)),
                     run=vector.layernorm, cycles=vector.layernorm_cycles,
                     work=vector.layernorm_work, access=vector.layernorm_access)
+GATHER = InsnDef("GATHER", 0x10, "load",
+                 (F("index", 32), F("count", 24), F("table", 32), F("rows", 24),
+                  F("row_bytes", 16), F("table_stride", 24), F("dst", 32),
+                  F("dst_stride", 24)),
+                 run=dma.gather, cycles=dma.gather_cycles, work=dma.gather_work,
+                 transfer=dma.gather_transfer_cycles)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 # On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
 HOST = InsnDef("HOST", 0x0B, "store",
@@ -366,7 +381,7 @@ HOST = InsnDef("HOST", 0x0B, "store",
 END = InsnDef("END", 0x1F, "end", ())
 
 TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SOFTMAX,
-         LAYERNORM, SYNC,
+         LAYERNORM, GATHER, SYNC,
          HOST, END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}

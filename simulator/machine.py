@@ -41,7 +41,7 @@ import numpy as np
 
 from simulator import isa
 from simulator.arch import Arch
-from simulator.errors import SimulatorError, listing
+from simulator.errors import IndexRangeError, SimulatorError, listing
 from simulator.hazards import Hazards
 from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
@@ -146,6 +146,22 @@ def timing(program: Program) -> Timeline:
 def _where(program: Program, i: int) -> str:
     node = f" of node {program.source[i]!r}" if program.source[i] else ""
     return f"instruction {i}{node} ({isa.disassemble(program.instructions[i])})"
+
+
+def _index_error(program: Program, i: int, err: IndexRangeError) -> str:
+    """The message for an index out of its table's range: by the input binding and element
+    that held it, when an input did (the user's data), else by the instruction."""
+    for b in program.inputs:
+        offset = err.address - b.dram
+        dense = IOBinding(b.name, b.dram, b.shape, b.scale, b.zero_point, b.dtype)
+        if b.dtype == "int32" and b.byte_strides == dense.byte_strides and \
+                0 <= offset < b.size_bytes:
+            element = [int(k) for k in np.unravel_index(offset // 4, b.shape)]
+            node = f"node {program.source[i]!r}" if program.source[i] else "the program"
+            return (f"input {b.name!r}: index {err.index} at {element} is out of range "
+                    f"[{-err.size}, {err.size}): {node} gathers from a table of {err.size} "
+                    f"rows")
+    return f"{_where(program, i)}: {err}"
 
 
 def _channels():
@@ -262,6 +278,8 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
         if state is not None:
             try:
                 insns[i].op.run(state, insns[i])
+            except IndexRangeError as err:
+                raise SimulatorError(_index_error(program, i, err)) from None
             except SimulatorError as err:
                 raise SimulatorError(f"{_where(program, i)}: {err}") from None
         moving = transfer[i]

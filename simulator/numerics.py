@@ -251,6 +251,19 @@ def window_sum(windows, offset) -> np.ndarray:
     return windows.sum(axis=(-2, -1), dtype=np.int64) - np.int64(offset) * size
 
 
+def gather_index(indices, size: int) -> np.ndarray:
+    """ONNX Gather's indices into an axis of `size` entries as int64 positions, a negative
+    index counting from the end; an index outside [-size, size) raises SimulatorError naming
+    it and its position (the data decides it, so no program can be checked beforehand)."""
+    indices = np.asarray(indices, np.int64)
+    bad = np.argwhere((indices < -size) | (indices >= size))
+    if bad.size:
+        where = tuple(int(i) for i in bad[0])
+        raise SimulatorError(f"index {int(indices[where])} at {list(where)} is out of range "
+                             f"[{-size}, {size})")
+    return np.where(indices < 0, indices + size, indices)
+
+
 def lookup(x, table) -> np.ndarray:
     """table[x + 128] for int8 x and a 256-entry int8 table (sigmoid, tanh, ...)."""
     return np.asarray(table, np.int8)[np.asarray(x, np.int64) + 128]

@@ -52,8 +52,9 @@ class IOBinding:
 
     The tensor is stored at byte address `dram` with byte strides `strides` (row-major
     contiguous when empty); real = scale * (q - zero_point). A "float32" binding (a value a
-    host segment reads or writes in fp32) holds real values: scale and zero_point are unused.
-    The machine's memories hold int8 codes, so a uint8 tensor is stored as the int8 code q - 128
+    host segment reads or writes in fp32) holds real values: scale and zero_point are unused;
+    an "int32" binding holds integer indices (a model's token ids, which the indexed DMA
+    reads), never quantized: scale 1 and zero point 0. The machine's memories hold int8 codes, so a uint8 tensor is stored as the int8 code q - 128
     (its top bit flipped): the same real value with zero point zero_point - 128, as the compiler
     lowers uint8 activations (`compiler.passes.offset_uint8`).
     """
@@ -84,7 +85,23 @@ class IOBinding:
         takes the values as they are."""
         if self.dtype == "float32":
             return np.asarray(x, np.float32)
+        if self.dtype == "int32":
+            return self.indices(x)
         return numerics.quantize(x, self.scale, self.zero_point, dtype=self.dtype)
+
+    def indices(self, x: np.ndarray) -> np.ndarray:
+        """An int32 binding's integers as they are; floats, or integers past int32, are an
+        error naming the input."""
+        x = np.asarray(x)
+        if x.dtype.kind not in "iu":
+            raise SimulatorError(f"input {self.name!r}: expected integers (int32 or int64 "
+                                 f"indices), got {x.dtype}")
+        lo, hi = numerics.RANGES["int32"]
+        outside = x[(x < lo) | (x > hi)]
+        if outside.size:
+            raise SimulatorError(f"input {self.name!r}: value {int(outside[0])} does not fit "
+                                 f"int32")
+        return x.astype(np.int32)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
         """Host-side output dequantization: the product in float64, rounded once to float32."""
@@ -104,7 +121,7 @@ class IOBinding:
                    zero_point=d["zero_point"], dtype=d["dtype"], strides=tuple(d["strides"]))
 
 
-BINDING_DTYPES = ("int8", "uint8", "float32")
+BINDING_DTYPES = ("int8", "uint8", "int32", "float32")
 # The codes each quantized dtype holds: a binding's zero point is one of them.
 _CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 _MAX_RANK = 32  # numpy's own limit on dimensions

@@ -401,6 +401,19 @@ class SoftmaxLayer:
     norm: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class GatherLayer:
+    """An embedding lookup: the rows of a constant int8 `table` [V, D] that the int32 indices
+    in tensor x pick, into y [count, D] row-major; one GATHER, the indexed DMA, DRAM to DRAM
+    (a following layer loads y as any other tensor)."""
+
+    node: str
+    x: str  # the int32 indices (a model input's binding)
+    y: str
+    table: np.ndarray
+    count: int
+
+
 @dataclass(frozen=True)
 class HostPort:
     """One value a host segment reads or writes in DRAM: the subgraph's value name, the DRAM
@@ -454,7 +467,7 @@ def _port_bytes(port: HostPort) -> int:
 
 
 Layer = (ConvLayer | MatMulLayer | PoolLayer | AddLayer | MulLayer | LutLayer | SoftmaxLayer
-         | HostLayer)
+         | GatherLayer | HostLayer)
 
 
 def pixelwise(layer: AddLayer | MulLayer | LutLayer) -> bool:
@@ -485,7 +498,9 @@ class Binding:
     scale: float
     zero_point: int
     strides: tuple[int, ...]
-    dtype: str = "int8"  # float32 for a float value the host reads or writes (scale 1, zp 0)
+    # float32 for a float value the host reads or writes, int32 for integer indices (scale 1,
+    # zero point 0 both)
+    dtype: str = "int8"
     offset: int = 0  # bytes from the tensor's start (an output that is a view of a buffer)
     perm: tuple[int, ...] | None = None  # the tensor is this binding's array transposed by perm
 

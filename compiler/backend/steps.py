@@ -3,7 +3,7 @@ the unit of overlap (`Step`). Below both, so codegen never imports the scheduler
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from simulator import isa
@@ -19,6 +19,9 @@ class Op:
     args: dict
     source: str
     dram: tuple[tuple, ...] = ()
+    # Fields holding a DRAM address relative to an activation tensor, until relocated: field
+    # name → tensor (a LOAD's or STORE's `dram` names its one tensor in `dram` instead).
+    relative: dict = field(default_factory=dict)
 
     @cached_property
     def insn(self) -> isa.Insn:

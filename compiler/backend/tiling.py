@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.backend.layers import (AddLayer, ConvLayer, Layer, LutLayer, MatMulLayer,
-                                     MulLayer, PoolLayer, SoftmaxLayer, pixelwise)
+from compiler.backend.layers import (AddLayer, ConvLayer, GatherLayer, Layer, LutLayer,
+                                     MatMulLayer, MulLayer, PoolLayer, SoftmaxLayer, pixelwise)
 from compiler.errors import CompileError
 from simulator import isa
 from simulator.arch import Arch
@@ -130,7 +130,12 @@ class MatMulTiles:
     params: Region
 
 
-Tiles = ConvTiles | PoolTiles | ElementwiseTiles | SoftmaxTiles | MatMulTiles
+@dataclass(frozen=True)
+class GatherTiles:
+    """An embedding lookup moves DRAM to DRAM (the indexed DMA): it has no regions to tile."""
+
+
+Tiles = ConvTiles | PoolTiles | ElementwiseTiles | SoftmaxTiles | MatMulTiles | GatherTiles
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -416,6 +421,8 @@ def tile(layer: Layer, arch: Arch, packable: bool = False) -> Tiles:
         return tile_conv(layer, arch, packable)
     if isinstance(layer, PoolLayer):
         return tile_pool(layer, arch)
+    if isinstance(layer, GatherLayer):
+        return GatherTiles()
     return tile_elementwise(layer, arch)
 
 

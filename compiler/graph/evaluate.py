@@ -15,7 +15,7 @@ import numpy as np
 from compiler.errors import CompileError
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, int8_attrs, is_integer_node, run_fp32
+from compiler.graph.ops import OPS, data_errors, int8_attrs, is_integer_node, run_fp32
 from simulator.errors import listing
 
 
@@ -65,7 +65,8 @@ def run_node(graph: Graph, node: Node, args: list[np.ndarray | None]) -> tuple[n
         raise CompileError(f"node {node.name!r}: operator {node.op!r} has no int8 kernel")
     while args and args[-1] is None:
         args = args[:-1]
-    result = op.int8(*args, **int8_attrs(node))
+    with data_errors(node):
+        result = op.int8(*args, **int8_attrs(node))
     results = result if isinstance(result, tuple) else (result,)
     outs = []
     for name, value in zip(node.outputs, results):

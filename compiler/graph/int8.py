@@ -53,6 +53,7 @@ class Quant(Enum):
     CHANNEL_LOOKUP = "channel_lookup"  # likewise one table per channel (PRelu's slopes)
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     NORMALIZE = "normalize"            # LayerNorm: integer mean, variance and root, per channel
+    GATHER = "gather"                  # rows by integer indices: the data's (a table's) params
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
 
@@ -332,6 +333,12 @@ def rescale_int8(x, *, multiplier, shift, x_zero_point=0, out_zero_point=0, qcla
     """Rescale (ember-internal): the same real values in another scale and zero point."""
     return _requant(_centred(x, x_zero_point), multiplier, shift, out_zero_point, qclamp,
                     out_dtype, axis=None)
+
+
+def gather_int8(data, indices, *, axis=0):
+    """Gather of int8 codes: the rows `numerics.gather_index` picks (the indexed DMA's)."""
+    axis = axis % data.ndim
+    return np.take(data, numerics.gather_index(indices, data.shape[axis]), axis=axis)
 
 
 def clamp_int8(x, *_bounds, qclamp):

@@ -10,6 +10,7 @@ Input names follow ONNX; a trailing "?" marks an optional input, "*" a variadic 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, Sequence
@@ -21,7 +22,8 @@ from compiler.graph import int8, recurrent
 from compiler.graph import reference as ref
 from compiler.graph.int8 import INT8_ATTRS, Quant, Weight
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
-from simulator.numerics import oversize
+from simulator.errors import SimulatorError
+from simulator.numerics import gather_index, oversize
 
 
 class _Required:
@@ -59,6 +61,8 @@ class Lower(Enum):
     SOFTMAX = "softmax"          # the vector unit's SOFTMAX along the contiguous axis
     LAYER_NORM = "layer_norm"    # the vector unit's LAYERNORM along the contiguous axis
     CHANNEL_LUT = "channel_lut"  # likewise, or one table per channel (LUT per_lane=1)
+    GATHER = "gather"            # the indexed DMA (GATHER): a table's rows by int32 indices;
+    #                              an activation's rows by constant indices, a Slice's view
     VIEW = "view"                # no layer: another name for the same bytes
     SLICE = "slice"              # no layer: a strided View of its input's buffer
     SPLIT = "split"              # likewise, one View per output
@@ -100,6 +104,9 @@ class OpDef:
     coerced_2d_before: int | None = None
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
+    # The input slots that hold integer indices (Gather's, OneHot's): an integer model input
+    # or a constant, never quantized; the program binds a model input there as int32.
+    index_inputs: tuple[int, ...] = ()
     # The importer replaces the node by these nodes of other rows (a recurrence unrolled into
     # its cell equations): `expand(node, inputs, make_const)` with the inputs' typed Values
     # (constants known) and a function making a named constant; no later stage sees the op.
@@ -351,6 +358,24 @@ def recurrent_shape(xs, attrs):
     else:
         y, state = (x[0], dirs, x[1], hidden), (dirs, x[1], hidden)
     return [_t(xs[0], y), _t(xs[0], state), _t(xs[0], state)]
+
+
+def gather_shape(xs, attrs):
+    """data's shape with the gathered axis replaced by the indices' shape; constant indices
+    are checked against the axis."""
+    data, indices = xs[0].type.shape, xs[1].type.shape
+    if not -len(data) <= attrs["axis"] < len(data):
+        raise CompileError(f"axis {attrs['axis']} is out of range for data of rank {len(data)}")
+    axis = attrs["axis"] % len(data)
+    if xs[1].type.dtype not in ("int32", "int64"):
+        raise CompileError(f"indices {xs[1].name!r} are {xs[1].type.dtype}: expected int32 or "
+                           "int64")
+    if xs[1].is_const:
+        try:
+            gather_index(xs[1].const, data[axis])
+        except SimulatorError as err:
+            raise CompileError(f"indices {xs[1].name!r}: {err}") from None
+    return [_t(xs[0], data[:axis] + indices + data[axis + 1:])]
 
 
 def constant_shape(xs, attrs):
@@ -681,12 +706,17 @@ _ROWS = (
     OpDef("Shape", ("data",), {"start": 0, "end": None},
           lambda xs, a: [Type("int64", (len(range(*slice(a["start"], a["end"]).indices(
               xs[0].type.rank))),))], ref.shape, fold_only=True, shape_only=True),
-    OpDef("Gather", ("data", "indices"), {"axis": 0}, _evaluating(ref.gather), ref.gather,
-          fold_only=True),
-    OpDef("Cast", ("input",), {"to": REQUIRED, "saturate": 1, "round_mode": "up"},
-          _dtype_rule(_cast_dtype, same_shape), ref.cast, fold_only=True),
     OpDef("ConstantOfShape", ("input",), {"value": None}, _evaluating(ref.constant_of_shape, 0),
           ref.constant_of_shape, fold_only=True),
+    # Rows of a table by integer indices (a model input's or constants): an embedding's
+    # constant table is quantized per tensor and its rows copied by the indexed DMA (GATHER);
+    # an activation's rows by constant indices are a view (the CLS token's row).
+    OpDef("Gather", ("data", "indices"), {"axis": 0}, gather_shape, ref.gather,
+          index_inputs=(1,), quant=Q.GATHER, int8=int8.gather_int8, lower=L.GATHER),
+    OpDef("OneHot", ("indices", "depth", "values"), {"axis": -1},
+          _evaluating(ref.one_hot, 1), ref.one_hot, index_inputs=(0,)),
+    OpDef("Cast", ("input",), {"to": REQUIRED, "saturate": 1, "round_mode": "up"},
+          _dtype_rule(_cast_dtype, same_shape), ref.cast),
 )
 
 OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
@@ -750,10 +780,24 @@ def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
     return types[:len(node.outputs)]
 
 
+@contextmanager
+def data_errors(node: Node):
+    """A reference's error about the data (an index outside its table) as one naming the node
+    and its indices input."""
+    try:
+        yield
+    except SimulatorError as err:
+        row = OPS[node.op]
+        indices = [node.inputs[i] for i in row.index_inputs if i < len(node.inputs)]
+        what = f", indices {indices[0]!r}" if indices else ""
+        raise CompileError(f"node {node.name!r} ({node.op}){what}: {err}") from None
+
+
 def run_fp32(node: Node, args: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:
     """Apply the row's fp32 reference; always returns one array per node output."""
     op = OPS[node.op]
-    result = op.fp32(*args, **op.bind(node.name, node.attrs))
+    with data_errors(node):
+        result = op.fp32(*args, **op.bind(node.name, node.attrs))
     results = result if isinstance(result, tuple) else (result,)
     return tuple(np.asarray(r) for r in results[:len(node.outputs)])
 

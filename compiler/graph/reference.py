@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from compiler.errors import CompileError
-from simulator.numerics import oversize
+from simulator.numerics import gather_index, oversize
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -762,8 +762,19 @@ def shape(x, *, start=0, end=None):
 
 def gather(data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
-    indices = np.where(indices < 0, indices + data.shape[axis], indices)
-    return np.take(data, indices, axis=axis)
+    return np.take(data, gather_index(indices, data.shape[axis]), axis=axis)
+
+
+def one_hot(indices, depth, values, *, axis=-1):
+    """ONNX OneHot: `values[1]` where the new axis's position equals the index (negative ones
+    counted from `depth`), `values[0]` elsewhere; an index outside [-depth, depth) is all off."""
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    index = np.asarray(indices).astype(np.int64)
+    index = np.where(index < 0, index + depth, index)
+    axis = _axis(axis, index.ndim + 1)
+    classes = np.arange(depth).reshape([-1 if a == axis else 1 for a in range(index.ndim + 1)])
+    off, on = np.asarray(values).reshape(-1)[:2]
+    return np.where(np.expand_dims(index, axis) == classes, on, off).astype(values.dtype)
 
 
 def cast(x, *, to, saturate=1, round_mode="up"):

@@ -59,6 +59,10 @@ def read_inputs(path: str | None, graph: Graph, seed: int, images: ImageOptions 
         if not want or array.shape[1:] != want[1:]:
             raise EmberError(f"{path}: input {name!r}: expected shape {want}, found "
                              f"{array.shape} (any number of samples on the first axis)")
+        dtype = np.dtype(graph.type_of(name).dtype)
+        if dtype.kind in "iu" and array.dtype.kind not in "iu":
+            raise EmberError(f"{path}: input {name!r} is {array.dtype}: expected integers "
+                             f"({dtype})")
         counts.add(len(array) if limit is None else min(len(array), limit))
     if len(counts) > 1:
         raise EmberError(f"{path}: inputs have different numbers of samples {sorted(counts)}")

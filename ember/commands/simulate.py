@@ -190,8 +190,8 @@ def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
         arrays = _array_file(prog, path)
         preprocessing.warn_if_differs(None, images, None, f"-i {path}")
     else:
-        specs = [InputSpec(b.name, np.dtype(np.float32), (None, *b.shape[1:]))
-                 for b in prog.inputs]
+        specs = [InputSpec(b.name, np.dtype(np.int64 if b.dtype == "int32" else np.float32),
+                           (None, *b.shape[1:])) for b in prog.inputs]
         source = open_data(path, specs, images, "-i")
         preprocessing.warn_if_differs(preprocessing.recorded_by(prog), images, source,
                                       f"-i {path}")
@@ -214,7 +214,12 @@ def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
         else:
             raise EmberError(f"{path}: input {b.name!r} has shape {list(a.shape)}, expected "
                              f"{list(b.shape)} (optionally with a leading batch axis)")
-        if a.dtype == np.dtype(b.dtype):
+        if b.dtype == "int32":  # integer indices (token ids) go in as they are
+            if a.dtype.kind not in "iu":
+                raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected integers "
+                                 f"(int32 or int64 indices)")
+            quantized[b.name] = b.quantize(a)
+        elif a.dtype == np.dtype(b.dtype):
             quantized[b.name] = a
         elif np.issubdtype(a.dtype, np.floating):
             quantized[b.name] = b.quantize(a)
@@ -234,8 +239,8 @@ def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
     batch = prog.inputs[0].shape[0]
     padded = -count % batch
     filled = {b.name: np.concatenate([quantized[b.name][:count], np.broadcast_to(
-        b.quantize(np.zeros(b.shape[1:], np.float32)), (padded, *b.shape[1:]))])
-        for b in prog.inputs}
+        b.quantize(np.zeros(b.shape[1:], np.int32 if b.dtype == "int32" else np.float32)),
+        (padded, *b.shape[1:]))]) for b in prog.inputs}
     return Feeds([{name: a[start:start + batch] for name, a in filled.items()}
                   for start in range(0, count + padded, batch)], count, batch, padded)
 

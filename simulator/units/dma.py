@@ -6,13 +6,17 @@ bytes from DRAM (element stride `x_stride`, line stride `y_stride`, in bytes) in
 (pad_top + y_size + pad_bottom) x (pad_left + x_size + pad_right) consecutive local rows; pad rows
 and the lanes past `elem_bytes` are filled with `pad_value`; with `transpose` the block is turned
 (byte e of line l to lane l of row e). STORE is the inverse without pads.
+
+GATHER is the indexed DMA, DRAM to DRAM: it reads `count` int32 indices and copies the table
+rows they pick (an embedding lookup), checking each index against the table's `rows`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import SimulatorError
+from simulator import numerics
+from simulator.errors import IndexRangeError, SimulatorError
 from simulator.units import MEMORIES, SCRATCHPAD, Access, Work, ceil_div, dram_view, rows
 
 
@@ -91,6 +95,56 @@ def store(state, insn) -> None:
     dst[...] = data.view(np.uint8).reshape(dst.shape)
 
 
+def gather(state, insn) -> None:
+    """Row i of the destination = the table row that index i picks (`numerics.gather_index`:
+    a negative index counts from the end); an index outside [-rows, rows) raises
+    IndexRangeError naming it, and the DRAM address it was read from, before anything moves."""
+    a = insn.args
+    count, width = a["count"], a["row_bytes"]
+    if count * width == 0:
+        return
+    raw = dram_view(state.dram, a["index"], (count, 4), (4, 1), writeable=False)
+    indices = np.ascontiguousarray(raw).view("<i4").reshape(count)
+    try:
+        positions = numerics.gather_index(indices, a["rows"])
+    except SimulatorError:
+        i = int(np.argmax((indices < -a["rows"]) | (indices >= a["rows"])))
+        raise IndexRangeError(f"index {int(indices[i])} at DRAM {a['index'] + 4 * i} is out "
+                              f"of range [{-a['rows']}, {a['rows']})", a["index"] + 4 * i,
+                              int(indices[i]), a["rows"]) from None
+    table = dram_view(state.dram, a["table"], (a["rows"], width), (a["table_stride"], 1),
+                      writeable=False)
+    dst = dram_view(state.dram, a["dst"], (count, width), (a["dst_stride"], 1))
+    dst[...] = table[positions]
+
+
+def _run_cycles(arch, nbytes: int) -> int:
+    """Cycles one contiguous run of `nbytes` occupies the DRAM port, in bursts of at most
+    max_burst_bytes (`transfer_cycles`' rule)."""
+    bw, burst = arch.dma.bytes_per_cycle, arch.dma.max_burst_bytes
+    full, rest = divmod(nbytes, burst)
+    return full * ceil_div(burst, bw) + ceil_div(rest, bw)
+
+
+def gather_transfer_cycles(arch, insn) -> int:
+    """The indices' one run, then each row read and written, a run each way."""
+    a = insn.args
+    if a["count"] * a["row_bytes"] == 0:
+        return 0
+    return _run_cycles(arch, 4 * a["count"]) + 2 * a["count"] * _run_cycles(arch, a["row_bytes"])
+
+
+def gather_cycles(arch, insn) -> int:
+    """Two latencies (the rows' addresses wait for the indices), then the transfer."""
+    return 2 * arch.dma.latency_cycles + gather_transfer_cycles(arch, insn)
+
+
+def gather_work(arch, insn) -> Work:
+    a = insn.args
+    moved = a["count"] * a["row_bytes"]
+    return Work(dram_read=4 * a["count"] + moved, dram_written=moved)
+
+
 def transfer_cycles(arch, insn) -> int:
     """Cycles the bytes occupy the DRAM port: each contiguous DRAM run is split into bursts of at
     most max_burst_bytes, and a burst occupies ceil(bytes / bytes_per_cycle) cycles, so narrow
@@ -105,9 +159,7 @@ def transfer_cycles(arch, insn) -> int:
         run, runs = x * eb, y
     else:
         run, runs = eb, y * x
-    bw, burst = arch.dma.bytes_per_cycle, arch.dma.max_burst_bytes
-    full, rest = divmod(run, burst)
-    return runs * (full * ceil_div(burst, bw) + ceil_div(rest, bw))
+    return runs * _run_cycles(arch, run)
 
 
 def cycles(arch, insn) -> int:

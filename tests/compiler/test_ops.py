@@ -5,8 +5,8 @@ importer's output types equal the shapes and element types onnxruntime produces,
 graph with `evaluate` before and after `optimize(check=True)`: both must agree with onnxruntime
 to a max relative error of 1e-4. The cases walk each operator's attribute space and the opsets
 where its form changed (attributes that became inputs, legacy Softmax, Resize's modes, ...).
-Fold-only rows (Constant, Shape, Gather, Cast, ConstantOfShape) are tested through the constant
-folding chains exporters emit, and must be gone after `optimize`.
+Fold-only rows (Constant, Shape, ConstantOfShape) are tested through the constant folding chains
+exporters emit, and must be gone after `optimize`; so are Gather and Cast of constants.
 """
 
 from __future__ import annotations
@@ -515,6 +515,37 @@ case("Tile", "3d", node("Tile", ["x", "repeats"], ["y"]), {"x": (2, 3, 4)},
 case("Range", "float", [node("Range", ["start", "limit", "delta"], ["r"]),
                         node("Add", ["x", "r"], ["y"])], {"x": (7,)},
      inits={"start": np.float32(1.0), "limit": np.float32(8.0), "delta": np.float32(1.0)})
+case("Range", "int64-by-integer-input",
+     [node("Range", ["start", "limit", "delta"], ["r"]), node("Equal", ["ids", "r"], ["hit"]),
+      node("Cast", ["hit"], ["y"], to=TensorProto.FLOAT)], {"ids": ((2, 5), np.int64)},
+     inits={"start": const(-3)[0], "limit": const(2)[0], "delta": const(1)[0]})
+
+# --- integer indices: rows of tables and of activations, one-hot codes, casts at run time ------
+
+case("Gather", "table-by-integer-input",
+     node("Gather", ["table", "ids"], ["y"]), {"ids": ((2, 4), np.int64)},
+     inits={"table": weights(24, 3)})
+case("Gather", "int32-indices-input-axis1",
+     node("Gather", ["x", "ids"], ["y"], axis=1), {"x": (3, 24), "ids": ((2, 2), np.int32)})
+case("Gather", "activation-scalar-index",
+     [node("Relu", ["x"], ["r"]), node("Gather", ["r", "first"], ["y"], axis=1)],
+     {"x": (2, 5, 4)}, inits={"first": np.int64(0)})
+case("Gather", "activation-negative-indices-axis-2",
+     node("Gather", ["x", "idx"], ["y"], axis=-1), {"x": (2, 3, 5)}, inits={"idx": const(-1, 1)})
+for axis in (-1, 0, 1):
+    case("OneHot", f"axis{axis}",
+         node("OneHot", ["ids", "depth", "values"], ["y"], axis=axis),
+         {"ids": ((2, 3), np.int64)},
+         inits={"depth": const(20)[0], "values": np.asarray([-0.5, 2.0], np.float32)})
+case("OneHot", "out-of-range-indices-int32-depth",
+     node("OneHot", ["ids", "depth", "values"], ["y"]), {"ids": ((4,), np.int32)},
+     inits={"depth": const(10, dtype=np.int32), "values": np.asarray([0.0, 1.0], np.float32)})
+case("Cast", "integer-input-to-float",
+     [node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT), node("Mul", ["x", "m"], ["y"])],
+     {"x": (2, 3), "mask": ((2, 3), np.int64)})
+case("Cast", "float-to-int32-at-run-time",
+     node("Cast", ["x"], ["y"], to=TensorProto.INT32), {"x": (2, 3)},
+     outputs=(("y", np.int32),))
 
 
 def reduce(op, name, axes, opset=17, shape=(2, 3, 4, 5), **attrs):

@@ -197,6 +197,10 @@ CASES = [
     Case("Concat-rescale", [n("Sigmoid", ["a"], ["s"]), n("Concat", ["s", "b"], ["y"], axis=1)],
          {"a": (1, 2, 3, 3), "b": (1, 3, 3, 3)}, {"y": (1, 5, 3, 3)}, ranges={"b": 4.0},
          expect_ops=("Rescale",)),
+    # An activation's rows by constant indices keep its codes (a constant table's rows by
+    # integer inputs: tests/e2e/test_embedding.py).
+    Case("Gather-activation-rows", [n("Gather", ["x", "idx"], ["y"], axis=1)], {"x": (2, 5, 3)},
+         {"y": (2, 2, 3)}, {"idx": np.asarray([4, -5], np.int64)}, steps=0),
     Case("Concat-const", [n("Concat", ["a", "c"], ["y"], axis=0)], {"a": (2, 3)}, {"y": (4, 3)},
          {"c": _w(2, 3)}),
     # A Rescale after a requantizing node folds into it: the Conv writes the Concat's type.

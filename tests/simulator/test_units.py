@@ -423,3 +423,39 @@ def test_load_transpose_refuses_what_it_cannot_turn(bad):
                 x_stride=1, y_stride=8, transpose=1)
     with pytest.raises(SimulatorError, match="transpose=1"):
         run(state, isa.LOAD(**{**args, **bad}))
+
+
+def test_gather_copies_the_rows_the_indices_pick():
+    """GATHER: row i of dst is the table row index i picks, a negative index counting from
+    the end; table and destination rows at their own strides."""
+    state = fresh()
+    table = rng.integers(0, 256, (7, 40)).astype(np.uint8)  # 7 rows of 5 bytes, stride 40
+    state.dram[2000:2000 + table.size] = table.ravel()
+    indices = np.array([3, -1, 0, 3], "<i4")
+    state.dram[100:116] = indices.view(np.uint8)
+    run(state, isa.GATHER(index=100, count=4, table=2000, rows=7, row_bytes=5, table_stride=40,
+                          dst=5000, dst_stride=8))
+    got = state.dram[5000:5032].reshape(4, 8)[:, :5]
+    np.testing.assert_array_equal(got, table[[3, 6, 0, 3], :5])
+
+
+def test_gather_refuses_an_index_outside_the_table_before_moving_anything():
+    state = fresh()
+    state.dram[100:108] = np.array([1, 7], "<i4").view(np.uint8)
+    before = state.dram.copy()
+    with pytest.raises(SimulatorError, match=r"index 7 at DRAM 104 is out of range \[-7, 7\)"):
+        run(state, isa.GATHER(index=100, count=2, table=2000, rows=7, row_bytes=5,
+                              table_stride=5, dst=5000, dst_stride=5))
+    np.testing.assert_array_equal(state.dram, before)
+
+
+def test_gather_cycles():
+    """Two latencies, the indices' run, and each row read and written (bursts of 64 B)."""
+    lat = ARCH.dma.latency_cycles
+    insn = isa.GATHER(index=0, count=128, table=0, rows=1000, row_bytes=768, table_stride=768,
+                      dst=0, dst_stride=768)
+    index_beats = 128 * 4 // 16
+    row_beats = 768 // 16  # twelve bursts of 64 B, four beats each
+    assert isa.GATHER.cycles(ARCH, insn) == 2 * lat + index_beats + 2 * 128 * row_beats
+    work = isa.GATHER.work(ARCH, insn)
+    assert (work.dram_read, work.dram_written) == (128 * 4 + 128 * 768, 128 * 768)

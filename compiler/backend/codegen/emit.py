@@ -41,11 +41,13 @@ class Context:
         return (tensor, write) if view is None else (tensor, write, *view.span())
 
 
-def instruction(node: str, row: isa.InsnDef, access=None, **args) -> Op:
+def instruction(node: str, row: isa.InsnDef, access=None, relative=None, **args) -> Op:
     """An instruction of layer `node`; `access` names the activation tensor it touches
-    (`Context.access`), or is a tuple of them for an instruction touching several."""
+    (`Context.access`), or is a tuple of them for an instruction touching several;
+    `relative` maps the fields other than a DMA's `dram` that hold an address relative to a
+    tensor to that tensor (`relocate` adds its base)."""
     accesses = () if access is None else (access,) if isinstance(access[0], str) else access
-    op = Op(row, args, node, tuple(accesses))
+    op = Op(row, args, node, tuple(accesses), dict(relative or {}))
     try:
         op.insn  # check every field now, where the layer is known
     except SimulatorError as err:
@@ -138,5 +140,6 @@ def relocate(steps: list[Step], addresses: dict[str, int], sizes: dict[str, int]
         intervals = tuple((addresses[t] + span[0], addresses[t] + span[1], write)
                           if span else (addresses[t], addresses[t] + max(sizes[t], 1), write)
                           for t, write, *span in op.dram)
+        args = {**args, **{name: args[name] + addresses[t] for name, t in op.relative.items()}}
         return Op(op.row, args, op.source, intervals)
     return [Step(tuple(map(fix, s.loads)), tuple(map(fix, s.body))) for s in steps]

@@ -1,17 +1,18 @@
 """Code generation over all layers: each tiled layer's constants go into the DRAM image and its
 instructions into steps; convolutions are `convolution`, the vector unit's layers `vector`,
-host segments `host`. Instructions are built only through the rows of `simulator.isa`
+host segments `host`, embedding lookups `gather`. Instructions are built only through the rows of `simulator.isa`
 (`emit.instruction`)."""
 
 from __future__ import annotations
 
 from compiler.backend.codegen.convolution import PaddedInput, conv_steps, padded_input
 from compiler.backend.codegen.emit import Context
+from compiler.backend.codegen.gather import gather_steps
 from compiler.backend.codegen.host import host_steps
 from compiler.backend.codegen.matmul import matmul_steps
 from compiler.backend.codegen.vector import elementwise_steps, pool_steps, softmax_steps
-from compiler.backend.layers import (ConvLayer, HostLayer, Lowered, MatMulLayer, PoolLayer,
-                                     SoftmaxLayer)
+from compiler.backend.layers import (ConvLayer, GatherLayer, HostLayer, Lowered, MatMulLayer,
+                                     PoolLayer, SoftmaxLayer)
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.program import BackendOptions
 from compiler.backend.progress import Progress, quiet
@@ -51,4 +52,6 @@ def layer_steps(layer, tiles, ctx: Context, image: ImageBuilder,
         return softmax_steps(layer, tiles, ctx, image)
     if isinstance(layer, MatMulLayer):
         return matmul_steps(layer, tiles, ctx, image)
+    if isinstance(layer, GatherLayer):
+        return gather_steps(layer, ctx, image)
     return elementwise_steps(layer, tiles, ctx, image)

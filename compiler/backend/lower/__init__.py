@@ -10,7 +10,7 @@ so the program and the oracle read the same integers.
 The operator table's `lower` column names each operator's rule (`RULES`): a function of `array`
 (Conv, ConvTranspose, Gemm, MatMul), `vector` (pools, Pad, Add/Sub/Mul, lookup tables,
 Softmax), `resize` (Resize; border-copying Pads) or `data` (views, slices, Transpose, Concat,
-the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
+Gather, the model's bindings), run by the walk (`walk`). An operator without one has no lowering: a
 CompileError naming it, or with `allow_host` it joins a host segment
 (`compiler.backend.partition`).
 """
@@ -20,9 +20,9 @@ from __future__ import annotations
 from compiler.backend.layers import Lowered
 from compiler.backend.lower.array import (lower_conv, lower_conv_transpose, lower_gemm,
                                           lower_matmul)
-from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_quantize,
-                                         lower_slice, lower_split, lower_transpose,
-                                         lower_view)
+from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_gather,
+                                         lower_quantize, lower_slice, lower_split,
+                                         lower_transpose, lower_view)
 from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
@@ -58,6 +58,7 @@ RULES = {
     Lower.CHANNEL_LUT: lower_channel_lut,
     Lower.SOFTMAX: lower_softmax,
     Lower.LAYER_NORM: lower_layer_norm,
+    Lower.GATHER: lower_gather,
     Lower.VIEW: lower_view,
     Lower.SLICE: lower_slice,
     Lower.SPLIT: lower_split,

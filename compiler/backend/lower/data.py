@@ -21,11 +21,12 @@ import numpy as np
 
 from dataclasses import replace
 
-from compiler.backend.layers import (Binding, Layout, View, block_axis, block_shape,
-                                     transpose_input_strides)
+from compiler.backend.layers import (Binding, GatherLayer, Layout, Tensor, View, block_axis,
+                                     block_shape, transpose_input_strides)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, Lower, int8_attrs
 from compiler.graph.reference import slice_
+from simulator.numerics import gather_index
 from compiler.backend.lower.walk import Walk, unsupported
 
 
@@ -99,6 +100,77 @@ def lower_quantize(lw: Walk, node: Node) -> None:
     lw.new_tensor(y, layout)
     lw.inputs.append(Binding(x, y, shape, float(params.scale[0]),
                                int(params.zero_point[0]), layout.strides(shape)))
+
+
+def lower_gather(lw: Walk, node: Node) -> None:
+    """Gather of a constant table's rows by a model input's integer indices: an embedding
+    lookup, the indexed DMA (a GatherLayer), the input bound as int32. Gather of an
+    activation's entries by constant indices (one, or evenly spaced): a strided view of its
+    buffer, copied when the channels are not contiguous (the CLS token's row)."""
+    data, indices = node.inputs[:2]
+    if lw.g.values[data].is_const:
+        return _embedding(lw, node)
+    positions = lw.g.values[indices].const
+    if positions is None:
+        raise unsupported(node, f"its indices {indices!r} are computed at run time; only a "
+                                f"constant table's rows are gathered by run-time indices")
+    x, y = data, node.outputs[0]
+    shape, out = lw.shape(x), lw.shape(y)
+    axis = int(int8_attrs(node)["axis"]) % len(shape)
+    picked = gather_index(positions, shape[axis]).reshape(-1)
+    step = int(picked[1] - picked[0]) if picked.size > 1 else 1
+    if np.ndim(positions) > 1 or step < 1 or \
+            not np.array_equal(picked, picked[0] + step * np.arange(picked.size)):
+        raise unsupported(node, f"its indices {indices!r} are not one index or evenly "
+                                f"increasing ones (no strided view picks them)")
+    if not 1 <= len(out) <= 4:
+        raise unsupported(node, f"its output has rank {len(out)} (ranks 1 to 4 lower)")
+    found = axis_strides(lw, x)
+    if found is None:
+        raise unsupported(node, f"input {x!r} is a view whose bytes are in no strided order")
+    offset, strides = found
+    offset += int(picked[0]) * strides[axis]
+    along = (step * strides[axis],) if np.ndim(positions) == 1 else ()
+    _strided_value(lw, node, lw.source(node, x), offset,
+                   strides[:axis] + along + strides[axis + 1:], out)
+
+
+def _embedding(lw: Walk, node: Node) -> None:
+    table, indices = node.inputs[:2]
+    y = node.outputs[0]
+    codes = lw.g.values[table].const
+    if int(int8_attrs(node)["axis"]) % codes.ndim != 0 or codes.dtype != np.int8:
+        raise unsupported(node, f"it gathers along an axis other than the first of its "
+                                f"table {table!r}, or the table is no int8 codes")
+    if indices not in lw.g.inputs:
+        raise unsupported(node, f"its indices {indices!r} are computed (the indexed DMA reads "
+                                f"a model input's, bound as int32)")
+    if indices not in lw.buffer:  # the first reader binds the input
+        shape = lw.shape(indices)
+        lw.tensors[indices] = Tensor(indices, 4 * int(np.prod(shape, dtype=np.int64)))
+        lw.layouts[indices] = Layout.row_major(shape)
+        lw.buffer[indices] = indices
+        lw.inputs.append(Binding(indices, indices, shape, 1.0, 0,
+                                 Layout.row_major(shape).strides(shape, 4), dtype="int32"))
+    lw.output(y, Layout.row_major(lw.shape(y)), in_place=False)
+    lw.layers.append(GatherLayer(node.name, indices, y, codes.reshape(codes.shape[0], -1),
+                                 int(np.prod(lw.shape(indices), dtype=np.int64))))
+
+
+def _strided_value(lw: Walk, node: Node, tensor: str, offset: int, strides: tuple[int, ...],
+                   shape: tuple[int, ...]) -> None:
+    """Value y of `shape`, whose element (i, j, ...) is the byte at offset + i * strides[0] +
+    ... of `tensor`: a View of it when the channels are contiguous, else a copy element by
+    element into a tensor of its own."""
+    y = node.outputs[0]
+    block = block_shape(shape)
+    blocked = _block_strides(shape, strides)
+    if blocked[3] == 1:
+        lw.alias(y, tensor, View(block, offset, blocked[:3]))
+        return
+    buffer = lw.new_tensor(y, Layout.channels_last(shape))
+    lw.copy_elements(node, tensor, offset, strides, shape, buffer,
+                     _block_strides(shape, (None,) * len(shape), View.dense(block)))
 
 
 def lower_transpose(lw: Walk, node: Node) -> None:
