@@ -22,6 +22,7 @@ from compiler.backend.schedule import schedule
 from compiler.backend.tiling import alternate, tile
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, verify
+from compiler.passes.cast_early import cast_early
 from compiler.passes.channel_affine import channel_affine
 from compiler.passes.conv1d_as_2d import conv1d_as_2d
 from compiler.passes.pad_as_4d import pad_as_4d
@@ -37,6 +38,7 @@ from compiler.passes.fuse_layer_norm import fuse_layer_norm
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from compiler.passes.split_clip import split_clip
+from compiler.passes.sink_expand import sink_expand
 from compiler.passes.split_fused_heads import split_fused_heads
 from compiler.passes.ungroup_conv_transpose import ungroup_conv_transpose
 from simulator.arch import Arch
@@ -47,6 +49,10 @@ Pass = Callable[[Graph], Graph]
 GRAPH_PASSES: list[Pass] = [
     remove_identity,   # first: Identity/Dropout hide producer-consumer pairs from every rewrite
     fold_constants,    # before BN folding, which needs constant parameters; folds Shape chains
+    cast_early,        # after folding, which makes the Expand's shapes constant: an integer
+    #                    mask's Cast to float → onto the mask (then the input's quantization)
+    sink_expand,       # after cast_early, which leaves the mask's Expand on floats: past the
+    #                    Mul, sums and maps that broadcast by themselves
     split_fused_heads,  # after folding, which makes the Slices constant: a fused Q/K/V's
     #                    rank-5 Transpose → a channel Slice, Reshape and Transpose per part
     fuse_layer_norm,   # after folding, which makes eps, gamma and beta constant: a LayerNorm

@@ -578,14 +578,20 @@ def lstm_classifier(seed: int = 0, steps: int = 16, features: int = 20, hidden: 
 
 
 def transformer_encoder(seed: int = 0, tokens: int = 32, width: int = 64, heads: int = 4,
-                        blocks: int = 2, hidden: int = 128) -> onnx.ModelProto:
-    """A BERT-style encoder as torch exports one (opset 17), over embedded tokens
-    [1, tokens, width] (the token-id lookup is not yet on the accelerator): `blocks` post-norm
+                        blocks: int = 2, hidden: int = 128, vocab: int = 256,
+                        mask: bool = False) -> onnx.ModelProto:
+    """A BERT-style sentence encoder as torch exports one (opset 17), over token ids
+    `input_ids` [1, tokens] (int64): word embeddings (a Gather of the table by the ids) plus
+    position embeddings (a Gather by a constant range), LayerNormalization, `blocks` post-norm
     blocks of multi-head self-attention (Q/K/V projections with biases, heads by Reshape and
     Transpose, Q·Kᵀ/√d, Softmax, P·V, heads merged, output projection, residual,
     LayerNormalization) and a feed-forward (MatMul, GELU written with Erf, MatMul, residual,
-    LayerNormalization), then mean pooling over the tokens → [1, width]. Weights uniform in
-    ±gain/√fan_in, LayerNorm gammas near 1."""
+    LayerNormalization), then mean pooling over the tokens → [1, width]. With `mask`, an
+    `attention_mask` [1, tokens] (int64, 1 for a token, 0 for padding) as transformers and
+    sentence-transformers write it: (1 - mask) · float32's lowest added to the scores, and the
+    mean over the unmasked tokens (the mask expanded, multiplied, summed, divided by its
+    clipped sum). Weights uniform in ±gain/√fan_in, embeddings normal(0, 1), LayerNorm gammas
+    near 1."""
     rng = np.random.default_rng(seed)
     dh = width // heads
     nodes: list[onnx.NodeProto] = []
@@ -613,12 +619,28 @@ def transformer_encoder(seed: int = 0, tokens: int = 32, width: int = 64, heads:
         beta = const(f"{name}.bias", rng.normal(0, 0.05, width).astype(np.float32))
         return node("LayerNormalization", [x, gamma, beta], name, epsilon=1e-12)
 
+    words = const("embeddings.word.weight", rng.normal(0, 1, (vocab, width)).astype(np.float32))
+    places = const("embeddings.position.weight",
+                   rng.normal(0, 0.5, (tokens, width)).astype(np.float32))
+    positions = const("embeddings.position_ids", np.arange(tokens, dtype=np.int64)[None])
+    x = node("Add", [node("Gather", [words, "input_ids"], "embeddings.word"),
+                     node("Gather", [places, positions], "embeddings.position")],
+             "embeddings.sum")
+    x = norm(x, "embeddings.norm")
     split = const("shape.heads", np.array([1, tokens, heads, dh], np.int64))
     merged = const("shape.merged", np.array([1, tokens, width], np.int64))
     scale = const("attention.scale", np.float32(1 / np.sqrt(dh)))
     half, one = const("gelu.half", np.float32(0.5)), const("gelu.one", np.float32(1.0))
     root2 = const("gelu.sqrt2", np.float32(np.sqrt(2.0)))
-    x = "input"
+    bias = None
+    if mask:
+        axes1, axes2 = const("mask.axis1", np.array([1], np.int64)), \
+            const("mask.axis2", np.array([2], np.int64))
+        wide = node("Unsqueeze", [node("Unsqueeze", ["attention_mask", axes1], "mask.heads"),
+                                  axes2], "mask.rows")
+        inverted = node("Sub", [one, node("Cast", [wide], "mask.float", to=1)], "mask.inverted")
+        lowest = const("mask.lowest", np.float32(np.finfo(np.float32).min))
+        bias = node("Mul", [inverted, lowest], "mask.bias")
     for i in range(blocks):
         p = f"layer.{i}"
         # The value and output projections at gain 3: attention averages the values away.
@@ -630,6 +652,8 @@ def transformer_encoder(seed: int = 0, tokens: int = 32, width: int = 64, heads:
         v = node("Transpose", [v], f"{p}.attention.v", perm=[0, 2, 1, 3])
         scores = node("Mul", [node("MatMul", [q, k], f"{p}.attention.scores"), scale],
                       f"{p}.attention.scaled")
+        if bias is not None:
+            scores = node("Add", [scores, bias], f"{p}.attention.masked")
         probs = node("Softmax", [scores], f"{p}.attention.probs", axis=-1)
         context = node("Transpose", [node("MatMul", [probs, v], f"{p}.attention.context")],
                        f"{p}.attention.merge", perm=[0, 2, 1, 3])
@@ -642,10 +666,26 @@ def transformer_encoder(seed: int = 0, tokens: int = 32, width: int = 64, heads:
                             node("Add", [erf, one], f"{p}.gelu.shift")], f"{p}.gelu")
         out = linear(gelu, f"{p}.output", hidden, width)
         x = norm(node("Add", [out, x], f"{p}.output.residual"), f"{p}.output.norm")
-    node("ReduceMean", [x], "pooled", axes=[1], keepdims=0)
+    inputs = [helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, [1, tokens])]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64,
+                                                    [1, tokens]))
+        last = const("pool.axis", np.array([-1], np.int64))
+        shape = const("pool.shape", np.array([1, tokens, width], np.int64))
+        weights = node("Cast", [node("Expand", [node("Unsqueeze", ["attention_mask", last],
+                                                     "pool.mask"), shape], "pool.expanded")],
+                       "pool.weights", to=1)
+        token_axis = const("pool.tokens", np.array([1], np.int64))
+        total = node("ReduceSum", [node("Mul", [x, weights], "pool.masked"), token_axis],
+                     "pool.sum", keepdims=0)
+        count = node("Clip", [node("ReduceSum", [weights, token_axis], "pool.count",
+                                   keepdims=0), const("pool.least", np.float32(1e-9))],
+                     "pool.clipped")
+        node("Div", [total, count], "pooled")
+    else:
+        node("ReduceMean", [x], "pooled", axes=[1], keepdims=0)
     graph = helper.make_graph(
-        nodes, "transformer_encoder",
-        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, tokens, width])],
+        nodes, "transformer_encoder", inputs,
         [helper.make_tensor_value_info("pooled", onnx.TensorProto.FLOAT, [1, width])],
         [numpy_helper.from_array(a, n) for n, a in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

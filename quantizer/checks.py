@@ -23,6 +23,13 @@ def check_quantizable(graph: Graph, options: QuantOptions) -> None:
         raise QuantizeError(f"--keep-fp32 {listing(unknown)}: no such node in graph "
                             f"{graph.name!r} after the fp32 passes; its nodes: "
                             f"{listing(names)}")
+    integers = [f"{name!r} ({graph.type_of(name).dtype})" for name in graph.outputs
+                if not is_float(graph.type_of(name))]
+    if integers:
+        raise QuantizeError(f"graph {graph.name!r}: output {listing(integers)} is not a float "
+                            f"value: ember's programs write float outputs (an exporter's copy "
+                            f"of an integer input is no output to compute; remove it from the "
+                            f"model's outputs, e.g. with onnx.utils.Extractor)")
     keep = set(options.keep_fp32)
     problems = [f"node {node.name!r} ({node.op}): {reason}" for node in graph.nodes
                 if node.name not in keep and (reason := unquantizable(graph, node))]
@@ -66,6 +73,14 @@ def unquantizable(graph: Graph, node: Node) -> str | None:
     if integer_node(graph, node):
         return None
     row = OPS[node.op]
+    if row.quant is Quant.CAST:
+        x = node.inputs[0]
+        if x in graph.inputs and not is_float(graph.type_of(x)) and \
+                graph.type_of(node.outputs[0]).dtype == "float32":
+            return None
+        return (f"casts {x!r} ({graph.type_of(x).dtype}) to "
+                f"{graph.type_of(node.outputs[0]).dtype}: only a model input's integers cast "
+                f"to float have an int8 form (the input's quantization)")
     if row.int8 is None or row.quant in (Quant.QUANTIZE, Quant.DEQUANTIZE):
         hint = (" (the graph passes remove it after a Conv or Gemm, or on a feature map)"
                 if row.folds_into_producer else "")

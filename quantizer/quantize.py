@@ -35,6 +35,7 @@ from quantizer import calibrate
 from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
+from quantizer.masks import additive_mask_ranges
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
@@ -83,6 +84,9 @@ class _Rewriter:
 
     def run(self) -> Graph:
         """Each node in order through its kind's rule (or kept in fp32)."""
+        masks = additive_mask_ranges(self.g, self.real_range)
+        for name, (lo, hi) in masks.items():
+            self.ranges[name] = self.params_over(lo, hi)
         for name in self.g.inputs:
             self.values[name] = self.g.values[name]
             self.floating[name] = name
@@ -91,7 +95,11 @@ class _Rewriter:
                 continue
             rule = keep_float if node.name in self.keep or integer_node(self.g, node) else \
                 RULES[OPS[node.op].quant]
-            rule(self, node)
+            with warnings.catch_warnings():
+                if self._final_output(node) in masks:
+                    # A mask saturates by design: its requantization ratio may be clamped.
+                    warnings.simplefilter("ignore", QuantizeWarning)
+                rule(self, node)
         for name in self.g.outputs:
             self.float_input(name)
         return Graph(self.g.name, self.g.inputs, self.g.outputs, tuple(self.nodes),
@@ -389,6 +397,12 @@ def gather(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, r.copy_const(indices)), (out,), node.attrs)
 
 
+def cast(r: _Rewriter, node: Node) -> None:
+    """A model input's integers cast to float: that float value is the input itself, which
+    `quant_input` quantizes (a QuantizeLinear of the integers, the host's at the input)."""
+    r.floating[node.outputs[0]] = node.inputs[0]
+
+
 def clamp(r: _Rewriter, node: Node) -> None:
     """A Relu or Clip not fused into its producer: a clamp in the input's own parameters."""
     x = r.quant_input(node.inputs[0])
@@ -662,6 +676,7 @@ RULES = {
     Quant.DIVIDE: divide,
     Quant.AVERAGE: average,
     Quant.GATHER: gather,
+    Quant.CAST: cast,
 }
 
 

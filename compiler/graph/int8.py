@@ -48,12 +48,14 @@ class Quant(Enum):
     MUL = "mul"                        # the int32 product of the centred inputs, requantized
     DIVIDE = "divide"                  # MUL by a table of the divisor's reciprocal
     AVERAGE = "average"                # int32 window sums, one requantization per window size
+    #                                    (ReduceSum's: a sum, one window of size 1)
     RESCALE = "rescale"                # ember's own Rescale: the same values in another scale
     LOOKUP = "lookup"                  # a 256-entry table built from the fp32 reference
     CHANNEL_LOOKUP = "channel_lookup"  # likewise one table per channel (PRelu's slopes)
     FIXED_OUTPUT = "fixed_output"      # an integer kernel whose output type is fixed (Softmax)
     NORMALIZE = "normalize"            # LayerNorm: integer mean, variance and root, per channel
     GATHER = "gather"                  # rows by integer indices: the data's (a table's) params
+    CAST = "cast"                      # a model input's integers to float: its quantization
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
 
@@ -81,7 +83,7 @@ class Quant(Enum):
         """Whether the output's parameters come from the profile (the others keep or fix
         theirs)."""
         return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP,
-                                            Quant.RESCALE_INPUTS, Quant.NORMALIZE)
+                                            Quant.RESCALE_INPUTS, Quant.NORMALIZE, Quant.CAST)
 
     @property
     def quantized_only(self) -> bool:
@@ -582,6 +584,11 @@ def reduce_mean_int8(x, axes=None, *, counts, multiplier, shift, x_zero_point=0,
 def reduce_mean_sizes(shape, attrs, axes=None) -> list[int]:
     axes = reduce_axes(len(shape), axes, attrs["noop_with_empty_axes"])
     return [int(np.prod([shape[a] for a in axes]))]
+
+
+def reduce_sum_sizes(shape, attrs, axes=None) -> list[int]:
+    """ReduceSum: the sum itself is requantized, as a mean over windows of one."""
+    return [1]
 
 
 def reduce_axes(rank: int, axes, noop_with_empty_axes=0) -> tuple[int, ...]:

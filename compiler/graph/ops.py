@@ -630,12 +630,17 @@ _ROWS = (
           _evaluating(ref.reduce_mean), ref.reduce_mean, attr_to_input={"axes": 1},
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_mean_sizes,
           lower=L.REDUCE_MEAN),
+    # ReduceSum is ReduceMean's sum requantized by s_x / s_out (one window of "size" 1).
+    OpDef("ReduceSum", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
+          _evaluating(ref.reduce_sum), ref.reduce_sum, attr_to_input={"axes": 1},
+          quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_sum_sizes,
+          lower=L.REDUCE_MEAN),
     # fp32 only for now (the host runs them under --allow-host): the int8 forms need a row
-    # reduction on the vector unit.
+    # maximum on the vector unit.
     *(OpDef(name, ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
             _evaluating(fn), fn, attr_to_input={"axes": 1})
-      for name, fn in (("ReduceSum", ref.reduce_sum), ("ReduceMax", ref.reduce_max),
-                       ("ReduceMin", ref.reduce_min), ("ReduceL2", ref.reduce_l2))),
+      for name, fn in (("ReduceMax", ref.reduce_max), ("ReduceMin", ref.reduce_min),
+                       ("ReduceL2", ref.reduce_l2))),
     # Comparisons, selection and broadcasting copies: fp32 only for now (constant folding
     # evaluates them; with --allow-host the host runs the rest).
     OpDef("Equal", ("A", "B"), {}, _dtype_rule(lambda a: "bool", broadcast), ref.equal),
@@ -715,8 +720,10 @@ _ROWS = (
           index_inputs=(1,), quant=Q.GATHER, int8=int8.gather_int8, lower=L.GATHER),
     OpDef("OneHot", ("indices", "depth", "values"), {"axis": -1},
           _evaluating(ref.one_hot, 1), ref.one_hot, index_inputs=(0,)),
+    # A Cast of a model input's integers to float (a mask, after `cast_early`) is the input's
+    # quantization: the host writes the integers' int8 codes, as it does a float input's.
     OpDef("Cast", ("input",), {"to": REQUIRED, "saturate": 1, "round_mode": "up"},
-          _dtype_rule(_cast_dtype, same_shape), ref.cast),
+          _dtype_rule(_cast_dtype, same_shape), ref.cast, quant=Q.CAST),
 )
 
 OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
@@ -743,6 +750,36 @@ SQUEEZE = OPS["Squeeze"]
 # And the rows the written-out LayerNorm fusion reads and writes.
 DIV, POW, SQRT, REDUCE_MEAN = OPS["Div"], OPS["Pow"], OPS["Sqrt"], OPS["ReduceMean"]
 LAYER_NORMALIZATION = OPS["LayerNormalization"]
+# And the rows the mask passes move and sink past (`cast_early`, `sink_expand`) and the
+# quantizer's masked Softmax (`quantizer.masks`).
+CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
+
+
+def reaches_the_accelerator(row: OpDef) -> bool:
+    """Whether the op's int8 form runs on the accelerator: it has a lowering, or it becomes
+    one the quantizer writes (a model input's Cast: its QuantizeLinear, a program binding)."""
+    return row.lower is not None or row.quant is Q.CAST
+
+
+def moves_elements(row: OpDef) -> bool:
+    """Whether the op only moves or repeats its first input's elements (a view, Expand)."""
+    return row.view is not None or row is EXPAND
+
+
+def broadcasts(row: OpDef) -> bool:
+    """Whether the op is elementwise over its inputs broadcast to one shape."""
+    return row.shape is broadcast
+
+
+def elementwise_map(row: OpDef) -> bool:
+    """Whether the op maps each element of its one run-time input on its own (a table, a
+    clamp, a Cast)."""
+    return row.shape is same_shape and row.quant in (Q.LOOKUP, Q.CLAMP, Q.CAST)
+
+
+def reduces(row: OpDef) -> bool:
+    """Whether the op reduces its input over an `axes` input (sum, mean, max, min, L2)."""
+    return row.inputs == ("data", "axes?") and "keepdims" in row.attrs
 
 
 def supported_ops() -> str:

@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from compiler.errors import CompileError
-from compiler.graph.ops import OPS
+from compiler.graph.ops import OPS, reaches_the_accelerator
 from ember import console, preprocessing
 from ember.commands.options import (
     data_options,
@@ -123,7 +123,7 @@ def _warn_unsupported(model: str, onnx_model, specs) -> str | None:
         return (f"ember: warning: {err}; `ember compile` will refuse this model, with or "
                 f"without --allow-host")
     host = [f"{node.name} ({node.op})" for node in graph.nodes
-            if OPS[node.op].lower is None or unquantizable(graph, node)]
+            if not reaches_the_accelerator(OPS[node.op]) or unquantizable(graph, node)]
     if host:
         click.echo(f"ember: warning: {model}: the accelerator cannot run {len(host)} node(s): "
                    f"{listing(host)}; `ember compile` refuses them unless given --allow-host, "

@@ -183,9 +183,9 @@ class Feeds:
 
 def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
                 limit: int | None = None) -> Feeds:
-    """The runs over the samples in `path`, in any data form `--data` takes: floats are
-    quantized with the program's scale and zero point, arrays of the binding's type (.npy and
-    .npz only) are taken raw."""
+    """The runs over the samples in `path`, in any data form `--data` takes: floats (and
+    integers wider than a byte) are quantized with the program's scale and zero point, arrays
+    of the binding's type (.npy and .npz only) are taken raw."""
     if Path(path).suffix in (".npy", ".npz"):
         arrays = _array_file(prog, path)
         preprocessing.warn_if_differs(None, images, None, f"-i {path}")
@@ -221,11 +221,14 @@ def read_inputs(prog: Program, path: str, images: ImageOptions = ImageOptions(),
             quantized[b.name] = b.quantize(a)
         elif a.dtype == np.dtype(b.dtype):
             quantized[b.name] = a
-        elif np.issubdtype(a.dtype, np.floating):
+        elif np.issubdtype(a.dtype, np.floating) or (a.dtype.kind in "iu" and
+                                                      a.dtype.itemsize > 1):
+            # Wider integers are values too: a model's integer mask, which it casts to float.
             quantized[b.name] = b.quantize(a)
         else:
-            raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected floats to "
-                             f"quantize or raw {b.dtype}")
+            raise EmberError(f"{path}: input {b.name!r} is {a.dtype}: expected values to "
+                             f"quantize (floats, or integers of 16 bits or more) or raw "
+                             f"{b.dtype}")
     if len(forms) > 1:
         raise EmberError(f"{path}: inputs disagree on the batch axis")
     form, count = forms.pop()

@@ -44,12 +44,30 @@ def check_bit_exact(qgraph: Graph, compiled: Compiled, feeds: list[dict]) -> mac
     return result
 
 
+def model_samples(proto: onnx.ModelProto, count: int, seed: int = 0) -> list[dict]:
+    """Samples for each of the model's inputs: normal(0, 1) floats; integers in [0, 10) (the
+    profiler's random source's), all ones for an input named like a mask."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(count):
+        sample = {}
+        for value in proto.graph.input:
+            shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+            if dtype.kind == "f":
+                sample[value.name] = rng.standard_normal(shape).astype(dtype)
+            elif "mask" in value.name:
+                sample[value.name] = np.ones(shape, dtype)
+            else:
+                sample[value.name] = rng.integers(0, 10, shape).astype(dtype)
+        found.append(sample)
+    return found
+
+
 def compile_and_check(proto: onnx.ModelProto, preset: str, count: int = 2, seed: int = 0,
                       double_buffer: bool = True) -> tuple[Compiled, machine.Result]:
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
-              for i in proto.graph.input}
-    profile = profile_of(proto, samples(shapes, 8, seed), optimized_graph(proto))
+    profile = profile_of(proto, model_samples(proto, 8, seed), optimized_graph(proto))
     built = compile_model(proto, profile, CompileOptions(backend=BackendOptions(double_buffer)),
                           preset)
     return built.compiled, check_bit_exact(built.qgraph, built.compiled,
-                                           samples(shapes, count, seed + 1))
+                                           model_samples(proto, count, seed + 1))

@@ -169,6 +169,8 @@ CASES = [
     Case("GlobalAveragePool", [n("GlobalAveragePool", ["x"], ["y"])], X4, {"y": (1, 4, 1, 1)}),
     Case("ReduceMean", [n("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=0)], X4,
          {"y": (1, 4)}),
+    Case("ReduceSum", [n("ReduceSum", ["x", "axes"], ["y"], keepdims=1)], {"x": (1, 12, 8)},
+         {"y": (1, 1, 8)}, {"axes": np.array([1], np.int64)}),
     Case("Identity", [n("Identity", ["x"], ["y"])], X4, {"y": Y4}, steps=0),
     Case("Reshape", [n("Reshape", ["x", "s"], ["y"])], X4, {"y": (4, 36)},
          {"s": np.array([4, -1], np.int64)}, steps=0),

@@ -31,8 +31,12 @@ def profile_of(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray
             if graph.values[name].is_const or np.asarray(value).dtype.kind != "f":
                 continue
             kind = "input" if name in graph.inputs else "activation"
-            if name not in accumulators:
-                accumulators[name] = Accumulator(kind, "float32", binner)
-            accumulators[name].add(np.asarray(value))
+            # A value a pass made in place of one that is gone (an Expand sunk past it) is
+            # also the ONNX value's, which the profiler records.
+            origin = graph.origin.get(name, name)
+            for key in {name, origin if origin not in graph.values else name}:
+                if key not in accumulators:
+                    accumulators[key] = Accumulator(kind, "float32", binner)
+                accumulators[key].add(np.asarray(value))
     return Profile(fingerprint(model), "test", count, (),
                    {name: acc.stats() for name, acc in accumulators.items()})

@@ -195,7 +195,8 @@ def lower_reduce_mean(lw: Walk, node: Node) -> None:
     pool of that window; over the channels (with H and W or not) a convolution to one output
     channel by a kernel of ones spanning the averaged axes, its bias taking x's zero point off.
     Either sums (x - z_x) exactly and requantizes once by s_x / (count * s_out), as
-    `reduce_mean_int8`. Axes of size 1 average nothing."""
+    `reduce_mean_int8`. Axes of size 1 average nothing. ReduceSum lowers the same way: its
+    requantization is s_x / s_out, a mean over windows of one."""
     a = int8_attrs(node)
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
