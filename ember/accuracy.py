@@ -361,6 +361,7 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
     return {"ember_version": profile_format.tool_version(), "calibration": options.calibration,
             "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
-            "keep_fp32": list(options.keep_fp32), "profile": str(profile_path),
+            "keep_fp32": list(options.keep_fp32), "wide_norm_inputs": options.wide_norm_inputs,
+            "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program}

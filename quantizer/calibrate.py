@@ -157,7 +157,7 @@ def mse_threshold(counts: np.ndarray, width: float, lo: float, hi: float,
 
 def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False,
                       power2: bool = False) -> QuantParams:
-    """Per-tensor parameters covering [lo, hi] in `dtype` ("int8" or "uint8").
+    """Per-tensor parameters covering [lo, hi] in `dtype` ("int8", "uint8" or "int16").
 
     The range is widened to hold 0, so zero (padding, ReLU's floor) is exactly representable.
     Asymmetric: the 256 levels span [lo, hi]. Symmetric: zero point 0 (128 for uint8) and
@@ -169,9 +169,10 @@ def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if symmetric:
         amax = max(-lo, hi)
-        scale = amax / 127.0 if amax > 0 else ZERO_RANGE_SCALE
+        top = qmax if qmin < 0 else (qmax - qmin) // 2  # 127 for int8 and uint8
+        scale = amax / top if amax > 0 else ZERO_RANGE_SCALE
         scale = _pow2(scale) if power2 else _f32(scale)
-        return QuantParams.per_tensor(scale, 0 if dtype == "int8" else 128)
+        return QuantParams.per_tensor(scale, 0 if qmin < 0 else 128)
     if hi - lo <= 0:
         return QuantParams.per_tensor(ZERO_RANGE_SCALE, 0 if qmin < 0 <= qmax else qmin)
     scale = (hi - lo) / (qmax - qmin)

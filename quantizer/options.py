@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from quantizer import calibrate
 from quantizer.errors import QuantizeError
+from quantizer.wide import MODES as WIDE_MODES
 
 SCHEMAS = ("affine", "power2")
 ACTIVATION_DTYPES = ("int8", "uint8")
@@ -21,6 +22,8 @@ class QuantOptions:
     int8 (the reason TFLite moved from uint8 to int8). "uint8" is available for targets and
     tools that expect it. symmetric_activations fixes the zero point at 0 (128 for uint8).
     schema "power2" rounds every scale up to a power of two, for shift-only hardware.
+    wide_norm_inputs chooses which LayerNorm inputs (residual streams an Add computes) are
+    int16: "auto" those the profile shows int8 loses (`quantizer.wide`), "always" or "never".
     """
 
     calibration: str = "minmax"
@@ -30,6 +33,7 @@ class QuantOptions:
     symmetric_activations: bool = False
     schema: str = "affine"
     keep_fp32: tuple[str, ...] = ()
+    wide_norm_inputs: str = "auto"
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:
@@ -40,6 +44,9 @@ class QuantOptions:
         if self.activation_dtype not in ACTIVATION_DTYPES:
             raise QuantizeError(f"activation_dtype {self.activation_dtype!r} is unknown; choose "
                                 f"one of {ACTIVATION_DTYPES}")
+        if self.wide_norm_inputs not in WIDE_MODES:
+            raise QuantizeError(f"wide_norm_inputs {self.wide_norm_inputs!r} is unknown; choose "
+                                f"one of {WIDE_MODES}")
         if self.schema not in SCHEMAS:
             raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))

@@ -36,6 +36,7 @@ from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
+from quantizer.wide import wide_inputs
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
@@ -67,6 +68,7 @@ class _Rewriter:
         self.g, self.profile, self.opts = graph, profile, options
         self.dtype = options.activation_dtype
         self.keep = set(options.keep_fp32)
+        self.wide: set[str] = set()  # the int16 activations, chosen in `run`
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
         self.origin: dict[str, str] = {}
@@ -84,6 +86,11 @@ class _Rewriter:
 
     def run(self) -> Graph:
         """Each node in order through its kind's rule (or kept in fp32)."""
+        # int16 residual streams are int8 codes' refinement: not with uint8 activations.
+        self.wide = wide_inputs(self.g, self.opts.wide_norm_inputs if self.dtype == "int8"
+                                else "never",
+                                lambda name: self.profile.tensors[self.onnx_name(name)],
+                                self.real_range)
         masks = additive_mask_ranges(self.g, self.real_range)
         for name, (lo, hi) in masks.items():
             self.ranges[name] = self.params_over(lo, hi)
@@ -196,7 +203,7 @@ class _Rewriter:
     def activation(self, name: str, params: QuantParams) -> str:
         """Declare the integer value of fp32 activation `name` with `params`."""
         shape = self.g.type_of(name).shape
-        qname = self.add_value(self._int_name(name), Type(self.dtype, shape, params),
+        qname = self.add_value(self._int_name(name), Type(self.dtype_of(name), shape, params),
                                origin=self.onnx_name(name))
         self.quantized[name] = qname
         return qname
@@ -207,15 +214,23 @@ class _Rewriter:
         return calibrate.tensor_range(self.profile.tensors[origin], self.opts.calibration,
                                       self.opts.percentile, origin)
 
-    def params_over(self, lo: float, hi: float) -> QuantParams:
-        """Per-tensor parameters covering [lo, hi] by the options' scheme."""
-        return calibrate.activation_params(lo, hi, self.dtype, self.opts.symmetric_activations,
+    def params_over(self, lo: float, hi: float, dtype: str | None = None) -> QuantParams:
+        """Per-tensor parameters covering [lo, hi] by the options' scheme (int16 ones are
+        symmetric: the LayerNorm that reads them cancels any offset anyway)."""
+        dtype = dtype or self.dtype
+        return calibrate.activation_params(lo, hi, dtype,
+                                           self.opts.symmetric_activations or dtype == "int16",
                                            self.opts.schema == "power2")
+
+    def dtype_of(self, name: str) -> str:
+        """The integer type of fp32 activation `name`: int16 for a wide one (`quantizer.wide`),
+        else the options' activation type."""
+        return "int16" if name in self.wide else self.dtype
 
     def params(self, name: str) -> QuantParams:
         """The calibrated per-tensor parameters of fp32 activation `name`."""
         if name not in self.ranges:
-            self.ranges[name] = self.params_over(*self.real_range(name))
+            self.ranges[name] = self.params_over(*self.real_range(name), self.dtype_of(name))
         return self.ranges[name]
 
     def quant_of(self, name: str) -> QuantParams:
@@ -324,7 +339,8 @@ class _Rewriter:
         final = self._final_output(node)
         params = self.params(final)
         clamp = self.fused.get(node.name)
-        qclamp = self.qclamp(clamp, params) if clamp is not None else RANGES[self.dtype]
+        qclamp = self.qclamp(clamp, params) if clamp is not None else \
+            RANGES[self.dtype_of(final)]
         name = self.activation(final, params)
         return name, params, qclamp
 
@@ -337,10 +353,13 @@ class _Rewriter:
         q_hi = qmax if hi is None else int(_quantize_array(hi, params, self.dtype))
         return q_lo, max(q_lo, q_hi)
 
-    def requant_attrs(self, out: QuantParams, qclamp, multipliers, shifts) -> dict:
+    def requant_attrs(self, out: str, qclamp, multipliers, shifts) -> dict:
+        """The requantization attributes of a node writing integer value `out` (declared:
+        its type gives the zero point and the output type, int16 for a wide one)."""
+        kind = self.values[out].type
         return {"multiplier": tuple(int(m) for m in multipliers),
-                "shift": tuple(int(s) for s in shifts), "out_zero_point": out.zero_point[0],
-                "qclamp": tuple(int(q) for q in qclamp), "out_dtype": self.dtype}
+                "shift": tuple(int(s) for s in shifts), "out_zero_point": kind.quant.zero_point[0],
+                "qclamp": tuple(int(q) for q in qclamp), "out_dtype": kind.dtype}
 
     def rescale(self, name: str, x: str, params: QuantParams, reader: str) -> str:
         """A Rescale of integer value x (of activation `name`) to `params`, for node `reader`."""
@@ -352,7 +371,7 @@ class _Rewriter:
                              origin=self.onnx_name(name))
         self.emit(RESCALE.name, f"{reader}/rescale_{name}", (x,), (out,),
                   {"x_zero_point": source.zero_point[0],
-                   **self.requant_attrs(params, RANGES[self.dtype], (m,), (s,))})
+                   **self.requant_attrs(out, RANGES[self.dtype], (m,), (s,))})
         return out
 
 
@@ -506,7 +525,8 @@ def normalize(r: _Rewriter, node: Node) -> None:
     out = r.activation(node.outputs[0], out_params)
     # gamma and beta stay (the QDQ export's fp32 form reads them); the kernel reads the table.
     r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), bias, table_name), (out,),
-           {**node.attrs, "out_zero_point": int(out_params.zero_point[0])})
+           {**node.attrs, "out_zero_point": int(out_params.zero_point[0]),
+            "out_dtype": r.dtype})
 
 
 # A channel's bias code stays within 2^24 (far inside int32, with room for the products): a
@@ -566,7 +586,7 @@ def linear(r: _Rewriter, node: Node) -> None:
     pa, pb = r.quant_of(a), r.quant_of(b)
     acc_scales = alpha * pa.scale[0] * np.asarray(pb.scale)
     multipliers, shifts = ratios(acc_scales / out_params.scale[0], where)
-    new_attrs = {**node.attrs, **r.requant_attrs(out_params, qclamp, multipliers, shifts)}
+    new_attrs = {**node.attrs, **r.requant_attrs(out, qclamp, multipliers, shifts)}
     if weight.padded:
         new_attrs["x_zero_point"] = pa.zero_point[0]
     elif not (a_const or b_const):
@@ -597,7 +617,7 @@ def add(r: _Rewriter, node: Node) -> None:
              larger / (2**ADD_LEFT_SHIFT * out_params.scale[0]))
     multipliers, shifts = ratios(reals, where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
-             **r.requant_attrs(out_params, qclamp, multipliers, shifts)}
+             **r.requant_attrs(out, qclamp, multipliers, shifts)}
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
@@ -609,7 +629,7 @@ def mul(r: _Rewriter, node: Node) -> None:
     out, out_params, qclamp = r.requant_output(node)
     m, s = ratio(pa.scale[0] * pb.scale[0] / out_params.scale[0], where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
-             **r.requant_attrs(out_params, qclamp, (m,), (s,))}
+             **r.requant_attrs(out, qclamp, (m,), (s,))}
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
@@ -638,7 +658,7 @@ def divide(r: _Rewriter, node: Node) -> None:
     m, s = ratio(pa.scale[0] * reciprocal.scale[0] / out_params.scale[0], where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0],
              "b_zero_point": reciprocal.zero_point[0],
-             **r.requant_attrs(out_params, qclamp, (m,), (s,))}
+             **r.requant_attrs(out, qclamp, (m,), (s,))}
     r.emit(node.op, node.name, (a, b, table_name), (out,), attrs)
 
 
@@ -655,7 +675,7 @@ def average(r: _Rewriter, node: Node) -> None:
     multipliers, shifts = ratios([px.scale[0] / (c * out_params.scale[0]) for c in counts],
                                  where)
     new_attrs = {**node.attrs, "x_zero_point": px.zero_point[0], "counts": tuple(counts),
-                 **r.requant_attrs(out_params, qclamp, multipliers, shifts)}
+                 **r.requant_attrs(out, qclamp, multipliers, shifts)}
     inputs = [x] + [r.copy_const(n) for n in node.inputs[1:]]
     r.emit(node.op, node.name, inputs, (out,), new_attrs)
 

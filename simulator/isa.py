@@ -70,6 +70,9 @@ store -> vector -> compute -> load.
   of the two rescaled operands takes the sum's place (`numerics.extremum`: Max, Min, and Clip
   by bounds computed at run time). The b rows are [b, b + rows), or the one row b for every
   row with b_once=1; with b_splat=1, lane 0 of each b row stands for every lane (as MUL's).
+  With wide=1 (op add only) the sum is int16 (the clamp its range; qmin, qmax unused), written
+  as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to
+  [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a LAYERNORM reads).
 - MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
   with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,
@@ -100,7 +103,9 @@ store -> vector -> compute -> load.
   channel, + out_offset. Its parameters are int32 in the accumulator, flat in rows of L from
   `table`: the epsilon term, then C multipliers, C shifts and C biases
   (`layernorm_table_rows`); load them with a LOAD. It takes three passes over the row's
-  channel blocks and a root step per row.
+  channel blocks and a root step per row. With wide=1 the input is int16: the high plane's
+  blocks as above, the low plane's `blocks` more after them (block b at src + (blocks + b) *
+  stride, `numerics.join_wide`), and the first two passes read both (five in all).
 - GATHER: the indexed DMA, DRAM -> DRAM, on the load queue (an embedding lookup): reads `count`
   little-endian int32 indices from `index` and, for i < count, copies the row_bytes bytes of
   table row k (at table + k * table_stride) to dst + i * dst_stride, where k is index i, or
@@ -332,7 +337,7 @@ ADD = InsnDef("ADD", 0x06, "vector",
               (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
                F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
                *_CLAMP, F("op", 2, names=vector.ADD_OPS, default=0), F("b_once", 1, default=0),
-               F("b_splat", 1, default=0)),
+               F("b_splat", 1, default=0), F("wide", 1, default=0)),
               run=vector.add, cycles=vector.row_cycles, work=vector.add_work,
               access=vector.add_access)
 MUL = InsnDef("MUL", 0x0C, "vector",
@@ -363,7 +368,8 @@ SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
 LAYERNORM = InsnDef("LAYERNORM", 0x0E, "vector",
                     (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
                      F("blocks", 16, default=1), F("stride", _ROW, default=0),
-                     F("table", _ROW), F("out_offset", 8, signed=True, default=0)),
+                     F("table", _ROW), F("out_offset", 8, signed=True, default=0),
+                     F("wide", 1, default=0)),
                     run=vector.layernorm, cycles=vector.layernorm_cycles,
                     work=vector.layernorm_work, access=vector.layernorm_access)
 GATHER = InsnDef("GATHER", 0x10, "load",

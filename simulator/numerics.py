@@ -30,7 +30,8 @@ import numpy as np
 
 from simulator.errors import SimulatorError
 
-RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1),
+          "int32": (-(2**31), 2**31 - 1)}
 
 # Requantization shifts: the total right shift 31 + shift must lie in [0, 62] so that the
 # rounding mask fits in int64; this covers real scales in [2^-32, 2^31).
@@ -204,15 +205,33 @@ def dequantize(q, scale, zero_point=0, *, axis: int | None = None,
     return centred.astype(arithmetic) * _affine(scale, q.ndim, axis, arithmetic)
 
 
-def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None):
+def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None, *,
+        dtype: str = "int8"):
     """Quantized elementwise add of int8 tensors with their own scales, as TFLite's ADD.
 
     multipliers/shifts = (x, y, out): the input rescales map each input to a common scale
     2^-ADD_LEFT_SHIFT finer than the larger input scale; the output rescale maps the sum to the
-    output scale. The compiler derives all three with `quantize_multiplier`.
+    output scale. The compiler derives all three with `quantize_multiplier`. The sum may be
+    int16 (a residual stream a LayerNorm reads, `split_wide`).
     """
     xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts)
-    return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax)
+    return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
+
+
+# An int16 value in the machine's 8-bit memories: two planes of int8 codes, the high byte
+# (signed) and the low byte offset by -128, so that each plane is an ordinary int8 tensor.
+WIDE_LOW_OFFSET = 128
+
+
+def split_wide(v) -> tuple[np.ndarray, np.ndarray]:
+    """int16 values → (high, low) int8 planes: v = high * 256 + low + 128."""
+    v = np.asarray(v, np.int64)
+    return (v >> 8).astype(np.int8), ((v & 0xFF) - WIDE_LOW_OFFSET).astype(np.int8)
+
+
+def join_wide(high, low) -> np.ndarray:
+    """The int16 values of two planes (`split_wide`'s inverse), as int64."""
+    return (np.asarray(high, np.int64) << 8) + np.asarray(low, np.int64) + WIDE_LOW_OFFSET
 
 
 def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None,
@@ -336,19 +355,24 @@ def isqrt(v) -> np.ndarray:
 # LayerNorm's fixed point: the normalized value (x - mean) / std in Q16, from a square root of
 # the variance term scaled by 2^(2 * 8) (8 more bits of root).
 LAYERNORM_FRACTION_BITS = 16
-LAYERNORM_ROOT_BITS = 8
-LAYERNORM_MAX_CHANNELS = 1 << 14  # keeps C^2 * 2^14 * 2^(2 * root bits) inside int64
+# The root's fraction bits, by the input's type: int8 codes' variance term is small enough to
+# take a root of V * 2^16; int16 codes' is 2^16 times larger, precise enough as it is, and
+# V * 2^16 would leave int64.
+LAYERNORM_ROOT_BITS = {"int8": 8, "uint8": 8, "int16": 0}
+# Keeps C^2 * 2^14 * 2^16 (int8) and C^2 * 2^30 (int16) inside int64.
+LAYERNORM_MAX_CHANNELS = 1 << 14
 # gamma * n and beta meet in steps of 2^-8 of the output's, so only the last shift rounds.
 LAYERNORM_BIAS_BITS = 8
 
 
 def layer_norm(x, eps_term, multipliers, shifts, biases, out_offset=0, *,
-               dtype: str = "int8") -> np.ndarray:
-    """Integer LayerNorm over the last axis of int8 codes (I-BERT's integer-only form): with
-    S1 = sum x and S2 = sum x^2 over the C codes of a row, the variance term
-    V = C S2 - S1^2 + eps_term is C^2 times the variance in codes squared (the zero point
-    cancels), and n = (C x - S1) 2^16 / sqrt(V) is the normalized value in Q16, its root taken by
-    `isqrt` on V 2^16 and the division rounded half away from zero; then per channel, in
+               dtype: str = "int8", in_dtype: str = "int8") -> np.ndarray:
+    """Integer LayerNorm over the last axis of `in_dtype` codes, int8 or int16 (I-BERT's
+    integer-only form): with S1 = sum x and S2 = sum x^2 over the C codes of a row, the
+    variance term V = C S2 - S1^2 + eps_term is C^2 times the variance in codes squared (the
+    zero point cancels), and n = (C x - S1) 2^16 / sqrt(V) is the normalized value in Q16, its
+    root taken by `isqrt` on V 2^(2 r) (r = LAYERNORM_ROOT_BITS of the input's type) and the
+    division rounded half away from zero; then per channel, in
     256ths of the output's step, rescale(n, multiplier, shift) + bias, with gamma 2^8 /
     (s_y 2^16) as the multiplier (negative for a negative gamma) and beta 2^8 / s_y as the
     bias, and one rounding shift by 8 to the output's steps, + out_offset (z_y), clamped.
@@ -359,10 +383,10 @@ def layer_norm(x, eps_term, multipliers, shifts, biases, out_offset=0, *,
         raise SimulatorError(f"layer_norm: {c} channels; at most {LAYERNORM_MAX_CHANNELS}")
     s1 = x.sum(axis=-1, keepdims=True)
     v = c * (x * x).sum(axis=-1, keepdims=True) - s1 * s1 + np.int64(eps_term)
-    root = np.maximum(isqrt(v << (2 * LAYERNORM_ROOT_BITS)), 1)
+    root_bits = LAYERNORM_ROOT_BITS[in_dtype]
+    root = np.maximum(isqrt(v << (2 * root_bits)), 1)
     d = c * x - s1
-    n = np.sign(d) * divide_rounding(np.abs(d) << (LAYERNORM_FRACTION_BITS
-                                                    + LAYERNORM_ROOT_BITS), root)
+    n = np.sign(d) * divide_rounding(np.abs(d) << (LAYERNORM_FRACTION_BITS + root_bits), root)
     fine = rescale(n, multipliers, shifts, axis=-1) + _along(biases, x.ndim, -1)
     out = rounding_shift(fine, LAYERNORM_BIAS_BITS) + out_offset
     return np.clip(out, *RANGES[dtype]).astype(dtype)

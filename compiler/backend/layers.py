@@ -343,6 +343,9 @@ class AddLayer(_BinaryOperands):
     # and the layer runs over flat bytes).
     views: tuple[View, View, View] | None = None
     op: str = "add"  # the ADD instruction's op: add, max or min
+    # An int16 sum (a residual stream a LayerNorm reads): y is two planes of `size` bytes,
+    # the high one first (ADD wide=1); only over flat bytes (no views).
+    wide: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -399,6 +402,9 @@ class SoftmaxLayer:
     out_zero_point: int
     views: tuple[View, View]  # of x and y in their buffers
     norm: bool = False
+    # LayerNorm of an int16 x (LAYERNORM wide=1): the bytes from x's high plane to its low one
+    # (0: x is int8).
+    x_plane: int = 0
 
 
 @dataclass(frozen=True, eq=False)

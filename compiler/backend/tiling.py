@@ -354,7 +354,8 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     per_channel = isinstance(layer, LutLayer) and layer.per_channel
     table_rows = 0 if binary else isa.lut_table_rows(arch.lanes, per_channel)
     tables = BUFFERS if per_channel else 1  # a channel block's table loads while one runs
-    operands = 3 if binary else 2
+    planes = 2 if getattr(layer, "wide", False) else 1  # an int16 sum: two output rows a row
+    operands = (2 if binary else 1) + planes
     fit = (sp_rows - tables * table_rows) // (BUFFERS * operands)
     if fit < 1:
         raise _too_small(layer.node, "scratchpad", tables * table_rows + BUFFERS * operands,
@@ -364,7 +365,7 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     table = Region("scratchpad", 0, table_rows, tables) if not binary else None
     a = Region("scratchpad", table.end if table else 0, rows)
     b = Region("scratchpad", a.end, rows) if binary else None
-    outputs = Region("scratchpad", (b or a).end, rows)
+    outputs = Region("scratchpad", (b or a).end, rows * planes)
     params = Region("accumulator", 0, PARAM_ROWS) if binary else None
     return ElementwiseTiles(rows, a, b, outputs, table, params)
 
@@ -372,19 +373,20 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
 def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     n, h, w, c = layer.views[1].shape
     blocks = ceil_div(c, arch.lanes)
-    fit = arch.scratchpad.rows // (BUFFERS * 2 * blocks)
+    planes = 2 if layer.x_plane else 1  # an int16 input's low plane follows its high one
+    fit = arch.scratchpad.rows // (BUFFERS * (planes + 1) * blocks)
     table_rows = isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
         isa.softmax_table_rows(arch.lanes, int(layer.log))
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", BUFFERS * 2 * blocks, arch.scratchpad.rows,
-                         f"one pixel of {c} channels")
+        raise _too_small(layer.node, "scratchpad", BUFFERS * (planes + 1) * blocks,
+                         arch.scratchpad.rows, f"one pixel of {c} channels")
     if table_rows > arch.accumulator.rows:
         raise _too_small(layer.node, "accumulator", table_rows, arch.accumulator.rows,
                          "the table")
     pixels = max(n * h * w, 1)
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, pixels)
     rows = ceil_div(pixels, ceil_div(pixels, rows))
-    inputs = Region("scratchpad", 0, blocks * rows)
+    inputs = Region("scratchpad", 0, planes * blocks * rows)
     outputs = Region("scratchpad", inputs.end, blocks * rows)
     return SoftmaxTiles(rows, blocks, inputs, outputs, Region("accumulator", 0, table_rows, 1))
 

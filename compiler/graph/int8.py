@@ -260,18 +260,8 @@ def add_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zer
              qclamp=None, out_dtype="int8"):
     """TFLite's quantized ADD: multiplier/shift are (a, b, out), see numerics.add."""
     lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
-    if out_dtype == "int8":
-        return numerics.add(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
-                            lo, hi)
-    # numerics.add fixes its output to int8; this is its body with the output dtype free (the
-    # dtype parameter should move to numerics.add).
-    left = numerics.ADD_LEFT_SHIFT
-    xs = numerics.rescale((np.asarray(a, np.int64) - a_zero_point) << left, multiplier[0],
-                          shift[0])
-    ys = numerics.rescale((np.asarray(b, np.int64) - b_zero_point) << left, multiplier[1],
-                          shift[1])
-    return numerics.requantize(xs + ys, multiplier[2], shift[2], out_zero_point, lo, hi,
-                               dtype=out_dtype)
+    return numerics.add(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
+                        lo, hi, dtype=out_dtype)
 
 
 def max_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
@@ -493,14 +483,15 @@ def layer_norm_params(scale, bias, epsilon: float, channels: int, in_scale: floa
 
 
 def layer_norm_int8(x, scale, bias, table, *, axis=-1, epsilon=1e-5, stash_type=1,
-                    out_zero_point=0):
+                    out_zero_point=0, out_dtype="int8"):
     """`numerics.layer_norm` over the last axis, with the parameters of `layer_norm_params`
-    (gamma and beta are in them; the node keeps its fp32 ones for the QDQ export)."""
+    (gamma and beta are in them; the node keeps its fp32 ones for the QDQ export); x may be
+    int16 (a residual stream)."""
     c = x.shape[-1]
     table = np.asarray(table, np.int64)
     return numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
                                table[1 + 2 * c:1 + 3 * c], out_zero_point,
-                               dtype=str(x.dtype))
+                               dtype=out_dtype, in_dtype=str(x.dtype))
 
 
 # --- pooling and reductions ------------------------------------------------------------------

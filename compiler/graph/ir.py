@@ -15,7 +15,7 @@ import numpy as np
 from compiler.errors import CompileError
 from simulator.errors import listing
 
-DTYPES = ("float32", "int8", "uint8", "int32", "int64", "bool", "float64", "float16")
+DTYPES = ("float32", "int8", "uint8", "int16", "int32", "int64", "bool", "float64", "float16")
 
 
 @dataclass(frozen=True)

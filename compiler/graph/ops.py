@@ -811,6 +811,11 @@ def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
                            f"{err}") from None
     if types is None:
         return None
+    if op.quant is not Quant.RESCALE and "out_dtype" in node.attrs and \
+            types[0].dtype in ("int8", "uint8", "int16"):
+        # A quantized kernel's output type is its out_dtype (an int16 residual stream), which
+        # no shape rule sees (the attribute is the quantizer's).
+        types = [Type(node.attrs["out_dtype"], types[0].shape), *types[1:]]
     if len(node.outputs) > len(types):
         raise CompileError(f"node {node.name!r} ({node.op}) has {len(node.outputs)} outputs; "
                            f"ember's {node.op} produces {len(types)} ({', '.join(op.outputs)})")

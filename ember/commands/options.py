@@ -112,6 +112,12 @@ def quantization_options(command):
                      help="power2 rounds every scale to a power of two (shift-only hardware)."),
         click.option("--keep-fp32", "keep_fp32", multiple=True, metavar="NODE",
                      help="Leave this node in fp32 (repeatable), to find the layer that hurts."),
+        click.option("--wide-norm-inputs", "wide_norm_inputs",
+                     type=click.Choice(["auto", "never", "always"]), default="auto",
+                     show_default=True,
+                     help="Which LayerNorm inputs (residual streams an Add computes) are int16: "
+                          "auto, those whose median |x| int8 leaves under 8 steps (outlier "
+                          "channels); the vector unit writes and reads them as two byte planes."),
     ]
     for decorator in reversed(decorators):
         command = decorator(command)
@@ -122,7 +128,7 @@ def quantization_options(command):
 QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "per_channel": "per_channel", "activation_dtype": "activation_dtype",
                 "symmetric": "symmetric_activations", "schema": "schema",
-                "keep_fp32": "keep_fp32"}
+                "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs"}
 
 
 def quant_options_from(kwargs: dict):

@@ -83,6 +83,15 @@ def add(state, insn) -> None:
     if a["b_splat"]:  # lane 0 of each b row stands for every lane
         y = y[:, :1]
     params = ParamBlock.unpack(state.accumulator, a["param"])
+    if a["wide"]:  # an int16 sum (qmin, qmax unused): high plane at dst, low plane after it
+        if ADD_OPS[a["op"]] != "add":
+            raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
+                                 f"has no wide form")
+        total = numerics.add(x, y, a["a_offset"], a["b_offset"], params.multipliers[:3],
+                             params.shifts[:3], a["out_offset"], dtype="int16")
+        high, low = numerics.split_wide(total)
+        sp[rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate([high, low])
+        return
     common = (x, y, a["a_offset"], a["b_offset"], params.multipliers[:3], params.shifts[:3],
               a["out_offset"], a["qmin"], a["qmax"])
     op = ADD_OPS[a["op"]]
@@ -176,16 +185,18 @@ def _softmax_rows(a: dict, base: int, block: int) -> slice:
     return slice(base + block * a["stride"], base + block * a["stride"] + a["rows"])
 
 
-def _channel_rows(state, a: dict, mnemonic: str) -> np.ndarray:
-    """The rows of C channels a SOFTMAX or LAYERNORM reads: one region per channel block."""
+def _channel_rows(state, a: dict, mnemonic: str, first: int = 0) -> np.ndarray:
+    """The rows of C channels a SOFTMAX or LAYERNORM reads: one region per channel block,
+    from block `first` on (a wide LAYERNORM's low plane follows its high one)."""
     sp, lanes = state.scratchpad, state.scratchpad.shape[1]
     if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
         raise SimulatorError(f"{mnemonic}: n = {a['n']}, blocks = {a['blocks']}: expected n in "
                              f"[1, {lanes}] and at least one block")
     last = a["blocks"] - 1
-    for base in (a["src"], a["dst"]):
+    for base in (a["src"] + first * a["stride"], a["dst"]):
         rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
-    return np.concatenate([sp[_softmax_rows(a, a["src"], b), :lanes if b < last else a["n"]]
+    return np.concatenate([sp[_softmax_rows(a, a["src"], first + b),
+                              :lanes if b < last else a["n"]]
                            for b in range(a["blocks"])], axis=1)
 
 
@@ -225,13 +236,16 @@ def _row_channels(a: dict, lanes: int) -> int:
 def layernorm(state, insn) -> None:
     a = insn.args
     x = _channel_rows(state, a, "LAYERNORM")
+    if a["wide"]:  # int16 codes: the low plane's blocks follow the high plane's
+        x = numerics.join_wide(x, _channel_rows(state, a, "LAYERNORM", a["blocks"]))
     lanes = state.scratchpad.shape[1]
     c = _row_channels(a, lanes)
     table = state.accumulator[rows(state.accumulator, a["table"],
                                    layernorm_table_rows(lanes, c), "accumulator (table)")]
     table = table.ravel().astype(np.int64)
     y = numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
-                            table[1 + 2 * c:1 + 3 * c], a["out_offset"])
+                            table[1 + 2 * c:1 + 3 * c], a["out_offset"],
+                            in_dtype="int16" if a["wide"] else "int8")
     _write_channel_rows(state, a, y)
 
 
@@ -243,8 +257,10 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD, MUL, LUT: one element per lane of each row."""
-    return ceil_div(insn.args["rows"] * arch.lanes, arch.vector.lanes)
+    """REQUANT, ADD, MUL, LUT: one element per lane of each row (a wide ADD's two planes,
+    two)."""
+    planes = 1 + insn.args.get("wide", 0)
+    return planes * ceil_div(insn.args["rows"] * arch.lanes, arch.vector.lanes)
 
 
 def pool_cycles(arch, insn) -> int:
@@ -261,9 +277,11 @@ def softmax_cycles(arch, insn) -> int:
 
 def layernorm_cycles(arch, insn) -> int:
     """Three passes over the rows' channel blocks (the sums of codes and squares; the centred
-    codes; the division and per-channel rescale), and one square-root step per row."""
+    codes; the division and per-channel rescale), and one square-root step per row; a wide
+    input's two planes make the first two passes read twice the blocks."""
     a = insn.args
-    return 3 * ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes) + a["rows"]
+    once = ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes)
+    return (3 + 2 * a["wide"]) * once + a["rows"]
 
 
 def requant_work(arch, insn) -> Work:
@@ -276,9 +294,10 @@ def requant_work(arch, insn) -> Work:
 
 def add_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=(2 * a["rows"] + add_b_rows(a)) * arch.scratchpad.row_bytes
+    written = (1 + a["wide"]) * a["rows"]
+    return Work(local_bytes=(a["rows"] + written + add_b_rows(a)) * arch.scratchpad.row_bytes
                 + ParamBlock.rows() * arch.accumulator.row_bytes,
-                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+                scratchpad_end=a["dst"] + written if a["rows"] else 0)
 
 
 def mul_work(arch, insn) -> Work:
@@ -316,7 +335,7 @@ def layernorm_work(arch, insn) -> Work:
     a = insn.args
     elements = a["rows"] * a["blocks"]
     table = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
-    return Work(local_bytes=3 * elements * arch.scratchpad.row_bytes
+    return Work(local_bytes=(3 + a["wide"]) * elements * arch.scratchpad.row_bytes
                 + table * arch.accumulator.row_bytes,
                 scratchpad_end=(a["dst"] + (a["blocks"] - 1) * a["stride"] + a["rows"]
                                 if elements else 0))
@@ -337,7 +356,7 @@ def add_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
             Access(SCRATCHPAD, a["b"], a["b"] + add_b_rows(a), False), _param_access(a),
-            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+            Access(SCRATCHPAD, a["dst"], a["dst"] + (1 + a["wide"]) * a["rows"], True))
 
 
 def mul_access(arch, insn) -> tuple[Access, ...]:
@@ -376,6 +395,8 @@ def layernorm_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     rows_ = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
     table = (Access(ACCUMULATOR, a["table"], a["table"] + rows_, False),)
+    read = (1 + a["wide"]) * a["blocks"]  # a wide input's low plane: blocks after the high
     return table + tuple(
         Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
-        for base, write in ((a["src"], False), (a["dst"], True)) for b in range(a["blocks"]))
+        for base, write, blocks in ((a["src"], False, read), (a["dst"], True, a["blocks"]))
+        for b in range(blocks))

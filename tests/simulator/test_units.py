@@ -459,3 +459,51 @@ def test_gather_cycles():
     assert isa.GATHER.cycles(ARCH, insn) == 2 * lat + index_beats + 2 * 128 * row_beats
     work = isa.GATHER.work(ARCH, insn)
     assert (work.dram_read, work.dram_written) == (128 * 4 + 128 * 768, 128 * 768)
+
+
+def test_a_wide_add_writes_its_int16_sum_as_two_planes():
+    """ADD wide=1: numerics.add's int16 sum, high bytes at dst, low bytes after them; the
+    clamp is int16's (qmin, qmax unused), and the scheduler sees both planes written."""
+    state = fresh()
+    m = [numerics.quantize_multiplier(v) for v in (0.4, 0.5, 200 / (2**20 * 0.6))]
+    _params(state, 10, [x for x, _ in m], [s for _, s in m])
+    a, b = state.scratchpad[0:4].copy(), state.scratchpad[4:8].copy()
+    insn = isa.ADD(a=0, b=4, dst=20, rows=4, param=10, a_offset=3, b_offset=-7, wide=1)
+    run(state, insn)
+    want = numerics.add(a, b, 3, -7, [x for x, _ in m], [s for _, s in m], 0, dtype="int16")
+    assert np.abs(want).max() > 127  # the sum needs the 16 bits
+    got = numerics.join_wide(state.scratchpad[20:24], state.scratchpad[24:28])
+    np.testing.assert_array_equal(got, want)
+    assert isa.ADD.access(ARCH, insn)[-1] == (0, 20, 28, True)
+    assert isa.ADD.cycles(ARCH, insn) == 2 * isa.ADD.cycles(ARCH, isa.ADD(**{
+        **insn.args, "wide": 0}))
+
+
+def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
+    """LAYERNORM wide=1 over C = L + 5 channels (two blocks): blocks 0 and 1 the high plane,
+    2 and 3 the low one, normalized as numerics.layer_norm of the int16 codes."""
+    state = fresh()
+    c, rows, stride = L + 5, 3, 8
+    x = rng.integers(-3000, 3000, (rows, c))
+    x[:, 7] *= 10  # an outlier channel
+    high, low = numerics.split_wide(x)
+    for block in range(2):
+        width = L if block == 0 else 5
+        state.scratchpad[100 + block * stride:100 + block * stride + rows, :width] = \
+            high[:, block * L:block * L + width]
+        state.scratchpad[100 + (2 + block) * stride:100 + (2 + block) * stride + rows, :width] = \
+            low[:, block * L:block * L + width]
+    table = np.zeros(isa.layernorm_table_rows(L, c) * L, np.int64)
+    mults = [numerics.quantize_multiplier(0.8 * 2**8 / (0.05 * 2**16))] * c
+    table[0] = 1
+    table[1:1 + c] = [m for m, _ in mults]
+    table[1 + c:1 + 2 * c] = [s for _, s in mults]
+    table[1 + 2 * c:1 + 3 * c] = rng.integers(-500, 500, c)
+    state.accumulator[200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
+    run(state, isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride,
+                             table=200, wide=1))
+    want = numerics.layer_norm(x, 1, table[1:1 + c], table[1 + c:1 + 2 * c],
+                               table[1 + 2 * c:1 + 3 * c], 0, in_dtype="int16")
+    got = np.concatenate([state.scratchpad[300:300 + rows], state.scratchpad[308:308 + rows, :5]],
+                         axis=1)
+    np.testing.assert_array_equal(got, want)

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from compiler.backend.codegen.emit import (Context, input_window, instruction, load_acc_rows,
@@ -78,11 +80,13 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
 
 
 def _flat_rows(node: str, ctx: Context, row: isa.InsnDef, tensor: str, sram: int, r0: int,
-               rows: int, total_bytes: int, write: bool, view: View | None = None) -> list[Op]:
+               rows: int, total_bytes: int, write: bool, view: View | None = None,
+               plane: int = 0) -> list[Op]:
     """Rows [r0, r0 + rows) of a tensor's bytes in lanes-wide rows: the full rows in one
-    transfer, a last partial row in another. `view`: a contiguous part of the tensor."""
+    transfer, a last partial row in another. `view`: a contiguous part of the tensor; `plane`:
+    the bytes before the part (an int16 value's low plane)."""
     lanes = ctx.arch.lanes
-    base = r0 * lanes + (view.offset if view is not None else 0)
+    base = r0 * lanes + (view.offset if view is not None else 0) + plane
     full = min(rows, total_bytes // lanes - r0)
     rest = total_bytes - (r0 + full) * lanes if r0 + rows > total_bytes // lanes else 0
     access = ctx.access(tensor, write, view)
@@ -111,7 +115,8 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
                   out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax)
     if isinstance(layer, AddLayer):
         return instruction(layer.node, isa.ADD, **common, op=layer.op,
-                           b_once=int(not layer.b_pixels), b_splat=int(not layer.b_channels))
+                           b_once=int(not layer.b_pixels), b_splat=int(not layer.b_channels),
+                           wide=int(layer.wide))
     return instruction(layer.node, isa.MUL, **common, b_step=int(layer.b_pixels),
                        b_splat=int(not layer.b_channels))
 
@@ -160,6 +165,9 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         work = _work(layer, tiles, a_row, b_row, out_row, rows)
         stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True,
                             views[-1])
+        if getattr(layer, "wide", False):  # the int16 sum's low plane: after the high one
+            stores += _flat_rows(node, ctx, isa.STORE, layer.y, out_row + rows, r0, rows,
+                                 layer.size, True, views[-1], plane=layer.size)
         steps.append(Step(tuple(loads), (work, *stores)))
     return steps
 
@@ -252,10 +260,15 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
                                x_stride=view.pixel, y_stride=view.row)
         loads = pending + [dma(isa.LOAD, layer.x, layer.views[0], src, b, False)
                            for b in range(tiles.blocks)]
+        if layer.x_plane:  # an int16 input's low plane, its blocks after the high plane's
+            low = dataclasses.replace(layer.views[0], offset=layer.views[0].offset + layer.x_plane)
+            loads += [dma(isa.LOAD, layer.x, low, src + tiles.blocks * cap, b, False)
+                      for b in range(tiles.blocks)]
         pending = []
         rows = dict(src=src, dst=dst, rows=th * tw, n=c - (tiles.blocks - 1) * lanes,
                     blocks=tiles.blocks, stride=cap, table=tiles.table.base)
-        work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point) \
+        work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point,
+                           wide=int(bool(layer.x_plane))) \
             if layer.norm else instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
                                            shift=layer.shift, out_offset=layer.out_zero_point)
         stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)

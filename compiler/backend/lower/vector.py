@@ -17,7 +17,7 @@ import numpy as np
 
 from compiler.backend.layers import (NHWC, AddLayer, ConvLayer, Layout, LutLayer, MulLayer,
                                      PoolLayer, SoftmaxLayer, Tensor, View, block_axis,
-                                     block_shape)
+                                     block_shape, pixelwise)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, int8_attrs
 from compiler.graph.int8 import reduce_axes
@@ -321,11 +321,16 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     if negate_b:  # sub_int8: an ADD whose b rescale is negated
         mult[1] = -mult[1]
     qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
-    lw.layers.append(AddLayer(
-        node.name, ta, tb, ty, lw.tensors[ty].size_bytes if views is None else
-        views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
+    wide = lw.g.type_of(y).dtype == "int16"
+    layer = AddLayer(
+        node.name, ta, tb, ty, math.prod(lw.shape(y)) if wide else lw.tensors[ty].size_bytes
+        if views is None else views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
-        int(a["out_zero_point"]), qclamp, views, op))
+        int(a["out_zero_point"]), (-128, 127) if wide else qclamp, views, op, wide)
+    if wide and (pixelwise(layer) or ty != y or op != "add"):
+        raise unsupported(node, "its int16 sum is a Max/Min, or runs over parts of buffers; "
+                                "an int16 residual stream is an Add over whole tensors")
+    lw.layers.append(layer)
 
 
 def _row_major(lw: Walk, name: str) -> bool:
@@ -593,13 +598,15 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     its int32 parameters the node's fourth input."""
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
-    if lw.g.type_of(x).dtype != "int8":
-        raise unsupported(node, "its input is not int8")
+    # An int16 input (a residual stream) is two planes of a tensor of its own (`_add`).
+    x_plane = math.prod(shape) if lw.g.type_of(x).dtype == "int16" else 0
+    if x_plane and (x in lw.views or lw.buffer.get(x) != x):
+        raise unsupported(node, f"its int16 input {x!r} is a view of another tensor")
     rows = _row_major_views(lw, node, (x,), y)
     table = np.asarray(lw.g.values[node.inputs[3]].const, np.int32).reshape(-1)
     layer = functools.partial(SoftmaxLayer, node.name, table=table, log=False, shift=0,
                               out_zero_point=int(int8_attrs(node)["out_zero_point"]),
-                              norm=True)
+                              norm=True, x_plane=x_plane)
     if rows is not None:
         (tx, view), (ty, y_view) = rows
     elif block_axis(len(shape), len(shape) - 1) == 3:
@@ -609,6 +616,9 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     else:
         raise unsupported(node, f"it normalizes the last axis of {list(shape)}, whose elements "
                                 "are not contiguous in memory")
+    if x_plane and (tx != x or (view is not None and view.offset)):
+        raise unsupported(node, f"its int16 input {x!r} would need a copy into order (8-bit "
+                                f"copies only)")
     lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
 
 

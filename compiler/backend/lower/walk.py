@@ -75,11 +75,14 @@ class Walk:
         return params
 
     def new_tensor(self, name: str, layout: Layout) -> str:
+        """A tensor of its own for value `name`: int8 codes, or an int16 value's two planes of
+        them, the high one first (`numerics.split_wide`)."""
         dtype = self.g.type_of(name).dtype
-        if dtype != "int8":
+        if dtype not in ("int8", "int16"):
             raise CompileError(f"value {name!r} is {dtype}: the accelerator's local memories "
                                f"hold 8-bit activations only (quantize with int8 or uint8 activations)")
-        self.tensors[name] = Tensor(name, int(np.prod(self.shape(name), dtype=np.int64)))
+        planes = 2 if dtype == "int16" else 1
+        self.tensors[name] = Tensor(name, planes * int(np.prod(self.shape(name), dtype=np.int64)))
         self.layouts[name] = layout
         self.buffer[name] = name
         return name
@@ -89,6 +92,9 @@ class Walk:
             value = self.g.values[name]
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
+        if self.g.type_of(name).dtype == "int16" and OPS[node.op].lower is not Lower.LAYER_NORM:
+            raise unsupported(node, f"its input {name!r} is int16; only a LayerNormalization "
+                                    f"reads an int16 residual stream")
         return self.buffer[name]
 
     def need_channels_last(self, node: Node, name: str) -> None:

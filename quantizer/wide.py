@@ -1,0 +1,57 @@
+"""Which activations are int16: the residual streams a LayerNorm reads, where int8 loses them.
+
+A LayerNorm divides each row by its own spread, so every channel counts alike however small.
+A transformer's residual stream often carries a few channels a hundred times larger than the
+rest (BERT's outlier dimensions): an int8 step fitted to those leaves the others a step or
+less, and the LayerNorm's output loses them. The quantizer measures it on the profile: when the
+median |x| of a LayerNorm's input is under `MIN_STEPS` int8 steps of its calibrated range, the
+input is int16 (256 times finer). Only an Add's output read by nothing but the LayerNorm
+qualifies: the vector unit's ADD writes it as two byte planes and LAYERNORM reads them
+(`numerics.split_wide`); every other value stays 8-bit.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from compiler.graph.ir import Graph
+from compiler.graph.ops import ADD, LAYER_NORMALIZATION
+from profiler.format import TensorStats
+from quantizer.calibrate import abs_histogram
+
+MODES = ("auto", "never", "always")
+# Fewer int8 steps than this under the median |x|: the LayerNorm's input is int16.
+MIN_STEPS = 8
+
+
+def wide_inputs(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
+                range_of: Callable[[str], tuple[float, float]]) -> set[str]:
+    """The fp32 activations to quantize as int16 under `mode`: "never", "always" (every
+    qualifying LayerNorm input) or "auto" (those the profile shows int8 loses)."""
+    if mode == "never":
+        return set()
+    producers, users = graph.producers(), graph.users()
+    chosen = set()
+    for node in graph.nodes:
+        if node.op != LAYER_NORMALIZATION.name:
+            continue
+        x = node.inputs[0]
+        producer = producers.get(x)
+        if producer is None or producer.op != ADD.name or len(users.get(x, [])) != 1 or \
+                x in graph.outputs:
+            continue
+        if mode == "always" or int8_steps_under_median(stats_of(x), *range_of(x)) < MIN_STEPS:
+            chosen.add(x)
+    return chosen
+
+
+def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:
+    """How many int8 steps of the range [lo, hi] the median |x| of the profile's histogram
+    spans."""
+    counts, width = abs_histogram(stats)
+    if counts.sum() == 0 or hi <= lo:
+        return float("inf")
+    median = (int(np.searchsorted(np.cumsum(counts), counts.sum() / 2)) + 0.5) * width
+    return median / ((max(hi, 0.0) - min(lo, 0.0)) / 255)

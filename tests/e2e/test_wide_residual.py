@@ -1,0 +1,87 @@
+"""int16 residual streams: a LayerNorm input an Add computes is int16 when the profile shows that
+int8 loses it (`quantizer.wide`: a channel 100 times the others leaves the rest under 8 int8
+steps), the ADD writes it as two byte planes and LAYERNORM reads them; bit-exact on every
+preset, and the LayerNorm's output far closer to fp32 than with int8. A residual without
+outliers stays int8; "never" and "always" override the measure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from compiler.graph.evaluate import evaluate
+from ember.flow import CompileOptions, compile_model, optimized_graph
+from quantizer.options import QuantOptions
+from quantizer.reference import run_int8
+from simulator import isa
+from tests.e2e.flow import check_bit_exact, quantized
+from tests.onnx_builder import model
+from tests.quantizer.util import profile_of
+
+S, C = 12, 48
+
+
+def residual_block(outlier: float):
+    """y = LayerNorm(a + b): a stream a and an update b that carries only channel 5, `outlier`
+    times a's spread (BERT's outlier dimensions); the LayerNorm's gamma shrinks channel 5
+    back, so y's other channels hold what a brought."""
+    rng = np.random.default_rng(0)
+    gamma = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    gamma[5] = 1 / outlier
+    only = np.zeros(C, np.float32)
+    only[5] = outlier
+    nodes = [helper.make_node("Mul", ["update", "only"], ["b"], name="outlier"),
+             helper.make_node("Add", ["a", "b"], ["r"], name="residual"),
+             helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["y"], name="norm")]
+    inits = {"only": only, "gamma": gamma, "beta": rng.normal(0, 0.1, C).astype(np.float32)}
+    return model(nodes, {"a": [1, S, C], "update": [1, S, C]}, {"y": [1, S, C]}, inits,
+                 opset=17)
+
+
+def samples(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{name: rng.normal(0, 1, (1, S, C)).astype(np.float32) for name in ("a", "update")}
+            for _ in range(count)]
+
+
+def sqnr_db(proto, qgraph) -> float:
+    graph = optimized_graph(proto)
+    signal = noise = 0.0
+    for feeds in samples(4, 9):
+        want = evaluate(graph, feeds)["y"].astype(np.float64)
+        got = run_int8(qgraph, feeds)["y"].astype(np.float64)
+        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
+    return 10 * np.log10(signal / noise)
+
+
+def wide_values(qgraph) -> list[str]:
+    return sorted(name for name, value in qgraph.values.items() if value.type.dtype == "int16")
+
+
+def test_auto_makes_an_outlier_residual_int16_and_it_pays() -> None:
+    proto = residual_block(outlier=100.0)
+    wide = quantized(proto, samples(8, 0))
+    narrow = quantized(proto, samples(8, 0), QuantOptions(wide_norm_inputs="never"))
+    assert wide_values(wide) == ["r"] and wide_values(narrow) == []
+    assert sqnr_db(proto, wide) > sqnr_db(proto, narrow) + 10
+
+
+def test_a_residual_without_outliers_stays_int8_unless_always() -> None:
+    proto = residual_block(outlier=1.0)
+    assert wide_values(quantized(proto, samples(8, 0))) == []
+    assert wide_values(quantized(proto, samples(8, 0),
+                                 QuantOptions(wide_norm_inputs="always"))) == ["r"]
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow),
+                                    pytest.param("large", marks=pytest.mark.slow)])
+def test_an_int16_residual_runs_bit_exactly(preset: str) -> None:
+    proto = residual_block(outlier=100.0)
+    profile = profile_of(proto, samples(8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(), preset)
+    program = built.compiled.program
+    wide = [i.op.mnemonic for i in program.instructions
+            if i.op in (isa.ADD, isa.LAYERNORM) and i.args["wide"]]
+    assert "ADD" in wide and "LAYERNORM" in wide
+    check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
