@@ -4,8 +4,10 @@ TensorFlow exports a layer's bias as its own node (tf2onnx's MatMul + Add "BiasA
 without a bias followed by Add). An Add (or Sub) of a constant with one value per output
 channel to the sole-used output of a node that absorbs a per-channel affine map (the table's
 `absorbs_channel_affine`) becomes that node's bias; a MatMul of a rank-2 activation by a
-constant becomes the Gemm it is. The folded node takes the Add's output name, so profiles and
-per-layer reports still match it.
+constant becomes the Gemm it is, and one of a higher-rank activation (a transformer's
+projections, [B, S, D] by [D, N], the bias one value per last-axis channel) the Gemm of its
+rows between two Reshapes, which are views. The folded node takes the Add's output name, so
+profiles and per-layer reports still match it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.graph.ir import Graph, Node, Type, Value
-from compiler.graph.ops import GEMM, OPS, Lower
+from compiler.graph.ops import GEMM, OPS, RESHAPE, Lower
 from compiler.passes.util import prune_values, single_user
 
 
@@ -24,6 +26,7 @@ def fold_bias(graph: Graph) -> Graph:
     replaced: dict[str, Node] = {}
     dropped: set[str] = set()
     new_values: dict[str, Value] = {}
+    origin: dict[str, str] = {}
     for node in graph.nodes:
         offset = _offset(graph, node)
         if offset is None:
@@ -34,14 +37,18 @@ def fold_bias(graph: Graph) -> Graph:
             continue
         folded = _fold(graph, producer, values, node.outputs[0])
         if folded is None:
+            folded = _fold_rows(graph, producer, values, node.outputs[0])
+        if folded is None:
             continue
-        replaced[producer.name], bias = folded
-        new_values[bias.name] = bias
+        replaced[producer.name], values_made, made_from = folded
+        new_values.update((v.name, v) for v in values_made)
+        origin.update(made_from)
         dropped.add(node.name)
     if not replaced:
         return graph
-    nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped]
-    return prune_values(graph, nodes, new_values)
+    nodes = [m for n in graph.nodes if n.name not in dropped
+             for m in replaced.get(n.name, (n,))]
+    return prune_values(graph, nodes, new_values, origin)
 
 
 def _offset(graph: Graph, node: Node) -> tuple[str, np.ndarray] | None:
@@ -65,7 +72,7 @@ def _offset(graph: Graph, node: Node) -> tuple[str, np.ndarray] | None:
 
 
 def _fold(graph: Graph, producer: Node, offset: np.ndarray, out: str
-          ) -> tuple[Node, Value] | None:
+          ) -> tuple[tuple[Node, ...], tuple[Value, ...], dict] | None:
     """The producer with `offset` added to its bias (a MatMul becomes a Gemm), or None when
     the offset is not one value per output channel or the producer's bias cannot take it."""
     shape = graph.type_of(producer.outputs[0]).shape
@@ -104,4 +111,41 @@ def _fold(graph: Graph, producer: Node, offset: np.ndarray, out: str
     dtype = graph.type_of(out).dtype
     bias = ((base * beta + offset) / beta).astype(dtype)
     value = Value(name, Type(dtype, (channels,)), bias)
-    return node.with_(inputs=(node.inputs[0], node.inputs[1], name), outputs=(out,)), value
+    return (node.with_(inputs=(node.inputs[0], node.inputs[1], name), outputs=(out,)),), \
+        (value,), {}
+
+
+def _fold_rows(graph: Graph, producer: Node, offset: np.ndarray, out: str
+               ) -> tuple[tuple[Node, ...], tuple[Value, ...], dict] | None:
+    """A MatMul of a rank-3+ activation by a constant [D, N] weight, plus one offset per
+    last-axis channel: Reshape to rows [-1, D], the Gemm with the offset as its bias, Reshape
+    back to the output's shape under `out`; None when it is not that."""
+    if OPS[producer.op].lower is not Lower.MATMUL or len(producer.inputs) != 2:
+        return None
+    x, weight = producer.inputs
+    shape = graph.type_of(producer.outputs[0]).shape
+    if not graph.values[weight].is_const or graph.type_of(weight).rank != 2 or \
+            graph.values[x].is_const or len(shape) < 3:
+        return None
+    d, n = graph.type_of(weight).shape
+    try:
+        if np.broadcast_shapes(offset.shape, (n,)) != (n,):
+            return None
+    except ValueError:
+        return None
+    rows = f"{producer.name}/rows"
+    dtype = graph.type_of(out).dtype
+    values = (Value(f"{rows}/shape", Type("int64", (2,)), np.array([-1, d], np.int64)),
+              Value(rows, Type(dtype, (int(np.prod(shape[:-1])), d))),
+              Value(f"{producer.name}/B_add", Type(dtype, (n,)),
+                    np.broadcast_to(offset, (n,)).astype(dtype)),
+              Value(f"{producer.name}/gemm", Type(dtype, (int(np.prod(shape[:-1])), n))),
+              Value(f"{out}/shape", Type("int64", (len(shape),)), np.array(shape, np.int64)))
+    nodes = (Node(RESHAPE.name, f"{producer.name}/to_rows", (x, values[0].name), (rows,)),
+             Node(GEMM.name, producer.name, (rows, weight, values[2].name),
+                  (values[3].name,), {}),
+             Node(RESHAPE.name, f"{producer.name}/from_rows", (values[3].name, values[4].name),
+                  (out,)))
+    # The rows are x's values and the Gemm's are out's, reshaped: the profile's ranges.
+    return nodes, values, {rows: graph.origin.get(x, x),
+                           values[3].name: graph.origin.get(out, out)}

@@ -298,3 +298,21 @@ def test_fold_bias_leaves_an_add_that_is_not_one_value_per_channel() -> None:
                    "plane": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)})
     before = import_model(proto)
     assert fold_bias(before) is before
+
+
+def test_fold_bias_makes_a_projection_of_tokens_a_gemm_of_its_rows() -> None:
+    """Before: MatMul([1, 5, 8] by [8, 6]) and Add(bias [6], first, as torch exports it).
+    Expected: Reshape to [5, 8], Gemm with the bias, Reshape to [1, 5, 6] named as the Add."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="proj"),
+             helper.make_node("Add", ["b", "m"], ["y"], name="bias")]
+    proto = model(nodes, {"x": [1, 5, 8]}, {"y": [1, 5, 6]},
+                  {"w": rng.standard_normal((8, 6)).astype(np.float32),
+                   "b": rng.standard_normal(6).astype(np.float32)})
+    after = fold_bias(fold_constants(import_model(proto)))
+    assert [n.op for n in after.nodes] == ["Reshape", "Gemm", "Reshape"]
+    assert after.nodes[-1].outputs == ("y",) and after.type_of(after.nodes[1].outputs[0]).shape \
+        == (5, 6)
+    x = rng.standard_normal((1, 5, 8)).astype(np.float32)
+    assert max_relative_error(evaluate(after, {"x": x})["y"],
+                              ort.run(ort.session(proto), {"x": x})["y"]) <= 1e-5
