@@ -36,13 +36,13 @@ from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
-from quantizer.wide import wide_inputs
+from quantizer.wide import wide_values
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.errors import listing
-from simulator.numerics import ADD_LEFT_SHIFT, RANGES
+from simulator.numerics import RANGES, add_left_shift
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
 
@@ -87,7 +87,7 @@ class _Rewriter:
     def run(self) -> Graph:
         """Each node in order through its kind's rule (or kept in fp32)."""
         # int16 residual streams are int8 codes' refinement: not with uint8 activations.
-        self.wide = wide_inputs(self.g, self.opts.wide_norm_inputs if self.dtype == "int8"
+        self.wide = wide_values(self.g, self.opts.wide_norm_inputs if self.dtype == "int8"
                                 else "never",
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
@@ -200,10 +200,12 @@ class _Rewriter:
     def emit(self, op: str, name: str, inputs, outputs, attrs) -> None:
         self.nodes.append(Node(op, name, tuple(inputs), tuple(outputs), dict(attrs)))
 
-    def activation(self, name: str, params: QuantParams) -> str:
-        """Declare the integer value of fp32 activation `name` with `params`."""
+    def activation(self, name: str, params: QuantParams, dtype: str | None = None) -> str:
+        """Declare the integer value of fp32 activation `name` with `params` (and `dtype`, by
+        default `dtype_of` it)."""
         shape = self.g.type_of(name).shape
-        qname = self.add_value(self._int_name(name), Type(self.dtype_of(name), shape, params),
+        qname = self.add_value(self._int_name(name),
+                               Type(dtype or self.dtype_of(name), shape, params),
                                origin=self.onnx_name(name))
         self.quantized[name] = qname
         return qname
@@ -402,7 +404,8 @@ def keep_params(r: _Rewriter, node: Node) -> None:
         inputs += [""] * (fill + 1 - len(inputs))
         inputs[fill] = r.const(f"{node.name}/{row.inputs[fill].rstrip('?')}",
                                _quantize_array(np.float32(real), params, r.dtype))
-    outputs = [r.activation(out, params) for out in node.outputs]
+    # Data movement keeps the input's type too (a view of an int16 value is int16).
+    outputs = [r.activation(out, params, r.values[x].type.dtype) for out in node.outputs]
     r.emit(node.op, node.name, inputs, outputs, node.attrs)
 
 
@@ -607,14 +610,17 @@ def linear(r: _Rewriter, node: Node) -> None:
 
 
 def add(r: _Rewriter, node: Node) -> None:
-    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD)."""
+    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD), 2^-12
+    when one is int16 (`numerics.add_left_shift`)."""
     where = f"node {node.name!r} ({node.op})"
     a, b = (r.operand(n) for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
     larger = max(pa.scale[0], pb.scale[0])
     reals = (pa.scale[0] / larger, pb.scale[0] / larger,
-             larger / (2**ADD_LEFT_SHIFT * out_params.scale[0]))
+             larger / (2**add_left_shift(r.values[a].type.dtype == "int16" or
+                                         r.values[b].type.dtype == "int16")
+                       * out_params.scale[0]))
     multipliers, shifts = ratios(reals, where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
              **r.requant_attrs(out, qclamp, multipliers, shifts)}

@@ -7,7 +7,10 @@ less, and the LayerNorm's output loses them. The quantizer measures it on the pr
 median |x| of a LayerNorm's input is under `MIN_STEPS` int8 steps of its calibrated range, the
 input is int16 (256 times finer). Only an Add's output read by nothing but the LayerNorm
 qualifies: the vector unit's ADD writes it as two byte planes and LAYERNORM reads them
-(`numerics.split_wide`); every other value stays 8-bit.
+(`numerics.split_wide`). The projection added into that stream (an attention output's or a
+feed-forward's Gemm, through views) carries the same outlier channels, so it is measured the
+same way and, when int8 loses it too, requantized to int16 (REQUANT wide) for the ADD to read.
+Every other value stays 8-bit: the array multiplies int8 codes.
 """
 
 from __future__ import annotations
@@ -16,35 +19,61 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.graph.ir import Graph
-from compiler.graph.ops import ADD, LAYER_NORMALIZATION
+from compiler.graph.ir import Graph, Node
+from compiler.graph.ops import ADD, LAYER_NORMALIZATION, OPS, Lower, ViewKind
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram
 
 MODES = ("auto", "never", "always")
-# Fewer int8 steps than this under the median |x|: the LayerNorm's input is int16.
+# Fewer int8 steps than this under the median |x|: the value is int16.
 MIN_STEPS = 8
 
 
-def wide_inputs(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
+def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
                 range_of: Callable[[str], tuple[float, float]]) -> set[str]:
     """The fp32 activations to quantize as int16 under `mode`: "never", "always" (every
-    qualifying LayerNorm input) or "auto" (those the profile shows int8 loses)."""
+    qualifying value) or "auto" (those the profile shows int8 loses)."""
     if mode == "never":
         return set()
     producers, users = graph.producers(), graph.users()
+
+    def loses(name: str) -> bool:
+        return mode == "always" or int8_steps_under_median(stats_of(name),
+                                                           *range_of(name)) < MIN_STEPS
+
+    def only_reader(name: str) -> bool:
+        return len(users.get(name, [])) == 1 and name not in graph.outputs
+
     chosen = set()
     for node in graph.nodes:
         if node.op != LAYER_NORMALIZATION.name:
             continue
         x = node.inputs[0]
         producer = producers.get(x)
-        if producer is None or producer.op != ADD.name or len(users.get(x, [])) != 1 or \
-                x in graph.outputs:
+        if producer is None or producer.op != ADD.name or not only_reader(x) or not loses(x):
             continue
-        if mode == "always" or int8_steps_under_median(stats_of(x), *range_of(x)) < MIN_STEPS:
-            chosen.add(x)
+        chosen.add(x)
+        for operand in producer.inputs:
+            projection = _projection(graph, producers, only_reader, operand)
+            if projection is not None and loses(projection.outputs[0]):
+                chosen.add(projection.outputs[0])
     return chosen
+
+
+def _projection(graph: Graph, producers: dict, only_reader, name: str) -> Node | None:
+    """The Gemm or MatMul by a constant weight that computes `name` through reshaping views,
+    each value on the way read once; None if there is none."""
+    while only_reader(name) and name in producers:
+        node = producers[name]
+        row = OPS[node.op]
+        if row.view is ViewKind.RESHAPE:
+            name = node.inputs[0]
+            continue
+        weight = node.inputs[1] if len(node.inputs) > 1 else ""
+        if row.lower in (Lower.GEMM, Lower.MATMUL) and weight and graph.values[weight].is_const:
+            return node
+        return None
+    return None
 
 
 def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:

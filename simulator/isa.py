@@ -63,7 +63,9 @@ store -> vector -> compute -> load.
   clamp [qmin, qmax] (qmin = the zero point fuses a ReLU). With bias=1 the parameter block has a
   third row, per-lane int32 biases added (wrapping) to each accumulator row first, so a
   convolution's bias costs no DMA into every accumulator row (its integers are unchanged:
-  int32 addition is associative).
+  int32 addition is associative). With wide=1 the result is int16 (the clamp its range; qmin,
+  qmax unused), written as two planes: high bytes to [sp, sp + rows), low bytes to
+  [sp + rows, sp + 2 rows) (`numerics.split_wide`), in twice the cycles.
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)
@@ -73,6 +75,9 @@ store -> vector -> compute -> load.
   With wide=1 (op add only) the sum is int16 (the clamp its range; qmin, qmax unused), written
   as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to
   [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a LAYERNORM reads).
+  With a_wide=1 (b_wide=1) operand a (b) is int16: its high plane's rows at a (b), its low
+  plane's right after them; the operands then align at 2^12, not 2^20
+  (`numerics.add_left_shift`), op add only, and each wide operand takes one more pass.
 - MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
   with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,
@@ -330,14 +335,15 @@ COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
                   access=array.compute_access, latency=array.compute_latency)
 REQUANT = InsnDef("REQUANT", 0x05, "vector",
                   (F("acc", _ROW), F("sp", _ROW), F("rows", 16), F("param", _ROW), *_CLAMP,
-                   F("bias", 1, default=0)),
+                   F("bias", 1, default=0), F("wide", 1, default=0)),
                   run=vector.requant, cycles=vector.row_cycles, work=vector.requant_work,
                   access=vector.requant_access)
 ADD = InsnDef("ADD", 0x06, "vector",
               (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
                F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
                *_CLAMP, F("op", 2, names=vector.ADD_OPS, default=0), F("b_once", 1, default=0),
-               F("b_splat", 1, default=0), F("wide", 1, default=0)),
+               F("b_splat", 1, default=0), F("wide", 1, default=0), F("a_wide", 1, default=0),
+               F("b_wide", 1, default=0)),
               run=vector.add, cycles=vector.row_cycles, work=vector.add_work,
               access=vector.add_access)
 MUL = InsnDef("MUL", 0x0C, "vector",

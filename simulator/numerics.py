@@ -40,6 +40,14 @@ SHIFT_MIN, SHIFT_MAX = -31, 31
 # TFLite's quantized ADD aligns both inputs at 2^20 before rescaling them, so that the two
 # input rescales lose no precision: |x - offset| <= 255 < 2^8, shifted < 2^28, sums < 2^29.
 ADD_LEFT_SHIFT = 20
+# An int16 operand (a residual stream's projection, `split_wide`) has 8 more bits: aligned at
+# 2^12 it stays below 2^29 too, and its rescale's product inside int64.
+ADD_LEFT_SHIFT_WIDE = 12
+
+
+def add_left_shift(wide: bool) -> int:
+    """The alignment of an ADD's operands: 2^12 when one of them is int16, else 2^20."""
+    return ADD_LEFT_SHIFT_WIDE if wide else ADD_LEFT_SHIFT
 
 # The largest single tensor ember makes (a model input, a folded constant, an activation, an
 # array read from a file), in bytes. Shapes come from files, so each one is checked against this
@@ -206,15 +214,16 @@ def dequantize(q, scale, zero_point=0, *, axis: int | None = None,
 
 
 def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None, *,
-        dtype: str = "int8"):
+        dtype: str = "int8", left_shift: int = ADD_LEFT_SHIFT):
     """Quantized elementwise add of int8 tensors with their own scales, as TFLite's ADD.
 
     multipliers/shifts = (x, y, out): the input rescales map each input to a common scale
-    2^-ADD_LEFT_SHIFT finer than the larger input scale; the output rescale maps the sum to the
-    output scale. The compiler derives all three with `quantize_multiplier`. The sum may be
-    int16 (a residual stream a LayerNorm reads, `split_wide`).
+    2^-left_shift finer than the larger input scale; the output rescale maps the sum to the
+    output scale. The compiler derives all three with `quantize_multiplier`. An operand and the
+    sum may be int16 (a residual stream, `split_wide`; then left_shift is
+    ADD_LEFT_SHIFT_WIDE).
     """
-    xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts)
+    xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts, left_shift)
     return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
 
 
@@ -244,10 +253,10 @@ def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=Non
     return requantize(pick, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
 
 
-def _common_scale(x, y, x_offset, y_offset, multipliers, shifts):
+def _common_scale(x, y, x_offset, y_offset, multipliers, shifts, left_shift=ADD_LEFT_SHIFT):
     """`add`'s inputs, centred and rescaled to the common scale by lanes 0 and 1."""
-    xs = rescale((np.asarray(x, np.int64) - x_offset) << ADD_LEFT_SHIFT, multipliers[0], shifts[0])
-    ys = rescale((np.asarray(y, np.int64) - y_offset) << ADD_LEFT_SHIFT, multipliers[1], shifts[1])
+    xs = rescale((np.asarray(x, np.int64) - x_offset) << left_shift, multipliers[0], shifts[0])
+    ys = rescale((np.asarray(y, np.int64) - y_offset) << left_shift, multipliers[1], shifts[1])
     return xs, ys
 
 

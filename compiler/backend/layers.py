@@ -237,6 +237,9 @@ class ConvLayer(_Windowed):
     group: int = 1
     x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
     y_view: View | None = None
+    # An int16 output (a projection added into a residual stream): y is two planes of
+    # y_plane bytes, the high one first (REQUANT wide=1); 0: int8.
+    y_plane: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -344,8 +347,11 @@ class AddLayer(_BinaryOperands):
     views: tuple[View, View, View] | None = None
     op: str = "add"  # the ADD instruction's op: add, max or min
     # An int16 sum (a residual stream a LayerNorm reads): y is two planes of `size` bytes,
-    # the high one first (ADD wide=1); only over flat bytes (no views).
+    # the high one first (ADD wide=1); likewise an int16 a or b (a_wide, b_wide). Only over
+    # flat bytes (no pixel-wise views).
     wide: bool = False
+    a_wide: bool = False
+    b_wide: bool = False
 
 
 @dataclass(frozen=True, eq=False)

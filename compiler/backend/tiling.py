@@ -214,6 +214,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
     resident_rows = taps * max((sum(min(in_block, layer.in_channels - ib * in_block)
                                     for ib in a) for a in active), default=0)
     one_by_one = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(layer.pads)
+    out_planes = 2 if layer.y_plane else 1  # an int16 output's two planes
 
     def input_rows(rows: int, cols: int, blocked: bool) -> int:
         if blocked:
@@ -249,7 +250,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
                 pixels = rows * cols
                 if pixels > _MAX_FIELD:
                     return False
-                sp = weight_rows + BUFFERS * (in_rows(rows, cols) + pixels)
+                sp = weight_rows + BUFFERS * (in_rows(rows, cols) + out_planes * pixels)
                 return sp <= sp_rows and param_rows + BUFFERS * pixels <= acc_rows
             tile = _best_tile(layer.out_hw, fits)
             if tile is None:
@@ -258,7 +259,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
             pixels = rows * cols
             weights = Region("scratchpad", 0, weight_rows, 1)
             inputs = Region("scratchpad", weights.end, in_rows(rows, cols))
-            outputs = Region("scratchpad", inputs.end, pixels)
+            outputs = Region("scratchpad", inputs.end, out_planes * pixels)
             params = Region("accumulator", 0, param_rows, 1)
             acc = Region("accumulator", params.end, pixels)
             if not whole or not resident:  # per-block weights alternate between two buffers
@@ -354,8 +355,10 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     per_channel = isinstance(layer, LutLayer) and layer.per_channel
     table_rows = 0 if binary else isa.lut_table_rows(arch.lanes, per_channel)
     tables = BUFFERS if per_channel else 1  # a channel block's table loads while one runs
-    planes = 2 if getattr(layer, "wide", False) else 1  # an int16 sum: two output rows a row
-    operands = (2 if binary else 1) + planes
+    # An int16 operand or sum: two rows (planes) for each row of its bytes.
+    a_planes, b_planes, planes = (2 if getattr(layer, f, False) else 1
+                                  for f in ("a_wide", "b_wide", "wide"))
+    operands = a_planes + (b_planes if binary else 0) + planes
     fit = (sp_rows - tables * table_rows) // (BUFFERS * operands)
     if fit < 1:
         raise _too_small(layer.node, "scratchpad", tables * table_rows + BUFFERS * operands,
@@ -363,8 +366,8 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, max(total_rows, 1))
     rows = ceil_div(total_rows, ceil_div(total_rows, rows)) if total_rows else 1
     table = Region("scratchpad", 0, table_rows, tables) if not binary else None
-    a = Region("scratchpad", table.end if table else 0, rows)
-    b = Region("scratchpad", a.end, rows) if binary else None
+    a = Region("scratchpad", table.end if table else 0, rows * a_planes)
+    b = Region("scratchpad", a.end, rows * b_planes) if binary else None
     outputs = Region("scratchpad", (b or a).end, rows * planes)
     params = Region("accumulator", 0, PARAM_ROWS) if binary else None
     return ElementwiseTiles(rows, a, b, outputs, table, params)

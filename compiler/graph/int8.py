@@ -260,8 +260,9 @@ def add_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zer
              qclamp=None, out_dtype="int8"):
     """TFLite's quantized ADD: multiplier/shift are (a, b, out), see numerics.add."""
     lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    wide = np.asarray(a).dtype == np.int16 or np.asarray(b).dtype == np.int16
     return numerics.add(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
-                        lo, hi, dtype=out_dtype)
+                        lo, hi, dtype=out_dtype, left_shift=numerics.add_left_shift(wide))
 
 
 def max_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,

@@ -65,30 +65,49 @@ def requant(state, insn) -> None:
     params = ParamBlock.unpack(state.accumulator, a["param"], a["bias"])
     if a["bias"]:
         src = src + params.bias  # int32, wrapping, as the accumulator's own additions
+    if a["wide"]:  # int16 (qmin, qmax unused): high plane at sp, low plane after it
+        total = numerics.requantize(src, params.multipliers, params.shifts, a["out_offset"],
+                                    axis=1, dtype="int16")
+        state.scratchpad[rows(state.scratchpad, a["sp"], 2 * a["rows"], "scratchpad")] = \
+            np.concatenate(numerics.split_wide(total))
+        return
     dst = rows(state.scratchpad, a["sp"], a["rows"], "scratchpad")
     state.scratchpad[dst] = numerics.requantize(src, params.multipliers, params.shifts,
                                                 a["out_offset"], a["qmin"], a["qmax"], axis=1)
 
 
 def add_b_rows(a: dict) -> int:
-    """The b rows an ADD reads: one per row, or one broadcast to all (b_once=1)."""
+    """The b rows an ADD reads (per plane): one per row, or one broadcast to all (b_once=1)."""
     return min(a["rows"], 1) if a["b_once"] else a["rows"]
+
+
+def _operand(sp, base: int, count: int, wide: int) -> np.ndarray:
+    """`count` rows of an ADD operand at `base`: int8 codes, or (wide) an int16 value's high
+    plane there and its low plane right after."""
+    x = sp[rows(sp, base, count * (1 + wide), "scratchpad")]
+    return numerics.join_wide(x[:count], x[count:]) if wide else x
 
 
 def add(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
-    y = sp[rows(sp, a["b"], add_b_rows(a), "scratchpad")]
+    x = _operand(sp, a["a"], a["rows"], a["a_wide"])
+    y = _operand(sp, a["b"], add_b_rows(a), a["b_wide"])
     if a["b_splat"]:  # lane 0 of each b row stands for every lane
         y = y[:, :1]
     params = ParamBlock.unpack(state.accumulator, a["param"])
+    wide_in = a["a_wide"] or a["b_wide"]
+    if wide_in and ADD_OPS[a["op"]] != "add":
+        raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds; op "
+                             f"{ADD_OPS[a['op']]!r} has no wide form")
+    shift = numerics.add_left_shift(bool(wide_in))
     if a["wide"]:  # an int16 sum (qmin, qmax unused): high plane at dst, low plane after it
         if ADD_OPS[a["op"]] != "add":
             raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
                                  f"has no wide form")
         total = numerics.add(x, y, a["a_offset"], a["b_offset"], params.multipliers[:3],
-                             params.shifts[:3], a["out_offset"], dtype="int16")
+                             params.shifts[:3], a["out_offset"], dtype="int16",
+                             left_shift=shift)
         high, low = numerics.split_wide(total)
         sp[rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate([high, low])
         return
@@ -96,7 +115,8 @@ def add(state, insn) -> None:
               a["out_offset"], a["qmin"], a["qmax"])
     op = ADD_OPS[a["op"]]
     sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = (
-        numerics.add(*common) if op == "add" else numerics.extremum(*common, op=op))
+        numerics.add(*common, left_shift=shift) if op == "add"
+        else numerics.extremum(*common, op=op))
 
 
 def mul_b_rows(a: dict) -> int:
@@ -257,10 +277,11 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD, MUL, LUT: one element per lane of each row (a wide ADD's two planes,
-    two)."""
-    planes = 1 + insn.args.get("wide", 0)
-    return planes * ceil_div(insn.args["rows"] * arch.lanes, arch.vector.lanes)
+    """REQUANT, ADD, MUL, LUT: one element per lane of each row; each int16 plane (a wide
+    output's, a wide operand's) one more pass."""
+    a = insn.args
+    planes = 1 + a.get("wide", 0) + a.get("a_wide", 0) + a.get("b_wide", 0)
+    return planes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
 
 
 def pool_cycles(arch, insn) -> int:
@@ -287,15 +308,17 @@ def layernorm_cycles(arch, insn) -> int:
 def requant_work(arch, insn) -> Work:
     a = insn.args
     acc_row, sp_row = arch.accumulator.row_bytes, arch.scratchpad.row_bytes
+    written = (1 + a["wide"]) * a["rows"]
     return Work(local_bytes=(a["rows"] + ParamBlock.rows(a["bias"])) * acc_row
-                + a["rows"] * sp_row,
-                scratchpad_end=a["sp"] + a["rows"] if a["rows"] else 0)
+                + written * sp_row,
+                scratchpad_end=a["sp"] + written if a["rows"] else 0)
 
 
 def add_work(arch, insn) -> Work:
     a = insn.args
     written = (1 + a["wide"]) * a["rows"]
-    return Work(local_bytes=(a["rows"] + written + add_b_rows(a)) * arch.scratchpad.row_bytes
+    read = (1 + a["a_wide"]) * a["rows"] + (1 + a["b_wide"]) * add_b_rows(a)
+    return Work(local_bytes=(read + written) * arch.scratchpad.row_bytes
                 + ParamBlock.rows() * arch.accumulator.row_bytes,
                 scratchpad_end=a["dst"] + written if a["rows"] else 0)
 
@@ -349,13 +372,14 @@ def requant_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     return (Access(ACCUMULATOR, a["acc"], a["acc"] + a["rows"], False),
             Access(ACCUMULATOR, a["param"], a["param"] + ParamBlock.rows(a["bias"]), False),
-            Access(SCRATCHPAD, a["sp"], a["sp"] + a["rows"], True))
+            Access(SCRATCHPAD, a["sp"], a["sp"] + (1 + a["wide"]) * a["rows"], True))
 
 
 def add_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
-            Access(SCRATCHPAD, a["b"], a["b"] + add_b_rows(a), False), _param_access(a),
+    return (Access(SCRATCHPAD, a["a"], a["a"] + (1 + a["a_wide"]) * a["rows"], False),
+            Access(SCRATCHPAD, a["b"], a["b"] + (1 + a["b_wide"]) * add_b_rows(a), False),
+            _param_access(a),
             Access(SCRATCHPAD, a["dst"], a["dst"] + (1 + a["wide"]) * a["rows"], True))
 
 

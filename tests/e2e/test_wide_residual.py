@@ -1,8 +1,10 @@
 """int16 residual streams: a LayerNorm input an Add computes is int16 when the profile shows that
 int8 loses it (`quantizer.wide`: a channel 100 times the others leaves the rest under 8 int8
-steps), the ADD writes it as two byte planes and LAYERNORM reads them; bit-exact on every
-preset, and the LayerNorm's output far closer to fp32 than with int8. A residual without
-outliers stays int8; "never" and "always" override the measure."""
+steps), the ADD writes it as two byte planes and LAYERNORM reads them; the projection added
+into such a stream is measured alike and requantized to int16 (REQUANT wide=1), which the ADD
+reads (a_wide, b_wide). Bit-exact on every preset, and the LayerNorm's output far closer to
+fp32 than with int8. A residual without outliers stays int8; "never" and "always" override the
+measure."""
 
 from __future__ import annotations
 
@@ -84,4 +86,44 @@ def test_an_int16_residual_runs_bit_exactly(preset: str) -> None:
     wide = [i.op.mnemonic for i in program.instructions
             if i.op in (isa.ADD, isa.LAYERNORM) and i.args["wide"]]
     assert "ADD" in wide and "LAYERNORM" in wide
+    check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
+
+
+def projected_block(outlier: float = 100.0):
+    """y = LayerNorm(a + (h @ W + bias)): the projection added into the stream carries the
+    outlier channel (W's column 5 is `outlier` times the others), as BERT's attention-output
+    and feed-forward projections do."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
+    w[:, 5] *= outlier
+    gamma = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    gamma[5] = 1 / outlier
+    nodes = [helper.make_node("MatMul", ["update", "w"], ["m"], name="dense"),
+             helper.make_node("Add", ["bias", "m"], ["b"], name="dense_bias"),
+             helper.make_node("Add", ["b", "a"], ["r"], name="residual"),
+             helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["y"], name="norm")]
+    inits = {"w": w, "bias": rng.normal(0, 0.1, C).astype(np.float32), "gamma": gamma,
+             "beta": rng.normal(0, 0.1, C).astype(np.float32)}
+    return model(nodes, {"a": [1, S, C], "update": [1, S, C]}, {"y": [1, S, C]}, inits,
+                 opset=17)
+
+
+def test_the_projection_into_an_outlier_stream_is_int16_too_and_it_pays() -> None:
+    proto = projected_block()
+    wide = quantized(proto, samples(8, 0))
+    narrow = quantized(proto, samples(8, 0), QuantOptions(wide_norm_inputs="never"))
+    # The Gemm of the tokens' rows (fold_bias), its Reshape back (a view) and the sum.
+    assert wide_values(wide) == ["b", "dense/gemm", "r"]
+    assert sqnr_db(proto, wide) > sqnr_db(proto, narrow) + 10
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow)])
+def test_an_int16_projection_runs_bit_exactly(preset: str) -> None:
+    proto = projected_block()
+    profile = profile_of(proto, samples(8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(), preset)
+    program = built.compiled.program
+    assert any(i.op is isa.REQUANT and i.args["wide"] for i in program.instructions)
+    assert any(i.op is isa.ADD and (i.args["a_wide"] or i.args["b_wide"]) and i.args["wide"]
+               for i in program.instructions)
     check_bit_exact(built.qgraph, built.compiled, samples(2, 1))

@@ -507,3 +507,33 @@ def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     got = np.concatenate([state.scratchpad[300:300 + rows], state.scratchpad[308:308 + rows, :5]],
                          axis=1)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_wide_requant_writes_int16_as_two_planes():
+    state = fresh()
+    m = [numerics.quantize_multiplier(v) for v in rng.uniform(0.001, 0.01, L)]
+    _params(state, 10, [x for x, _ in m], [s for _, s in m])
+    acc = state.accumulator[20:23].copy()
+    run(state, isa.REQUANT(acc=20, sp=40, rows=3, param=10, out_offset=0, wide=1))
+    want = numerics.requantize(acc, [x for x, _ in m], [s for _, s in m], 0, axis=1,
+                               dtype="int16")
+    np.testing.assert_array_equal(
+        numerics.join_wide(state.scratchpad[40:43], state.scratchpad[43:46]), want)
+
+
+def test_an_add_of_a_wide_operand_aligns_at_2_to_the_12():
+    """ADD a_wide=1: a's high plane at a, low plane after it; numerics.add with the wide
+    alignment (2^12); the scheduler sees both planes read."""
+    state = fresh()
+    m = [numerics.quantize_multiplier(v) for v in (0.01, 1.0, 1 / (2**12 * 0.9))]
+    _params(state, 10, [x for x, _ in m], [s for _, s in m])
+    a = rng.integers(-30000, 30000, (4, L))
+    state.scratchpad[0:8] = np.concatenate(numerics.split_wide(a))
+    b = state.scratchpad[8:12].copy()
+    insn = isa.ADD(a=0, b=8, dst=20, rows=4, param=10, b_offset=5, a_wide=1, wide=1)
+    run(state, insn)
+    want = numerics.add(a, b, 0, 5, [x for x, _ in m], [s for _, s in m], 0, dtype="int16",
+                        left_shift=numerics.ADD_LEFT_SHIFT_WIDE)
+    np.testing.assert_array_equal(
+        numerics.join_wide(state.scratchpad[20:24], state.scratchpad[24:28]), want)
+    assert isa.ADD.access(ARCH, insn)[0] == (0, 0, 8, False)

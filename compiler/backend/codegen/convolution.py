@@ -291,11 +291,16 @@ def _output(node: str, ctx: Context, layer: ConvLayer, acc_row: int, out_row: in
 
     def requant(acc: int, sp: int, rows: int) -> Op:
         return instruction(node, isa.REQUANT, acc=acc, sp=sp, rows=rows, param=param,
-                           out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax, bias=1)
+                           out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax, bias=1,
+                           wide=int(bool(layer.y_plane)))
     kept = ctx.on_chip.get(layer.y)
     if kept is None:
-        return [requant(acc_row, out_row, th * tw),
-                _store(node, ctx, layer, out_row, image_index, y0, x0, c0, th, tw, n)]
+        ops = [requant(acc_row, out_row, th * tw),
+               _store(node, ctx, layer, out_row, image_index, y0, x0, c0, th, tw, n)]
+        if layer.y_plane:  # an int16 output's low plane: rows after the high ones, bytes too
+            ops.append(_store(node, ctx, layer, out_row + th * tw, image_index, y0, x0, c0,
+                              th, tw, n, layer.y_plane))
+        return ops
     rows = min(th, kept.height - kept.top - y0)
     cols = min(tw, kept.width - kept.left - x0)
     if rows <= 0 or cols <= 0:
@@ -317,12 +322,14 @@ def _fill_kept(ctx: Context, layer: ConvLayer, steps: list[Step]) -> list[Step]:
 
 
 def _store(node: str, ctx: Context, layer: ConvLayer, out_row: int, image_index: int, y0: int,
-           x0: int, c0: int, th: int, tw: int, n: int) -> Op:
+           x0: int, c0: int, th: int, tw: int, n: int, plane: int = 0) -> Op:
     """The th x tw output tile's channels [c0, c0 + n) to the output (a view of its buffer when
-    the layer writes into its part of a Concat)."""
+    the layer writes into its part of a Concat); `plane` bytes further (an int16 output's low
+    plane)."""
     view = layer.out_view
     return instruction(node, isa.STORE, ctx.access(layer.y, True, layer.y_view),
-                       mem="scratchpad", sram=out_row, dram=view.at(image_index, y0, x0, c0),
+                       mem="scratchpad", sram=out_row,
+                       dram=view.at(image_index, y0, x0, c0) + plane,
                        y_size=th, x_size=tw, elem_bytes=n, x_stride=view.pixel,
                        y_stride=view.row)
 

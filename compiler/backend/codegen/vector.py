@@ -116,7 +116,8 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
     if isinstance(layer, AddLayer):
         return instruction(layer.node, isa.ADD, **common, op=layer.op,
                            b_once=int(not layer.b_pixels), b_splat=int(not layer.b_channels),
-                           wide=int(layer.wide))
+                           wide=int(layer.wide), a_wide=int(layer.a_wide),
+                           b_wide=int(layer.b_wide))
     return instruction(layer.node, isa.MUL, **common, b_step=int(layer.b_pixels),
                        b_splat=int(not layer.b_channels))
 
@@ -156,12 +157,18 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         x = layer.x if isinstance(layer, LutLayer) else layer.a
         loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False,
                                      views[0])
+        if getattr(layer, "a_wide", False):  # an int16 operand's low plane, after its high one
+            loads += _flat_rows(node, ctx, isa.LOAD, x, a_row + rows, r0, rows, layer.size,
+                                False, views[0], plane=layer.size)
         pending = []
         b_row = None
         if binary:
             b_row = ctx.buffer(tiles.b, count)
             loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row, r0, rows, layer.size, False,
                                 views[1])
+            if getattr(layer, "b_wide", False):
+                loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row + rows, r0, rows,
+                                    layer.size, False, views[1], plane=layer.size)
         work = _work(layer, tiles, a_row, b_row, out_row, rows)
         stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True,
                             views[-1])

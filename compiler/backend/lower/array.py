@@ -274,13 +274,15 @@ def _gemm_layer(lw: Walk, node: Node, tensor: str, x_view: View | None, m: int, 
     y = node.outputs[0]
     n_out = dense.shape[0]
     bias = _bias(lw, node, bias_index, n_out)
+    wide = lw.g.type_of(y).dtype == "int16"  # a projection into a residual stream
     # A matrix product writes M rows of N: a part of a Concat only as a rank-2 value.
     y_tensor, y_view = lw.output(y, Layout.row_major(lw.shape(y)),
-                                   len(lw.shape(y)) <= 2)
+                                   len(lw.shape(y)) <= 2 and not wide)
     lw.layers.append(ConvLayer(
         node.name, tensor, y_tensor, 1, (1, m), (1, m), k, n_out, (1, 1), (1, 1), (1, 1),
-        (0, 0, 0, 0), 0, dense, bias, *requant_params(node, n_out), macs=node_macs(lw.g, node),
-        x_view=x_view, y_view=y_view))
+        (0, 0, 0, 0), 0, dense, bias, *requant_params(node, n_out, wide),
+        macs=node_macs(lw.g, node), x_view=x_view, y_view=y_view,
+        y_plane=m * n_out if wide else 0))
 
 
 def _bias(lw: Walk, node: Node, index: int, channels: int) -> np.ndarray | None:

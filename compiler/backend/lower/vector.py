@@ -321,15 +321,20 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     if negate_b:  # sub_int8: an ADD whose b rescale is negated
         mult[1] = -mult[1]
     qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
-    wide = lw.g.type_of(y).dtype == "int16"
+    wide, a_wide, b_wide = (lw.g.type_of(n).dtype == "int16" for n in (y, x, z))
+    any_wide = wide or a_wide or b_wide
     layer = AddLayer(
-        node.name, ta, tb, ty, math.prod(lw.shape(y)) if wide else lw.tensors[ty].size_bytes
+        node.name, ta, tb, ty, math.prod(lw.shape(y)) if any_wide else lw.tensors[ty].size_bytes
         if views is None else views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
-        int(a["out_zero_point"]), (-128, 127) if wide else qclamp, views, op, wide)
-    if wide and (pixelwise(layer) or ty != y or op != "add"):
-        raise unsupported(node, "its int16 sum is a Max/Min, or runs over parts of buffers; "
-                                "an int16 residual stream is an Add over whole tensors")
+        int(a["out_zero_point"]), (-128, 127) if wide else qclamp, views, op, wide, a_wide,
+        b_wide)
+    if any_wide and (pixelwise(layer) or op != "add" or (wide and ty != y) or
+                     lw.shape(x) != lw.shape(z) or
+                     any(v is not None and v.offset for v in views or ())):
+        raise unsupported(node, "its int16 operand or sum is a Max/Min, broadcast, or a part "
+                                "of a buffer; an int16 residual stream is an Add over whole "
+                                "tensors")
     lw.layers.append(layer)
 
 

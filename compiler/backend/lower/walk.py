@@ -92,9 +92,10 @@ class Walk:
             value = self.g.values[name]
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
-        if self.g.type_of(name).dtype == "int16" and OPS[node.op].lower is not Lower.LAYER_NORM:
-            raise unsupported(node, f"its input {name!r} is int16; only a LayerNormalization "
-                                    f"reads an int16 residual stream")
+        if self.g.type_of(name).dtype == "int16" and \
+                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW):
+            raise unsupported(node, f"its input {name!r} is int16; only an Add and a "
+                                    f"LayerNormalization read an int16 residual stream")
         return self.buffer[name]
 
     def need_channels_last(self, node: Node, name: str) -> None:
@@ -332,9 +333,14 @@ class Walk:
         host.restore(open_segment)
 
 
-def requant_params(node: Node, channels: int):
+def requant_params(node: Node, channels: int, wide: bool = False):
+    """(multipliers, shifts, zero point, clamp) of a requantizing node's int8 output; with
+    `wide`, of an int16 one (REQUANT wide=1, which clamps to int16: the clamp returned is
+    unused)."""
     a = int8_attrs(node)
-    if a.get("out_dtype", "int8") != "int8":
+    if wide and a.get("out_dtype") == "int16":
+        a = {**a, "qclamp": None}
+    elif a.get("out_dtype", "int8") != "int8":
         raise unsupported(node, f"output type {a['out_dtype']} (the scratchpad holds int8)")
     multiplier = np.broadcast_to(np.asarray(a["multiplier"], np.int64), (channels,)).copy() \
         if len(a["multiplier"]) == 1 else np.asarray(a["multiplier"], np.int64)
