@@ -35,6 +35,7 @@ from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fold_scale import fold_scale
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.fuse_layer_norm import fuse_layer_norm
+from compiler.passes.fuse_softmax import fuse_softmax
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
 from compiler.passes.split_clip import split_clip
@@ -57,6 +58,8 @@ GRAPH_PASSES: list[Pass] = [
     #                    rank-5 Transpose → a channel Slice, Reshape and Transpose per part
     fuse_layer_norm,   # after folding, which makes eps, gamma and beta constant: a LayerNorm
     #                    written out → LayerNormalization (integer mean, variance and root)
+    fuse_softmax,      # after folding, which makes the axes constant: a softmax written out
+    #                    (Exp, ReduceSum, Div, the ReduceMax shift or not) → Softmax
     split_clip,        # after folding, which makes bounds constant: a run-time one → Max/Min
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator

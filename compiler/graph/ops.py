@@ -753,6 +753,8 @@ LAYER_NORMALIZATION = OPS["LayerNormalization"]
 # And the rows the mask passes move and sink past (`cast_early`, `sink_expand`) and the
 # quantizer's masked Softmax (`quantizer.masks`).
 CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
+# And the rows the written-out softmax fusion reads.
+EXP, REDUCE_MAX, REDUCE_SUM = OPS["Exp"], OPS["ReduceMax"], OPS["ReduceSum"]
 
 
 def reaches_the_accelerator(row: OpDef) -> bool:

@@ -18,7 +18,7 @@ from tests.onnx_builder import model, weights
 
 n = helper.make_node
 SCALARS = {"three": 3.0, "zero": 0.0, "six": 6.0, "one": 1.0, "half": 0.5,
-           "sqrt2": float(np.sqrt(2.0))}
+           "sqrt2": float(np.sqrt(2.0)), "cubic": 0.044715, "sqrt2pi": float(np.sqrt(2 / np.pi))}
 
 WRITTEN_OUT = {  # name → (nodes from c to y, the operator and attributes they become)
     "silu": ([n("Sigmoid", ["c"], ["s"], name="sig"), n("Mul", ["c", "s"], ["y"], name="mul")],
@@ -38,6 +38,14 @@ WRITTEN_OUT = {  # name → (nodes from c to y, the operator and attributes they
     "gelu": ([n("Div", ["c", "sqrt2"], ["d"], name="div"), n("Erf", ["d"], ["e"], name="erf"),
               n("Add", ["e", "one"], ["a"], name="add"), n("Mul", ["c", "a"], ["m"], name="mul"),
               n("Mul", ["m", "half"], ["y"], name="half")], "Gelu", {"approximate": "none"}),
+    # transformers' gelu_new: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+    "gelu, tanh": ([n("Pow", ["c", "three"], ["p"], name="cube"),
+                    n("Mul", ["p", "cubic"], ["q"], name="scale3"),
+                    n("Add", ["c", "q"], ["s"], name="inner"),
+                    n("Mul", ["s", "sqrt2pi"], ["t"], name="scale"),
+                    n("Tanh", ["t"], ["th"], name="tanh"), n("Add", ["th", "one"], ["a"], name="add"),
+                    n("Mul", ["c", "half"], ["hc"], name="halfx"),
+                    n("Mul", ["hc", "a"], ["y"], name="mul")], "Gelu", {"approximate": "tanh"}),
 }
 
 
