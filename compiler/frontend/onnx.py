@@ -99,7 +99,8 @@ def _inferred(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise CompileError(f"{label}: invalid ONNX model: {_first_line(err)}") from None
 
 
-# The operators whose rows unroll them (`OpDef.expand`): LSTM, GRU.
+# The operators whose rows expand them on import (`OpDef.expand`): LSTM, GRU, Einsum, and Max
+# and Min of other than two inputs.
 UNROLLED = frozenset(name for name, op in optable.OPS.items() if op.expand is not None)
 
 
@@ -350,7 +351,9 @@ class _GraphBuilder:
         outputs = list(proto.output)
         while outputs and not outputs[-1]:
             outputs.pop()
-        if len(inputs) < op.min_inputs or (len(inputs) > len(op.inputs) and not op.variadic):
+        # An op the importer expands takes the counts its expansion does (Max of three).
+        if op.expand is None and (len(inputs) < op.min_inputs or
+                                  (len(inputs) > len(op.inputs) and not op.variadic)):
             raise CompileError(f"{self.label}: node {name!r} ({op.name}) has {len(inputs)} "
                                f"inputs; {op.name} takes {op.inputs}")
         try:

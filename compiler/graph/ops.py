@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from compiler.errors import CompileError
-from compiler.graph import int8, recurrent
+from compiler.graph import expansions, int8, recurrent
 from compiler.graph import reference as ref
 from compiler.graph.int8 import INT8_ATTRS, Quant, Weight
 from compiler.graph.ir import DTYPES, Graph, Node, Type, Value
@@ -581,11 +581,12 @@ _ROWS = (
           lower=L.ADD, channel_affine=add_affine),
     OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
           lower=L.SUB, channel_affine=sub_affine),
-    # Variadic in ONNX; two operands here, as Add's (the vector unit's ADD with op max or min).
+    # Variadic in ONNX: two operands here, as Add's (the vector unit's ADD with op max or
+    # min); other counts are expanded on import into a chain of them.
     OpDef("Max", ("data_0", "data_1"), {}, broadcast, ref.maximum, quant=Q.ADD,
-          int8=int8.max_int8, lower=L.MAX),
+          int8=int8.max_int8, lower=L.MAX, expand=expansions.expand_variadic),
     OpDef("Min", ("data_0", "data_1"), {}, broadcast, ref.minimum, quant=Q.ADD,
-          int8=int8.min_int8, lower=L.MIN),
+          int8=int8.min_int8, lower=L.MIN, expand=expansions.expand_variadic),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
           lower=L.MUL, channel_affine=mul_affine),
     # Div by a constant becomes a Mul (or a depthwise Conv); by an activation, a Mul by a
@@ -716,6 +717,16 @@ _ROWS = (
     # Rows of a table by integer indices (a model input's or constants): an embedding's
     # constant table is quantized per tensor and its rows copied by the indexed DMA (GATHER);
     # an activation's rows by constant indices are a view (the CLS token's row).
+    # Matrix-product equations, expanded on import into Transposes and one MatMul.
+    OpDef("Einsum", ("Inputs_0", "Inputs_1"), {"equation": REQUIRED},
+          _evaluating(ref.einsum, 2), ref.einsum, expand=expansions.expand_einsum),
+    # Positions of the extremes and elements by computed indices: fp32 only for now.
+    OpDef("ArgMax", ("data",), {"axis": 0, "keepdims": 1, "select_last_index": 0},
+          _evaluating(ref.arg_max), ref.arg_max),
+    OpDef("ArgMin", ("data",), {"axis": 0, "keepdims": 1, "select_last_index": 0},
+          _evaluating(ref.arg_min), ref.arg_min),
+    OpDef("GatherElements", ("data", "indices"), {"axis": 0}, _evaluating(ref.gather_elements),
+          ref.gather_elements, index_inputs=(1,)),
     OpDef("Gather", ("data", "indices"), {"axis": 0}, gather_shape, ref.gather,
           index_inputs=(1,), quant=Q.GATHER, int8=int8.gather_int8, lower=L.GATHER),
     OpDef("OneHot", ("indices", "depth", "values"), {"axis": -1},

@@ -461,6 +461,40 @@ def _extreme(dtype, low: bool):
     return info.min if low else info.max
 
 
+def einsum(*operands, equation):
+    """ONNX Einsum: numpy's, on the equation as written."""
+    return np.einsum(equation.replace(" ", ""), *operands)
+
+
+def arg_extreme(x, *, axis=0, keepdims=1, select_last_index=0, low: bool = False):
+    """ONNX ArgMax (ArgMin with `low`): the first (or last) position of the largest (smallest)
+    value along `axis`, int64."""
+    axis = _axis(axis, x.ndim)
+    pick = np.argmin if low else np.argmax
+    if select_last_index:
+        flipped = np.flip(x, axis=axis)
+        index = x.shape[axis] - 1 - pick(flipped, axis=axis)
+    else:
+        index = pick(x, axis=axis)
+    index = index.astype(np.int64)
+    return np.expand_dims(index, axis) if keepdims else index
+
+
+def arg_max(x, **attrs):
+    return arg_extreme(x, **attrs)
+
+
+def arg_min(x, **attrs):
+    return arg_extreme(x, low=True, **attrs)
+
+
+def gather_elements(data, indices, *, axis=0):
+    """ONNX GatherElements: out[i][j][k] = data[i][indices[i][j][k]][k] along `axis` (a
+    negative index counting from the end; one outside the axis an error naming it)."""
+    axis = _axis(axis, data.ndim)
+    return np.take_along_axis(data, gather_index(indices, data.shape[axis]), axis=axis)
+
+
 def reduce_max(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(lambda v, a, k: np.max(v, axis=a, keepdims=k,
                                           initial=_extreme(v.dtype, True)),

@@ -1137,3 +1137,29 @@ def test_unsupported_features_raise_compile_errors(name):
                                                                 list(inputs["x"])))
     with pytest.raises(CompileError, match=proto.op_type):
         import_model(model)
+
+# --- expanded on import: matrix-product Einsums, Max and Min of other than two inputs --------
+
+for equation, a, b in (("bhqd,bhkd->bhqk", (1, 2, 3, 4), (1, 2, 5, 4)),
+                       ("bhqk,bhkd->bhqd", (1, 2, 3, 5), (1, 2, 5, 4)),
+                       ("bij,jk->bik", (2, 3, 4), (4, 5)),
+                       ("...ij,...jk->...ik", (2, 3, 4), (2, 4, 5)),
+                       ("bik,bjk->bij", (2, 3, 4), (2, 5, 4)),
+                       ("bqd,bkd->bkq", (2, 3, 4), (2, 5, 4))):
+    case("Einsum", equation, node("Einsum", ["a", "b"], ["y"], equation=equation),
+         {"a": a, "b": b})
+for op in ("Max", "Min"):
+    case(op, "three-inputs", node(op, ["a", "b", "c"], ["y"]),
+         {"a": (2, 3), "b": (2, 3), "c": (1, 3)})
+    case(op, "one-input", node(op, ["a"], ["y"]), {"a": (2, 3)})
+
+# --- positions of extremes, elements by computed indices (fp32) -------------------------------
+
+for op in ("ArgMax", "ArgMin"):
+    case(op, "axis1-keepdims", node(op, ["x"], ["y"], axis=1), {"x": (2, 5, 3)},
+         outputs=(("y", np.int64),))
+    case(op, "last-index-no-keepdims", node(op, ["x"], ["y"], axis=-1, keepdims=0,
+                                              select_last_index=1),
+         {"x": (2, 5, 3)}, outputs=(("y", np.int64),))
+case("GatherElements", "axis1-by-input", node("GatherElements", ["x", "idx"], ["y"], axis=1),
+     {"x": (2, 5, 3), "idx": ((2, 4, 3), np.int64)})

@@ -11,7 +11,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.errors import CompileError
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ops import CLIP, MAX, MIN
 from ember import ort
@@ -118,13 +117,24 @@ def test_max_and_min_equal_onnxruntime_in_fp32(op: str) -> None:
                                    ort.run(session, feed)["y"], rtol=1e-6, atol=1e-6)
 
 
-def test_max_of_three_inputs_is_one_line_naming_the_node() -> None:
-    """ONNX's Max is variadic; ember's takes two operands and names the node that has more."""
-    nodes = [helper.make_node(MAX.name, ["a", "b", "c"], ["y"], name="top")]
-    proto = model(nodes, {"a": [2, 3], "b": [2, 3], "c": [2, 3]}, {"y": [2, 3]})
-    with pytest.raises(CompileError, match=r"node 'top' \(Max\) has 3 inputs; Max takes "
-                                           r"\('data_0', 'data_1'\)"):
-        optimized_graph(proto)
+def test_max_of_three_inputs_is_a_chain_of_two_on_the_accelerator() -> None:
+    """ONNX's Max is variadic; the importer expands three inputs into two two-input Maxes (the
+    last keeps the node's name and output), equal to onnxruntime, bit-exact."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node(MAX.name, ["c", "r", "x8"], ["y"], name="top")]
+    inits = {"w": weights(rng, 8, 3, 3, 3),
+             "x8": rng.standard_normal([1, 8, 6, 6]).astype(np.float32)}
+    proto = model(nodes, {"x": SHAPE}, {"y": [1, 8, 6, 6]}, inits)
+    graph = optimized_graph(proto)
+    maxes = [n for n in graph.nodes if n.op == MAX.name]
+    assert len(maxes) == 2 and maxes[-1].name == "top" and maxes[-1].outputs == ("y",)
+    feed = samples({"x": SHAPE}, 1)[0]
+    np.testing.assert_allclose(evaluate(graph, feed)["y"],
+                               ort.run(ort.session(proto), feed)["y"], rtol=1e-5, atol=1e-6)
+    compiled, _ = compile_and_check(proto, "default")
+    assert compiled.program.host_segments == ()
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -8,12 +8,14 @@ nothing."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from compiler.graph.evaluate import evaluate
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from examples import zoo
 from quantizer.reference import run_int8
+from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import check_bit_exact
 from tests.quantizer.util import profile_of
 
@@ -84,3 +86,27 @@ def test_the_padding_token_ids_change_nothing(encoder) -> None:
     other["input_ids"][0, 8:] = np.arange(100, 100 + TOKENS - 8)
     np.testing.assert_array_equal(run_int8(built.qgraph, feeds)["pooled"],
                                   run_int8(built.qgraph, other)["pooled"])
+
+
+def test_a_mask_of_the_wrong_shape_is_one_line(tmp_path) -> None:
+    """The compiled program takes [1, 16] ids and mask: a mask of 12 tokens is refused naming
+    it and both shapes, exit 2, no output written."""
+    proto = zoo.transformer_encoder(tokens=TOKENS, width=WIDTH, mask=True)
+    model_path = tmp_path / "encoder.onnx"
+    onnx.save(proto, model_path)
+    calib = tmp_path / "calib.npz"
+    samples = sentences(4, 0)
+    np.savez(calib, **{name: np.concatenate([s[name] for s in samples]) for name in samples[0]})
+    profile, program = tmp_path / "p.json", tmp_path / "m.ember"
+    assert invoke("quantize-profile", model_path, "--data", calib, "-o", profile).exit_code == 0
+    assert invoke("compile", model_path, "--int8", "--profile", profile, "-o",
+                  program).exit_code == 0
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, input_ids=samples[0]["input_ids"], attention_mask=np.ones((1, 12), np.int64))
+    out = tmp_path / "out.npz"
+    assert_one_line_error(invoke("simulate", program, "-i", bad, "-o", out),
+                          "input 'attention_mask'", "[1, 12]", "[1, 16]")
+    assert not out.exists()
+    good = tmp_path / "good.npz"
+    np.savez(good, **samples[1])
+    assert invoke("simulate", program, "-i", good, "-o", out).exit_code == 0
