@@ -66,16 +66,26 @@ class Compiled:
 
 
 def packable(lowered: Lowered) -> set[str]:
-    """Convolutions that alone read a model input: that input may be stored pre-padded."""
+    """Convolutions that alone read a model input, as the input's own N x C x H x W (not
+    through a Reshape that splits or merges its axes): that input may be stored pre-padded,
+    its binding's strides those of the padded map (`bindings`)."""
     readers: dict[str, list] = {}
     for layer in lowered.layers:
         for name in reads(layer):
             readers.setdefault(name, []).append(layer)
     outputs = {b.tensor for b in lowered.outputs}
+    inputs = {b.tensor: b for b in lowered.inputs}
     return {layers[0].node for tensor, layers in readers.items()
-            if tensor in {b.tensor for b in lowered.inputs} and tensor not in outputs
+            if tensor in inputs and tensor not in outputs
             and len(layers) == 1 and isinstance(layers[0], ConvLayer)
-            and layers[0].x_view is None}
+            and layers[0].x_view is None and _as_map(inputs[tensor]) == (
+                layers[0].batch, layers[0].in_channels, *layers[0].in_hw)}
+
+
+def _as_map(b) -> tuple[int, ...]:
+    """A binding's shape as the N x C x H x W its tensor holds (its perm undone)."""
+    perm = b.perm or tuple(range(len(b.shape)))
+    return tuple(b.shape[axis] for axis in perm)
 
 
 def bindings(lowered: Lowered, plan: DramPlan,
