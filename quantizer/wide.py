@@ -5,8 +5,9 @@ A transformer's residual stream often carries a few channels a hundred times lar
 rest (BERT's outlier dimensions): an int8 step fitted to those leaves the others a step or
 less, and the LayerNorm's output loses them. The quantizer measures it on the profile: when the
 median |x| of a LayerNorm's input is under `MIN_STEPS` int8 steps of its calibrated range, the
-input is int16 (256 times finer). Only an Add's output read by nothing but the LayerNorm
-qualifies: the vector unit's ADD writes it as two byte planes and LAYERNORM reads them
+input is int16 (256 times finer). Only an Add's output read by nothing but the LayerNorm, its
+operands whole tensors of its shape, qualifies: the vector unit's ADD writes it as two byte
+planes and LAYERNORM reads them
 (`numerics.split_wide`). The projection added into that stream (an attention output's or a
 feed-forward's Gemm, through views) carries the same outlier channels, so it is measured the
 same way and, when int8 loses it too, requantized to int16 (REQUANT wide) for the ADD to read.
@@ -50,7 +51,9 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
             continue
         x = node.inputs[0]
         producer = producers.get(x)
-        if producer is None or producer.op != ADD.name or not only_reader(x) or not loses(x):
+        if producer is None or producer.op != ADD.name or not only_reader(x) or \
+                not all(_whole(graph, producers, name, graph.type_of(x).shape)
+                        for name in producer.inputs) or not loses(x):
             continue
         chosen.add(x)
         for operand in producer.inputs:
@@ -58,6 +61,17 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
             if projection is not None and loses(projection.outputs[0]):
                 chosen.add(projection.outputs[0])
     return chosen
+
+
+def _whole(graph: Graph, producers: dict, name: str, shape: tuple[int, ...]) -> bool:
+    """Whether operand `name` of a residual Add is of the sum's shape and its own values in
+    their order (through Reshapes at most): the vector unit adds int16 planes over whole
+    tensors, not over a Transpose's or a Slice's strided view."""
+    if graph.type_of(name).shape != shape:
+        return False
+    while name in producers and OPS[producers[name].op].view is ViewKind.RESHAPE:
+        name = producers[name].inputs[0]
+    return name not in producers or OPS[producers[name].op].view is None
 
 
 def _projection(graph: Graph, producers: dict, only_reader, name: str) -> Node | None:

@@ -14,8 +14,8 @@ counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchp
 happens on every dimension; the target is drawn among the presets, with double buffering on or
 off; and what real detectors and decoders add: nearest upsampling, ConvTranspose, a zero Pad
 before a Conv, spatial means, per-channel constant maps and SiLU written out; and what sequence
-models add: LayerNorm over the channels, Pow by a constant, 1-D convolutions and reflect Pads
-of rank-3 values. Only graphs the
+models add: LayerNorm over the channels, Pow by a constant, 1-D convolutions, reflect Pads
+of rank-3 values and a residual stream with an outlier channel into a LayerNorm (int16). Only graphs the
 compiler lowers are drawn: no Transpose, other Pads, Softmax over other axes, ...; average pools
 whose windows all hold the same number of counted elements; MatMul only on rank-2
 activations.
@@ -330,7 +330,7 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     add("ConvTranspose", [current, weight(c, 1, 2, 2, fan_in=4)],
                         (n, c, 2 * h, 2 * w), kernel_shape=[2, 2], strides=[2, 2], group=c)
             elif choice == 14:  # what sequence models add (issue #11)
-                kind = pick(0, 3)
+                kind = pick(0, 4)
                 if kind == 0:  # LayerNorm over the channels of tokens [n, h * w, c], and back
                     add("Reshape", [current, const(np.array([n, c, h * w], np.int64))],
                         (n, c, h * w))
@@ -366,6 +366,23 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                         h, w = h + 2, w + 2
                     add("Reshape", [current, const(np.array([n, c, h, w], np.int64))],
                         (n, c, h, w))
+                elif kind == 4:  # a residual stream with an outlier channel into a LayerNorm:
+                    #            int16 planes (`quantizer.wide`), and back
+                    width = pick(2, 40)
+                    add("Reshape", [current, const(np.array([n, c, h * w], np.int64))],
+                        (n, c, h * w))
+                    add("Transpose", [current], (n, h * w, c), perm=[0, 2, 1])
+                    add("MatMul", [current, weight(c, width, fan_in=c)], (n, h * w, width))
+                    stream = current
+                    w_out = rng.standard_normal((width, width)) / np.sqrt(width)
+                    w_out[:, pick(0, width - 1)] *= 60.0
+                    add("MatMul", [current, const(w_out.astype(np.float32))], (n, h * w, width))
+                    add("Add", [current, stream], (n, h * w, width))
+                    gamma = const(rng.uniform(0.02, 1.5, width).astype(np.float32))
+                    add("LayerNormalization", [current, gamma], (n, h * w, width))
+                    add("Transpose", [current], (n, width, h * w), perm=[0, 2, 1])
+                    add("Reshape", [current, const(np.array([n, width, h, w], np.int64))],
+                        (n, width, h, w))
             elif choice == 9 and pick(0, 1):  # a Reshape view of a 1x1 plane, read by what follows
                 if h * w != 1:
                     continue
@@ -423,9 +440,9 @@ def check_random(pick: Pick, note: Callable[[str], None] = lambda _: None) -> bo
 @given(st.data())
 def test_random_graphs_are_bit_exact(data) -> None:
     """150 graphs: 15 to 40 s on 2 cores (the draws follow this source's hash). Measured
-    beyond: `python -m tests.e2e.test_random_graphs 0 320` gives 309 bit-exact, 11 not
-    quantizable, 0 failed (after the fix of the one failure it found, a whole-map mean on
-    edge); earlier drafts of this generator drew 8800 graphs, 400 of them on
+    beyond: `python -m tests.e2e.test_random_graphs 0 320` gives 313 bit-exact, 7 not
+    quantizable, 0 failed (2026-11-24, with int16 residual streams among the draws; seed 99's
+    failure fixed); earlier drafts of this generator drew 8800 graphs, 400 of them on
     output-stationary arrays, with no failure left unfixed."""
     assume(check_random(lambda lo, hi: data.draw(st.integers(lo, hi)), event))
 
