@@ -310,7 +310,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("reference") if name in top1 else None,
                        top1[name].accuracy("approx") if name in top1 else None)
         for name, stats in outputs.items())
-    layers = _layers(qgraph, layer_own, layer_acc)
+    layers = _layers(qgraph, layer_own, layer_acc, params)
     if emit_onnx:
         if not Path(emit_onnx).parent.is_dir():
             raise EmberError(f"--emit-onnx {emit_onnx}: directory "
@@ -340,7 +340,8 @@ def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:
     return found
 
 
-def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats]
+def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats],
+            params: dict[str, tuple[QuantParams, str]]
             ) -> tuple[LayerAccuracy, ...]:
     # The first node that writes a name is the one that computes it: a model output's integer
     # node, not the DequantizeLinear after it that carries the same ONNX name.
@@ -352,7 +353,8 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
     for name, stats in acc.items():
         node = producers.get(name)
         layers.append(LayerAccuracy(name, node.name if node else "", node.op if node else "",
-                                    "int8", own[name].sqnr_db if name in own else stats.sqnr_db,
+                                    params[name][1] if name in params else "int8",
+                                    own[name].sqnr_db if name in own else stats.sqnr_db,
                                     stats.sqnr_db))
     return tuple(layers)
 

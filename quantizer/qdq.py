@@ -74,8 +74,9 @@ QDQ_OPSET = 21
 QDQ_IR_VERSION = 10
 
 _ELEM = {"float32": TensorProto.FLOAT, "int8": TensorProto.INT8, "uint8": TensorProto.UINT8,
-         "int32": TensorProto.INT32, "int64": TensorProto.INT64, "bool": TensorProto.BOOL,
-         "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16}
+         "int16": TensorProto.INT16, "int32": TensorProto.INT32, "int64": TensorProto.INT64,
+         "bool": TensorProto.BOOL, "float64": TensorProto.DOUBLE,
+         "float16": TensorProto.FLOAT16}
 
 
 def export_qdq(qgraph: Graph, path: str | os.PathLike | None = None,

@@ -127,3 +127,36 @@ def test_an_int16_projection_runs_bit_exactly(preset: str) -> None:
     assert any(i.op is isa.ADD and (i.args["a_wide"] or i.args["b_wide"]) and i.args["wide"]
                for i in program.instructions)
     check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
+
+
+def test_the_accuracy_report_and_the_qdq_export_carry_int16(tmp_path) -> None:
+    """`ember accuracy --per-layer` names the int16 values' precision; `--emit-onnx` writes
+    them as int16 QuantizeLinear/DequantizeLinear (opset 21), which onnxruntime runs."""
+    import json
+
+    import onnx
+    import onnxruntime
+
+    from tests.cli import invoke
+    proto = projected_block()
+    model_path = tmp_path / "block.onnx"
+    onnx.save(proto, model_path)
+    for name, count, seed in (("calib", 8, 0), ("eval", 3, 1)):
+        drawn = samples(count, seed)
+        np.savez(tmp_path / f"{name}.npz",
+                 **{k: np.concatenate([s[k] for s in drawn]) for k in drawn[0]})
+    profile, program, export = tmp_path / "p.json", tmp_path / "m.ember", tmp_path / "q.onnx"
+    assert invoke("quantize-profile", model_path, "--data", tmp_path / "calib.npz", "-o",
+                  profile).exit_code == 0
+    assert invoke("compile", model_path, "--int8", "--profile", profile, "-o",
+                  program).exit_code == 0
+    result = invoke("accuracy", model_path, program, "--profile", profile, "--data",
+                    tmp_path / "eval.npz", "--per-layer", "--json", "--emit-onnx", export)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    precision = {layer["name"]: layer["precision"] for layer in report["layers"]}
+    assert precision["r"] == precision["b"] == "int16" and precision["y"] == "int8"
+    assert report["bit_exact"] is True
+    session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
+    feed = samples(1, 2)[0]
+    assert session.run(None, feed)[0].shape == (1, S, C)
