@@ -34,7 +34,7 @@ from compiler.graph.serialize import graph_to_dict
 from simulator.errors import listing
 
 # The element types a host port may carry (those a program binding describes).
-PORT_DTYPES = ("int8", "uint8", "float32")
+PORT_DTYPES = ("int8", "uint8", "float32")  # and int32, a model input's integers
 # The lowerings that are a program binding: QuantizeLinear and DequantizeLinear, which wrap every
 # stretch of fp32 nodes and are at home on the accelerator only at a model boundary.
 BINDINGS = frozenset({Lower.QUANTIZE, Lower.DEQUANTIZE})
@@ -48,7 +48,15 @@ def host_only(graph: Graph, node: Node, users: dict[str, list[Node]]) -> str | N
         x = node.inputs[0]
         if x not in graph.inputs:
             return f"it quantizes {x!r}, which an fp32 node computes (not a model input)"
-        fp32 = [n.name for n in users.get(x, []) if OPS[n.op].lower is not Lower.QUANTIZE]
+        others = [n for n in users.get(x, []) if OPS[n.op].lower is not Lower.QUANTIZE]
+        indexing = [n.name for n in others
+                    if any(n.inputs[i] == x for i in OPS[n.op].index_inputs
+                           if i < len(n.inputs))]
+        if indexing:
+            return (f"model input {x!r} is read both as integer indices (node(s) "
+                    f"{listing(indexing, quote=True)}) and cast to float: a program binds an "
+                    f"input one way (int32 indices or int8 codes)")
+        fp32 = [n.name for n in others]
         if fp32:
             return (f"model input {x!r} is also read in fp32 by node(s) "
                     f"{listing(fp32, quote=True)}")
@@ -131,9 +139,18 @@ class HostSegments:
         if name not in lw.buffer:
             if name not in self.g.inputs:
                 raise CompileError(f"internal: host segment input {name!r} has no DRAM tensor")
+            shape = self.g.type_of(name).shape
+            if np.dtype(self.g.type_of(name).dtype).kind in "iu":
+                # Integers (token ids): bound as int32, as the indexed DMA reads them.
+                lw.tensors[name] = Tensor(name, 4 * int(np.prod(shape, dtype=np.int64)))
+                lw.layouts[name] = Layout.row_major(shape)
+                lw.buffer[name] = name
+                lw.inputs.append(Binding(name, name, shape, 1.0, 0,
+                                         Layout.row_major(shape).strides(shape, 4),
+                                         dtype="int32"))
+                return self._port(name)
             # A model input the host reads as it is (fp32): the program takes it unquantized.
             tensor = self._tensor(name)
-            shape = self.g.type_of(name).shape
             lw.inputs.append(Binding(name, tensor, shape, 1.0, 0,
                                      lw.layouts[tensor].strides(shape, 4), dtype="float32"))
         return self._port(name)
@@ -165,6 +182,8 @@ class HostSegments:
         # A tensor of its own for a view (`Walk.own_copy`) is no graph value: it holds the
         # value's own elements.
         dtype = self.g.type_of(tensor if tensor in self.g.values else name).dtype
+        if any(b.tensor == tensor and b.dtype == "int32" for b in lw.inputs):
+            dtype = "int32"  # a model input's integers, bound as the indexed DMA reads them
         if name in lw.strided:  # read by MatMuls of two activations at these strides
             offset, strides = lw.strided[name]
             return HostPort(name, tensor, self.g.type_of(name).shape, dtype, strides, offset)

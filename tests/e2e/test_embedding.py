@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from compiler.backend.program import BackendOptions
+from compiler.errors import CompileError
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from simulator import isa, machine
 from simulator.errors import SimulatorError
@@ -145,3 +147,36 @@ def test_bad_token_ids_are_one_line(tmp_path) -> None:
     assert_one_line_error(invoke("simulate", program, "-i", longer, "-o", out),
                           "input 'ids'", "[1, 9]", "[1, 6]")
     assert not out.exists()
+
+
+def _ids_read_twice() -> onnx.ModelProto:
+    """Token ids gathered and also cast to float (a weight per token)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Unsqueeze", ["f", "last"], ["f3"], name="unsq"),
+             helper.make_node("Mul", ["e", "f3"], ["y"], name="scale")]
+    graph = helper.make_graph(
+        nodes, "both", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])],
+        [onnx.numpy_helper.from_array(weights(rng, VOCAB, 8), "table"),
+         onnx.numpy_helper.from_array(np.array([-1], np.int64), "last")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    return proto
+
+
+def test_ids_read_as_indices_and_as_floats_are_one_line_or_the_hosts() -> None:
+    """A program binds an input one way: ids both gathered and cast to float are refused in one
+    line naming both readers; with --allow-host the cast runs on the host, reading the same
+    int32 binding, bit-exact."""
+    proto = _ids_read_twice()
+    shape = [1, 6]
+    profile = profile_of(proto, token_ids(shape, 4), optimized_graph(proto))
+    with pytest.raises(CompileError, match=r"model input 'ids' is read both as integer indices "
+                                           r"\(node\(s\) 'embed'\) and cast to float"):
+        compile_model(proto, profile, CompileOptions())
+    built = compile_model(proto, profile,
+                          CompileOptions(backend=BackendOptions(allow_host=True)))
+    assert [b.dtype for b in built.compiled.program.inputs] == ["int32"]
+    check_bit_exact(built.qgraph, built.compiled, token_ids(shape, 2, seed=3))
