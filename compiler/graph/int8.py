@@ -465,18 +465,20 @@ def layer_norm_params(scale, bias, epsilon: float, channels: int, in_scale: floa
                       out_scale: float) -> np.ndarray:
     """The int32 parameters `numerics.layer_norm` reads (compile time): the epsilon term
     eps C^2 / s_x^2, then per channel the multiplier and shift of gamma 2^8 / (s_y 2^16)
-    (negated for a negative gamma, 0 for a zero one) and the bias beta 2^8 / s_y (the output's
-    zero point is the node's out_zero_point)."""
+    (negated for a negative gamma, 0 for a zero one or one so small that its ratio is under
+    2^-32: every normalized value, below 2^31 in Q16, rescales to 0 by it either way, as
+    pretrained models' dead channels have it; clamped to the largest above 2^31) and the bias
+    beta 2^8 / s_y (the output's zero point is the node's out_zero_point)."""
     gamma = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,))
     beta = np.broadcast_to(np.zeros(1) if bias is None else
                            np.asarray(bias, np.float64).reshape(-1), (channels,))
     eps_term = min(round(epsilon * channels * channels / in_scale**2), 2**31 - 1)
     multipliers, shifts = np.zeros(channels, np.int64), np.zeros(channels, np.int64)
     for c, g in enumerate(gamma):
-        if g != 0:
-            m, k = numerics.quantize_multiplier(
-                abs(float(g)) * 2**numerics.LAYERNORM_BIAS_BITS
-                / (out_scale * 2**numerics.LAYERNORM_FRACTION_BITS))
+        ratio = abs(float(g)) * 2**numerics.LAYERNORM_BIAS_BITS \
+            / (out_scale * 2**numerics.LAYERNORM_FRACTION_BITS)
+        if ratio >= 2.0**-32:  # quantize_multiplier's range is [2^-32, 2^31)
+            m, k = numerics.quantize_multiplier(min(ratio, 2.0**31 * (1 - 2.0**-30)))
             multipliers[c], shifts[c] = (m if g > 0 else -m), k
     biases = np.round(beta / out_scale * 2**numerics.LAYERNORM_BIAS_BITS)
     return np.concatenate([[eps_term], multipliers, shifts,

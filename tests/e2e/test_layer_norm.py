@@ -59,3 +59,21 @@ def test_isqrt_is_exact() -> None:
     values = np.array([0, 1, 2, 3, 4, 15, 16, 17, 2**62 - 1, 10**18, 99999999999], np.int64)
     import math
     assert list(numerics.isqrt(values)) == [math.isqrt(int(v)) for v in values]
+
+
+def test_a_dead_channels_tiny_gamma_outputs_its_bias() -> None:
+    """A pretrained model's LayerNorm may hold gammas of 1e-30 (all-MiniLM-L6-v2 does): the
+    ratio is under quantize_multiplier's 2^-32, the product rounds to 0 either way, so the
+    channel's multiplier is 0 and it outputs its bias, as in fp32; a huge gamma saturates."""
+    width = 8
+    gamma = np.full(width, 1.0)
+    gamma[2], gamma[5] = 1e-30, 1e12
+    beta = np.linspace(-0.5, 0.5, width)
+    table = layer_norm_params(gamma, beta, 1e-5, width, 0.05, 0.02).astype(np.int64)
+    multipliers = table[1:1 + width]
+    assert multipliers[2] == 0 and multipliers[5] > 0
+    x = np.random.default_rng(0).integers(-100, 100, (4, width)).astype(np.int8)
+    y = numerics.layer_norm(x, table[0], multipliers, table[1 + width:1 + 2 * width],
+                            table[1 + 2 * width:], 0)
+    np.testing.assert_array_equal(y[:, 2], np.round(beta[2] / 0.02))
+    assert set(y[:, 5].tolist()) <= {-128, 127}  # saturated
