@@ -217,8 +217,9 @@ class _Rewriter:
                                       self.opts.percentile, origin)
 
     def params_over(self, lo: float, hi: float, dtype: str | None = None) -> QuantParams:
-        """Per-tensor parameters covering [lo, hi] by the options' scheme (int16 ones are
-        symmetric: the LayerNorm that reads them cancels any offset anyway)."""
+        """Per-tensor parameters covering [lo, hi] by the options' scheme; int16 ones are
+        symmetric (zero point 0, which the 8-bit out_offset fields of a wide REQUANT or ADD
+        hold, and 32767 steps a side)."""
         dtype = dtype or self.dtype
         return calibrate.activation_params(lo, hi, dtype,
                                            self.opts.symmetric_activations or dtype == "int16",

@@ -714,9 +714,6 @@ _ROWS = (
               xs[0].type.rank))),))], ref.shape, fold_only=True, shape_only=True),
     OpDef("ConstantOfShape", ("input",), {"value": None}, _evaluating(ref.constant_of_shape, 0),
           ref.constant_of_shape, fold_only=True),
-    # Rows of a table by integer indices (a model input's or constants): an embedding's
-    # constant table is quantized per tensor and its rows copied by the indexed DMA (GATHER);
-    # an activation's rows by constant indices are a view (the CLS token's row).
     # Matrix-product equations, expanded on import into Transposes and one MatMul.
     OpDef("Einsum", ("Inputs_0", "Inputs_1"), {"equation": REQUIRED},
           _evaluating(ref.einsum, 2), ref.einsum, expand=expansions.expand_einsum),
@@ -727,6 +724,9 @@ _ROWS = (
           _evaluating(ref.arg_min), ref.arg_min),
     OpDef("GatherElements", ("data", "indices"), {"axis": 0}, _evaluating(ref.gather_elements),
           ref.gather_elements, index_inputs=(1,)),
+    # Rows of a table by integer indices (a model input's or constants): an embedding's
+    # constant table is quantized per tensor and its rows copied by the indexed DMA (GATHER);
+    # an activation's rows by constant indices are a view (the CLS token's row).
     OpDef("Gather", ("data", "indices"), {"axis": 0}, gather_shape, ref.gather,
           index_inputs=(1,), quant=Q.GATHER, int8=int8.gather_int8, lower=L.GATHER),
     OpDef("OneHot", ("indices", "depth", "values"), {"axis": -1},
