@@ -293,6 +293,12 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     if evaluation.per_layer:
         unmeasured = [out for node in graph.nodes for out in node.outputs
                       if out not in layer_acc]
+        # A smoothed LayerNorm output's int8 value is y / f (`quantizer.smooth`): not y's.
+        smoothed = [out for out in unmeasured if f"{out}/smooth" in qgraph.values]
+        unmeasured = [out for out in unmeasured if out not in smoothed]
+        if smoothed:
+            notes.append(f"{len(smoothed)} LayerNorm outputs are smoothed into the Gemms that "
+                         f"read them (their int8 values are y / f, not y): {', '.join(smoothed)}")
         if unmeasured:
             notes.append(f"{len(unmeasured)} of the {len(layer_acc) + len(unmeasured)} "
                          f"tensors have no int8 value of their own to measure (fused into the "
@@ -364,6 +370,7 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
             "keep_fp32": list(options.keep_fp32), "wide_norm_inputs": options.wide_norm_inputs,
+            "smooth_norms": options.smooth_norms,
             "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program}

@@ -17,8 +17,13 @@ class Accumulator:
     a batch that widens the range re-bins them onto the coarser grid by exact summation.
     """
 
-    def __init__(self, kind: str, dtype: str, binner: histogram.Binner):
+    def __init__(self, kind: str, dtype: str, binner: histogram.Binner,
+                 channels: bool = False):
         self.kind, self.dtype, self.binner = kind, dtype, binner
+        # With `channels`, each index of the last axis's range too (`TensorStats.channel_min`).
+        self.channels = channels
+        self.channel_min: np.ndarray | None = None
+        self.channel_max: np.ndarray | None = None
         self.lo = self.hi = 0.0
         self.count = self.nonfinite = 0
         self.k = self.first = 0
@@ -31,6 +36,8 @@ class Accumulator:
         `binner` overrides the accumulator's own, so that threads binning different tensors
         at once each use their own scratch buffers.
         """
+        if self.channels and values.ndim and values.size:
+            self._add_channels(values.reshape(-1, values.shape[-1]))
         flat = values.reshape(-1)
         if flat.dtype == np.float16:
             flat = flat.astype(np.float32)
@@ -58,9 +65,30 @@ class Accumulator:
         self.lo, self.hi, self.k, self.first = lo, hi, k, first
         self.count += flat.size * weight
 
+    def _add_channels(self, rows: np.ndarray) -> None:
+        """Each column's finite minimum and maximum so far (a column with none keeps +-inf
+        until one comes; `stats` leaves the pair out if any column never had one)."""
+        rows = rows.astype(np.float64)
+        finite = np.isfinite(rows)
+        low = np.where(finite, rows, np.inf).min(axis=0)
+        high = np.where(finite, rows, -np.inf).max(axis=0)
+        if self.channel_min is None or self.channel_min.shape != low.shape:
+            if self.channel_min is not None:  # a last axis that changes: no channels
+                self.channels = False
+                self.channel_min = self.channel_max = None
+                return
+            self.channel_min, self.channel_max = low, high
+        else:
+            np.minimum(self.channel_min, low, out=self.channel_min)
+            np.maximum(self.channel_max, high, out=self.channel_max)
+
     def stats(self) -> TensorStats:
         if self.count == 0:
             return replace(empty_stats(self.kind, self.dtype), nonfinite=self.nonfinite)
         length = histogram.bin_index(self.hi, self.k) - self.first + 1
+        channels = self.channels and self.channel_min is not None and \
+            bool(np.all(np.isfinite(self.channel_min)))
         return TensorStats(self.kind, self.dtype, self.lo, self.hi, self.count,
-                           self.nonfinite, self.k, self.first, self.counts[:length].copy())
+                           self.nonfinite, self.k, self.first, self.counts[:length].copy(),
+                           self.channel_min.copy() if channels else None,
+                           self.channel_max.copy() if channels else None)

@@ -42,6 +42,10 @@ class TensorStats:
     bin_width_log2: int
     first_bin: int
     hist: np.ndarray
+    # Per index of the last axis (a LayerNorm output's channels), when the profiler records
+    # them: the quantizer's smoothing of the norm's outlier channels (`quantizer.smooth`).
+    channel_min: np.ndarray | None = None
+    channel_max: np.ndarray | None = None
 
     @property
     def bin_width(self) -> float:
@@ -59,7 +63,10 @@ class TensorStats:
         return {"kind": self.kind, "dtype": self.dtype, "min": self.min, "max": self.max,
                 "count": self.count, "nonfinite": self.nonfinite,
                 "bin_width_log2": self.bin_width_log2, "first_bin": self.first_bin,
-                "hist": self.hist.tolist()}
+                "hist": self.hist.tolist(),
+                **({} if self.channel_min is None else
+                   {"channel_min": self.channel_min.tolist(),
+                    "channel_max": self.channel_max.tolist()})}
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,8 +133,12 @@ def merge_stats(a: TensorStats, b: TensorStats) -> TensorStats:
     length = histogram.bin_index(hi, k) - first + 1
     hist = (histogram.rebin(a.hist, a.first_bin, a.bin_width_log2, first, k, length)
             + histogram.rebin(b.hist, b.first_bin, b.bin_width_log2, first, k, length))
+    channels = a.channel_min is not None and b.channel_min is not None and \
+        a.channel_min.shape == b.channel_min.shape
     return TensorStats(a.kind, a.dtype, lo, hi, a.count + b.count,
-                       a.nonfinite + b.nonfinite, k, first, hist)
+                       a.nonfinite + b.nonfinite, k, first, hist,
+                       np.minimum(a.channel_min, b.channel_min) if channels else None,
+                       np.maximum(a.channel_max, b.channel_max) if channels else None)
 
 
 def merge(profiles: list[Profile], allow_same_data: bool = False) -> Profile:
@@ -259,6 +270,7 @@ _COUNT_MAX = 2**53
 _TOP_KEYS = ("format", "version", "tool", "model", "histogram", "samples", "runs", "tensors")
 _TENSOR_KEYS = ("kind", "dtype", "min", "max", "count", "nonfinite", "bin_width_log2",
                 "first_bin", "hist")
+_CHANNEL_KEYS = ("channel_min", "channel_max")  # both or neither
 
 
 def _is_int(v, lo: int = 0, hi: int = _COUNT_MAX) -> bool:
@@ -281,13 +293,13 @@ def _require(ok: bool, where: str, value, expected: str) -> None:
         raise _Malformed(f"{where} = {_show(value)}: expected {expected}")
 
 
-def _object(value, where: str, keys: tuple[str, ...]) -> dict:
-    """`value`, checked to be an object with exactly `keys`."""
+def _object(value, where: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """`value`, checked to be an object with exactly `keys` (and any of `optional`)."""
     _require(isinstance(value, dict), where, value, "an object")
     for k in keys:
         if k not in value:
             raise _Malformed(f"{where}: missing key {k!r}")
-    extra = sorted(set(value) - set(keys))
+    extra = sorted(set(value) - set(keys) - set(optional))
     if extra:
         raise _Malformed(f"{where}: unknown key {extra[0]!r}")
     return value
@@ -373,7 +385,7 @@ def _non_finite(node, path: str = "") -> tuple[str, float] | None:
 
 def _stats_from_json(name: str, t) -> TensorStats:
     where = f"tensor {name!r}"
-    _object(t, where, _TENSOR_KEYS)
+    _object(t, where, _TENSOR_KEYS, _CHANNEL_KEYS)
     _require(t["kind"] in KINDS, f"{where}: kind", t["kind"], f"one of {', '.join(KINDS)}")
     _require(isinstance(t["dtype"], str) and t["dtype"] != "", f"{where}: dtype", t["dtype"],
              "a non-empty string")
@@ -411,7 +423,30 @@ def _stats_from_json(name: str, t) -> TensorStats:
                              f"first and max in the last")
     return TensorStats(t["kind"], t["dtype"], None if lo is None else float(lo),
                        None if hi is None else float(hi), count, t["nonfinite"],
-                       t["bin_width_log2"], t["first_bin"], np.asarray(hist, dtype=np.int64))
+                       t["bin_width_log2"], t["first_bin"], np.asarray(hist, dtype=np.int64),
+                       *_channel_ranges(t, where, lo, hi))
+
+
+def _channel_ranges(t: dict, where: str, lo, hi) -> tuple:
+    """The optional per-channel minima and maxima: equal-length lists of finite numbers,
+    each channel's range inside the tensor's."""
+    present = [key in t for key in _CHANNEL_KEYS]
+    if not any(present):
+        return None, None
+    _require(all(present), f"{where}: channel_min", "only one of the pair",
+             "channel_min and channel_max together")
+    ranges = []
+    for key in _CHANNEL_KEYS:
+        values = t[key]
+        _require(isinstance(values, list) and values and all(_is_finite(v) for v in values),
+                 f"{where}: {key}", values, "a non-empty list of finite numbers")
+        ranges.append(np.asarray(values, np.float64))
+    low, high = ranges
+    if low.shape != high.shape or lo is None or np.any(low > high) or \
+            low.min() < lo or high.max() > hi:
+        raise _Malformed(f"{where}: channel_min/channel_max: expected two lists of one length, "
+                         f"each channel's min <= max within [min, max]")
+    return low, high
 
 
 def _name(profile: Profile) -> str:

@@ -23,7 +23,8 @@ from profiler.fingerprint import any_size, fingerprint
 from profiler.format import Profile, TensorStats, tool_version
 from profiler.histogram import Binner
 from profiler.model_inputs import InputSpec
-from profiler.session import Plan, Runner, expose_all, make_session, probe, same_values
+from profiler.session import (Plan, Runner, channel_ranges, expose_all, make_session, probe,
+                              same_values)
 
 
 # Larger samples come fewer to a batch: their models run one sample at a time anyway, and the
@@ -71,7 +72,8 @@ def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSp
     session = make_session(model_bytes)
     plan = Plan(per_sample=False) if whole else probe(session, first)
     # Outputs of Reshape, Transpose and the like hold their input's values: binned once.
-    plan = replace(plan, same_values=tuple(same_values(model).items()))
+    plan = replace(plan, same_values=tuple(same_values(model).items()),
+                   channel_ranges=channel_ranges(model))
     batches = itertools.chain([first], batches)
     if options.workers > 1:
         shards = parallel.run_parallel(model_bytes, plan, batches, options.workers, on_samples)

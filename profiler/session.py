@@ -59,6 +59,8 @@ class Plan:
     batch_independent: frozenset[str] = frozenset()
     # (output, tensor it holds the values of): outputs whose statistics are copied, not binned
     same_values: tuple[tuple[str, str], ...] = ()
+    # outputs whose range is recorded per index of the last axis too (LayerNorm outputs)
+    channel_ranges: frozenset[str] = frozenset()
 
 
 def same_values(model: onnx.ModelProto) -> dict[str, str]:
@@ -80,6 +82,15 @@ def same_values(model: onnx.ModelProto) -> dict[str, str]:
         if origin in runtime and origin != node.output[0]:
             source[node.output[0]] = origin
     return source
+
+
+def channel_ranges(model: onnx.ModelProto) -> frozenset[str]:
+    """The tensors whose range the profile records per channel of the last axis: the outputs
+    of LayerNormalization, whose few outlier channels the quantizer smooths into the Gemms
+    that read them (`quantizer.smooth`)."""
+    return frozenset(node.output[0] for node in model.graph.node
+                     if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx")
+                     and node.output and node.output[0])
 
 
 def expose_all(model: onnx.ModelProto, free_batch: bool) -> bytes:
@@ -194,7 +205,9 @@ class Runner:
         stats = {name: acc.stats() for name, acc in self.accumulators.items()}
         for name, origin in self.same_values.items():
             if origin in stats:
-                stats[name] = replace(stats[origin], kind="activation")
+                # Its values in another arrangement: the last axis's channels are not the same.
+                stats[name] = replace(stats[origin], kind="activation", channel_min=None,
+                                      channel_max=None)
         return stats
 
     def close(self) -> None:
@@ -223,9 +236,11 @@ class Runner:
 
     def _bin(self, items: list[tuple[str, list[np.ndarray]]], binner: Binner) -> None:
         for name, parts in items:
-            self.accumulators[name].add(parts[0] if len(parts) == 1 else
-                                        np.concatenate([p.reshape(-1) for p in parts]),
-                                        binner=binner)
+            acc = self.accumulators[name]
+            acc.add(parts[0] if len(parts) == 1 else
+                    np.concatenate([p.reshape(-1, p.shape[-1]) if acc.channels and p.ndim
+                                    else p.reshape(-1) for p in parts]),
+                    binner=binner)
 
     def _hold(self, kind: str, named_values) -> None:
         for name, value in named_values:
@@ -236,7 +251,8 @@ class Runner:
 
     def _accumulator(self, name: str, kind: str, value: np.ndarray) -> Accumulator:
         if name not in self.accumulators:
-            self.accumulators[name] = Accumulator(kind, str(value.dtype), self.binner)
+            self.accumulators[name] = Accumulator(kind, str(value.dtype), self.binner,
+                                                  channels=name in self.plan.channel_ranges)
         return self.accumulators[name]
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from quantizer import calibrate
 from quantizer.errors import QuantizeError
+from quantizer.smooth import MODES as SMOOTH_MODES
 from quantizer.wide import MODES as WIDE_MODES
 
 SCHEMAS = ("affine", "power2")
@@ -24,6 +25,9 @@ class QuantOptions:
     schema "power2" rounds every scale up to a power of two, for shift-only hardware.
     wide_norm_inputs chooses which LayerNorm inputs (residual streams an Add computes) are
     int16: "auto" those the profile shows int8 loses (`quantizer.wide`), "always" or "never".
+    smooth_norms "auto" moves a LayerNorm output's outlier channels into the weights of the
+    Gemms that read it when its per-channel ranges in the profile are uneven
+    (`quantizer.smooth`); "never" keeps every norm as the model has it.
     """
 
     calibration: str = "minmax"
@@ -34,6 +38,7 @@ class QuantOptions:
     schema: str = "affine"
     keep_fp32: tuple[str, ...] = ()
     wide_norm_inputs: str = "auto"
+    smooth_norms: str = "auto"
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:
@@ -47,6 +52,9 @@ class QuantOptions:
         if self.wide_norm_inputs not in WIDE_MODES:
             raise QuantizeError(f"wide_norm_inputs {self.wide_norm_inputs!r} is unknown; choose "
                                 f"one of {WIDE_MODES}")
+        if self.smooth_norms not in SMOOTH_MODES:
+            raise QuantizeError(f"smooth_norms {self.smooth_norms!r} is unknown; choose one of "
+                                f"{SMOOTH_MODES}")
         if self.schema not in SCHEMAS:
             raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))

@@ -60,7 +60,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
-from compiler.graph.ops import (ADD, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
+from compiler.graph.ops import (ADD, CAST, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
                                 RECIPROCAL, RELU, int8_attrs, is_integer_node)
 from profiler.format import output_mode
 from quantizer.errors import QuantizeError
@@ -298,6 +298,15 @@ class _Exporter:
         for out in node.outputs:
             self.types[out] = self.g.type_of(out)
         side = node.outputs[0] if _kind(node) is Quant.QUANTIZE else node.inputs[0]
+        source = self.g.type_of(node.inputs[0])
+        if _kind(node) is Quant.QUANTIZE and source.dtype not in ("float32", "float16"):
+            # An integer model input quantized for its Cast to float (`Quant.CAST`): ember's
+            # host quantizes the integers, ONNX's QuantizeLinear takes floats only.
+            real = self._unique(f"{node.inputs[0]}/float")
+            self.types[real] = Type("float32", source.shape)
+            self._emit(CAST.name, self._unique(f"{real}/{CAST.name}"), (inputs[0],), (real,),
+                       {"to": TensorProto.FLOAT})
+            inputs[0] = real
         metadata = {**_quant_metadata(self.g.type_of(side)), "ember_node": node.name}
         metadata.update(self._sqnr(side) or self._sqnr(node.outputs[0]))
         self._emit(node.op, node.name, inputs, node.outputs, _onnx_attrs(node), metadata)

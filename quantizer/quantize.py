@@ -36,7 +36,8 @@ from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
-from quantizer.wide import wide_values
+from quantizer.smooth import smooth_norms
+from quantizer.wide import norm_copies, wide_values
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
@@ -91,6 +92,13 @@ class _Rewriter:
                                 else "never",
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
+        self.g, self.wide = norm_copies(self.g, self.wide)
+        # After the copies: the int16 one a residual Add reads keeps the norm's own channels.
+        self.g, smoothed = smooth_norms(
+            self.g, self.opts.smooth_norms if self.dtype == "int8" else "never",
+            lambda name: self.profile.tensors.get(self.onnx_name(name)))
+        for name, (lo, hi) in smoothed.items():
+            self.ranges[name] = self.params_over(lo, hi, self.dtype_of(name))
         masks = additive_mask_ranges(self.g, self.real_range)
         for name, (lo, hi) in masks.items():
             self.ranges[name] = self.params_over(lo, hi)
@@ -530,7 +538,7 @@ def normalize(r: _Rewriter, node: Node) -> None:
     # gamma and beta stay (the QDQ export's fp32 form reads them); the kernel reads the table.
     r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), bias, table_name), (out,),
            {**node.attrs, "out_zero_point": int(out_params.zero_point[0]),
-            "out_dtype": r.dtype})
+            "out_dtype": r.dtype_of(node.outputs[0])})
 
 
 # A channel's bias code stays within 2^24 (far inside int32, with room for the products): a

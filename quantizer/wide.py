@@ -16,6 +16,7 @@ Every other value stays 8-bit: the array multiplies int8 codes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -45,13 +46,18 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
     def only_reader(name: str) -> bool:
         return len(users.get(name, [])) == 1 and name not in graph.outputs
 
+    def only_norms(name: str) -> bool:
+        readers = users.get(name, [])
+        return bool(readers) and name not in graph.outputs and \
+            all(reader.op == LAYER_NORMALIZATION.name for reader in readers)
+
     chosen = set()
     for node in graph.nodes:
         if node.op != LAYER_NORMALIZATION.name:
             continue
         x = node.inputs[0]
         producer = producers.get(x)
-        if producer is None or producer.op != ADD.name or not only_reader(x) or \
+        if producer is None or producer.op != ADD.name or not only_norms(x) or \
                 not all(_whole(graph, producers, name, graph.type_of(x).shape)
                         for name in producer.inputs) or not loses(x):
             continue
@@ -60,7 +66,42 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
             projection = _projection(graph, producers, only_reader, operand)
             if projection is not None and loses(projection.outputs[0]):
                 chosen.add(projection.outputs[0])
+            norm = producers.get(operand)
+            if norm is not None and norm.op == LAYER_NORMALIZATION.name and \
+                    operand not in graph.outputs and loses(operand):
+                chosen.add(operand)  # the previous block's output, the stream carried on
     return chosen
+
+
+def norm_copies(graph: Graph, wide: set[str]) -> tuple[Graph, set[str]]:
+    """`graph` with each int16 LayerNorm output that other nodes read too computed twice: an
+    int16 copy (`<name>/wide`, the same node's parameters) for the residual Adds, and the
+    original, 8-bit, for the rest (the array's Gemms read int8). One more LAYERNORM pass costs
+    less than the residual stream's precision that an 8-bit operand loses. Returns the graph and
+    the int16 set with the copies' names in place of the originals'."""
+    users = graph.users()
+    copies = {}
+    for node in graph.nodes:
+        y = node.outputs[0] if node.op == LAYER_NORMALIZATION.name else None
+        if y in wide and any(reader.op != ADD.name or reader.outputs[0] not in wide
+                             for reader in users[y]):
+            copies[y] = f"{y}/wide"
+    if not copies:
+        return graph, wide
+    nodes, values, origin = [], dict(graph.values), dict(graph.origin)
+    for node in graph.nodes:
+        if node.op == ADD.name and node.outputs[0] in wide:
+            node = dataclasses.replace(node, inputs=tuple(copies.get(name, name)
+                                                          for name in node.inputs))
+        nodes.append(node)
+        copy = copies.get(node.outputs[0]) if node.op == LAYER_NORMALIZATION.name else None
+        if copy is not None:
+            nodes.append(dataclasses.replace(node, name=f"{node.name}/wide",
+                                             outputs=(copy,)))
+            values[copy] = dataclasses.replace(graph.values[node.outputs[0]], name=copy)
+            origin[copy] = graph.origin.get(node.outputs[0], node.outputs[0])
+    return (dataclasses.replace(graph, nodes=tuple(nodes), values=values, origin=origin),
+            (wide - set(copies)) | set(copies.values()))
 
 
 def _whole(graph: Graph, producers: dict, name: str, shape: tuple[int, ...]) -> bool:

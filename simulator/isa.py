@@ -110,7 +110,10 @@ store -> vector -> compute -> load.
   (`layernorm_table_rows`); load them with a LOAD. It takes three passes over the row's
   channel blocks and a root step per row. With wide=1 the input is int16: the high plane's
   blocks as above, the low plane's `blocks` more after them (block b at src + (blocks + b) *
-  stride, `numerics.join_wide`), and the first two passes read both (five in all).
+  stride, `numerics.join_wide`), and the first two passes read both (five in all). With
+  out_wide=1 the output is int16 (the clamp its range; out_offset 0), written as two planes:
+  the high plane's blocks at dst as above, the low plane's `blocks` more after them
+  (`numerics.split_wide`), and the last pass writes both (one more).
 - GATHER: the indexed DMA, DRAM -> DRAM, on the load queue (an embedding lookup): reads `count`
   little-endian int32 indices from `index` and, for i < count, copies the row_bytes bytes of
   table row k (at table + k * table_stride) to dst + i * dst_stride, where k is index i, or
@@ -375,7 +378,7 @@ LAYERNORM = InsnDef("LAYERNORM", 0x0E, "vector",
                     (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
                      F("blocks", 16, default=1), F("stride", _ROW, default=0),
                      F("table", _ROW), F("out_offset", 8, signed=True, default=0),
-                     F("wide", 1, default=0)),
+                     F("wide", 1, default=0), F("out_wide", 1, default=0)),
                     run=vector.layernorm, cycles=vector.layernorm_cycles,
                     work=vector.layernorm_work, access=vector.layernorm_access)
 GATHER = InsnDef("GATHER", 0x10, "load",

@@ -30,6 +30,8 @@ ALLOWED = {
     ("profiler/session.py", "Unsqueeze"): "same values as the input (checked below)",
     ("profiler/session.py", "Transpose"): "same values as the input (checked below)",
     ("profiler/session.py", "Dropout"): "same values, and its training_mode input",
+    ("profiler/session.py", "LayerNormalization"): "its output's range per channel too (for "
+                                                   "quantizer.smooth)",
     # The importer evaluates nodes of constant inputs early, but not a Dropout, whose reference
     # refuses training_mode=true (an error for later stages, not the importer's).
     ("compiler/frontend/onnx.py", "Dropout"): "never evaluated at import",

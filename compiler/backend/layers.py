@@ -409,8 +409,9 @@ class SoftmaxLayer:
     views: tuple[View, View]  # of x and y in their buffers
     norm: bool = False
     # LayerNorm of an int16 x (LAYERNORM wide=1): the bytes from x's high plane to its low one
-    # (0: x is int8).
+    # (0: x is int8); likewise of an int16 y (out_wide=1, a residual stream's operand).
     x_plane: int = 0
+    y_plane: int = 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -377,11 +377,12 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     n, h, w, c = layer.views[1].shape
     blocks = ceil_div(c, arch.lanes)
     planes = 2 if layer.x_plane else 1  # an int16 input's low plane follows its high one
-    fit = arch.scratchpad.rows // (BUFFERS * (planes + 1) * blocks)
+    y_planes = 2 if layer.y_plane else 1  # likewise an int16 output's
+    fit = arch.scratchpad.rows // (BUFFERS * (planes + y_planes) * blocks)
     table_rows = isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
         isa.softmax_table_rows(arch.lanes, int(layer.log))
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", BUFFERS * (planes + 1) * blocks,
+        raise _too_small(layer.node, "scratchpad", BUFFERS * (planes + y_planes) * blocks,
                          arch.scratchpad.rows, f"one pixel of {c} channels")
     if table_rows > arch.accumulator.rows:
         raise _too_small(layer.node, "accumulator", table_rows, arch.accumulator.rows,
@@ -390,7 +391,7 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, pixels)
     rows = ceil_div(pixels, ceil_div(pixels, rows))
     inputs = Region("scratchpad", 0, planes * blocks * rows)
-    outputs = Region("scratchpad", inputs.end, blocks * rows)
+    outputs = Region("scratchpad", inputs.end, y_planes * blocks * rows)
     return SoftmaxTiles(rows, blocks, inputs, outputs, Region("accumulator", 0, table_rows, 1))
 
 

@@ -118,6 +118,11 @@ def quantization_options(command):
                      help="Which LayerNorm inputs (residual streams an Add computes) are int16: "
                           "auto, those whose median |x| int8 leaves under 8 steps (outlier "
                           "channels); the vector unit writes and reads them as two byte planes."),
+        click.option("--smooth-norms", "smooth_norms", type=click.Choice(["auto", "never"]),
+                     default="auto", show_default=True,
+                     help="Move a LayerNorm output's outlier channels into the weights of the "
+                          "Gemms that read it (SmoothQuant): auto, when the profile's "
+                          "per-channel ranges spread over 4x the median channel's."),
     ]
     for decorator in reversed(decorators):
         command = decorator(command)
@@ -128,7 +133,8 @@ def quantization_options(command):
 QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "per_channel": "per_channel", "activation_dtype": "activation_dtype",
                 "symmetric": "symmetric_activations", "schema": "schema",
-                "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs"}
+                "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
+                "smooth_norms": "smooth_norms"}
 
 
 def quant_options_from(kwargs: dict):

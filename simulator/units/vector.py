@@ -220,11 +220,14 @@ def _channel_rows(state, a: dict, mnemonic: str, first: int = 0) -> np.ndarray:
                            for b in range(a["blocks"])], axis=1)
 
 
-def _write_channel_rows(state, a: dict, y: np.ndarray) -> None:
+def _write_channel_rows(state, a: dict, y: np.ndarray, first: int = 0) -> None:
+    """The rows of C channels at dst, from block `first` on (a wide LAYERNORM's output: its
+    low plane's blocks follow its high plane's)."""
     sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    rows(sp, a["dst"] + (first + a["blocks"] - 1) * a["stride"], a["rows"], "scratchpad")
     for b in range(a["blocks"]):
         width = lanes if b < a["blocks"] - 1 else a["n"]
-        sp[_softmax_rows(a, a["dst"], b), :width] = y[:, b * lanes:b * lanes + width]
+        sp[_softmax_rows(a, a["dst"], first + b), :width] = y[:, b * lanes:b * lanes + width]
 
 
 def softmax(state, insn) -> None:
@@ -265,8 +268,14 @@ def layernorm(state, insn) -> None:
     table = table.ravel().astype(np.int64)
     y = numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
                             table[1 + 2 * c:1 + 3 * c], a["out_offset"],
+                            dtype="int16" if a["out_wide"] else "int8",
                             in_dtype="int16" if a["wide"] else "int8")
-    _write_channel_rows(state, a, y)
+    if a["out_wide"]:  # int16 results: the high plane's blocks, then the low plane's
+        high, low = numerics.split_wide(y)
+        _write_channel_rows(state, a, high)
+        _write_channel_rows(state, a, low, a["blocks"])
+    else:
+        _write_channel_rows(state, a, y)
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
@@ -299,10 +308,11 @@ def softmax_cycles(arch, insn) -> int:
 def layernorm_cycles(arch, insn) -> int:
     """Three passes over the rows' channel blocks (the sums of codes and squares; the centred
     codes; the division and per-channel rescale), and one square-root step per row; a wide
-    input's two planes make the first two passes read twice the blocks."""
+    input's two planes make the first two passes read twice the blocks, a wide output's two
+    planes the last one write twice."""
     a = insn.args
     once = ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes)
-    return (3 + 2 * a["wide"]) * once + a["rows"]
+    return (3 + 2 * a["wide"] + a["out_wide"]) * once + a["rows"]
 
 
 def requant_work(arch, insn) -> Work:
@@ -358,9 +368,10 @@ def layernorm_work(arch, insn) -> Work:
     a = insn.args
     elements = a["rows"] * a["blocks"]
     table = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
-    return Work(local_bytes=(3 + a["wide"]) * elements * arch.scratchpad.row_bytes
-                + table * arch.accumulator.row_bytes,
-                scratchpad_end=(a["dst"] + (a["blocks"] - 1) * a["stride"] + a["rows"]
+    written = (1 + a["out_wide"]) * a["blocks"]
+    return Work(local_bytes=(3 + a["wide"] + a["out_wide"]) * elements
+                * arch.scratchpad.row_bytes + table * arch.accumulator.row_bytes,
+                scratchpad_end=(a["dst"] + (written - 1) * a["stride"] + a["rows"]
                                 if elements else 0))
 
 
@@ -422,5 +433,6 @@ def layernorm_access(arch, insn) -> tuple[Access, ...]:
     read = (1 + a["wide"]) * a["blocks"]  # a wide input's low plane: blocks after the high
     return table + tuple(
         Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
-        for base, write, blocks in ((a["src"], False, read), (a["dst"], True, a["blocks"]))
+        for base, write, blocks in ((a["src"], False, read),
+                                    (a["dst"], True, (1 + a["out_wide"]) * a["blocks"]))
         for b in range(blocks))

@@ -110,3 +110,24 @@ def test_a_mask_of_the_wrong_shape_is_one_line(tmp_path) -> None:
     good = tmp_path / "good.npz"
     np.savez(good, **samples[1])
     assert invoke("simulate", program, "-i", good, "-o", out).exit_code == 0
+
+
+def test_the_qdq_export_casts_the_integer_mask_and_onnxruntime_runs_it(encoder) -> None:
+    """The mask's quantization reads int64 codes (`Quant.CAST`); ONNX's QuantizeLinear takes
+    floats only, so the export casts it first, and onnxruntime's run of the export stays
+    close to the integer reference."""
+    import onnxruntime
+
+    from quantizer.qdq import export_qdq
+    proto, profile = encoder
+    qgraph = compile_model(proto, profile, CompileOptions()).qgraph
+    model = export_qdq(qgraph)
+    casts = [node for node in model.graph.node if node.op_type == "Cast"]
+    assert any(node.input[0] == "attention_mask" for node in casts)
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    for feeds in sentences(3, 4):
+        want = run_int8(qgraph, feeds)[qgraph.outputs[0]]
+        got = session.run(None, feeds)[0]
+        cosine = float((want * got).sum() / np.linalg.norm(want) / np.linalg.norm(got))
+        assert cosine > 0.99

@@ -160,3 +160,67 @@ def test_the_accuracy_report_and_the_qdq_export_carry_int16(tmp_path) -> None:
     session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
     feed = samples(1, 2)[0]
     assert session.run(None, feed)[0].shape == (1, S, C)
+
+
+def carried_stream(outlier: float = 30.0):
+    """Two residual blocks, the first LayerNorm's output both the next projection's input and
+    the stream carried into the second sum (BERT's post-norm layers): z = LayerNorm(y + (y @ W
+    + bias)), y = LayerNorm(a + b). y's gamma makes channel 5 `outlier` times the others, so
+    int8 loses y's other channels in the second sum."""
+    rng = np.random.default_rng(2)
+    only = np.zeros(C, np.float32)
+    only[5] = outlier
+    gamma = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    gamma[5] = outlier
+    w = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
+    w[5, :] /= outlier
+    nodes = [helper.make_node("Mul", ["update", "only"], ["b"], name="outlier"),
+             helper.make_node("Add", ["a", "b"], ["r"], name="residual"),
+             helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["y"], name="norm"),
+             helper.make_node("MatMul", ["y", "w"], ["m"], name="dense"),
+             helper.make_node("Add", ["bias", "m"], ["p"], name="dense_bias"),
+             helper.make_node("Add", ["p", "y"], ["r2"], name="residual2"),
+             helper.make_node("LayerNormalization", ["r2", "gamma2", "beta"], ["z"],
+                              name="norm2")]
+    inits = {"only": only, "gamma": gamma, "beta": rng.normal(0, 0.1, C).astype(np.float32),
+             "w": w, "bias": rng.normal(0, 0.1, C).astype(np.float32),
+             "gamma2": rng.uniform(0.5, 1.5, C).astype(np.float32)}
+    return model(nodes, {"a": [1, S, C], "update": [1, S, C]}, {"z": [1, S, C]}, inits,
+                 opset=17)
+
+
+def test_a_norm_output_carried_in_an_outlier_stream_is_int16_and_copied_for_the_array() -> None:
+    """y is an operand of the int16 sum r2 and the input of a Gemm: the quantizer computes it
+    twice, an int16 copy (norm/wide) for the sum and the int8 original for the array, and the
+    output gains over int8 y."""
+    proto = carried_stream()
+    wide = quantized(proto, samples(8, 0))
+    assert {"y/wide", "r2", "r"} <= set(wide_values(wide)) and "y" not in wide_values(wide)
+    # The int8 original is smoothed too (`quantizer.smooth`: y's channel 5 is 30 times the
+    # others'); the int16 copy is not.
+    assert [n.name for n in wide.nodes if n.op == "LayerNormalization"] == \
+        ["norm/smooth", "norm/wide", "norm2"]
+    gemm = next(n for n in wide.nodes if n.op in ("Gemm", "MatMul"))
+    assert wide.type_of(gemm.inputs[0]).dtype == "int8"
+    narrow = quantized(proto, samples(8, 0), QuantOptions(wide_norm_inputs="never"))
+    assert sqnr_db_of(proto, wide, "z") > sqnr_db_of(proto, narrow, "z") + 4
+
+
+def sqnr_db_of(proto, qgraph, output: str) -> float:
+    graph = optimized_graph(proto)
+    signal = noise = 0.0
+    for feeds in samples(4, 9):
+        want = evaluate(graph, feeds)[output].astype(np.float64)
+        got = run_int8(qgraph, feeds)[output].astype(np.float64)
+        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
+    return 10 * np.log10(signal / noise)
+
+
+@pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow)])
+def test_an_int16_norm_output_runs_bit_exactly(preset: str) -> None:
+    proto = carried_stream()
+    profile = profile_of(proto, samples(8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(), preset)
+    program = built.compiled.program
+    assert any(i.op is isa.LAYERNORM and i.args["out_wide"] for i in program.instructions)
+    check_bit_exact(built.qgraph, built.compiled, samples(2, 1))

@@ -24,6 +24,8 @@ def profile_of(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray
     accumulators: dict[str, Accumulator] = {}
     binner = Binner()
     count = 0
+    # As the profiler: a LayerNorm output's range per channel too (`profiler.session`).
+    channels = {node.outputs[0] for node in graph.nodes if node.op == "LayerNormalization"}
     for feeds in samples:
         count += 1
         env = evaluate(graph, feeds, keep_all=True)
@@ -36,7 +38,8 @@ def profile_of(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray
             origin = graph.origin.get(name, name)
             for key in {name, origin if origin not in graph.values else name}:
                 if key not in accumulators:
-                    accumulators[key] = Accumulator(kind, "float32", binner)
+                    accumulators[key] = Accumulator(kind, "float32", binner,
+                                                    channels=name in channels)
                 accumulators[key].add(np.asarray(value))
     return Profile(fingerprint(model), "test", count, (),
                    {name: acc.stats() for name, acc in accumulators.items()})

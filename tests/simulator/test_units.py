@@ -509,6 +509,35 @@ def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
+    """LAYERNORM out_wide=1 over C = L + 5 channels: numerics.layer_norm's int16 results, the
+    high plane's blocks at dst, the low plane's after them; one more pass than int8 output."""
+    state = fresh()
+    c, rows, stride = L + 5, 3, 8
+    x = rng.integers(-128, 128, (rows, c))
+    for block in range(2):
+        width = L if block == 0 else 5
+        state.scratchpad[100 + block * stride:100 + block * stride + rows, :width] = \
+            x[:, block * L:block * L + width]
+    table = np.zeros(isa.layernorm_table_rows(L, c) * L, np.int64)
+    m, k = numerics.quantize_multiplier(0.8 * 2**8 / (0.0005 * 2**16))  # int16's fine step
+    table[0] = 1
+    table[1:1 + c], table[1 + c:1 + 2 * c] = m, k
+    table[1 + 2 * c:1 + 3 * c] = rng.integers(-50000, 50000, c)
+    state.accumulator[200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
+    insn = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200,
+                         out_wide=1)
+    run(state, insn)
+    want = numerics.layer_norm(x, 1, table[1:1 + c], table[1 + c:1 + 2 * c],
+                               table[1 + 2 * c:1 + 3 * c], 0, dtype="int16")
+    assert np.abs(want).max() > 127  # the int16 range is used
+    planes = [np.concatenate([state.scratchpad[base:base + rows],
+                              state.scratchpad[base + stride:base + stride + rows, :5]], axis=1)
+              for base in (300, 300 + 2 * stride)]
+    np.testing.assert_array_equal(numerics.join_wide(*planes), want)
+    narrow = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200)
+    assert insn.op.cycles(ARCH, insn) > narrow.op.cycles(ARCH, narrow)
+
 def test_a_wide_requant_writes_int16_as_two_planes():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in rng.uniform(0.001, 0.01, L)]

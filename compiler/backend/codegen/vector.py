@@ -275,10 +275,14 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
         rows = dict(src=src, dst=dst, rows=th * tw, n=c - (tiles.blocks - 1) * lanes,
                     blocks=tiles.blocks, stride=cap, table=tiles.table.base)
         work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point,
-                           wide=int(bool(layer.x_plane))) \
+                           wide=int(bool(layer.x_plane)), out_wide=int(bool(layer.y_plane))) \
             if layer.norm else instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
                                            shift=layer.shift, out_offset=layer.out_zero_point)
         stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)
                   for b in range(tiles.blocks)]
+        if layer.y_plane:  # an int16 output's low plane, its blocks after the high plane's
+            low = dataclasses.replace(layer.views[1], offset=layer.views[1].offset + layer.y_plane)
+            stores += [dma(isa.STORE, layer.y, low, dst + tiles.blocks * cap, b, True)
+                       for b in range(tiles.blocks)]
         steps.append(Step(tuple(loads), (work, *stores)))
     return steps

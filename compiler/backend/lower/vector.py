@@ -607,11 +607,13 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     x_plane = math.prod(shape) if lw.g.type_of(x).dtype == "int16" else 0
     if x_plane and (x in lw.views or lw.buffer.get(x) != x):
         raise unsupported(node, f"its int16 input {x!r} is a view of another tensor")
+    # Likewise an int16 output (a residual Add's operand, `quantizer.wide.norm_copies`).
+    y_plane = math.prod(shape) if lw.g.type_of(y).dtype == "int16" else 0
     rows = _row_major_views(lw, node, (x,), y)
     table = np.asarray(lw.g.values[node.inputs[3]].const, np.int32).reshape(-1)
     layer = functools.partial(SoftmaxLayer, node.name, table=table, log=False, shift=0,
                               out_zero_point=int(int8_attrs(node)["out_zero_point"]),
-                              norm=True, x_plane=x_plane)
+                              norm=True, x_plane=x_plane, y_plane=y_plane)
     if rows is not None:
         (tx, view), (ty, y_view) = rows
     elif block_axis(len(shape), len(shape) - 1) == 3:
@@ -624,6 +626,8 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     if x_plane and (tx != x or (view is not None and view.offset)):
         raise unsupported(node, f"its int16 input {x!r} would need a copy into order (8-bit "
                                 f"copies only)")
+    if y_plane and (ty != y or (y_view is not None and y_view.offset)):
+        raise unsupported(node, f"its int16 output {y!r} is a view of another tensor")
     lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
 
 
