@@ -34,6 +34,7 @@ from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fold_scale import fold_scale
 from compiler.passes.fuse_gates import fuse_gates
+from compiler.passes.fuse_hypot import fuse_hypot
 from compiler.passes.fuse_layer_norm import fuse_layer_norm
 from compiler.passes.fuse_softmax import fuse_softmax
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
@@ -60,6 +61,8 @@ GRAPH_PASSES: list[Pass] = [
     #                    written out → LayerNormalization (integer mean, variance and root)
     fuse_softmax,      # after folding, which makes the axes constant: a softmax written out
     #                    (Exp, ReduceSum, Div, the ReduceMax shift or not) → Softmax
+    fuse_hypot,        # after folding, which makes Pow's exponent constant: sqrt(a² + b²),
+    #                    a spectrum's magnitude → Hypot (its power never rounds to int8)
     split_clip,        # after folding, which makes bounds constant: a run-time one → Max/Min
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator

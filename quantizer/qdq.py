@@ -61,7 +61,7 @@ from onnx import TensorProto, helper, numpy_helper
 from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
 from compiler.graph.ops import (ADD, CAST, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
-                                RECIPROCAL, RELU, int8_attrs, is_integer_node)
+                                RECIPROCAL, RELU, SQRT, int8_attrs, is_integer_node)
 from profiler.format import output_mode
 from quantizer.errors import QuantizeError
 from simulator import numerics
@@ -358,6 +358,8 @@ class _Exporter:
             return self._linear(node, attrs)
         if row.quant is Quant.DIVIDE:
             return self._divide(node)
+        if row.quant is Quant.HYPOT:
+            return self._hypot(node)
         names = list(node.inputs)
         if not row.variadic:
             # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
@@ -391,6 +393,22 @@ class _Exporter:
         self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{reciprocal}/{DEQUANTIZE_LINEAR.name}"),
                    (codes, scale, zero), (real,))
         return MUL.name, [a, real], {}
+
+    def _hypot(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        """ember's Hypot as ONNX writes a magnitude: the squares of both inputs (Mul), their
+        sum (Add) and its Sqrt, in fp32 between the Dequantize and Quantize nodes."""
+        squares = []
+        shape = self.g.type_of(node.outputs[0]).shape
+        for name in node.inputs[:2]:
+            x = self._operand(name)
+            square = self._unique(f"{node.name}/square_{name}")
+            self.types[square] = Type("float32", shape)
+            self._emit(MUL.name, self._unique(square), (x, x), (square,))
+            squares.append(square)
+        total = self._unique(f"{node.name}/sum")
+        self.types[total] = Type("float32", shape)
+        self._emit(ADD.name, self._unique(total), squares, (total,))
+        return SQRT.name, [total], {}
 
     def _operand(self, name: str) -> str:
         if not name:

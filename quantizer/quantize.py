@@ -636,6 +636,22 @@ def add(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
+def hypot(r: _Rewriter, node: Node) -> None:
+    """Hypot: both inputs in one scale (b rescaled to a's when they differ; a spectrum's
+    real and imaginary parts, slices of one tensor, share theirs), the root of the squares'
+    sum in Q8 requantized by s 2^-8 / s_out (`numerics.hypot`)."""
+    where = f"node {node.name!r} ({node.op})"
+    a, b = (r.operand(n) for n in node.inputs[:2])
+    pa = r.quant_of(a)
+    if r.quant_of(b) != pa:
+        b = r.rescale(node.inputs[1], b, pa, node.name)
+    out, out_params, qclamp = r.requant_output(node)
+    m, s = ratio(pa.scale[0] / (2**numerics.HYPOT_FRACTION_BITS * out_params.scale[0]), where)
+    attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pa.zero_point[0],
+             **r.requant_attrs(out, qclamp, (0, 0, m), (0, 0, s))}
+    r.emit(node.op, node.name, (a, b), (out,), attrs)
+
+
 def mul(r: _Rewriter, node: Node) -> None:
     """Mul: the product of the centred inputs, requantized by s_a s_b / s_out."""
     where = f"node {node.name!r} ({node.op})"
@@ -712,6 +728,7 @@ RULES = {
     Quant.AVERAGE: average,
     Quant.GATHER: gather,
     Quant.CAST: cast,
+    Quant.HYPOT: hypot,
 }
 
 

@@ -70,7 +70,8 @@ store -> vector -> compute -> load.
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)
   of the two rescaled operands takes the sum's place (`numerics.extremum`: Max, Min, and Clip
-  by bounds computed at run time). The b rows are [b, b + rows), or the one row b for every
+  by bounds computed at run time); with op=hypot, sqrt((a - a_offset)^2 + (b - b_offset)^2)
+  requantized by lane 2 (`numerics.hypot`: a spectrum's magnitude, its operands in one scale). The b rows are [b, b + rows), or the one row b for every
   row with b_once=1; with b_splat=1, lane 0 of each b row stands for every lane (as MUL's).
   With wide=1 (op add only) the sum is int16 (the clamp its range; qmin, qmax unused), written
   as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to

@@ -253,6 +253,25 @@ def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=Non
     return requantize(pick, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
 
 
+# The root of hypot's sum of squares in Q8: a code's 256th, so the root's own rounding is far
+# below the output's step.
+HYPOT_FRACTION_BITS = 8
+
+
+def hypot(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None, *,
+          dtype: str = "int8") -> np.ndarray:
+    """sqrt((x - x_offset)^2 + (y - y_offset)^2) of two int8 tensors in one scale s (a complex
+    spectrum's magnitude: the squares of its parts, their sum and its root fused, so the power,
+    whose range 8 bits do not hold, never rounds): the sum of squares exact in int64 (< 2^17),
+    its root in Q(HYPOT_FRACTION_BITS) by `isqrt`, requantized by the output rescale
+    (multipliers[2], shifts[2]: s 2^-8 / s_out) as add's sum, + out_offset, clamped. Lanes 0 and
+    1 are unused: the operands share their scale. x and y broadcast (numpy rules)."""
+    dx = np.asarray(x, np.int64) - x_offset
+    dy = np.asarray(y, np.int64) - y_offset
+    root = isqrt((dx * dx + dy * dy) << (2 * HYPOT_FRACTION_BITS))
+    return requantize(root, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
+
+
 def _common_scale(x, y, x_offset, y_offset, multipliers, shifts, left_shift=ADD_LEFT_SHIFT):
     """`add`'s inputs, centred and rescaled to the common scale by lanes 0 and 1."""
     xs = rescale((np.asarray(x, np.int64) - x_offset) << left_shift, multipliers[0], shifts[0])

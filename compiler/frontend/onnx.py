@@ -326,7 +326,7 @@ class _GraphBuilder:
     def _node(self, index: int, proto: onnx.NodeProto) -> Node:
         name = proto.name or f"{proto.op_type}_{index}"
         if (proto.domain not in _DEFAULT_DOMAINS or proto.op_type not in optable.OPS
-                or proto.op_type in optable.QUANTIZED_ONLY):
+                or proto.op_type not in optable.IMPORTABLE):
             domain = f"{proto.domain}." if proto.domain not in _DEFAULT_DOMAINS else ""
             raise CompileError(f"{self.label}: node {name!r} has unsupported operator "
                                f"{domain}{proto.op_type}; supported: {optable.supported_ops()}")

@@ -56,6 +56,7 @@ class Quant(Enum):
     NORMALIZE = "normalize"            # LayerNorm: integer mean, variance and root, per channel
     GATHER = "gather"                  # rows by integer indices: the data's (a table's) params
     CAST = "cast"                      # a model input's integers to float: its quantization
+    HYPOT = "hypot"                    # the root of two inputs' squares summed, one scale
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
 
@@ -64,13 +65,13 @@ class Quant(Enum):
         """Whether the kernel ends in `numerics.requantize` to its output type (multiplier,
         shift, out_zero_point, qclamp): a Rescale after it can fold into it."""
         return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.AVERAGE,
-                        Quant.RESCALE)
+                        Quant.RESCALE, Quant.HYPOT)
 
     @property
     def output_multipliers(self) -> slice:
         """The entries of `multiplier`/`shift` that scale to the output (ADD's first two
-        rescale its inputs)."""
-        return slice(2, 3) if self is Quant.ADD else slice(None)
+        rescale its inputs; Hypot's are unused, as its ADD's)."""
+        return slice(2, 3) if self in (Quant.ADD, Quant.HYPOT) else slice(None)
 
     @property
     def fuses_clamp(self) -> bool:
@@ -277,6 +278,15 @@ def min_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zer
     """The smaller of a and b, as max_int8."""
     return _extremum("min", a, b, multiplier, shift, a_zero_point, b_zero_point,
                      out_zero_point, qclamp, out_dtype)
+
+
+def hypot_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
+               qclamp=None, out_dtype="int8"):
+    """sqrt(a^2 + b^2) of two inputs in one scale (numerics.hypot; multiplier/shift as
+    add_int8's, the first two unused)."""
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    return numerics.hypot(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
+                          lo, hi, dtype=out_dtype)
 
 
 def _extremum(op, a, b, multiplier, shift, a_zero_point, b_zero_point, out_zero_point, qclamp,

@@ -55,6 +55,7 @@ class Lower(Enum):
     SUB = "sub"                  # ADD with b's rescale negated; likewise
     MAX = "max"                  # ADD with op max (b may broadcast); likewise
     MIN = "min"                  # ADD with op min; likewise
+    HYPOT = "hypot"              # ADD with op hypot
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
@@ -104,6 +105,10 @@ class OpDef:
     coerced_2d_before: int | None = None
     # Only constant folding may remove this op: a graph that still holds it cannot compile.
     fold_only: bool = False
+    # ember's own operator, which only a graph pass writes (a fused form): not ONNX, so the
+    # importer rejects it and no ONNX case tests it; its fusion pass's tests hold its fp32 form
+    # to onnxruntime's on the written-out graph.
+    fused_only: bool = False
     # The input slots that hold integer indices (Gather's, OneHot's): an integer model input
     # or a constant, never quantized; the program binds a model input there as int32.
     index_inputs: tuple[int, ...] = ()
@@ -168,7 +173,7 @@ class OpDef:
         """How many leading input slots the int8 form lets be computed at run time (the rest
         must be constants): both operands of an elementwise binary op or of a linear op whose
         A may be the constant, else the first (a variadic slot, all its inputs)."""
-        two = self.quant in (Quant.ADD, Quant.MUL, Quant.DIVIDE) or (
+        two = self.quant in (Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.HYPOT) or (
             self.weight is not None and self.weight.a_sum is not None)
         return 2 if two else 1
 
@@ -587,6 +592,10 @@ _ROWS = (
           int8=int8.max_int8, lower=L.MAX, expand=expansions.expand_variadic),
     OpDef("Min", ("data_0", "data_1"), {}, broadcast, ref.minimum, quant=Q.ADD,
           int8=int8.min_int8, lower=L.MIN, expand=expansions.expand_variadic),
+    # ember's: sqrt(A^2 + B^2), a complex spectrum's magnitude written as Pow/Mul, Add and
+    # Sqrt (`fuse_hypot`), so its power never rounds to 8 bits (the vector unit's ADD op hypot).
+    OpDef("Hypot", ("A", "B"), {}, broadcast, ref.hypot, quant=Q.HYPOT, int8=int8.hypot_int8,
+          lower=L.HYPOT, fused_only=True),
     OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
           lower=L.MUL, channel_affine=mul_affine),
     # Div by a constant becomes a Mul (or a depthwise Conv); by an activation, a Mul by a
@@ -743,7 +752,8 @@ OPS: dict[str, OpDef] = {op.name: op for op in _ROWS}
 # Operators only the quantizer writes: ember takes fp32 models, so the importer rejects them.
 QUANTIZED_ONLY = frozenset(name for name, op in OPS.items()
                            if op.quant is not None and op.quant.quantized_only)
-IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY
+FUSED_ONLY = frozenset(name for name, op in OPS.items() if op.fused_only)
+IMPORTABLE = frozenset(OPS) - QUANTIZED_ONLY - FUSED_ONLY
 
 
 # The rows of the operators the quantizer and the QDQ export write nodes of, for their names.
@@ -752,7 +762,7 @@ QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
 RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
 CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
-MAX, MIN = OPS["Max"], OPS["Min"]
+MAX, MIN, HYPOT = OPS["Max"], OPS["Min"], OPS["Hypot"]
 # And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
 SLICE, CONCAT, RESHAPE = OPS["Slice"], OPS["Concat"], OPS["Reshape"]

@@ -329,6 +329,11 @@ def sub(a, b):
     return a - b
 
 
+def hypot(a, b):
+    """sqrt(a^2 + b^2): ember's fused magnitude (`compiler.passes.fuse_hypot`)."""
+    return np.sqrt(np.square(a) + np.square(b)).astype(np.result_type(a, b))
+
+
 def maximum(*operands):
     return functools.reduce(np.maximum, operands)
 

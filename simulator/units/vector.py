@@ -19,7 +19,9 @@ from simulator import numerics
 from simulator.errors import SimulatorError
 from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
 
-ADD_OPS = ("add", "max", "min")  # what ADD computes of its two rescaled operands (field op)
+# What ADD computes of its two operands (field op): their rescaled sum, the larger or smaller
+# of them, or the root of their squares' sum (`numerics.hypot`, a spectrum's magnitude).
+ADD_OPS = ("add", "max", "min", "hypot")
 LUT_ENTRIES = numerics.RANGES["int8"][1] - numerics.RANGES["int8"][0] + 1  # one per int8 code
 
 
@@ -116,6 +118,7 @@ def add(state, insn) -> None:
     op = ADD_OPS[a["op"]]
     sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = (
         numerics.add(*common, left_shift=shift) if op == "add"
+        else numerics.hypot(*common) if op == "hypot"
         else numerics.extremum(*common, op=op))
 
 

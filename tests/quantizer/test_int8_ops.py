@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from compiler.frontend.onnx import import_model
+from compiler.passes.eliminate_dead import eliminate_dead
+from compiler.passes.fold_constants import fold_constants
+from compiler.passes.fuse_hypot import fuse_hypot
 from compiler.graph import reference as ref
 from compiler.graph.evaluate import evaluate
 from compiler.graph.ops import OPS
@@ -46,6 +49,9 @@ class Case:
     expect_ops: tuple[str, ...] = ()  # ops the quantized graph must hold
     absent_ops: tuple[str, ...] = ()  # ops it must not hold
     opset: int = 17  # newer for operators added later (Gelu 20, Swish 24)
+    # The fusion passes the case needs (ember's own operators, which only a pass writes:
+    # Hypot from a written-out magnitude); the others reach the quantizer as imported.
+    passes: tuple = ()
     # Whether onnxruntime's run of the QDQ export reproduces it exactly in affine schemes (a
     # linear Resize rounds after each axis, onnxruntime once).
     qdq_exact: bool = True
@@ -99,6 +105,12 @@ CASES = [
          {"y": (1, 4, 3, 3)}, ranges={"b": 5.0}),
     Case("Max", [n("Max", ["a", "b"], ["y"])], {"a": (1, 4, 3, 3), "b": (1, 4, 3, 3)},
          {"y": (1, 4, 3, 3)}, ranges={"b": 3.0}),
+    Case("Hypot", [n("Pow", ["a", "two"], ["a2"]), n("Pow", ["b", "two"], ["b2"]),
+                   n("Add", ["a2", "b2"], ["p"]), n("Sqrt", ["p"], ["y"])],
+         {"a": (1, 4, 3, 3), "b": (1, 4, 3, 3)}, {"y": (1, 4, 3, 3)},
+         {"two": np.array(2.0, np.float32)}, ranges={"b": 0.3}, expect_ops=("Hypot",),
+         passes=(fold_constants, fuse_hypot, eliminate_dead),
+         qdq_exact=False),  # its root is floored in Q8: onnxruntime's Sqrt may round across
     Case("Min-broadcast", [n("Min", ["a", "b"], ["y"])], {"a": (1, 4, 3, 3), "b": (1, 1, 1, 1)},
          {"y": (1, 4, 3, 3)}, ranges={"a": 2.0}),
     Case("Add-const-broadcast", [n("Add", ["a", "c"], ["y"])], {"a": (1, 4, 3, 3)},
@@ -239,9 +251,18 @@ def _fp32_on_dequantized(graph: Graph, qgraph: Graph, env: dict) -> Graph:
     return graph.replace(values=values)
 
 
+def case_graph(case: Case, proto) -> Graph:
+    """The case's graph as imported (no optimize: Identity must reach the quantizer), through
+    its own fusion passes."""
+    graph = import_model(proto)
+    for graph_pass in case.passes:
+        graph = graph_pass(graph)
+    return graph
+
+
 def check_case(case: Case, options: QuantOptions = QuantOptions()) -> Graph:
     proto = model(case.nodes, case.inputs, case.outputs, case.inits, opset=case.opset)
-    graph = import_model(proto)  # no optimize: Identity must reach the quantizer
+    graph = case_graph(case, proto)
     samples = _samples(case)
     qgraph = quantize(graph, profile_of(proto, samples), options)
     ops = qgraph.op_counts()
@@ -292,6 +313,7 @@ def test_int8_kernels_under_other_schemes(case: Case, options: QuantOptions) -> 
 
 def test_every_int8_row_has_a_case() -> None:
     covered = {node.op_type for case in CASES for node in case.nodes} | BOUNDARY | {"Rescale"}
+    covered |= {op for case in CASES if case.passes for op in case.expect_ops}
     assert INT8_OPS <= covered, f"no test case for {sorted(INT8_OPS - covered)}"
 
 

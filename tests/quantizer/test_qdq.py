@@ -51,7 +51,7 @@ from quantizer.reference import run_int8
 from simulator import numerics
 from tests.cli import DIGITS
 from tests.onnx_builder import conv_bn_relu, model
-from tests.quantizer.test_int8_ops import CASES, Case, _samples
+from tests.quantizer.test_int8_ops import CASES, Case, _samples, case_graph
 from tests.quantizer.util import profile_of
 
 # --- measuring agreement --------------------------------------------------------------------
@@ -260,7 +260,7 @@ def _case_export(case: Case, options: QuantOptions = QuantOptions()
                  ) -> tuple[Graph, onnx.ModelProto, list[dict[str, np.ndarray]]]:
     proto = model(case.nodes, case.inputs, case.outputs, case.inits, opset=case.opset)
     samples = _samples(case)
-    qgraph = quantize(import_model(proto), profile_of(proto, samples), options)
+    qgraph = quantize(case_graph(case, proto), profile_of(proto, samples), options)
     return qgraph, export_qdq(qgraph), samples
 
 

@@ -8,14 +8,15 @@ import pytest
 
 from compiler.graph.int8 import Quant, zero_point_fold
 from compiler.graph.ir import QuantParams, Type, Value
-from compiler.graph.ops import IMPORTABLE, OPS
+from compiler.graph.ops import FUSED_ONLY, IMPORTABLE, OPS
 from quantizer.quantize import RULES
 
 # The row column each rule kind reads besides the kind itself.
 _DETAIL = {Quant.LINEAR: "weight", Quant.CLAMP: "clamp_bounds", Quant.AVERAGE: "window_sizes"}
 
 
-@pytest.mark.parametrize("name", sorted(n for n in IMPORTABLE if OPS[n].quant is not None))
+@pytest.mark.parametrize("name", sorted(n for n in IMPORTABLE | FUSED_ONLY
+                                         if OPS[n].quant is not None))
 def test_every_quantizable_row_names_a_rule_and_has_its_details(name: str) -> None:
     row = OPS[name]
     assert row.quant in RULES

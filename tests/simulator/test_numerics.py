@@ -282,3 +282,20 @@ def test_layer_norm_of_int16_codes_keeps_the_small_channels():
                                 dtype="int16", in_dtype=dtype) * 0.01
         errors[dtype] = np.abs(y - want)[:, small].max()
     assert errors["int16"] < 0.01 < errors["int8"] / 10, errors
+
+
+@CI
+@given(st.lists(st.tuples(int8, int8), min_size=1, max_size=16), int8, st.floats(0.05, 4.0))
+def test_hypot_is_within_a_step_of_the_real_magnitude(pairs, offset, ratio):
+    """numerics.hypot: the root of the exact sum of squares in Q8, rescaled by s 2^-8 / s_out:
+    within half an output step of the real magnitude plus the Q8 root's floor (2^-8 of an input
+    step, times the ratio), however small the parts (where int8 power would round to 0)."""
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    m, s = numerics.quantize_multiplier(ratio / 2**numerics.HYPOT_FRACTION_BITS)
+    got = numerics.hypot(x, y, offset, offset, [0, 0, m], [0, 0, s], -128, dtype="int16")
+    real = np.hypot(x - offset, y - offset) * ratio - 128
+    assert np.all(np.abs(got - real) <= 0.5 + ratio / 2**8 + 1e-6)
+    five = numerics.hypot(np.array([3]), np.array([4]), 0, 0, [0, 0, m], [0, 0, s], 0,
+                          dtype="int16")[0]  # an exact root: only the output's rounding
+    assert abs(five - 5 * ratio) <= 0.5 + 1e-6

@@ -216,6 +216,19 @@ def test_add_op_max_min_matches_numerics_with_b_broadcast(op, b_once, b_splat):
     assert isa.decode(isa.encode(insn)).args == insn.args
 
 
+def test_add_op_hypot_matches_numerics():
+    """ADD op=hypot: numerics.hypot of the two operands' rows, lane 2 the output rescale."""
+    state = fresh()
+    m, s = numerics.quantize_multiplier(0.9 / 2**numerics.HYPOT_FRACTION_BITS)
+    _params(state, 10, [0, 0, m], [0, 0, s])
+    a, b = state.scratchpad[0:5].copy(), state.scratchpad[20:25].copy()
+    insn = isa.ADD(a=0, b=20, dst=40, rows=5, param=10, a_offset=3, b_offset=3, out_offset=-128,
+                   op="hypot")
+    run(state, insn)
+    want = numerics.hypot(a, b, 3, 3, [0, 0, m], [0, 0, s], -128, -128, 127)
+    np.testing.assert_array_equal(state.scratchpad[40:45], want)
+    assert isa.decode(isa.encode(insn)).args == insn.args
+
 @pytest.mark.parametrize("b_step, b_splat", [(1, 0), (0, 0), (0, 1), (1, 1)])
 def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):
     state = fresh()

@@ -26,7 +26,8 @@ from compiler.backend.lower.data import (lower_concat, lower_dequantize, lower_g
 from compiler.backend.lower.resize import lower_resize
 from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_channel_lut,
                                            lower_div, lower_global_average_pool,
-                                           lower_global_max_pool, lower_layer_norm, lower_lut,
+                                           lower_global_max_pool, lower_hypot,
+                                           lower_layer_norm, lower_lut,
                                            lower_max, lower_max_pool, lower_min, lower_mul,
                                            lower_pad, lower_reduce_mean, lower_softmax,
                                            lower_sub)
@@ -51,6 +52,7 @@ RULES = {
     Lower.ADD: lower_add,
     Lower.SUB: lower_sub,
     Lower.MAX: lower_max,
+    Lower.HYPOT: lower_hypot,
     Lower.MIN: lower_min,
     Lower.MUL: lower_mul,
     Lower.DIVIDE: lower_div,

@@ -284,6 +284,11 @@ def lower_min(lw: Walk, node: Node) -> None:
     _add(lw, node, negate_b=False, op="min")
 
 
+def lower_hypot(lw: Walk, node: Node) -> None:
+    """Hypot: ADD with op hypot (its operands of one shape, in one scale)."""
+    _add(lw, node, negate_b=False, op="hypot")
+
+
 def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
