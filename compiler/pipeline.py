@@ -36,6 +36,8 @@ from compiler.passes.fold_scale import fold_scale
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.fuse_hypot import fuse_hypot
 from compiler.passes.fuse_layer_norm import fuse_layer_norm
+from compiler.passes.fuse_norm_by_value import fuse_norm_by_value
+from compiler.passes.fuse_one_hot import fuse_one_hot
 from compiler.passes.fuse_softmax import fuse_softmax
 from compiler.passes.offset_uint8 import offset_uint8, unsigned_io
 from compiler.passes.remove_identity import remove_identity
@@ -55,10 +57,14 @@ GRAPH_PASSES: list[Pass] = [
     #                    mask's Cast to float → onto the mask (then the input's quantization)
     sink_expand,       # after cast_early, which leaves the mask's Expand on floats: past the
     #                    Mul, sums and maps that broadcast by themselves
+    fuse_one_hot,      # after folding, which makes the range constant; before bias folding,
+    #                    which would take its Add: a one-hot of ids times a table → Gather
     split_fused_heads,  # after folding, which makes the Slices constant: a fused Q/K/V's
     #                    rank-5 Transpose → a channel Slice, Reshape and Transpose per part
     fuse_layer_norm,   # after folding, which makes eps, gamma and beta constant: a LayerNorm
     #                    written out → LayerNormalization (integer mean, variance and root)
+    fuse_norm_by_value,  # after the structural LayerNorm fusion: any other form of a norm
+    #                    over one axis (JAX's, Keras's), recognized by evaluating the region
     fuse_softmax,      # after folding, which makes the axes constant: a softmax written out
     #                    (Exp, ReduceSum, Div, the ReduceMax shift or not) → Softmax
     fuse_hypot,        # after folding, which makes Pow's exponent constant: sqrt(a² + b²),

@@ -776,6 +776,10 @@ LAYER_NORMALIZATION = OPS["LayerNormalization"]
 CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
 # And the rows the written-out softmax fusion reads.
 EXP, REDUCE_MAX, REDUCE_SUM = OPS["Exp"], OPS["ReduceMax"], OPS["ReduceSum"]
+# And the rows the one-hot embedding fusion reads and writes.
+EQUAL, ONE_HOT, GATHER = OPS["Equal"], OPS["OneHot"], OPS["Gather"]
+# And the global pools `conv1d_as_2d` makes 2-D.
+GLOBAL_MAX_POOL, GLOBAL_AVERAGE_POOL = OPS["GlobalMaxPool"], OPS["GlobalAveragePool"]
 
 
 def reaches_the_accelerator(row: OpDef) -> bool:

@@ -61,3 +61,19 @@ def test_a_fused_softmax_runs_on_the_accelerator() -> None:
     built = compile_model(proto, profile, CompileOptions())
     assert built.compiled.program.host_segments == ()
     check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 2, 1))
+
+
+def test_jaxs_softmax_with_keepdims_0_reshapes_and_a_guard_becomes_one() -> None:
+    """JAX through tf2onnx (Magika's head): ReduceMax without keepdims, Max with -inf (a guard
+    for a row of -inf), Reshape back, Sub, Exp, ReduceSum without keepdims, Reshape, Div."""
+
+    from tests.e2e.models import jax_softmax
+    nodes: list = [helper.make_node("Relu", ["x"], ["r"], name="relu")]
+    inits: dict = {}
+    y = jax_softmax(nodes, inits, "r", (2, 7), "softmax")
+    proto = model(nodes, {"x": [2, 7]}, {y: [2, 7]}, inits, opset=15)
+    graph = eliminate_dead(fuse_softmax(fold_constants(import_model(proto))))
+    assert [node.op for node in graph.nodes] == ["Relu", "Softmax"]
+    x = {"x": np.random.default_rng(2).normal(0, 3, (2, 7)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(graph, x)[y], ort.run(ort.session(proto), x)[y],
+                               rtol=1e-5, atol=1e-7)

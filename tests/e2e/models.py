@@ -4,7 +4,8 @@ array), tiling on every dimension on the edge preset, strides, dilations, groups
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+import onnx
+from onnx import helper, numpy_helper
 
 from tests.onnx_builder import model
 from tests.onnx_builder import weights as _w
@@ -115,3 +116,143 @@ def chain(seed: int = 0):
                  {"w1": _w(rng, 18, 5, 3, 3), "b1": _w(rng, 18),
                   "w2": _w(rng, 10, 18, 3, 3, scale=0.15), "b2": _w(rng, 10),
                   "w3": _w(rng, 12, 10, 1, 1), "b3": _w(rng, 12)})
+
+
+def jax_layer_norm(nodes: list, inits: dict, x: str, shape: tuple[int, ...], axis: int,
+                   prefix: str, rng) -> str:
+    """A LayerNorm over `axis` as JAX writes it through tf2onnx (Magika's): the sums of x and
+    x² over the axis (keepdims 0) times 1/n, the variance as Max(0, E[x²] - E[x]²), each
+    statistic reshaped back, + eps, Sqrt then Reciprocal, times gamma, (x - mean) times that,
+    + beta; gamma and beta laid along the axis. Returns the output's name."""
+    n = helper.make_node
+    kept = list(shape)
+    kept[axis] = 1
+    reduced = [d for i, d in enumerate(shape) if i != axis]
+    along = [1] * len(shape)
+    along[axis] = shape[axis]
+    p = prefix
+    inits.update({f"{p}/axes": np.array([axis], np.int64),
+                  f"{p}/inv_n": np.float32(1.0 / shape[axis]), f"{p}/zero": np.float32(0.0),
+                  f"{p}/eps": np.float32(1e-6), f"{p}/kept": np.array(kept, np.int64),
+                  f"{p}/gamma": rng.uniform(0.5, 1.5, along).astype(np.float32),
+                  f"{p}/beta": rng.normal(0, 0.2, along).astype(np.float32)})
+    nodes += [n("ReduceSum", [x, f"{p}/axes"], [f"{p}/sum"], keepdims=0),
+              n("Mul", [x, x], [f"{p}/square"]),
+              n("ReduceSum", [f"{p}/square", f"{p}/axes"], [f"{p}/sum2"], keepdims=0),
+              n("Mul", [f"{p}/sum2", f"{p}/inv_n"], [f"{p}/mean2"]),
+              n("Mul", [f"{p}/sum", f"{p}/inv_n"], [f"{p}/mean"]),
+              n("Mul", [f"{p}/mean", f"{p}/mean"], [f"{p}/mean_sq"]),
+              n("Sub", [f"{p}/mean2", f"{p}/mean_sq"], [f"{p}/var0"]),
+              n("Max", [f"{p}/zero", f"{p}/var0"], [f"{p}/var"]),
+              n("Reshape", [f"{p}/var", f"{p}/kept"], [f"{p}/var_kept"]),
+              n("Add", [f"{p}/var_kept", f"{p}/eps"], [f"{p}/var_eps"]),
+              n("Sqrt", [f"{p}/var_eps"], [f"{p}/root"]),
+              n("Reciprocal", [f"{p}/root"], [f"{p}/inv"]),
+              n("Mul", [f"{p}/inv", f"{p}/gamma"], [f"{p}/scale"]),
+              n("Reshape", [f"{p}/mean", f"{p}/kept"], [f"{p}/mean_kept"]),
+              n("Sub", [x, f"{p}/mean_kept"], [f"{p}/centred"]),
+              n("Mul", [f"{p}/centred", f"{p}/scale"], [f"{p}/scaled"]),
+              n("Add", [f"{p}/scaled", f"{p}/beta"], [f"{p}/y"])]
+    assert reduced  # the statistics' shape: x's without the axis
+    return f"{p}/y"
+
+
+def jax_softmax(nodes: list, inits: dict, x: str, shape: tuple[int, ...], prefix: str) -> str:
+    """Softmax over the last axis as JAX writes it: ReduceMax (keepdims 0), Max with -inf,
+    reshaped back, Sub, Exp, ReduceSum (keepdims 0), reshaped back, Div."""
+    n = helper.make_node
+    p = prefix
+    kept = [*shape[:-1], 1]
+    inits.update({f"{p}/axes": np.array([len(shape) - 1], np.int64),
+                  f"{p}/floor": np.float32(-np.inf), f"{p}/kept": np.array(kept, np.int64)})
+    nodes += [n("ReduceMax", [x], [f"{p}/max"], axes=[len(shape) - 1], keepdims=0),
+              n("Max", [f"{p}/floor", f"{p}/max"], [f"{p}/peak"]),
+              n("Reshape", [f"{p}/peak", f"{p}/kept"], [f"{p}/peak_kept"]),
+              n("Sub", [x, f"{p}/peak_kept"], [f"{p}/shifted"]),
+              n("Exp", [f"{p}/shifted"], [f"{p}/e"]),
+              n("ReduceSum", [f"{p}/e", f"{p}/axes"], [f"{p}/total"], keepdims=0),
+              n("Reshape", [f"{p}/total", f"{p}/kept"], [f"{p}/total_kept"]),
+              n("Div", [f"{p}/e", f"{p}/total_kept"], [f"{p}/y"])]
+    return f"{p}/y"
+
+
+def byte_classifier(length: int = 64, dim: int = 8, group: int = 4, channels: int = 24,
+                    classes: int = 10, seed: int = 3):
+    """A file-type classifier as Magika's JAX model exports through tf2onnx, small: int32
+    bytes [1, length] (256 the padding) one-hot encoded against a range of 257 and multiplied
+    by a table (+ bias), a tanh GELU written out, grouped into [1, length / group, group * dim],
+    a LayerNorm over the positions (axis 1), a [5, 1] convolution over the positions (through
+    Unsqueeze and Transpose), its bias, GELU, a global max over positions, a LayerNorm over the
+    channels, a dense layer and a softmax, both written out."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    positions, features = length // group, group * dim
+    inits = {"one_hot/range": np.arange(257, dtype=np.int32).reshape(1, 1, 257),
+             "one_hot/shape": np.array([-1, length, 1], np.int64),
+             "dense0/w": _w(rng, 257, dim, scale=0.5), "dense0/b": _w(rng, dim, scale=0.1),
+             "gelu/c": np.float32(0.044715), "gelu/k": np.float32(0.7978846),
+             "gelu/one": np.float32(1.0), "gelu/half": np.float32(0.5),
+             "group/shape": np.array([1, positions, features], np.int64),
+             "unsqueeze/axes": np.array([3], np.int64),
+             "conv/w": _w(rng, channels, features, 5, 1, scale=features ** -0.5),
+             "conv/b": _w(rng, channels, 1, scale=0.1),
+             "squeeze/axes": np.array([3], np.int64),
+             "pooled/axes": np.array([2], np.int64),
+             "dense1/w": _w(rng, channels, classes, scale=channels ** -0.5),
+             "dense1/b": _w(rng, classes, scale=0.1)}
+    nodes = [n("Reshape", ["bytes", "one_hot/shape"], ["ids"]),
+             n("Equal", ["ids", "one_hot/range"], ["hot"]),
+             n("Cast", ["hot"], ["one_hot"], to=1),
+             n("MatMul", ["one_hot", "dense0/w"], ["embedded"]),
+             n("Add", ["embedded", "dense0/b"], ["dense0"])]
+
+    def gelu(x: str, p: str) -> str:
+        nodes.extend([n("Mul", ["gelu/c", x], [f"{p}/a"]), n("Mul", [x, f"{p}/a"], [f"{p}/b"]),
+                      n("Mul", [x, f"{p}/b"], [f"{p}/cube"]),
+                      n("Add", [x, f"{p}/cube"], [f"{p}/inner"]),
+                      n("Mul", ["gelu/k", f"{p}/inner"], [f"{p}/t"]),
+                      n("Tanh", [f"{p}/t"], [f"{p}/tanh"]),
+                      n("Add", ["gelu/one", f"{p}/tanh"], [f"{p}/one_plus"]),
+                      n("Mul", ["gelu/half", f"{p}/one_plus"], [f"{p}/half"]),
+                      n("Mul", [x, f"{p}/half"], [f"{p}/y"])])
+        return f"{p}/y"
+
+    x = gelu("dense0", "gelu0")
+    nodes.append(n("Reshape", [x, "group/shape"], ["grouped"]))
+    x = jax_layer_norm(nodes, inits, "grouped", (1, positions, features), 1, "norm0", rng)
+    out = positions - 4
+    nodes += [n("Unsqueeze", [x, "unsqueeze/axes"], ["planes"]),
+              n("Transpose", ["planes"], ["channels_first"], perm=[0, 2, 1, 3]),
+              n("Conv", ["channels_first", "conv/w"], ["conv"], kernel_shape=[5, 1]),
+              n("Squeeze", ["conv", "squeeze/axes"], ["conv1d"]),
+              n("Add", ["conv1d", "conv/b"], ["conv_b"])]
+    x = gelu("conv_b", "gelu1")
+    nodes += [n("GlobalMaxPool", [x], ["pooled3"]),
+              n("Squeeze", ["pooled3", "pooled/axes"], ["pooled"])]
+    x = jax_layer_norm(nodes, inits, "pooled", (1, channels), 1, "norm1", rng)
+    nodes += [n("MatMul", [x, "dense1/w"], ["logits0"]),
+              n("Add", ["logits0", "dense1/b"], ["logits"])]
+    y = jax_softmax(nodes, inits, "logits", (1, classes), "softmax")
+    nodes.append(n("Identity", [y], ["probs"]))
+    graph = helper.make_graph(
+        nodes, "byte_classifier",
+        [helper.make_tensor_value_info("bytes", onnx.TensorProto.INT32, [1, length])],
+        [helper.make_tensor_value_info("probs", onnx.TensorProto.FLOAT, [1, classes])],
+        [numpy_helper.from_array(np.asarray(a), k) for k, a in inits.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    proto.ir_version = 8
+    assert out > 0
+    return proto
+
+
+def byte_samples(count: int, seed: int, length: int = 64) -> list[dict]:
+    """Byte sequences as Magika reads files: text-like runs, binary noise, padding (256)."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(count):
+        kind = int(rng.integers(3))
+        row = rng.integers(32, 127, length) if kind == 0 else rng.integers(0, 256, length)
+        if kind == 2:
+            row[int(rng.integers(length // 2, length)):] = 256
+        found.append({"bytes": row.astype(np.int32)[None]})
+    return found

@@ -31,7 +31,10 @@ from simulator import isa, numerics
 INT8_MIN = -128
 
 
-def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value, **params):
+def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value,
+          plane: tuple[int, int] | None = None, **params):
+    """`plane`: the (H, W) the window reads x's channels-last pixels as, when not x's own (a
+    global pool's row of pixels folded into rows of the window fields' width)."""
     x, y = node.inputs[0], node.outputs[0]
     lw.need_channels_last(node, x)
     n, c, h, w = lw.shape(x)
@@ -39,8 +42,26 @@ def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value,
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)))
     lw.layers.append(PoolLayer(
         node.name, lw.source(node, x), y_tensor,
-        n, (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
+        n, plane or (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
         average, **params, x_view=lw.views.get(x), y_view=y_view))
+
+
+def _global_plane(lw: Walk, node: Node) -> tuple[int, int]:
+    """The window of a global pool: x's plane, or, when a side is wider than the pooling
+    fields hold, the same pixels (channels-last: one after another) as rows of a width that
+    does (508 pixels as 2 rows of 254)."""
+    x = node.inputs[0]
+    h, w = lw.shape(x)[2:]
+    widest = isa.MAXPOOL.field("kw").range[1]
+    if h <= widest and w <= widest:
+        return h, w
+    pixels = h * w
+    rows = next((r for r in range(1, widest + 1) if pixels % r == 0 and pixels // r <= widest),
+                None)
+    if rows is None or x in lw.views:
+        raise unsupported(node, f"its {h}x{w} window has no factors of at most {widest} "
+                                f"(the pooling fields' width) to fold its pixels into")
+    return rows, pixels // rows
 
 
 def _window(lw: Walk, node: Node, a: dict, ceil_mode: int):
@@ -182,11 +203,11 @@ def lower_average_pool(lw: Walk, node: Node) -> None:
 
 def lower_global_average_pool(lw: Walk, node: Node) -> None:
     a = int8_attrs(node)
-    h, w = lw.shape(node.inputs[0])[2:]
+    plane = _global_plane(lw, node)
     mult, shift, out_zp, qclamp = requant_params(node, 1)
-    _pool(lw, node, True, (h, w), (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
-               multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
-               qclamp=qclamp)
+    _pool(lw, node, True, plane, (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
+          plane=plane, multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
+          qclamp=qclamp)
 
 
 def lower_reduce_mean(lw: Walk, node: Node) -> None:
@@ -253,8 +274,8 @@ def lower_reduce_mean(lw: Walk, node: Node) -> None:
 
 
 def lower_global_max_pool(lw: Walk, node: Node) -> None:
-    h, w = lw.shape(node.inputs[0])[2:]
-    _pool(lw, node, False, (h, w), (1, 1), (0, 0, 0, 0), INT8_MIN)
+    plane = _global_plane(lw, node)
+    _pool(lw, node, False, plane, (1, 1), (0, 0, 0, 0), INT8_MIN, plane=plane)
 
 
 def lower_add(lw: Walk, node: Node) -> None:
