@@ -20,7 +20,9 @@ attention_mask; its sentence embedding is its one output, the exporter's copies 
 inputs dropped; all-MiniLM-L6-v2, shipped as safetensors, built as ONNX by
 benchmarks/bert_export.py), and files of 22 kinds written by code (benchmarks/file_samples.py:
 source code, markup and data formats, PNG, JPEG, GIF, BMP, WAV, ZIP, gzip, tar, SQLite, PDF)
-as Magika's features of them (2048 int32 bytes) for the file-type classifier.
+as Magika's features of them (2048 int32 bytes) for the file-type classifier, and captchas
+drawn with Pillow (letters at their own size, tilt and grey over speckles and lines, 64 x 160)
+for ddddocr's CRNN.
 
 Per model: `quantize-profile` over the calibration images, then compile for the default preset
 accelerator-only (the first error is the model's blocker, one line) and, when that fails, with
@@ -153,6 +155,42 @@ def text_line(rng: np.random.Generator, height: int, width: int) -> Image.Image:
     ImageDraw.Draw(image).text((4, height // 6), words, fill="black",
                                font=ImageFont.load_default(int(height * 0.6)))
     return image.rotate(180) if rng.random() < 0.5 else image
+
+
+def captcha(rng: np.random.Generator, height: int, width: int) -> Image.Image:
+    """A captcha as ddddocr reads them: 4 to 6 letters and digits, each at its own size, tilt
+    and grey, over a speckled background crossed by two lines; grey levels."""
+    image = Image.new("L", (width, height), int(rng.integers(200, 256)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(width * height // 40):
+        draw.point((int(rng.integers(width)), int(rng.integers(height))),
+                    fill=int(rng.integers(100, 220)))
+    letters = "abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+    count = int(rng.integers(4, 7))
+    x = int(rng.integers(4, 12))
+    for _ in range(count):
+        size = int(height * rng.uniform(0.55, 0.8))
+        glyph = Image.new("L", (size, size + size // 4), 0)
+        ImageDraw.Draw(glyph).text((0, 0), letters[int(rng.integers(len(letters)))], fill=255,
+                                   font=ImageFont.load_default(size))
+        glyph = glyph.rotate(float(rng.uniform(-20, 20)), expand=True)
+        shade = int(rng.integers(0, 90))
+        top = int(rng.integers(0, max(1, height - glyph.size[1])))
+        image.paste(shade, (x, top), glyph)
+        x += int(size * rng.uniform(0.55, 0.8))
+    for _ in range(2):
+        draw.line([(0, int(rng.integers(height))), (width, int(rng.integers(height)))],
+                  fill=int(rng.integers(60, 160)), width=1)
+    return image
+
+
+def grey(draw: Callable, height: int, width: int):
+    """n grey images from `draw`, pixels / 255, [n, 1, 1, H, W]."""
+    def make(n: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        pixels = np.stack([np.asarray(draw(rng, height, width), np.float32) for _ in range(n)])
+        return np.ascontiguousarray(pixels[:, None, None] / 255.0, np.float32)
+    return make
 
 
 def rendered(draw: Callable, height: int, width: int, mean, std, scale: float = 1 / 255):
@@ -376,6 +414,11 @@ MODELS = {m.name: m for m in (
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
               "zero initial state", convert=zero_initial_state),
+    RealModel("ddddocr", "ddddocr", "ddddocr/common.onnx", (1, 1, 64, 160),
+              grey(captcha, 64, 160), "top-1",
+              "ddddocr 1.6.1 captcha recognizer (CRNN: a convolutional backbone with SiLU, "
+              "a bidirectional LSTM of 512 units over 20 steps, CTC logits over 8,210 "
+              "characters), opset 12"),
     RealModel("magika", "magika", "magika/models/standard_v3_3/model.onnx", (1, 2048),
               file_samples.file_features, "top-1",
               "Magika v1.0.3 file-type classifier (JAX through tf2onnx: int32 bytes one-hot "

@@ -61,7 +61,8 @@ from onnx import TensorProto, helper, numpy_helper
 from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
 from compiler.graph.ops import (ADD, CAST, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
-                                RECIPROCAL, RELU, SQRT, int8_attrs, is_integer_node)
+                                RECIPROCAL, RELU, SIGMOID, SQRT, SWISH, int8_attrs,
+                                is_integer_node)
 from profiler.format import output_mode
 from quantizer.errors import QuantizeError
 from simulator import numerics
@@ -360,6 +361,8 @@ class _Exporter:
             return self._divide(node)
         if row.quant is Quant.HYPOT:
             return self._hypot(node)
+        if node.op == SWISH.name:
+            return self._swish(node)
         names = list(node.inputs)
         if not row.variadic:
             # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
@@ -393,6 +396,23 @@ class _Exporter:
         self._emit(DEQUANTIZE_LINEAR.name, self._unique(f"{reciprocal}/{DEQUANTIZE_LINEAR.name}"),
                    (codes, scale, zero), (real,))
         return MUL.name, [a, real], {}
+
+    def _swish(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        """Swish (SiLU, as `fuse_gates` names x * Sigmoid(alpha x)) as the exporters write it:
+        ONNX has Swish only from opset 24, and the export's opset is 21."""
+        x = self._operand(node.inputs[0])
+        shape = self.g.type_of(node.outputs[0]).shape
+        alpha = float(OPS[node.op].bind(node.name, node.attrs)["alpha"])
+        gate_input = x
+        if alpha != 1.0:
+            gate_input = self._unique(f"{node.name}/scaled")
+            self.types[gate_input] = Type("float32", shape)
+            self._emit(MUL.name, self._unique(gate_input),
+                       (x, self._init(f"{node.name}/alpha", np.float32(alpha))), (gate_input,))
+        gate = self._unique(f"{node.name}/gate")
+        self.types[gate] = Type("float32", shape)
+        self._emit(SIGMOID.name, self._unique(gate), (gate_input,), (gate,))
+        return MUL.name, [x, gate], {}
 
     def _hypot(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
         """ember's Hypot as ONNX writes a magnitude: the squares of both inputs (Mul), their

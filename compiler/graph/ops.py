@@ -778,6 +778,8 @@ CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
 EXP, REDUCE_MAX, REDUCE_SUM = OPS["Exp"], OPS["ReduceMax"], OPS["ReduceSum"]
 # And the rows the one-hot embedding fusion reads and writes.
 EQUAL, ONE_HOT, GATHER = OPS["Equal"], OPS["OneHot"], OPS["Gather"]
+# And the row the QDQ export writes out as exporters do (ONNX has it from opset 24 only).
+SWISH = OPS["Swish"]
 # And the global pools `conv1d_as_2d` makes 2-D.
 GLOBAL_MAX_POOL, GLOBAL_AVERAGE_POOL = OPS["GlobalMaxPool"], OPS["GlobalAveragePool"]
 

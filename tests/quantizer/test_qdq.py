@@ -374,6 +374,27 @@ def test_rescale_is_a_dequantize_quantize_pair() -> None:
     assert _metadata(q)["ember_op"] == "Rescale"
 
 
+def test_a_silu_written_out_exports_as_exporters_write_it() -> None:
+    """x * Sigmoid(x) fuses into Swish (one table); ONNX has Swish only from opset 24, so the
+    export (opset 21) writes it back as Sigmoid and Mul, and onnxruntime runs it within one
+    code of the integer reference."""
+    from ember.flow import optimized_graph
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["g"], name="gate"),
+             helper.make_node("Mul", ["c", "g"], ["y"], name="silu")]
+    rng = np.random.default_rng(3)
+    proto = model(nodes, {"x": [1, 3, 6, 6]}, {"y": [1, 4, 6, 6]},
+                  {"w": rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)})
+    graph = optimized_graph(proto)
+    assert "Swish" in [n.op for n in graph.nodes]
+    samples = [{"x": rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32)} for _ in range(4)]
+    qgraph = quantize(graph, profile_of(proto, samples, graph))
+    exported = export_qdq(qgraph)
+    ops = [n.op_type for n in exported.graph.node]
+    assert "Swish" not in ops and "Sigmoid" in ops
+    assert agreement(qgraph, exported, samples).max_lsb <= 1
+
+
 def test_nodes_kept_in_fp32_are_copied_and_marked() -> None:
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Div", ["c", "d"], ["q"], name="divide"),
