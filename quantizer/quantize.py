@@ -652,6 +652,20 @@ def hypot(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (a, b), (out,), attrs)
 
 
+def norm_l2(r: _Rewriter, node: Node) -> None:
+    """ReduceL2: the root of the centred codes' squares summed, in Q8, requantized by
+    s_x 2^-8 / s_out (`numerics.reduce_rows`)."""
+    where = f"node {node.name!r} ({node.op})"
+    x = r.quant_input(node.inputs[0])
+    px = r.quant_of(x)
+    out, out_params, qclamp = r.requant_output(node)
+    m, s = ratio(px.scale[0] / (2**numerics.HYPOT_FRACTION_BITS * out_params.scale[0]), where)
+    axes = (r.copy_const(node.inputs[1]),) if len(node.inputs) > 1 and node.inputs[1] else ()
+    r.emit(node.op, node.name, (x, *axes), (out,),
+           {**node.attrs, "x_zero_point": px.zero_point[0],
+            **r.requant_attrs(out, qclamp, (m,), (s,))})
+
+
 def mul(r: _Rewriter, node: Node) -> None:
     """Mul: the product of the centred inputs, requantized by s_a s_b / s_out."""
     where = f"node {node.name!r} ({node.op})"
@@ -729,6 +743,7 @@ RULES = {
     Quant.GATHER: gather,
     Quant.CAST: cast,
     Quant.HYPOT: hypot,
+    Quant.NORM_L2: norm_l2,
 }
 
 

@@ -25,7 +25,8 @@ from simulator.errors import SimulatorError
 
 PRESETS = Path(__file__).parent / "presets"
 DATAFLOWS = ("weight_stationary", "output_stationary")
-VECTOR_OPS = ("REQUANT", "ADD", "MUL", "MAXPOOL", "AVGPOOL", "LUT", "SOFTMAX", "LAYERNORM")
+VECTOR_OPS = ("REQUANT", "ADD", "MUL", "MAXPOOL", "AVGPOOL", "LUT", "SOFTMAX", "LAYERNORM",
+              "REDUCE")
 # The default preset's host: one x86 core with AVX2 (two 256-bit FMA pipes, 32 fp32 FLOP per
 # core cycle at peak) at about 2 GHz, sustaining a quarter of peak on the small, memory-bound
 # operators that fall back to the host: 32 * 2 GHz / 1 GHz * 0.25 = 16 per accelerator cycle.

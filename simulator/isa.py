@@ -115,6 +115,12 @@ store -> vector -> compute -> load.
   out_wide=1 the output is int16 (the clamp its range; out_offset 0), written as two planes:
   the high plane's blocks at dst as above, the low plane's `blocks` more after them
   (`numerics.split_wide`), and the last pass writes both (one more).
+- REDUCE: for each r < rows, a row of C channels addressed as SOFTMAX's (src, rows, n,
+  blocks, stride) -> one int8 value in lane 0 of scratchpad row dst + r (other lanes left as
+  they are), by `numerics.reduce_rows`: with op=max (op=min) the row's largest (smallest) code,
+  in the input's scale; with op=l2 the root of the sum of (x - in_offset)^2 in Q8, requantized
+  by the int32 multiplier and shift at accumulator row `table` (lanes 0, 1), + out_offset. It
+  takes one pass over the channel blocks, and with l2 a root step per row.
 - GATHER: the indexed DMA, DRAM -> DRAM, on the load queue (an embedding lookup): reads `count`
   little-endian int32 indices from `index` and, for i < count, copies the row_bytes bytes of
   table row k (at table + k * table_stride) to dst + i * dst_stride, where k is index i, or
@@ -375,6 +381,15 @@ SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
                    F("out_offset", 8, signed=True, default=0)),
                   run=vector.softmax, cycles=vector.softmax_cycles, work=vector.softmax_work,
                   access=vector.softmax_access)
+REDUCE = InsnDef("REDUCE", 0x0F, "vector",
+                 (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
+                  F("blocks", 16, default=1), F("stride", _ROW, default=0),
+                  F("table", _ROW, default=0),
+                  F("op", 2, names=vector.REDUCE_OPS, default=0),
+                  F("in_offset", 8, signed=True, default=0),
+                  F("out_offset", 8, signed=True, default=0)),
+                 run=vector.reduce, cycles=vector.reduce_cycles, work=vector.reduce_work,
+                 access=vector.reduce_access)
 LAYERNORM = InsnDef("LAYERNORM", 0x0E, "vector",
                     (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
                      F("blocks", 16, default=1), F("stride", _ROW, default=0),
@@ -397,7 +412,7 @@ HOST = InsnDef("HOST", 0x0B, "store",
 END = InsnDef("END", 0x1F, "end", ())
 
 TABLE = (LOAD, STORE, PRELOAD, COMPUTE, REQUANT, ADD, MUL, MAXPOOL, AVGPOOL, LUT, SOFTMAX,
-         LAYERNORM, GATHER, SYNC,
+         LAYERNORM, REDUCE, GATHER, SYNC,
          HOST, END)
 BY_OPCODE = {row.opcode: row for row in TABLE}
 BY_MNEMONIC = {row.mnemonic: row for row in TABLE}

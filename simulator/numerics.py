@@ -420,6 +420,28 @@ def layer_norm(x, eps_term, multipliers, shifts, biases, out_offset=0, *,
     return np.clip(out, *RANGES[dtype]).astype(dtype)
 
 
+REDUCE_OPS = ("max", "min", "l2")  # what a row reduction computes (REDUCE's op field)
+
+
+def reduce_rows(x, op: str, in_offset=0, multiplier=0, shift=0, out_offset=0, *,
+                dtype: str = "int8") -> np.ndarray:
+    """One value per row of int8 codes (the last axis): its largest or smallest code (op
+    "max", "min": the output keeps the input's scale and zero point, exactly, as max and min
+    commute with a monotone quantization), or its L2 norm (op "l2"): the sum of the centred
+    codes' squares exact in int64, its root in Q(HYPOT_FRACTION_BITS) by `isqrt`, requantized
+    by multiplier and shift (s_x 2^-8 / s_out), + out_offset, clamped."""
+    x = np.asarray(x, np.int64)
+    if op == "max":
+        return x.max(axis=-1).astype(dtype)
+    if op == "min":
+        return x.min(axis=-1).astype(dtype)
+    if op != "l2":
+        raise SimulatorError(f"reduce_rows: op {op!r}; expected one of {REDUCE_OPS}")
+    d = x - in_offset
+    root = isqrt((d * d).sum(axis=-1) << (2 * HYPOT_FRACTION_BITS))
+    return requantize(root, multiplier, shift, out_offset, dtype=dtype)
+
+
 def _exp_sum(x, exp_table, axis: int):
     """(max - x, T[max - x] summed along `axis`): the first two passes of softmax over a row."""
     x = np.asarray(x, np.int64)

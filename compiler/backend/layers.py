@@ -397,7 +397,8 @@ class SoftmaxLayer:
     """Softmax or LogSoftmax (`log`) along the channels of y's pixels: the SOFTMAX instruction
     over each pixel's channel blocks, with the int32 `table` its kernel reads (the exp entries,
     and for log the log-mantissa entries after them); with `norm`, LayerNormalization, the
-    LAYERNORM instruction over the same rows and `table` its parameters."""
+    LAYERNORM instruction over the same rows and `table` its parameters; with `reduce`, the
+    REDUCE instruction over x's rows, one value each in y's one channel."""
 
     node: str
     x: str
@@ -412,6 +413,12 @@ class SoftmaxLayer:
     # (0: x is int8); likewise of an int16 y (out_wide=1, a residual stream's operand).
     x_plane: int = 0
     y_plane: int = 0
+    # A row reduction (REDUCE op max, min or l2: ReduceMax, ReduceMin, ReduceL2 over the
+    # contiguous axis): x's `channels` per row to one value in y's one channel (l2's rescale:
+    # `table`, the int32 multiplier and shift).
+    reduce: str = ""
+    channels: int = 0
+    in_zero_point: int = 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -375,14 +375,18 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
 
 def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     n, h, w, c = layer.views[1].shape
+    c = layer.channels or c  # a reduction's rows: x's channels (y has one)
     blocks = ceil_div(c, arch.lanes)
     planes = 2 if layer.x_plane else 1  # an int16 input's low plane follows its high one
     y_planes = 2 if layer.y_plane else 1  # likewise an int16 output's
-    fit = arch.scratchpad.rows // (BUFFERS * (planes + y_planes) * blocks)
-    table_rows = isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
+    out_blocks = 1 if layer.reduce else blocks
+    fit = arch.scratchpad.rows // (BUFFERS * (planes * blocks + y_planes * out_blocks))
+    table_rows = 1 if layer.reduce else \
+        isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
         isa.softmax_table_rows(arch.lanes, int(layer.log))
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", BUFFERS * (planes + y_planes) * blocks,
+        raise _too_small(layer.node, "scratchpad",
+                         BUFFERS * (planes * blocks + y_planes * out_blocks),
                          arch.scratchpad.rows, f"one pixel of {c} channels")
     if table_rows > arch.accumulator.rows:
         raise _too_small(layer.node, "accumulator", table_rows, arch.accumulator.rows,
@@ -391,7 +395,7 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     rows = min(fit, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS, pixels)
     rows = ceil_div(pixels, ceil_div(pixels, rows))
     inputs = Region("scratchpad", 0, planes * blocks * rows)
-    outputs = Region("scratchpad", inputs.end, y_planes * blocks * rows)
+    outputs = Region("scratchpad", inputs.end, y_planes * out_blocks * rows)
     return SoftmaxTiles(rows, blocks, inputs, outputs, Region("accumulator", 0, table_rows, 1))
 
 

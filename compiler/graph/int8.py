@@ -57,6 +57,7 @@ class Quant(Enum):
     GATHER = "gather"                  # rows by integer indices: the data's (a table's) params
     CAST = "cast"                      # a model input's integers to float: its quantization
     HYPOT = "hypot"                    # the root of two inputs' squares summed, one scale
+    NORM_L2 = "norm_l2"                # ReduceL2: the root of the centred codes' squares summed
     QUANTIZE = "quantize"              # QuantizeLinear: float → integer, at model inputs
     DEQUANTIZE = "dequantize"          # DequantizeLinear: integer → float, at model outputs
 
@@ -65,7 +66,7 @@ class Quant(Enum):
         """Whether the kernel ends in `numerics.requantize` to its output type (multiplier,
         shift, out_zero_point, qclamp): a Rescale after it can fold into it."""
         return self in (Quant.LINEAR, Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.AVERAGE,
-                        Quant.RESCALE, Quant.HYPOT)
+                        Quant.RESCALE, Quant.HYPOT, Quant.NORM_L2)
 
     @property
     def output_multipliers(self) -> slice:
@@ -583,6 +584,24 @@ def reduce_mean_int8(x, axes=None, *, counts, multiplier, shift, x_zero_point=0,
     axes = reduce_axes(x.ndim, axes, noop_with_empty_axes)
     total = (np.asarray(x, np.int64) - x_zero_point).sum(axis=axes, keepdims=bool(keepdims))
     return _requant(total, multiplier, shift, out_zero_point, qclamp, out_dtype, axis=None)
+
+
+def reduce_l2_int8(x, axes=None, *, multiplier, shift, x_zero_point=0, out_zero_point=0,
+                   qclamp=None, out_dtype="int8", keepdims=1, noop_with_empty_axes=0):
+    """ReduceL2 of int8 codes over `axes` (`numerics.reduce_rows` op l2: the reduced axes
+    gathered last, one row each)."""
+    x = np.asarray(x, np.int64)
+    axes = reduce_axes(x.ndim, axes, noop_with_empty_axes)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    rows = np.transpose(x, kept + list(axes)).reshape(*[x.shape[a] for a in kept], -1)
+    y = numerics.reduce_rows(rows, "l2", x_zero_point, np.asarray(multiplier).reshape(-1)[0],
+                             np.asarray(shift).reshape(-1)[0], out_zero_point,
+                             dtype=out_dtype)
+    lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
+    y = np.clip(y, lo, hi).astype(out_dtype)
+    if keepdims:
+        y = y.reshape([1 if a in axes else x.shape[a] for a in range(x.ndim)])
+    return y
 
 
 def reduce_mean_sizes(shape, attrs, axes=None) -> list[int]:

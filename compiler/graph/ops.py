@@ -56,6 +56,8 @@ class Lower(Enum):
     MAX = "max"                  # ADD with op max (b may broadcast); likewise
     MIN = "min"                  # ADD with op min; likewise
     HYPOT = "hypot"              # ADD with op hypot
+    REDUCE = "reduce"            # the vector unit's REDUCE over the contiguous axis; a max over
+    #                              H and W a MAXPOOL
     MUL = "mul"                  # the vector unit's MUL; a LUT with a scalar constant operand
     DIVIDE = "divide"            # a LUT of the divisor's reciprocal, then MUL; likewise
     LUT = "lut"                  # a 256-entry table of the node's own int8 kernel
@@ -645,12 +647,16 @@ _ROWS = (
           _evaluating(ref.reduce_sum), ref.reduce_sum, attr_to_input={"axes": 1},
           quant=Q.AVERAGE, int8=int8.reduce_mean_int8, window_sizes=int8.reduce_sum_sizes,
           lower=L.REDUCE_MEAN),
-    # fp32 only for now (the host runs them under --allow-host): the int8 forms need a row
-    # maximum on the vector unit.
+    # A maximum or minimum of int8 codes is the code of the maximum (quantization is
+    # monotone): the input's type, exactly. ReduceL2 roots the exact sum of the centred codes'
+    # squares (`numerics.reduce_rows`). The vector unit's REDUCE over the contiguous axis.
     *(OpDef(name, ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
-            _evaluating(fn), fn, attr_to_input={"axes": 1})
-      for name, fn in (("ReduceMax", ref.reduce_max), ("ReduceMin", ref.reduce_min),
-                       ("ReduceL2", ref.reduce_l2))),
+            _evaluating(fn), fn, attr_to_input={"axes": 1}, quant=Q.KEEP_PARAMS, int8=fn,
+            lower=L.REDUCE)
+      for name, fn in (("ReduceMax", ref.reduce_max), ("ReduceMin", ref.reduce_min))),
+    OpDef("ReduceL2", ("data", "axes?"), {"keepdims": 1, "noop_with_empty_axes": 0},
+          _evaluating(ref.reduce_l2), ref.reduce_l2, attr_to_input={"axes": 1},
+          quant=Q.NORM_L2, int8=int8.reduce_l2_int8, lower=L.REDUCE),
     # Comparisons, selection and broadcasting copies: fp32 only for now (constant folding
     # evaluates them; with --allow-host the host runs the rest).
     OpDef("Equal", ("A", "B"), {}, _dtype_rule(lambda a: "bool", broadcast), ref.equal),
@@ -778,6 +784,8 @@ CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
 EXP, REDUCE_MAX, REDUCE_SUM = OPS["Exp"], OPS["ReduceMax"], OPS["ReduceSum"]
 # And the rows the one-hot embedding fusion reads and writes.
 EQUAL, ONE_HOT, GATHER = OPS["Equal"], OPS["OneHot"], OPS["Gather"]
+# And the rows the vector unit's REDUCE computes.
+REDUCE_MIN, REDUCE_L2 = OPS["ReduceMin"], OPS["ReduceL2"]
 # And the row the QDQ export writes out as exporters do (ONNX has it from opset 24 only).
 SWISH = OPS["Swish"]
 # And the global pools `conv1d_as_2d` makes 2-D.

@@ -22,6 +22,7 @@ from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, row
 # What ADD computes of its two operands (field op): their rescaled sum, the larger or smaller
 # of them, or the root of their squares' sum (`numerics.hypot`, a spectrum's magnitude).
 ADD_OPS = ("add", "max", "min", "hypot")
+REDUCE_OPS = numerics.REDUCE_OPS  # what REDUCE computes of a row (field op)
 LUT_ENTRIES = numerics.RANGES["int8"][1] - numerics.RANGES["int8"][0] + 1  # one per int8 code
 
 
@@ -208,15 +209,18 @@ def _softmax_rows(a: dict, base: int, block: int) -> slice:
     return slice(base + block * a["stride"], base + block * a["stride"] + a["rows"])
 
 
-def _channel_rows(state, a: dict, mnemonic: str, first: int = 0) -> np.ndarray:
-    """The rows of C channels a SOFTMAX or LAYERNORM reads: one region per channel block,
-    from block `first` on (a wide LAYERNORM's low plane follows its high one)."""
+def _channel_rows(state, a: dict, mnemonic: str, first: int = 0,
+                  dst_blocks: bool = True) -> np.ndarray:
+    """The rows of C channels a SOFTMAX, LAYERNORM or REDUCE reads: one region per channel
+    block, from block `first` on (a wide LAYERNORM's low plane follows its high one); the
+    destination's blocks are checked too unless `dst_blocks` is False (REDUCE writes one row
+    each)."""
     sp, lanes = state.scratchpad, state.scratchpad.shape[1]
     if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
         raise SimulatorError(f"{mnemonic}: n = {a['n']}, blocks = {a['blocks']}: expected n in "
                              f"[1, {lanes}] and at least one block")
     last = a["blocks"] - 1
-    for base in (a["src"] + first * a["stride"], a["dst"]):
+    for base in (a["src"] + first * a["stride"], *([a["dst"]] if dst_blocks else [])):
         rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
     return np.concatenate([sp[_softmax_rows(a, a["src"], first + b),
                               :lanes if b < last else a["n"]]
@@ -279,6 +283,46 @@ def layernorm(state, insn) -> None:
         _write_channel_rows(state, a, low, a["blocks"])
     else:
         _write_channel_rows(state, a, y)
+
+
+def reduce(state, insn) -> None:
+    """REDUCE: each row's C channels (SOFTMAX's addressing) → one int8 value, lane 0 of the
+    row at dst (`numerics.reduce_rows`); the l2 rescale is the int32 pair at `table`."""
+    a = insn.args
+    x = _channel_rows(state, a, "REDUCE", dst_blocks=False)
+    op = REDUCE_OPS[a["op"]]
+    multiplier = shift = 0
+    if op == "l2":
+        pair = state.accumulator[rows(state.accumulator, a["table"], 1, "accumulator (table)")]
+        multiplier, shift = (int(v) for v in pair.ravel()[:2])
+    y = numerics.reduce_rows(x, op, a["in_offset"], multiplier, shift, a["out_offset"])
+    sp = state.scratchpad
+    sp[rows(sp, a["dst"], a["rows"], "scratchpad"), 0] = y
+
+
+def reduce_cycles(arch, insn) -> int:
+    """One pass over the rows' channel blocks (the running maximum, minimum or sum of
+    squares), and for l2 one square-root step per row."""
+    a = insn.args
+    once = ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes)
+    return once + (a["rows"] if REDUCE_OPS[a["op"]] == "l2" else 0)
+
+
+def reduce_work(arch, insn) -> Work:
+    a = insn.args
+    return Work(local_bytes=(a["blocks"] + 1) * a["rows"] * arch.scratchpad.row_bytes
+                + arch.accumulator.row_bytes,
+                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+
+
+def reduce_access(arch, insn) -> tuple[Access, ...]:
+    a = insn.args
+    table = (Access(ACCUMULATOR, a["table"], a["table"] + 1, False),) \
+        if REDUCE_OPS[a["op"]] == "l2" else ()
+    return table + tuple(
+        Access(SCRATCHPAD, a["src"] + b * a["stride"], a["src"] + b * a["stride"] + a["rows"],
+               False) for b in range(a["blocks"])) + \
+        (Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True),)
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:

@@ -14,7 +14,8 @@ counts and planes are drawn past the edge preset's 8x8 array and 32 KiB scratchp
 happens on every dimension; the target is drawn among the presets, with double buffering on or
 off; and what real detectors and decoders add: nearest upsampling, ConvTranspose, a zero Pad
 before a Conv, spatial means, per-channel constant maps and SiLU written out; and what sequence
-models add: LayerNorm over the channels, Pow by a constant (or a magnitude: the square root
+models add: LayerNorm over the channels (and a ReduceMax, ReduceMin or ReduceL2 of its
+rows), Pow by a constant (or a magnitude: the square root
 of two channel halves' squares summed, fused into a Hypot), 1-D convolutions, reflect Pads
 of rank-3 values and a residual stream with an outlier channel into a LayerNorm (int16). Only graphs the
 compiler lowers are drawn: no Transpose, other Pads, Softmax over other axes, ...; average pools
@@ -338,8 +339,13 @@ def random_model(pick: Pick) -> tuple[onnx.ModelProto, list[dict], list[dict]]:
                     add("Transpose", [current], (n, h * w, c), perm=[0, 2, 1])
                     gamma = const(rng.uniform(-1.5, 1.5, c).astype(np.float32))
                     beta = const(rng.normal(0, 0.3, c).astype(np.float32))
+                    digits = pick(1, 6)
                     add("LayerNormalization", [current, gamma, beta], (n, h * w, c),
-                        epsilon=10.0 ** -pick(1, 6))
+                        epsilon=10.0 ** -digits)
+                    if digits == 6:  # a row reduction over the channels: REDUCE
+                        op = ("ReduceMax", "ReduceMin", "ReduceL2")[int(rng.integers(3))]
+                        add(op, [current], (n, h * w, 1), axes=[-1], keepdims=1)
+                        c = 1
                     add("Transpose", [current], (n, c, h * w), perm=[0, 2, 1])
                     add("Reshape", [current, const(np.array([n, c, h, w], np.int64))],
                         (n, c, h, w))

@@ -74,16 +74,17 @@ def test_quantize_profile_warns_of_an_operator_compile_will_refuse(unsupported,
 
 
 def test_quantize_profile_says_what_allow_host_would_run(tmp_path) -> None:
-    """A ReduceMax has no int8 form yet (a Gather of an activation, this test's node before,
-    is now a view: no warning)."""
+    """A Tile of an activation has no int8 form yet (a Gather of an activation and a
+    ReduceMax, this test's nodes before, now run on the accelerator: no warning)."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("ReduceMax", ["r"], ["y"], name="pick", axes=[1])]
-    path = tmp_path / "reduce.onnx"
-    onnx.save(model(nodes, {"x": [1, 10]}, {"y": [1, 1]}), path)
+             helper.make_node("Tile", ["r", "repeats"], ["y"], name="pick")]
+    path = tmp_path / "tile.onnx"
+    onnx.save(model(nodes, {"x": [1, 10]}, {"y": [1, 20]},
+                    {"repeats": np.array([1, 2], np.int64)}), path)
     result = invoke("quantize-profile", path, "--random", 2, "-o", tmp_path / "p.json")
     assert result.exit_code == 0
     assert result.stderr.startswith(f"ember: warning: {path}: the accelerator cannot run 1 "
-                                    f"node(s): pick (ReduceMax); `ember compile` refuses "
+                                    f"node(s): pick (Tile); `ember compile` refuses "
                                     f"them unless given --allow-host, which runs them on the "
                                     f"host CPU")
     quiet = invoke("quantize-profile", MODEL, "--random", 2, "-o", tmp_path / "d.json")

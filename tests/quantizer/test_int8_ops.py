@@ -183,6 +183,13 @@ CASES = [
          {"y": (1, 4)}),
     Case("ReduceSum", [n("ReduceSum", ["x", "axes"], ["y"], keepdims=1)], {"x": (1, 12, 8)},
          {"y": (1, 1, 8)}, {"axes": np.array([1], np.int64)}),
+    # Max and min keep the input's scale: exact (0 steps); L2 roots the centred codes' squares.
+    Case("ReduceMax", [n("ReduceMax", ["x", "axes"], ["y"], keepdims=1)], {"x": (1, 6, 9)},
+         {"y": (1, 6, 1)}, {"axes": np.array([2], np.int64)}, steps=0, opset=18),
+    Case("ReduceMin", [n("ReduceMin", ["x", "axes"], ["y"], keepdims=0)], {"x": (2, 5, 7)},
+         {"y": (2, 7)}, {"axes": np.array([1], np.int64)}, steps=0, opset=18),
+    Case("ReduceL2", [n("ReduceL2", ["x", "axes"], ["y"], keepdims=1)], {"x": (1, 6, 9)},
+         {"y": (1, 6, 1)}, {"axes": np.array([-1], np.int64)}, opset=18),
     Case("Identity", [n("Identity", ["x"], ["y"])], X4, {"y": Y4}, steps=0),
     Case("Reshape", [n("Reshape", ["x", "s"], ["y"])], X4, {"y": (4, 36)},
          {"s": np.array([4, -1], np.int64)}, steps=0),

@@ -43,7 +43,7 @@ def test_user_file(tmp_path):
     ("row_bytes = 16", "row_bytes = 32", "memory.scratchpad.row_bytes = 32: expected 16"),
     ("latency_cycles = 100", "", "missing key 'dma.latency_cycles'"),
     ("lanes = 16", "lanes = 16\nwidth = 3", "unknown key 'vector.width'"),
-    ('"LAYERNORM"]', '"FFT"]', "vector.ops"),
+    ('"REDUCE"]', '"FFT"]', "vector.ops"),
     ("size_bytes = 65536", "size_bytes = 65537", "expected a multiple of row_bytes"),
     # Nothing modelled memory banks: a file that still names them says so.
     ("row_bytes = 16", "row_bytes = 16\nbanks = 4",

@@ -299,3 +299,17 @@ def test_hypot_is_within_a_step_of_the_real_magnitude(pairs, offset, ratio):
     five = numerics.hypot(np.array([3]), np.array([4]), 0, 0, [0, 0, m], [0, 0, s], 0,
                           dtype="int16")[0]  # an exact root: only the output's rounding
     assert abs(five - 5 * ratio) <= 0.5 + 1e-6
+
+
+@CI
+@given(st.lists(int8, min_size=1, max_size=40), int8, st.floats(0.05, 4.0))
+def test_reduce_rows_max_min_exact_and_l2_within_a_step(row, offset, ratio):
+    """numerics.reduce_rows: max and min are the codes' own; l2 the root of the exact sum of
+    the centred squares, within half an output step plus the Q8 root's floor."""
+    x = np.array([row])
+    assert numerics.reduce_rows(x, "max")[0] == max(row)
+    assert numerics.reduce_rows(x, "min")[0] == min(row)
+    m, s = numerics.quantize_multiplier(ratio / 2**numerics.HYPOT_FRACTION_BITS)
+    got = numerics.reduce_rows(x, "l2", offset, m, s, -128, dtype="int16")[0]
+    real = np.sqrt(sum((v - offset) ** 2 for v in row)) * ratio - 128
+    assert abs(got - real) <= 0.5 + ratio / 2**8 + 1e-6

@@ -551,6 +551,31 @@ def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
     narrow = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200)
     assert insn.op.cycles(ARCH, insn) > narrow.op.cycles(ARCH, narrow)
 
+@pytest.mark.parametrize("op", ["max", "min", "l2"])
+def test_reduce_writes_one_value_per_row_in_lane_0(op):
+    """REDUCE over C = L + 5 channels (two blocks, SOFTMAX's addressing): numerics.reduce_rows
+    of each row into lane 0 of its dst row, the other lanes untouched; l2's rescale from the
+    accumulator row at `table`; one pass, and a root step per row for l2."""
+    state = fresh()
+    c, rows_, stride = L + 5, 3, 8
+    x = rng.integers(-128, 128, (rows_, c))
+    for block in range(2):
+        width = L if block == 0 else 5
+        state.scratchpad[100 + block * stride:100 + block * stride + rows_, :width] = \
+            x[:, block * L:block * L + width]
+    m, k = numerics.quantize_multiplier(0.07 / 2**numerics.HYPOT_FRACTION_BITS)
+    state.accumulator[200, :2] = (m, k)
+    before = state.scratchpad[300:300 + rows_].copy()
+    insn = isa.REDUCE(src=100, dst=300, rows=rows_, n=5, blocks=2, stride=stride, table=200,
+                      op=op, in_offset=3, out_offset=-20)
+    run(state, insn)
+    want = numerics.reduce_rows(x, op, 3, m, k, -20)
+    np.testing.assert_array_equal(state.scratchpad[300:300 + rows_, 0], want)
+    np.testing.assert_array_equal(state.scratchpad[300:300 + rows_, 1:], before[:, 1:])
+    once = -(-rows_ * 2 * ARCH.lanes // ARCH.vector.lanes)  # one pass over the 2 blocks
+    assert insn.op.cycles(ARCH, insn) == once + (rows_ if op == "l2" else 0)
+    assert isa.decode(isa.encode(insn)).args == insn.args
+
 def test_a_wide_requant_writes_int16_as_two_planes():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in rng.uniform(0.001, 0.01, L)]

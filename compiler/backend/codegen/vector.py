@@ -251,8 +251,9 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
     table = np.zeros(tiles.table.rows * lanes, "<i4")
     table[:layer.table.size] = layer.table
     pending = [load_acc_rows(node, arch, tiles.table.base, image.add(table.tobytes()),
-                             tiles.table.rows)]
+                             tiles.table.rows)] if layer.table.size else []
     n, h, w, c = layer.views[1].shape
+    c_out, c = c, layer.channels or c  # a reduction reads x's channels, writes y's one
     cap = tiles.tile_rows
     tile_hw = (max(1, min(h, cap // w)), w) if w <= cap else (1, ceil_div(w, ceil_div(w, cap)))
     steps = []
@@ -261,9 +262,10 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
 
         def dma(row, tensor, view, sram, block, write):
             c0 = block * lanes
+            width = (c_out if write else c) - c0
             return instruction(node, row, ctx.access(tensor, write, view), mem="scratchpad",
                                sram=sram + block * cap, dram=view.at(image_index, y0, x0, c0),
-                               y_size=th, x_size=tw, elem_bytes=min(lanes, c - c0),
+                               y_size=th, x_size=tw, elem_bytes=min(lanes, width),
                                x_stride=view.pixel, y_stride=view.row)
         loads = pending + [dma(isa.LOAD, layer.x, layer.views[0], src, b, False)
                            for b in range(tiles.blocks)]
@@ -274,12 +276,17 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
         pending = []
         rows = dict(src=src, dst=dst, rows=th * tw, n=c - (tiles.blocks - 1) * lanes,
                     blocks=tiles.blocks, stride=cap, table=tiles.table.base)
-        work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point,
-                           wide=int(bool(layer.x_plane)), out_wide=int(bool(layer.y_plane))) \
-            if layer.norm else instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
-                                           shift=layer.shift, out_offset=layer.out_zero_point)
+        if layer.reduce:
+            work = instruction(node, isa.REDUCE, **rows, op=layer.reduce,
+                               in_offset=layer.in_zero_point, out_offset=layer.out_zero_point)
+        elif layer.norm:
+            work = instruction(node, isa.LAYERNORM, **rows, out_offset=layer.out_zero_point,
+                               wide=int(bool(layer.x_plane)), out_wide=int(bool(layer.y_plane)))
+        else:
+            work = instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
+                               shift=layer.shift, out_offset=layer.out_zero_point)
         stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)
-                  for b in range(tiles.blocks)]
+                  for b in range(1 if layer.reduce else tiles.blocks)]
         if layer.y_plane:  # an int16 output's low plane, its blocks after the high plane's
             low = dataclasses.replace(layer.views[1], offset=layer.views[1].offset + layer.y_plane)
             stores += [dma(isa.STORE, layer.y, low, dst + tiles.blocks * cap, b, True)

@@ -29,7 +29,8 @@ from compiler.backend.lower.vector import (lower_add, lower_average_pool, lower_
                                            lower_global_max_pool, lower_hypot,
                                            lower_layer_norm, lower_lut,
                                            lower_max, lower_max_pool, lower_min, lower_mul,
-                                           lower_pad, lower_reduce_mean, lower_softmax,
+                                           lower_pad, lower_reduce, lower_reduce_mean,
+                                           lower_softmax,
                                            lower_sub)
 from compiler.backend.lower.walk import Unsupported, Walk, unsupported
 from compiler.graph.ir import Graph
@@ -53,6 +54,7 @@ RULES = {
     Lower.SUB: lower_sub,
     Lower.MAX: lower_max,
     Lower.HYPOT: lower_hypot,
+    Lower.REDUCE: lower_reduce,
     Lower.MIN: lower_min,
     Lower.MUL: lower_mul,
     Lower.DIVIDE: lower_div,

@@ -19,7 +19,7 @@ from compiler.backend.layers import (NHWC, AddLayer, ConvLayer, Layout, LutLayer
                                      PoolLayer, SoftmaxLayer, Tensor, View, block_axis,
                                      block_shape, pixelwise)
 from compiler.graph.ir import Node
-from compiler.graph.ops import OPS, int8_attrs
+from compiler.graph.ops import OPS, REDUCE_L2, REDUCE_MAX, REDUCE_MIN, int8_attrs
 from compiler.graph.int8 import reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.data import axis_strides
@@ -271,6 +271,55 @@ def lower_reduce_mean(lw: Walk, node: Node) -> None:
         node.name, lw.source(node, x), y_tensor, n, in_hw, out_hw, depth, 1, kernel, (1, 1),
         (1, 1), (0, 0, 0, 0), zero, np.ones((1, depth, *kernel), np.int8), bias, mult, shift,
         out_zp, qclamp, macs=n * out_hw[0] * out_hw[1] * count, x_view=x_view, y_view=y_view))
+
+
+REDUCE_OP = {REDUCE_MAX.name: "max", REDUCE_MIN.name: "min", REDUCE_L2.name: "l2"}
+
+
+def lower_reduce(lw: Walk, node: Node) -> None:
+    """ReduceMax, ReduceMin, ReduceL2 of a rank-2 to 4 value read as its (N, H, W, C) block:
+    over the channels alone (a map's C, a row-major tensor's last axis) the vector unit's
+    REDUCE, one value per pixel; a maximum over H, W or both a MAXPOOL of that window."""
+    a = int8_attrs(node)
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
+    given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
+    axes = reduce_axes(len(shape), lw.g.values[given].const if given else None,
+                       a["noop_with_empty_axes"])
+    op = REDUCE_OP[node.op]
+    if not 2 <= len(shape) <= 4:
+        raise unsupported(node, f"it reduces a rank-{len(shape)} value; ranks 2 to 4 lower")
+    reduced = {block_axis(len(shape), axis) for axis in axes if shape[axis] > 1}
+    if len(shape) == 4:
+        lw.need_channels_last(node, x)
+    n, h, w, c = block_shape(shape)
+    layout = Layout.channels_last(lw.shape(y)) if len(lw.shape(y)) == 4 else \
+        Layout.row_major(lw.shape(y))
+    if reduced and reduced <= {1, 2} and op == "max":
+        kernel = (h if 1 in reduced else 1, w if 2 in reduced else 1)
+        out_hw = (h // kernel[0], w // kernel[1])
+        if len(shape) == 4:
+            layout = Layout.channels_last((n, c, *out_hw))
+        y_tensor, y_view = lw.output(y, layout, block_shape(lw.shape(y)) == (n, *out_hw, c))
+        lw.layers.append(PoolLayer(
+            node.name, lw.source(node, x), y_tensor, n, (h, w), out_hw, c, kernel, (1, 1),
+            (0, 0, 0, 0), INT8_MIN, False, x_view=lw.views.get(x), y_view=y_view))
+        return
+    if reduced != {3}:
+        raise unsupported(node, f"it reduces axes {sorted(axes)} of {list(shape)}; the "
+                                f"accelerator reduces the contiguous axis (REDUCE), or takes a "
+                                f"maximum over H and W (MAXPOOL)")
+    view = lw.need_view(node, x)
+    tx = lw.source(node, x)
+    ty, y_view = lw.output(y, layout, in_place=False)
+    table = np.zeros(0, np.int32)
+    if op == "l2":  # the rescale REDUCE reads at `table`
+        table = np.array([int(np.reshape(a["multiplier"], -1)[0]),
+                          int(np.reshape(a["shift"], -1)[0])], np.int32)
+    lw.layers.append(SoftmaxLayer(
+        node.name, tx, ty, table, False, 0, int(a.get("out_zero_point", 0)),
+        (view or View.dense((n, h, w, c)), View.dense((n, h, w, 1))), reduce=op, channels=c,
+        in_zero_point=int(a.get("x_zero_point", 0))))
 
 
 def lower_global_max_pool(lw: Walk, node: Node) -> None:
