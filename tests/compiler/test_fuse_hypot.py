@@ -20,7 +20,7 @@ from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.quantize import quantize
 from quantizer.reference import run_int8
 from simulator import isa
-from tests.e2e.flow import check_bit_exact
+from tests.e2e.flow import check_bit_exact, output_sqnr_db
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -79,12 +79,7 @@ def test_a_power_read_elsewhere_is_left_written_out() -> None:
 
 
 def sqnr_db(graph, qgraph) -> float:
-    signal = noise = 0.0
-    for feeds in samples(8, 9):
-        want = evaluate(graph, feeds)["y"].astype(np.float64)
-        got = run_int8(qgraph, feeds)["y"].astype(np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+    return output_sqnr_db(graph, qgraph, samples(8, 9), "y")
 
 
 def test_the_fused_magnitude_keeps_what_int8_power_loses() -> None:

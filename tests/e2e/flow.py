@@ -18,6 +18,19 @@ from simulator import machine
 from tests.quantizer.util import profile_of
 
 
+def output_sqnr_db(graph: Graph, qgraph: Graph, feeds: Sequence[Mapping[str, np.ndarray]],
+                   output: str) -> float:
+    """SQNR in dB of the integer reference's `output` against the fp32 graph's, over `feeds`
+    (the signal and the noise summed over all of them)."""
+    from compiler.graph.evaluate import evaluate
+    signal = noise = 0.0
+    for sample in feeds:
+        want = evaluate(graph, sample)[output].astype(np.float64)
+        got = run_int8(qgraph, sample)[output].astype(np.float64)
+        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
+    return 10 * np.log10(signal / noise)
+
+
 def samples(shapes: Mapping[str, Sequence[int]], count: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     return [{name: rng.standard_normal(shape).astype(np.float32)

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from compiler.graph.evaluate import evaluate
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.options import QuantOptions
-from quantizer.reference import run_int8
 from simulator import isa
-from tests.e2e.flow import check_bit_exact, quantized
+from tests.e2e.flow import check_bit_exact, output_sqnr_db, quantized
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -47,14 +45,8 @@ def samples(count: int, seed: int) -> list[dict]:
             for _ in range(count)]
 
 
-def sqnr_db(proto, qgraph) -> float:
-    graph = optimized_graph(proto)
-    signal = noise = 0.0
-    for feeds in samples(4, 9):
-        want = evaluate(graph, feeds)["y"].astype(np.float64)
-        got = run_int8(qgraph, feeds)["y"].astype(np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+def sqnr_db(proto, qgraph, output: str = "y") -> float:
+    return output_sqnr_db(optimized_graph(proto), qgraph, samples(4, 9), output)
 
 
 def wide_values(qgraph) -> list[str]:
@@ -203,17 +195,7 @@ def test_a_norm_output_carried_in_an_outlier_stream_is_int16_and_copied_for_the_
     gemm = next(n for n in wide.nodes if n.op in ("Gemm", "MatMul"))
     assert wide.type_of(gemm.inputs[0]).dtype == "int8"
     narrow = quantized(proto, samples(8, 0), QuantOptions(wide_norm_inputs="never"))
-    assert sqnr_db_of(proto, wide, "z") > sqnr_db_of(proto, narrow, "z") + 4
-
-
-def sqnr_db_of(proto, qgraph, output: str) -> float:
-    graph = optimized_graph(proto)
-    signal = noise = 0.0
-    for feeds in samples(4, 9):
-        want = evaluate(graph, feeds)[output].astype(np.float64)
-        got = run_int8(qgraph, feeds)[output].astype(np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+    assert sqnr_db(proto, wide, "z") > sqnr_db(proto, narrow, "z") + 4
 
 
 @pytest.mark.parametrize("preset", ["default", pytest.param("edge", marks=pytest.mark.slow)])

@@ -14,9 +14,8 @@ from compiler.graph.evaluate import evaluate
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
-from quantizer.reference import run_int8
 from quantizer.smooth import smooth_norms
-from tests.e2e.flow import check_bit_exact
+from tests.e2e.flow import check_bit_exact, output_sqnr_db
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -45,13 +44,8 @@ def samples(count: int, seed: int) -> list[dict]:
     return [{"x": rng.normal(0, 1, (1, S, C)).astype(np.float32)} for _ in range(count)]
 
 
-def sqnr_db(graph, qgraph, output: str = "out") -> float:
-    signal = noise = 0.0
-    for feeds in samples(4, 9):
-        want = evaluate(graph, feeds)[output].astype(np.float64)
-        got = run_int8(qgraph, feeds)[output].astype(np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+def sqnr_db(graph, qgraph) -> float:
+    return output_sqnr_db(graph, qgraph, samples(4, 9), "out")
 
 
 def test_an_outlier_norm_is_smoothed_into_its_gemm_and_it_pays() -> None:

@@ -522,16 +522,21 @@ def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     np.testing.assert_array_equal(got, want)
 
 
+def _write_blocks(state, base: int, stride: int, x: np.ndarray) -> None:
+    """Rows of C channels as SOFTMAX, LAYERNORM and REDUCE address them: channel block b's
+    lanes at scratchpad rows base + b * stride, one row per row of x."""
+    for block in range(-(-x.shape[1] // L)):
+        part = x[:, block * L:(block + 1) * L]
+        state.scratchpad[base + block * stride:base + block * stride + len(x),
+                         :part.shape[1]] = part
+
 def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
     """LAYERNORM out_wide=1 over C = L + 5 channels: numerics.layer_norm's int16 results, the
     high plane's blocks at dst, the low plane's after them; one more pass than int8 output."""
     state = fresh()
     c, rows, stride = L + 5, 3, 8
     x = rng.integers(-128, 128, (rows, c))
-    for block in range(2):
-        width = L if block == 0 else 5
-        state.scratchpad[100 + block * stride:100 + block * stride + rows, :width] = \
-            x[:, block * L:block * L + width]
+    _write_blocks(state, 100, stride, x)
     table = np.zeros(isa.layernorm_table_rows(L, c) * L, np.int64)
     m, k = numerics.quantize_multiplier(0.8 * 2**8 / (0.0005 * 2**16))  # int16's fine step
     table[0] = 1
@@ -559,10 +564,7 @@ def test_reduce_writes_one_value_per_row_in_lane_0(op):
     state = fresh()
     c, rows_, stride = L + 5, 3, 8
     x = rng.integers(-128, 128, (rows_, c))
-    for block in range(2):
-        width = L if block == 0 else 5
-        state.scratchpad[100 + block * stride:100 + block * stride + rows_, :width] = \
-            x[:, block * L:block * L + width]
+    _write_blocks(state, 100, stride, x)
     m, k = numerics.quantize_multiplier(0.07 / 2**numerics.HYPOT_FRACTION_BITS)
     state.accumulator[200, :2] = (m, k)
     before = state.scratchpad[300:300 + rows_].copy()

@@ -210,6 +210,21 @@ def lower_global_average_pool(lw: Walk, node: Node) -> None:
           qclamp=qclamp)
 
 
+def _reduction(lw: Walk, node: Node, verb: str):
+    """(int8 attributes, x, y, x's shape, the reduced axes, the View axes of those of more
+    than one element) of a reduction over a rank-2 to 4 value."""
+    a = int8_attrs(node)
+    x, y = node.inputs[0], node.outputs[0]
+    shape = lw.shape(x)
+    given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
+    axes = reduce_axes(len(shape), lw.g.values[given].const if given else None,
+                       a["noop_with_empty_axes"])
+    if not 2 <= len(shape) <= 4:
+        raise unsupported(node, f"it {verb} a rank-{len(shape)} value; ranks 2 to 4 lower")
+    return a, x, y, shape, axes, {block_axis(len(shape), axis) for axis in axes
+                                  if shape[axis] > 1}
+
+
 def lower_reduce_mean(lw: Walk, node: Node) -> None:
     """A mean over any axes of a rank-2 to 4 value, read as its (N, H, W, C) block (a
     row-major [N, T, C] tensor's last axis is its channels): over H, W or both the average
@@ -218,15 +233,7 @@ def lower_reduce_mean(lw: Walk, node: Node) -> None:
     Either sums (x - z_x) exactly and requantizes once by s_x / (count * s_out), as
     `reduce_mean_int8`. Axes of size 1 average nothing. ReduceSum lowers the same way: its
     requantization is s_x / s_out, a mean over windows of one."""
-    a = int8_attrs(node)
-    x, y = node.inputs[0], node.outputs[0]
-    shape = lw.shape(x)
-    given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
-    axes = reduce_axes(len(shape), lw.g.values[given].const if given else None,
-                       a["noop_with_empty_axes"])
-    if not 2 <= len(shape) <= 4:
-        raise unsupported(node, f"it averages a rank-{len(shape)} value; ranks 2 to 4 lower")
-    averaged = {block_axis(len(shape), axis) for axis in axes if shape[axis] > 1}
+    a, x, y, shape, axes, averaged = _reduction(lw, node, "averages")
     if 0 in averaged:
         raise unsupported(node, f"it averages the batch axis of a rank-{len(shape)} value "
                                 f"(axes {sorted(axes)})")
@@ -280,16 +287,8 @@ def lower_reduce(lw: Walk, node: Node) -> None:
     """ReduceMax, ReduceMin, ReduceL2 of a rank-2 to 4 value read as its (N, H, W, C) block:
     over the channels alone (a map's C, a row-major tensor's last axis) the vector unit's
     REDUCE, one value per pixel; a maximum over H, W or both a MAXPOOL of that window."""
-    a = int8_attrs(node)
-    x, y = node.inputs[0], node.outputs[0]
-    shape = lw.shape(x)
-    given = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
-    axes = reduce_axes(len(shape), lw.g.values[given].const if given else None,
-                       a["noop_with_empty_axes"])
+    a, x, y, shape, axes, reduced = _reduction(lw, node, "reduces")
     op = REDUCE_OP[node.op]
-    if not 2 <= len(shape) <= 4:
-        raise unsupported(node, f"it reduces a rank-{len(shape)} value; ranks 2 to 4 lower")
-    reduced = {block_axis(len(shape), axis) for axis in axes if shape[axis] > 1}
     if len(shape) == 4:
         lw.need_channels_last(node, x)
     n, h, w, c = block_shape(shape)
