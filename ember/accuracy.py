@@ -8,6 +8,8 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import math
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
 from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
+from ember.sensitivity import sensitivities
 from profiler import batching
 from profiler import format as profile_format
 from profiler.model_inputs import input_specs
@@ -46,6 +49,9 @@ class Evaluation:
     labels: str | None = None
     samples: int | None = None
     per_layer: bool = False
+    # With per_layer: each tensor's effect on the output, kept at full precision and alone
+    # quantized (`ember.sensitivity`).
+    sensitivity: bool = False
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
 
@@ -250,6 +256,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         name: class_labels(labels, graph.type_of(name).shape[1], where) for name in top1}
     layer_own: dict[str, ErrorStats] = {}
     layer_acc: dict[str, ErrorStats] = {}
+    kept: list[tuple[dict, dict]] = []  # (feeds, fp32 outputs) per batch, for sensitivities
     params = _params_by_name(qgraph)
     tally = batching.Tally()
     seen = 0
@@ -272,6 +279,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                         raise EmberError(f"{where}: {len(truth[name])} labels for more samples")
                     batch_labels = truth[name][seen:seen + n]
                 top1[name].add(reference[name], env[name], batch_labels)
+        if evaluation.sensitivity:
+            kept.append((dict(feeds), dict(reference)))
         if evaluation.per_layer:
             fp32 = evaluate(graph, feeds, keep_all=True)
             for name, value in dequantized(qgraph, env).items():
@@ -317,6 +326,13 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("approx") if name in top1 else None)
         for name, stats in outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, params)
+    if evaluation.sensitivity and layers:
+        progress("tensor sensitivities", 0, None)
+        found = sensitivities(qgraph, [k[0] for k in kept], [k[1] for k in kept],
+                              lambda done, count: progress("tensor sensitivities", done, count))
+        layers = tuple(dataclasses.replace(layer, alone_sqnr_db=found[layer.name].alone_sqnr_db,
+                                           gain_db=found[layer.name].gain_db)
+                       if layer.name in found else layer for layer in layers)
     if emit_onnx:
         if not Path(emit_onnx).parent.is_dir():
             raise EmberError(f"--emit-onnx {emit_onnx}: directory "

@@ -33,6 +33,11 @@ EXIT_GATE_FAILED = 3
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first.")
+@click.option("--sensitivity", is_flag=True,
+              help="With --per-layer: also each tensor's effect on the output, kept at full "
+                   "precision and alone quantized (the QDQ export run by onnxruntime, once "
+                   "per tensor each), ranked by the output SQNR it gains: where a fix pays "
+                   "first.")
 @click.option("--html", "html_path", type=OutputPath(dir_okay=False),
               help="Also write a self-contained HTML report with a per-layer SQNR plot.")
 @click.option("--emit-onnx", "emit_onnx", type=OutputPath(dir_okay=False),
@@ -46,7 +51,8 @@ EXIT_GATE_FAILED = 3
 @input_shape_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
-             per_layer: bool, html_path: str | None, emit_onnx: str | None, min_sqnr: float | None,
+             per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
+             min_sqnr: float | None,
              max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
              **kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
@@ -73,8 +79,12 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
           --data imagenet_val/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
     """
     options = quant_options_from(kwargs)
+    if sensitivity and not per_layer:
+        raise EmberError("--sensitivity ranks the per-layer report's tensors: give --per-layer "
+                         "too")
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
-                            program=program, images=image_options_from(kwargs))
+                            sensitivity=sensitivity, program=program,
+                            images=image_options_from(kwargs))
     with progress_bar() as progress:
         report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,

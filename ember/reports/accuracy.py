@@ -30,7 +30,9 @@ class LayerAccuracy:
 
     own_sqnr_db: the tensor's own quantization error (fp32 value vs its quantize-dequantize);
     accumulated_sqnr_db: the error carried from the model input (fp32 vs the int8 run), as
-    onnxruntime's qdq_loss_debug separates them.
+    onnxruntime's qdq_loss_debug separates them. With --sensitivity (`ember.sensitivity`):
+    alone_sqnr_db, the model output's SQNR with this tensor alone quantized, and gain_db,
+    the output SQNR gained by keeping this tensor at full precision: where to look first.
     """
 
     name: str
@@ -39,6 +41,8 @@ class LayerAccuracy:
     precision: str
     own_sqnr_db: float
     accumulated_sqnr_db: float
+    alone_sqnr_db: float | None = None
+    gain_db: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,15 @@ class AccuracyReport:
             doc["host_segments"] = [dict(s) for s in self.host_segments]
         return doc
 
+    @property
+    def sensitivity(self) -> bool:
+        return any(layer.gain_db is not None for layer in self.layers)
+
     def worst_layers(self) -> list[LayerAccuracy]:
+        """With sensitivities, the largest output gain first; else the lowest accumulated
+        SQNR first."""
+        if self.sensitivity:
+            return sorted(self.layers, key=lambda layer: -(layer.gain_db or 0.0))
         return sorted(self.layers, key=lambda layer: layer.accumulated_sqnr_db)
 
     def applicable_options(self) -> dict[str, Any]:
@@ -104,13 +116,20 @@ class AccuracyReport:
                           _pct(o.top1_accuracy_int8))
         console.print(table)
         if self.layers:
-            worst = Table(title=f"per layer, worst first ({min(max_layers, len(self.layers))} "
+            order = "largest output gain first" if self.sensitivity else "worst first"
+            worst = Table(title=f"per layer, {order} ({min(max_layers, len(self.layers))} "
                                 f"of {len(self.layers)})")
-            for col in ("tensor", "op", "precision", "own SQNR dB", "accumulated SQNR dB"):
+            columns = ["tensor", "op", "precision", "own SQNR dB", "accumulated SQNR dB"]
+            if self.sensitivity:
+                columns += ["output SQNR dB, alone quantized", "output gain dB, full precision"]
+            for col in columns:
                 worst.add_column(col, justify="left" if col in ("tensor", "op") else "right")
             for layer in self.worst_layers()[:max_layers]:
-                worst.add_row(layer.name, layer.op, layer.precision, f"{layer.own_sqnr_db:.2f}",
-                              f"{layer.accumulated_sqnr_db:.2f}")
+                cells = [layer.name, layer.op, layer.precision, f"{layer.own_sqnr_db:.2f}",
+                         f"{layer.accumulated_sqnr_db:.2f}"]
+                if self.sensitivity:
+                    cells += [_db(layer.alone_sqnr_db), _db(layer.gain_db, "+.2f")]
+                worst.add_row(*cells)
             console.print(worst)
         if self.bit_exact is not None:
             console.print("simulator vs integer reference: " + (
@@ -131,6 +150,10 @@ class AccuracyReport:
             unit="dB", title="SQNR per quantized tensor, in graph order") if self.layers else ""
         return render_page("accuracy.html.j2", report=self, doc=self.to_json(), layers=layers,
                            chart=chart)
+
+
+def _db(value: float | None, fmt: str = ".2f") -> str:
+    return "—" if value is None else format(value, fmt)
 
 
 def _pct(value: float | None) -> str:

@@ -1,0 +1,81 @@
+"""`ember accuracy --per-layer --sensitivity`: each tensor's effect on the output, kept at full
+precision in its range and alone quantized (`ember.sensitivity`), ranked by the output SQNR it
+gains. On a model built with one bad layer (a convolution whose output carries one channel a
+hundred times the others, which the next convolution reads whole) that layer ranks first, and
+keeping it in fp32 (its node and its reader) lifts the output where keeping the layer the
+accumulated SQNR ranks worst would not."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ember.flow import optimized_graph
+from quantizer.options import QuantOptions
+from tests.cli import assert_one_line_error, invoke
+from tests.e2e.flow import output_sqnr_db, quantized
+from tests.onnx_builder import model
+
+C = 8
+
+
+def one_bad_layer():
+    """x → conv a (ReLU) → conv bad (channel 3 x100) → conv c → y."""
+    rng = np.random.default_rng(4)
+    bad = rng.normal(0, 0.3, (C, C, 3, 3)).astype(np.float32)
+    bad[3] *= 100.0
+    tail = rng.normal(0, 0.3, (C, C, 3, 3)).astype(np.float32)
+    tail[:, 3] /= 100.0
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
+             helper.make_node("Conv", ["ra", "wb"], ["b"], name="conv_bad", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "wc"], ["y"], name="conv_c", pads=[1, 1, 1, 1])]
+    inits = {"wa": rng.normal(0, 0.3, (C, 3, 3, 3)).astype(np.float32), "wb": bad,
+             "wc": tail}
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, C, 8, 8]}, inits)
+
+
+def samples(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(count)]
+
+
+def test_the_bad_layer_ranks_first_and_keeping_it_pays(tmp_path) -> None:
+    proto = one_bad_layer()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    for name, count, seed in (("calib", 8, 0), ("eval", 4, 1)):
+        np.savez(tmp_path / f"{name}.npz", x=np.concatenate([s["x"] for s in samples(count, seed)]))
+    assert invoke("quantize-profile", path, "--data", tmp_path / "calib.npz", "-o",
+                  tmp_path / "p.json").exit_code == 0
+    result = invoke("accuracy", path, "--profile", tmp_path / "p.json", "--data",
+                    tmp_path / "eval.npz", "--per-layer", "--sensitivity", "--json",
+                    "--html", tmp_path / "a.html")
+    assert result.exit_code == 0, result.output
+    layers = json.loads(result.stdout)["layers"]
+    ranked = [layer for layer in layers if layer["gain_db"] is not None]
+    assert ranked[0]["name"] == "b" and ranked[0]["gain_db"] > 5
+    assert all(a["gain_db"] >= b["gain_db"] for a, b in zip(ranked, ranked[1:]))
+    # The accumulated SQNR's worst is the output itself, which carries b's error: keeping it
+    # at full precision gains nothing.
+    worst = min(layers, key=lambda layer: layer["accumulated_sqnr_db"])
+    assert worst["name"] == "y" and abs(worst["gain_db"]) < 0.5
+    assert "largest output gain first" in (tmp_path / "a.html").read_text().lower()
+    graph = optimized_graph(proto)
+    plain = quantized(proto, samples(8, 0))
+    fixed = quantized(proto, samples(8, 0), QuantOptions(keep_fp32=("conv_bad", "conv_c")))
+    assert output_sqnr_db(graph, fixed, samples(4, 1), "y") > \
+        output_sqnr_db(graph, plain, samples(4, 1), "y") + 10
+
+
+def test_sensitivity_without_per_layer_is_one_line(tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(one_bad_layer(), path)
+    np.savez(tmp_path / "d.npz", x=samples(1, 0)[0]["x"])
+    assert invoke("quantize-profile", path, "--data", tmp_path / "d.npz", "-o",
+                  tmp_path / "p.json").exit_code == 0
+    assert_one_line_error(invoke("accuracy", path, "--profile", tmp_path / "p.json", "--data",
+                                 tmp_path / "d.npz", "--sensitivity"), "--per-layer")
