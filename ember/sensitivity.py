@@ -25,11 +25,11 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 import onnxruntime
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph
-from compiler.graph.ops import CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR
+from compiler.graph.ops import CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, WHERE
 from quantizer.qdq import export_qdq
 
 
@@ -44,31 +44,38 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
                   on_group: Callable[[int, int], None] = lambda done, total: None
                   ) -> dict[str, Sensitivity]:
     """Each quantized tensor's Sensitivity, by its ONNX name, over `samples` against the fp32
-    outputs `references` (one mapping of output name to array per sample)."""
+    outputs `references` (one mapping of output name to array per sample). One onnxruntime
+    session serves every run: each group's DequantizeLinear outputs are chosen at run time
+    between the codes and the full-precision value by a boolean input of the group's."""
     model = export_qdq(qgraph)
     floats = {node.output[0]: node.input[0] for node in model.graph.node
               if node.op_type == QUANTIZE_LINEAR.name}
     groups = _groups(qgraph, floats)
-    inputs = [i.name for i in model.graph.input]
+    names = list(groups)
+    switched = _switchable(model, [groups[name] for name in names], floats)
+    session = _session(switched)
+    inputs = {i.name for i in model.graph.input}
+    outputs = [o.name for o in model.graph.output]
 
-    def score(full_precision: set[str]) -> float:
-        session = _session(_without_quantization(model, full_precision, floats))
+    def score(full_precision: set[int]) -> float:
+        flags = {_flag(k): np.array(k in full_precision) for k in range(len(names))}
         signal = noise = 0.0
         for feeds, reference in zip(samples, references):
-            outputs = session.run(None, {k: v for k, v in feeds.items() if k in inputs})
-            for name, got in zip([o.name for o in model.graph.output], outputs):
+            got = session.run(outputs, {**{k: v for k, v in feeds.items() if k in inputs},
+                                        **flags})
+            for name, value in zip(outputs, got):
                 want = np.asarray(reference[name], np.float64)
-                got = np.asarray(got, np.float64)
+                value = np.asarray(value, np.float64)
                 signal += float((want ** 2).sum())
-                noise += float(((want - got) ** 2).sum())
+                noise += float(((want - value) ** 2).sum())
         return 10 * np.log10(max(signal, 1e-30) / max(noise, 1e-30))
 
-    everything = set().union(*groups.values()) if groups else set()
+    everything = set(range(len(names)))
     base = score(set())
     found = {}
-    for k, (name, members) in enumerate(groups.items()):
-        found[name] = Sensitivity(score(everything - members), score(members) - base)
-        on_group(k + 1, len(groups))
+    for k, name in enumerate(names):
+        found[name] = Sensitivity(score(everything - {k}), score({k}) - base)
+        on_group(k + 1, len(names))
     return found
 
 
@@ -96,35 +103,45 @@ def _groups(qgraph: Graph, floats: Mapping[str, str]) -> dict[str, set[str]]:
     return groups
 
 
-def _without_quantization(model: onnx.ModelProto, values: set[str],
-                          floats: Mapping[str, str]) -> onnx.ModelProto:
-    """`model` with every DequantizeLinear of the integer `values` a Clip of the float value
-    their QuantizeLinear read to the codes' real range: those tensors at full precision in
-    their range (their rounding gone, their saturation and a ReLU their range implies kept),
-    as an int16 value of the same range would be."""
+def _flag(k: int) -> str:
+    return f"ember/full_precision/{k}"
+
+
+def _switchable(model: onnx.ModelProto, groups: list[set[str]],
+                floats: Mapping[str, str]) -> onnx.ModelProto:
+    """`model` with a boolean input per group: when it is true, every DequantizeLinear of the
+    group's integer values gives the float value their QuantizeLinear read, clipped to the
+    codes' real range instead (those tensors at full precision in their range: their rounding
+    gone, their saturation and a ReLU their range implies kept, as int16 would keep them)."""
+    group_of = {value: k for k, members in enumerate(groups) for value in members}
     changed = onnx.ModelProto()
     changed.CopyFrom(model)
     inits = {i.name: i for i in changed.graph.initializer}
+    nodes = []
     for node in changed.graph.node:
-        if node.op_type == DEQUANTIZE_LINEAR.name and node.input[0] in values:
-            scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
-            zero = numpy_helper.to_array(inits[node.input[2]])
-            if scale.ndim:  # per-channel parameters: weights only, never an activation
-                continue
-            info = np.iinfo(zero.dtype)
-            bounds = [(np.float64(code) - zero.astype(np.float64)) * scale
-                      for code in (info.min, info.max)]
-            names = []
-            for which, bound in zip(("low", "high"), bounds):
-                name = f"{node.output[0]}/full_precision_{which}"
-                changed.graph.initializer.append(
-                    numpy_helper.from_array(np.asarray(bound, np.float32), name))
-                names.append(name)
-            source = floats[node.input[0]]
-            node.op_type = CLIP.name
-            del node.input[:]
-            node.input.extend([source, *names])
-            del node.attribute[:]
+        k = group_of.get(node.input[0]) if node.op_type == DEQUANTIZE_LINEAR.name else None
+        scale = numpy_helper.to_array(inits[node.input[1]]) if k is not None else None
+        if k is None or scale.ndim:  # per-channel parameters: weights, never an activation
+            nodes.append(node)
+            continue
+        zero = numpy_helper.to_array(inits[node.input[2]])
+        info = np.iinfo(zero.dtype)
+        out = node.output[0]
+        bounds = []
+        for which, code in (("low", info.min), ("high", info.max)):
+            bound = (np.float64(code) - zero.astype(np.float64)) * scale.astype(np.float64)
+            bounds.append(f"{out}/full_precision_{which}")
+            changed.graph.initializer.append(
+                numpy_helper.from_array(np.asarray(bound, np.float32), bounds[-1]))
+        coded, full = f"{out}/coded", f"{out}/full_precision"
+        node.output[0] = coded
+        nodes += [node,
+                  helper.make_node(CLIP.name, [floats[node.input[0]], *bounds], [full]),
+                  helper.make_node(WHERE.name, [_flag(k), full, coded], [out])]
+    del changed.graph.node[:]
+    changed.graph.node.extend(nodes)
+    for k in range(len(groups)):
+        changed.graph.input.append(helper.make_tensor_value_info(_flag(k), TensorProto.BOOL, []))
     return changed
 
 

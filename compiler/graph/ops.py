@@ -784,6 +784,8 @@ CAST, EXPAND, SOFTMAX = OPS["Cast"], OPS["Expand"], OPS["Softmax"]
 EXP, REDUCE_MAX, REDUCE_SUM = OPS["Exp"], OPS["ReduceMax"], OPS["ReduceSum"]
 # And the rows the one-hot embedding fusion reads and writes.
 EQUAL, ONE_HOT, GATHER = OPS["Equal"], OPS["OneHot"], OPS["Gather"]
+# And the row the sensitivity run switches each tensor's precision with.
+WHERE = OPS["Where"]
 # And the rows the vector unit's REDUCE computes.
 REDUCE_MIN, REDUCE_L2 = OPS["ReduceMin"], OPS["ReduceL2"]
 # And the row the QDQ export writes out as exporters do (ONNX has it from opset 24 only).
