@@ -245,8 +245,10 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                                            ih, iw, padded) for key in keys]
                 if layer.x not in ctx.on_chip:  # else its producer left it in these rows
                     loads += inputs
-            if not block.chunks:
-                loads.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
+            if not block.chunks:  # part of the work, not a prefetch: the loads of a step
+                # run before the work of the previous loading step, whose accumulator rows (of
+                # the same parity) this LOAD would clear before they are read
+                body.append(_zero_acc(node, zeros_addr, acc_row, pixels, n))
             for chunk in piece:
                 k = chunk.k
                 w_row = piece_row + block.chunk_rows[chunk.key]
