@@ -44,6 +44,7 @@ from compiler.passes.remove_identity import remove_identity
 from compiler.passes.split_clip import split_clip
 from compiler.passes.sink_expand import sink_expand
 from compiler.passes.split_fused_heads import split_fused_heads
+from compiler.passes.split_sliced_conv import split_sliced_conv
 from compiler.passes.ungroup_conv_transpose import ungroup_conv_transpose
 from simulator.arch import Arch
 from simulator.program import Program
@@ -67,6 +68,8 @@ GRAPH_PASSES: list[Pass] = [
     #                    over one axis (JAX's, Keras's), recognized by evaluating the region
     fuse_softmax,      # after folding, which makes the axes constant: a softmax written out
     #                    (Exp, ReduceSum, Div, the ReduceMax shift or not) → Softmax
+    split_sliced_conv,  # after folding, which makes the Slices constant: a Conv read only by
+    #                    Slices → one Conv per slice (an STFT's two parts, its frames)
     fuse_hypot,        # after folding, which makes Pow's exponent constant: sqrt(a² + b²),
     #                    a spectrum's magnitude → Hypot (its power never rounds to int8)
     split_clip,        # after folding, which makes bounds constant: a run-time one → Max/Min

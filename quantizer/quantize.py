@@ -37,7 +37,7 @@ from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
 from quantizer.smooth import smooth_norms
-from quantizer.wide import norm_copies, wide_values
+from quantizer.wide import hypot_operands, norm_copies, wide_values
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
@@ -93,6 +93,10 @@ class _Rewriter:
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
         self.g, self.wide = norm_copies(self.g, self.wide)
+        for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
+            lo = min(self.real_range(a)[0], self.real_range(b)[0])
+            hi = max(self.real_range(a)[1], self.real_range(b)[1])
+            self.ranges[a] = self.ranges[b] = self.params_over(lo, hi, "int16")
         # After the copies: the int16 one a residual Add reads keeps the norm's own channels.
         self.g, smoothed = smooth_norms(
             self.g, self.opts.smooth_norms if self.dtype == "int8" else "never",

@@ -11,6 +11,9 @@ planes and LAYERNORM reads them
 (`numerics.split_wide`). The projection added into that stream (an attention output's or a
 feed-forward's Gemm, through views) carries the same outlier channels, so it is measured the
 same way and, when int8 loses it too, requantized to int16 (REQUANT wide) for the ADD to read.
+The previous block's LayerNorm output added into the stream is measured alike (`norm_copies`).
+So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
+scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit: the array multiplies int8 codes.
 """
 
@@ -22,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import ADD, LAYER_NORMALIZATION, OPS, Lower, ViewKind
+from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, ViewKind
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram
 
@@ -70,7 +73,33 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
             if norm is not None and norm.op == LAYER_NORMALIZATION.name and \
                     operand not in graph.outputs and loses(operand):
                 chosen.add(operand)  # the previous block's output, the stream carried on
+    for node in graph.nodes:  # a spectrum's two parts, into its magnitude
+        if node.op != HYPOT.name:
+            continue
+        projections = [_projection(graph, producers, only_reader, operand)
+                       for operand in node.inputs[:2]]
+        if all(p is not None for p in projections) and \
+                any(loses(p.outputs[0]) for p in projections):
+            chosen.update(p.outputs[0] for p in projections)
     return chosen
+
+
+def hypot_operands(graph: Graph, wide: set[str]) -> list[tuple[str, str]]:
+    """The pairs of int16 projections a Hypot reads (through views): they share one scale,
+    the integer kernel's (`numerics.hypot` squares codes of one scale)."""
+    producers, users = graph.producers(), graph.users()
+
+    def only_reader(name: str) -> bool:
+        return len(users.get(name, [])) == 1 and name not in graph.outputs
+
+    pairs = []
+    for node in graph.nodes:
+        if node.op == HYPOT.name:
+            found = [_projection(graph, producers, only_reader, operand)
+                     for operand in node.inputs[:2]]
+            if all(p is not None and p.outputs[0] in wide for p in found):
+                pairs.append((found[0].outputs[0], found[1].outputs[0]))
+    return pairs
 
 
 def norm_copies(graph: Graph, wide: set[str]) -> tuple[Graph, set[str]]:
@@ -116,8 +145,8 @@ def _whole(graph: Graph, producers: dict, name: str, shape: tuple[int, ...]) -> 
 
 
 def _projection(graph: Graph, producers: dict, only_reader, name: str) -> Node | None:
-    """The Gemm or MatMul by a constant weight that computes `name` through reshaping views,
-    each value on the way read once; None if there is none."""
+    """The Gemm, MatMul or Conv by a constant weight that computes `name` through reshaping
+    views, each value on the way read once; None if there is none."""
     while only_reader(name) and name in producers:
         node = producers[name]
         row = OPS[node.op]
@@ -125,7 +154,8 @@ def _projection(graph: Graph, producers: dict, only_reader, name: str) -> Node |
             name = node.inputs[0]
             continue
         weight = node.inputs[1] if len(node.inputs) > 1 else ""
-        if row.lower in (Lower.GEMM, Lower.MATMUL) and weight and graph.values[weight].is_const:
+        if row.lower in (Lower.GEMM, Lower.MATMUL, Lower.CONV) and weight and \
+                graph.values[weight].is_const:
             return node
         return None
     return None

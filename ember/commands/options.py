@@ -115,9 +115,11 @@ def quantization_options(command):
         click.option("--wide-norm-inputs", "wide_norm_inputs",
                      type=click.Choice(["auto", "never", "always"]), default="auto",
                      show_default=True,
-                     help="Which LayerNorm inputs (residual streams an Add computes) are int16: "
-                          "auto, those whose median |x| int8 leaves under 8 steps (outlier "
-                          "channels); the vector unit writes and reads them as two byte planes."),
+                     help="Which LayerNorm inputs (residual streams an Add computes, and what "
+                          "is added into them), and which spectrum parts a magnitude reads, are "
+                          "int16: auto, those whose median |x| int8 leaves under 8 steps "
+                          "(outlier channels, quiet bins); the vector unit writes and reads them "
+                          "as two byte planes."),
         click.option("--smooth-norms", "smooth_norms", type=click.Choice(["auto", "never"]),
                      default="auto", show_default=True,
                      help="Move a LayerNorm output's outlier channels into the weights of the "

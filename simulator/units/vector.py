@@ -100,9 +100,9 @@ def add(state, insn) -> None:
         y = y[:, :1]
     params = ParamBlock.unpack(state.accumulator, a["param"])
     wide_in = a["a_wide"] or a["b_wide"]
-    if wide_in and ADD_OPS[a["op"]] != "add":
-        raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds; op "
-                             f"{ADD_OPS[a['op']]!r} has no wide form")
+    if wide_in and ADD_OPS[a["op"]] not in ("add", "hypot"):
+        raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds or takes a "
+                             f"magnitude; op {ADD_OPS[a['op']]!r} has no wide form")
     shift = numerics.add_left_shift(bool(wide_in))
     if a["wide"]:  # an int16 sum (qmin, qmax unused): high plane at dst, low plane after it
         if ADD_OPS[a["op"]] != "add":

@@ -228,6 +228,16 @@ def test_add_op_hypot_matches_numerics():
     want = numerics.hypot(a, b, 3, 3, [0, 0, m], [0, 0, s], -128, -128, 127)
     np.testing.assert_array_equal(state.scratchpad[40:45], want)
     assert isa.decode(isa.encode(insn)).args == insn.args
+    # int16 operands (a spectrum's parts): each a high plane, its low plane after it.
+    m16, s16 = numerics.quantize_multiplier(0.9 / 2**(numerics.HYPOT_FRACTION_BITS + 8))
+    _params(state, 10, [0, 0, m16], [0, 0, s16])
+    a16, b16 = rng.integers(-30000, 30000, (2, 4, L))
+    state.scratchpad[60:64], state.scratchpad[64:68] = numerics.split_wide(a16)
+    state.scratchpad[70:74], state.scratchpad[74:78] = numerics.split_wide(b16)
+    run(state, isa.ADD(a=60, b=70, dst=90, rows=4, param=10, out_offset=-128, op="hypot",
+                       a_wide=1, b_wide=1))
+    np.testing.assert_array_equal(state.scratchpad[90:94], numerics.hypot(
+        a16, b16, 0, 0, [0, 0, m16], [0, 0, s16], -128, -128, 127))
 
 @pytest.mark.parametrize("b_step, b_splat", [(1, 0), (0, 0), (0, 1), (1, 1)])
 def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):

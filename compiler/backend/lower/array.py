@@ -39,13 +39,14 @@ def lower_conv(lw: Walk, node: Node) -> None:
     group = int(a["group"])
     dense = _expand_groups(np.asarray(w, np.int8), group, cin)
     bias = _bias(lw, node, 2, cout)
-    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)))
+    wide = lw.g.type_of(y).dtype == "int16"  # a spectrum's part, into its magnitude
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)), not wide)
     lw.layers.append(ConvLayer(
         node.name, lw.source(node, x), y_tensor,
         n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
         (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
-        *requant_params(node, cout), macs=node_macs(lw.g, node), group=group,
-        x_view=lw.views.get(x), y_view=y_view))
+        *requant_params(node, cout, wide), macs=node_macs(lw.g, node), group=group,
+        x_view=lw.views.get(x), y_view=y_view, y_plane=n * cout * oh * ow if wide else 0))
 
 
 def lower_conv_transpose(lw: Walk, node: Node) -> None:

@@ -403,7 +403,8 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
         int(a["out_zero_point"]), (-128, 127) if wide else qclamp, views, op, wide, a_wide,
         b_wide)
-    if any_wide and (pixelwise(layer) or op != "add" or (wide and ty != y) or
+    if any_wide and (pixelwise(layer) or op not in ("add", "hypot") or (wide and ty != y) or
+                     (op == "hypot" and wide) or
                      lw.shape(x) != lw.shape(z) or
                      any(v is not None and v.offset for v in views or ())):
         raise unsupported(node, "its int16 operand or sum is a Max/Min, broadcast, or a part "

@@ -93,9 +93,9 @@ class Walk:
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and \
-                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW):
-            raise unsupported(node, f"its input {name!r} is int16; only an Add and a "
-                                    f"LayerNormalization read an int16 residual stream")
+                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT):
+            raise unsupported(node, f"its input {name!r} is int16; only an Add, a "
+                                    f"LayerNormalization and a Hypot read int16 values")
         return self.buffer[name]
 
     def need_channels_last(self, node: Node, name: str) -> None:
