@@ -1,5 +1,5 @@
-"""Files of many types, written by code here (offline, the same bytes on every machine), and the
-features Magika's file-type classifier reads of them.
+"""Files of many types, written by code here (offline, the same bytes on every machine and every
+run: archive dates are fixed), and the features Magika's file-type classifier reads of them.
 
 Each kind below writes one file from a seed: source code in several languages, markup and
 data formats, and binary containers the standard library and Pillow write (PNG, JPEG, GIF,
@@ -159,8 +159,10 @@ def _wav(rng):
 def _zip(rng):
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for w in _words(rng, int(rng.integers(2, 5))):
-            archive.writestr(f"{w}.txt", " ".join(_words(rng, 200)))
+        for w in _words(rng, int(rng.integers(2, 5))):  # a fixed date: the same bytes each run
+            info = zipfile.ZipInfo(f"{w}.txt", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, " ".join(_words(rng, 200)))
     return out.getvalue()
 
 
