@@ -9,7 +9,6 @@ same BatchNorm folding), which agrees with onnxruntime to ~1e-6.
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import math
 from dataclasses import dataclass

@@ -11,15 +11,16 @@ import onnxruntime as ort
 from ember.errors import EmberError
 
 
-
 def session(model: onnx.ModelProto | str, threads: int = 0,
-            name: str | None = None) -> ort.InferenceSession:
-    """A CPU session at the basic optimization level (no contrib ops, no layout changes); it
-    logs at the default logger's severity, which `ember --debug` raises (ember says itself
-    what failed). `name` (the model's file, by default `model` when it is a path) for the
-    error."""
+            name: str | None = None, optimize: bool = True) -> ort.InferenceSession:
+    """A CPU session at the basic optimization level (no contrib ops, no layout changes), or
+    with `optimize` False at none (a QDQ model's fp32 arithmetic as written, no Q/DQ pair
+    removed); it logs at the default logger's severity, which `ember --debug` raises (ember
+    says itself what failed). `name` (the model's file, by default `model` when it is a path)
+    for the error."""
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimize \
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         options.intra_op_num_threads = threads
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model

@@ -24,12 +24,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
-import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph
 from compiler.graph.ops import CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, WHERE
+from ember import ort
+from ember.reports.metrics import ErrorStats
 from quantizer.qdq import export_qdq
 
 
@@ -53,22 +54,18 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
     groups = _groups(qgraph, floats)
     names = list(groups)
     switched = _switchable(model, [groups[name] for name in names], floats)
-    session = _session(switched)
+    session = ort.session(switched, name="the QDQ export", optimize=False)
     inputs = {i.name for i in model.graph.input}
     outputs = [o.name for o in model.graph.output]
 
     def score(full_precision: set[int]) -> float:
         flags = {_flag(k): np.array(k in full_precision) for k in range(len(names))}
-        signal = noise = 0.0
+        error = ErrorStats()
         for feeds, reference in zip(samples, references):
-            got = session.run(outputs, {**{k: v for k, v in feeds.items() if k in inputs},
-                                        **flags})
-            for name, value in zip(outputs, got):
-                want = np.asarray(reference[name], np.float64)
-                value = np.asarray(value, np.float64)
-                signal += float((want ** 2).sum())
-                noise += float(((want - value) ** 2).sum())
-        return 10 * np.log10(max(signal, 1e-30) / max(noise, 1e-30))
+            got = ort.run(session, {**{k: v for k, v in feeds.items() if k in inputs}, **flags})
+            for name in outputs:
+                error.add(reference[name], got[name])
+        return error.sqnr_db
 
     everything = set(range(len(names)))
     base = score(set())
@@ -144,11 +141,3 @@ def _switchable(model: onnx.ModelProto, groups: list[set[str]],
         changed.graph.input.append(helper.make_tensor_value_info(_flag(k), TensorProto.BOOL, []))
     return changed
 
-
-def _session(model: onnx.ModelProto) -> onnxruntime.InferenceSession:
-    options = onnxruntime.SessionOptions()
-    # No fusion into integer kernels: the export's fp32 arithmetic as written.
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                        providers=["CPUExecutionProvider"])

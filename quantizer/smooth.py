@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.graph.ir import Graph, Node, Type, Value
+from compiler.graph.ir import Graph, Node, Value
 from compiler.graph.ops import LAYER_NORMALIZATION, OPS, Lower, ViewKind
 from profiler.format import TensorStats
 
@@ -146,6 +146,5 @@ def _const(values: dict, name: str, array: np.ndarray) -> str:
     base, k = name, 1
     while name in values:
         name, k = f"{base}_{k}", k + 1
-    array = np.asarray(array, np.float32)
-    values[name] = Value(name, Type("float32", tuple(array.shape)), array)
+    values[name] = Value.constant(name, np.asarray(array, np.float32))
     return name

@@ -46,9 +46,6 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
         return mode == "always" or int8_steps_under_median(stats_of(name),
                                                            *range_of(name)) < MIN_STEPS
 
-    def only_reader(name: str) -> bool:
-        return len(users.get(name, [])) == 1 and name not in graph.outputs
-
     def only_norms(name: str) -> bool:
         readers = users.get(name, [])
         return bool(readers) and name not in graph.outputs and \
@@ -66,7 +63,7 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
             continue
         chosen.add(x)
         for operand in producer.inputs:
-            projection = _projection(graph, producers, only_reader, operand)
+            projection = _projection(graph, producers, users, operand)
             if projection is not None and loses(projection.outputs[0]):
                 chosen.add(projection.outputs[0])
             norm = producers.get(operand)
@@ -76,7 +73,7 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
     for node in graph.nodes:  # a spectrum's two parts, into its magnitude
         if node.op != HYPOT.name:
             continue
-        projections = [_projection(graph, producers, only_reader, operand)
+        projections = [_projection(graph, producers, users, operand)
                        for operand in node.inputs[:2]]
         if all(p is not None for p in projections) and \
                 any(loses(p.outputs[0]) for p in projections):
@@ -88,14 +85,10 @@ def hypot_operands(graph: Graph, wide: set[str]) -> list[tuple[str, str]]:
     """The pairs of int16 projections a Hypot reads (through views): they share one scale,
     the integer kernel's (`numerics.hypot` squares codes of one scale)."""
     producers, users = graph.producers(), graph.users()
-
-    def only_reader(name: str) -> bool:
-        return len(users.get(name, [])) == 1 and name not in graph.outputs
-
     pairs = []
     for node in graph.nodes:
         if node.op == HYPOT.name:
-            found = [_projection(graph, producers, only_reader, operand)
+            found = [_projection(graph, producers, users, operand)
                      for operand in node.inputs[:2]]
             if all(p is not None and p.outputs[0] in wide for p in found):
                 pairs.append((found[0].outputs[0], found[1].outputs[0]))
@@ -144,10 +137,10 @@ def _whole(graph: Graph, producers: dict, name: str, shape: tuple[int, ...]) -> 
     return name not in producers or OPS[producers[name].op].view is None
 
 
-def _projection(graph: Graph, producers: dict, only_reader, name: str) -> Node | None:
+def _projection(graph: Graph, producers: dict, users: dict, name: str) -> Node | None:
     """The Gemm, MatMul or Conv by a constant weight that computes `name` through reshaping
     views, each value on the way read once; None if there is none."""
-    while only_reader(name) and name in producers:
+    while len(users.get(name, [])) == 1 and name not in graph.outputs and name in producers:
         node = producers[name]
         row = OPS[node.op]
         if row.view is ViewKind.RESHAPE:

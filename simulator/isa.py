@@ -71,14 +71,15 @@ store -> vector -> compute -> load.
   (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)
   of the two rescaled operands takes the sum's place (`numerics.extremum`: Max, Min, and Clip
   by bounds computed at run time); with op=hypot, sqrt((a - a_offset)^2 + (b - b_offset)^2)
-  requantized by lane 2 (`numerics.hypot`: a spectrum's magnitude, its operands in one scale). The b rows are [b, b + rows), or the one row b for every
-  row with b_once=1; with b_splat=1, lane 0 of each b row stands for every lane (as MUL's).
-  With wide=1 (op add only) the sum is int16 (the clamp its range; qmin, qmax unused), written
-  as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to
+  requantized by lane 2 (`numerics.hypot`: a spectrum's magnitude, its operands in one scale).
+  The b rows are [b, b + rows), or the one row b for every row with b_once=1; with b_splat=1,
+  lane 0 of each b row stands for every lane (as MUL's). With wide=1 (op add only) the sum is
+  int16 (the clamp its range; qmin, qmax unused), written as two planes
+  (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to
   [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a LAYERNORM reads).
   With a_wide=1 (b_wide=1) operand a (b) is int16: its high plane's rows at a (b), its low
-  plane's right after them; the operands then align at 2^12, not 2^20
-  (`numerics.add_left_shift`), op add only, and each wide operand takes one more pass.
+  plane's right after them; an add's operands then align at 2^12, not 2^20
+  (`numerics.add_left_shift`); op add or hypot only, and each wide operand takes one more pass.
 - MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
   with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,

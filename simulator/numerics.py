@@ -260,12 +260,13 @@ HYPOT_FRACTION_BITS = 8
 
 def hypot(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None, *,
           dtype: str = "int8") -> np.ndarray:
-    """sqrt((x - x_offset)^2 + (y - y_offset)^2) of two int8 tensors in one scale s (a complex
-    spectrum's magnitude: the squares of its parts, their sum and its root fused, so the power,
-    whose range 8 bits do not hold, never rounds): the sum of squares exact in int64 (< 2^17),
-    its root in Q(HYPOT_FRACTION_BITS) by `isqrt`, requantized by the output rescale
-    (multipliers[2], shifts[2]: s 2^-8 / s_out) as add's sum, + out_offset, clamped. Lanes 0 and
-    1 are unused: the operands share their scale. x and y broadcast (numpy rules)."""
+    """sqrt((x - x_offset)^2 + (y - y_offset)^2) of two int8 or int16 tensors in one scale s (a
+    complex spectrum's magnitude: the squares of its parts, their sum and its root fused, so the
+    power, whose range 8 bits do not hold, never rounds): the sum of squares exact in int64
+    (< 2^33, shifted to < 2^49), its root in Q(HYPOT_FRACTION_BITS) by `isqrt`, requantized by
+    the output rescale (multipliers[2], shifts[2]: s 2^-8 / s_out) as add's sum, + out_offset,
+    clamped. Lanes 0 and 1 are unused: the operands share their scale. x and y broadcast (numpy
+    rules)."""
     dx = np.asarray(x, np.int64) - x_offset
     dy = np.asarray(y, np.int64) - y_offset
     root = isqrt((dx * dx + dy * dy) << (2 * HYPOT_FRACTION_BITS))

@@ -294,7 +294,7 @@ class _GraphBuilder:
             except ValueError as err:  # raw_data of another size than its dims say
                 raise CompileError(f"{where}: its data does not fit its shape "
                                    f"{list(init.dims)} ({err})") from None
-            self.values[init.name] = Value(init.name, Type(str(array.dtype), array.shape), array)
+            self.values[init.name] = Value.constant(init.name, array)
             self.known[init.name] = array
         inputs = []
         for vi in g.input:
@@ -368,7 +368,7 @@ class _GraphBuilder:
             array = array.astype(np.int64)
         elif array.dtype.kind == "f":
             array = array.astype(np.float32)
-        self.values[name] = Value(name, Type(str(array.dtype), array.shape), array)
+        self.values[name] = Value.constant(name, array)
         self.known[name] = array
         return name
 

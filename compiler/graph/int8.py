@@ -77,14 +77,15 @@ class Quant(Enum):
     @property
     def fuses_clamp(self) -> bool:
         """Whether a Relu or Clip reading the output folds into the requantization's qclamp
-        (every requantizing kind of an fp32 model's operators)."""
-        return self.requantizes and self is not Quant.RESCALE
+        (every requantizing kind of an fp32 model's operators but ReduceL2, whose REDUCE
+        instruction has no clamp)."""
+        return self.requantizes and self not in (Quant.RESCALE, Quant.NORM_L2)
 
     @property
     def profiled_output(self) -> bool:
         """Whether the output's parameters come from the profile (the others keep or fix
         theirs)."""
-        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP,
+        return self.fuses_clamp or self in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP, Quant.NORM_L2,
                                             Quant.RESCALE_INPUTS, Quant.NORMALIZE, Quant.CAST)
 
     @property

@@ -83,6 +83,12 @@ class Value:
     def is_const(self) -> bool:
         return self.const is not None
 
+    @classmethod
+    def constant(cls, name: str, array) -> "Value":
+        """A constant of `array`'s own dtype and shape."""
+        array = np.asarray(array)
+        return cls(name, Type(str(array.dtype), tuple(array.shape)), array)
+
 
 @dataclass(frozen=True, eq=False)
 class Node:
@@ -119,6 +125,12 @@ class Graph:
 
     def type_of(self, name: str) -> Type:
         return self.values[name].type
+
+    def const_of(self, name: str) -> np.ndarray | None:
+        """The data of constant `name`; None for an activation, an absent or an omitted ("")
+        input."""
+        value = self.values.get(name)
+        return None if value is None or not value.is_const else np.asarray(value.const)
 
     @property
     def constants(self) -> dict[str, Value]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.graph.int8 import Quant
-from compiler.graph.ir import Graph, Node, Type, Value
+from compiler.graph.ir import Graph, Node, Value
 from compiler.graph.ops import CONV, MUL, OPS
 from compiler.passes.util import prune_values
 
@@ -110,5 +110,4 @@ def _reciprocal_of(graph: Graph, node: Node) -> tuple[str, np.ndarray] | None:
 
 
 def _const(name: str, array: np.ndarray) -> Value:
-    array = np.asarray(array, np.float32)
-    return Value(name, Type("float32", array.shape), array)
+    return Value.constant(name, np.asarray(array, np.float32))

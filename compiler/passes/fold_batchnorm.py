@@ -13,19 +13,15 @@ from compiler.graph.ops import OPS
 from compiler.passes.util import prune_values, single_user
 
 
-def _const(graph: Graph, name: str) -> np.ndarray | None:
-    return graph.values[name].const if name and graph.values[name].is_const else None
-
-
 # A model's parameters may overflow float32 once folded (or hold a negative variance): the
 # NaN or Inf is refused by name where weights are quantized, not warned about here.
 @np.errstate(over="ignore", invalid="ignore", divide="ignore")
 def _fold(graph: Graph, producer: Node, bn: Node) -> tuple[Node, dict[str, Value]] | None:
     """Conv(x, W, b) → BN  becomes  Conv(x, W·s, (b − mean)·s + beta), s = gamma/√(var+eps)."""
-    params = [_const(graph, n) for n in bn.inputs[1:5]]
-    weight = _const(graph, producer.inputs[1])
+    params = [graph.const_of(n) for n in bn.inputs[1:5]]
+    weight = graph.const_of(producer.inputs[1])
     bias_name = producer.inputs[2] if len(producer.inputs) > 2 else ""
-    bias = _const(graph, bias_name) if bias_name else None
+    bias = graph.const_of(bias_name) if bias_name else None
     if weight is None or any(p is None for p in params) or (bias_name and bias is None):
         return None
     gamma, beta, mean, var = (p.astype(np.float64) for p in params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.graph.ir import Graph, Type, Value
+from compiler.graph.ir import Graph, Value
 from compiler.graph.ops import OPS, run_fp32
 from compiler.passes.util import prune_values
 
@@ -36,7 +36,7 @@ def fold_constants(graph: Graph) -> Graph:
         for name, array in zip(node.outputs, results):
             array = np.array(array, copy=True, order="C")
             consts[name] = array
-            new_values[name] = Value(name, Type(str(array.dtype), array.shape), array)
+            new_values[name] = Value.constant(name, array)
     if len(kept) == len(graph.nodes):
         return graph
     return prune_values(graph, kept, new_values)

@@ -50,16 +50,11 @@ def fuse_layer_norm(graph: Graph) -> Graph:
     return prune_values(graph, out, new_values)
 
 
-def _const(graph: Graph, name: str):
-    value = graph.values.get(name)
-    return None if value is None or not value.is_const else np.asarray(value.const)
-
-
 def _last_axis_mean(graph: Graph, node: Node | None, of: str) -> bool:
     if node is None or node.op != REDUCE_MEAN.name or node.inputs[0] != of:
         return False
     rank = graph.type_of(of).rank
-    axes = _const(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+    axes = graph.const_of(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
     keep = node.attrs.get("keepdims", 1)
     return axes is not None and [int(a) % rank for a in axes.reshape(-1)] == [rank - 1] \
         and keep == 1
@@ -85,7 +80,7 @@ def _match(graph: Graph, div: Node, producers, users):
     add_eps = producers.get(sqrt.inputs[0])
     if add_eps is None or add_eps.op != ADD.name:
         return None
-    eps = _const(graph, add_eps.inputs[1])
+    eps = graph.const_of(add_eps.inputs[1])
     var = producers.get(add_eps.inputs[0])
     if eps is None or eps.size != 1 or var is None:
         return None
@@ -94,7 +89,7 @@ def _match(graph: Graph, div: Node, producers, users):
         return None
     d = sub.outputs[0]
     squared = (square.op == POW.name and square.inputs[0] == d and
-               (e := _const(graph, square.inputs[1])) is not None and e.size == 1
+               (e := graph.const_of(square.inputs[1])) is not None and e.size == 1
                and float(e) == 2.0) or (square.op == MUL.name and square.inputs[:2] == (d, d))
     if not squared:
         return None
@@ -110,7 +105,7 @@ def _match(graph: Graph, div: Node, producers, users):
         if follower is None or follower.op != op.name or last.outputs[0] in graph.outputs:
             break
         other = [i for i in follower.inputs if i != last.outputs[0]]
-        value = _const(graph, other[0]) if len(other) == 1 else None
+        value = graph.const_of(other[0]) if len(other) == 1 else None
         if value is None or value.size not in (1, width) or \
                 (value.ndim and value.shape[-1] != value.size):
             break

@@ -67,8 +67,7 @@ def _norm_nodes(graph: Graph, base: str, x: str, axis: int, y: str, gamma, beta,
     dtype = graph.type_of(x).dtype
 
     def const(name: str, array) -> str:
-        array = np.asarray(array, dtype)
-        values[name] = Value(name, Type(dtype, array.shape), array)
+        values[name] = Value.constant(name, np.asarray(array, dtype))
         return name
 
     params = (const(f"{base}/gamma", gamma), const(f"{base}/beta", beta))

@@ -39,7 +39,7 @@ def fuse_one_hot(graph: Graph) -> Graph:
         ids, table, last, nodes = match
         name = f"{matmul.name}/embedding"
         table_name = f"{name}/table"
-        values[table_name] = Value(table_name, Type("float32", table.shape), table)
+        values[table_name] = Value.constant(table_name, table)
         out = last.outputs[0]
         out_shape = graph.type_of(out).shape
         gathered = (*graph.type_of(ids).shape, table.shape[1])
@@ -50,8 +50,7 @@ def fuse_one_hot(graph: Graph) -> Graph:
             rows = f"{name}/rows"
             shape_name = f"{name}/shape"
             values[rows] = Value(rows, Type("float32", gathered))
-            values[shape_name] = Value(shape_name, Type("int64", (len(out_shape),)),
-                                       np.asarray(out_shape, np.int64))
+            values[shape_name] = Value.constant(shape_name, np.asarray(out_shape, np.int64))
             replaced[last.name] = [
                 Node(GATHER.name, name, (table_name, ids), (rows,), {"axis": 0}),
                 Node(RESHAPE.name, f"{name}/reshape", (rows, shape_name), (out,), {})]
@@ -61,11 +60,6 @@ def fuse_one_hot(graph: Graph) -> Graph:
     out_nodes = [m for n in graph.nodes if n.name not in dropped
                  for m in replaced.get(n.name, [n])]
     return prune_values(graph, out_nodes, values)
-
-
-def _const(graph: Graph, name: str) -> np.ndarray | None:
-    value = graph.values.get(name)
-    return None if value is None or not value.is_const else np.asarray(value.const)
 
 
 def _integer_source(graph: Graph, producers: dict, name: str) -> str | None:
@@ -92,7 +86,7 @@ def _one_hot(graph: Graph, producers: dict, name: str) -> tuple[str, int, list[N
         return None
     shape = graph.type_of(name).shape
     if node.op == ONE_HOT.name:
-        depth, on_off = _const(graph, node.inputs[1]), _const(graph, node.inputs[2])
+        depth, on_off = graph.const_of(node.inputs[1]), graph.const_of(node.inputs[2])
         axis = node.attrs.get("axis", -1) % len(shape)
         ids = _integer_source(graph, producers, node.inputs[0])
         if ids is None or depth is None or on_off is None or axis != len(shape) - 1 or \
@@ -108,7 +102,7 @@ def _one_hot(graph: Graph, producers: dict, name: str) -> tuple[str, int, list[N
     k = shape[-1]
     for side in (0, 1):
         codes, other = equal.inputs[side], equal.inputs[1 - side]
-        span = _const(graph, other)
+        span = graph.const_of(other)
         if span is None or graph.type_of(codes).shape[-1:] != (1,) or \
                 span.size != k or (span.ndim and span.shape[-1] != k) or \
                 not np.array_equal(span.reshape(-1), np.arange(k)):
@@ -125,7 +119,7 @@ def _match(graph: Graph, matmul: Node, producers: dict, users: dict):
     if matmul.op != MATMUL.name:
         return None
     found = _one_hot(graph, producers, matmul.inputs[0])
-    weight = _const(graph, matmul.inputs[1])
+    weight = graph.const_of(matmul.inputs[1])
     if found is None or weight is None or weight.ndim != 2:
         return None
     ids, k, nodes = found
@@ -139,7 +133,7 @@ def _match(graph: Graph, matmul: Node, producers: dict, users: dict):
             matmul.outputs[0] not in graph.outputs:
         add = follower[0]
         other = [i for i in add.inputs if i != matmul.outputs[0]]
-        bias = _const(graph, other[0]) if len(other) == 1 else None
+        bias = graph.const_of(other[0]) if len(other) == 1 else None
         if bias is not None and bias.size in (1, table.shape[1]) and \
                 (bias.ndim == 0 or bias.shape[-1] == bias.size) and \
                 graph.type_of(add.outputs[0]).shape == graph.type_of(matmul.outputs[0]).shape:

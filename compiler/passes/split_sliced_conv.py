@@ -43,8 +43,7 @@ def _split_once(graph: Graph) -> Graph:
 
 
 def _const(values: dict, name: str, array) -> str:
-    array = np.asarray(array)
-    values[name] = Value(name, Type(str(array.dtype), tuple(array.shape)), array)
+    values[name] = Value.constant(name, array)
     return name
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.graph.ir import Graph, Type, Value
+from compiler.graph.ir import Graph, Value
 from compiler.graph.ops import CONV_TRANSPOSE
 from compiler.passes.util import prune_values
 
@@ -36,7 +36,7 @@ def ungroup_conv_transpose(graph: Graph) -> Graph:
             dense[g * rows:(g + 1) * rows, g * columns:(g + 1) * columns] = \
                 w[g * rows:(g + 1) * rows]
         name = f"{node.name}/W_ungrouped"
-        new_values[name] = Value(name, Type(str(dense.dtype), dense.shape), dense)
+        new_values[name] = Value.constant(name, dense)
         nodes.append(node.with_(inputs=(node.inputs[0], name, *node.inputs[2:]),
                                 attrs={**node.attrs, "group": 1}))
     if not new_values:

@@ -83,3 +83,18 @@ def test_an_l2_normalization_runs_whole_and_close_to_fp32() -> None:
         want, got = evaluate(graph, feeds)["y"], run_int8(built.qgraph, feeds)["y"]
         cosine = (want * got).sum() / np.linalg.norm(want) / np.linalg.norm(got)
         assert cosine > 0.995
+
+
+def test_a_clip_after_an_l2_reduction_stays_bit_exact() -> None:
+    """REDUCE has no clamp, so a Clip reading ReduceL2 must stay its own node, not fold into
+    the reduction's qclamp (which only the integer reference would apply)."""
+    shape = [2, 5, 40]
+    nodes = [helper.make_node("ReduceL2", ["x", "axes"], ["n"], keepdims=1, name="l2"),
+             helper.make_node("Clip", ["n", "lo", "hi"], ["y"], name="clip")]
+    proto = model(nodes, {"x": shape}, {"y": [2, 5, 1]},
+                  {"axes": np.array([-1], np.int64), "lo": np.array(5.0, np.float32),
+                   "hi": np.array(7.0, np.float32)}, opset=18)
+    built = compile_model(proto, profile_of(proto, samples(shape, 6, 0), optimized_graph(proto)),
+                          CompileOptions())
+    assert built.compiled.program.host_segments == ()
+    check_bit_exact(built.qgraph, built.compiled, samples(shape, 2, 1))

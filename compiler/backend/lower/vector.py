@@ -409,7 +409,7 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
                      any(v is not None and v.offset for v in views or ())):
         raise unsupported(node, "its int16 operand or sum is a Max/Min, broadcast, or a part "
                                 "of a buffer; an int16 residual stream is an Add over whole "
-                                "tensors")
+                                "tensors, and a Hypot reads whole int16 parts")
     lw.layers.append(layer)
 
 
