@@ -71,9 +71,8 @@ def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
     seconds = time.perf_counter() - start
     program = compiled.program
     exactness = BitExactness(program, qgraph)
-    result = exactness.check(run_int8(qgraph, sample, keep_all=True))
+    stats = exactness.check(run_int8(qgraph, sample, keep_all=True))
     exact = exactness.first_difference is None
-    stats = result.stats
     return {"model": name, "preset": preset, "double_buffer": double_buffer,
             "compile_s": seconds, "instructions": len(program.instructions),
             "cycles": stats.cycles, "bound": compiled.summary.bound_cycles,
@@ -81,10 +80,10 @@ def run(name: str, preset: str, double_buffer: bool, qgraph, sample) -> dict:
             "busiest_unit": compiled.summary.busiest_unit_cycles,
             "issued_bound": max(stats.bound_cycles, arch.roofline(stats.macs, 0)[0]),
             "of_bound": compiled.summary.bound_cycles / max(stats.cycles, 1), "bit_exact": exact,
-            "layers": breakdown(program, result, compiled.summary)}
+            "layers": breakdown(program, stats, compiled.summary)}
 
 
-def breakdown(program, result, summary) -> list[dict]:
+def breakdown(program, stats, summary) -> list[dict]:
     """Per layer, in program order: the cycles it adds to the total (its last instruction's
     end minus the previous layer's: the rows sum to the total, and a layer's work that
     overlaps its predecessor counts there), the model's MACs per array MAC slot over its span
@@ -99,7 +98,7 @@ def breakdown(program, result, summary) -> list[dict]:
         if insn.op is isa.LOAD or insn.op is isa.STORE:
             port[source] = port.get(source, 0) + insn.op.transfer(arch, insn)
     rows, previous_end = [], 0
-    for layer in result.stats.layers:
+    for layer in stats.layers:
         span = max(layer.end - layer.start, 1)
         busy = {"array": layer.busy.get("array", 0), "DRAM": port.get(layer.name, 0),
                 "vector": layer.busy.get("vector", 0)}

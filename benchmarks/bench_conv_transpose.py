@@ -63,9 +63,9 @@ def simulate(proto, preset):
     exactness = BitExactness(program, qgraph)
     sample = {s.name: np.random.default_rng(1).standard_normal(s.shape).astype(np.float32)
               for s in specs}
-    result = exactness.check(run_int8(qgraph, sample, keep_all=True))
+    stats = exactness.check(run_int8(qgraph, sample, keep_all=True))
     assert exactness.first_difference is None, exactness.first_difference
-    return result.stats
+    return stats
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ def main() -> None:
                 finally:
                     lowering_walk.plan_concats = plan_concats
                 exactness = BitExactness(compiled.program, qgraph)
-                stats = exactness.check(run_int8(qgraph, sample, keep_all=True)).stats
+                stats = exactness.check(run_int8(qgraph, sample, keep_all=True))
                 if exactness.first_difference is not None:
                     raise SystemExit(f"{name} on {preset}, {label}: the simulator differs from "
                                      f"the integer reference: {exactness.first_difference}")

@@ -628,7 +628,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
         compiled.summary.bound_cycles
     log(f"{model.name}: simulating one sample")
     exactness = BitExactness(compiled.program, qgraph)
-    stats = exactness.check(run_int8(qgraph, feed(evaluation, 0), keep_all=True)).stats
+    stats = exactness.check(run_int8(qgraph, feed(evaluation, 0), keep_all=True))
     row.cycles, row.host_share = stats.cycles, stats.host_cycles / max(stats.cycles, 1)
     row.bit_exact = exactness.first_difference is None
     log(f"{model.name}: ember int8 over {count(evaluation)} samples")

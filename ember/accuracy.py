@@ -40,6 +40,7 @@ from quantizer.qdq import export_qdq
 from quantizer.reference import dequantized, run_int8
 from simulator import machine, numerics
 from simulator.program import Program
+from simulator.stats import Stats
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Evaluation:
     # quantized (`ember.sensitivity`).
     sensitivity: bool = False
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
+    batch: int | None = None  # samples the simulator runs at once (None: `Machine.batch`)
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
 
 
@@ -107,9 +109,12 @@ _AS_GIVEN = ("float32", "int32")
 
 class BitExactness:
     """Runs the program on the simulator beside the integer reference and keeps the first
-    difference: the accelerator must equal `run_int8` bit for bit on every sample."""
+    difference: the accelerator must equal `run_int8` bit for bit on every sample. The program
+    is timed (and its races checked) once, then run on batches of `batch` samples
+    (`machine.Machine`; None: `Machine.batch`)."""
 
-    def __init__(self, program: Program, qgraph: Graph, name: str = "the program"):
+    def __init__(self, program: Program, qgraph: Graph, name: str = "the program",
+                 batch: int | None = None):
         self.program, self.qgraph = program, qgraph
         producers = {out: node for node in qgraph.nodes for out in node.outputs}
         self.quantized_input = {}
@@ -129,32 +134,62 @@ class BitExactness:
                     raise EmberError(f"{name}: its {kind} {b.name!r} of shape {list(b.shape)} "
                                      f"matches none of the model's {kind}s (a program "
                                      f"compiled from another model, or edited)")
+        self.machine = machine.Machine(program, host=run_segment)
+        self.batch = batch or self.machine.batch
         self.first_difference: dict | None = None
-        self.samples = 0
+        self.samples = 0  # checked so far
+        self._waiting: list[tuple[dict, dict]] = []  # (program inputs, expected outputs)
 
-    def check(self, env: Mapping[str, np.ndarray]) -> machine.Result:
-        """Run one sample from `env` (`run_int8(..., keep_all=True)`'s values) and compare."""
-        # A float32 binding is a model input or output the host reads or writes as it is; an
-        # int32 one a model input of integer indices.
-        inputs = {b.name: b.quantize(env[b.name]) if b.dtype in _AS_GIVEN
-                  else env[self.quantized_input[b.name]] for b in self.program.inputs}
-        result = machine.run(self.program, inputs, host=run_segment)
-        for binding in self.program.outputs:
-            raw = binding.name if binding.dtype == "float32" else self.raw_output[binding.name]
-            expected = np.asarray(env[raw])
-            got = np.asarray(result.outputs[binding.name]).reshape(expected.shape)
-            # Bit for bit, floats too (an fp32 output the host computes): compare the bytes.
-            # (tobytes: a 0-d value too, which np.ascontiguousarray makes 1-d.)
-            same = got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
-            if self.first_difference is None and not same:
-                index = tuple(int(i) for i in np.argwhere(got != expected)[0]) \
-                    if np.any(got != expected) else (0,) * got.ndim
-                self.first_difference = {"sample": self.samples, "output": binding.name,
-                                         "element": list(index),
-                                         "simulator": got[index].item(),
-                                         "reference": expected[index].item()}
-        self.samples += 1
-        return result
+    def program_inputs(self, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The program's inputs for one sample, from `env` (`run_int8(..., keep_all=True)`'s
+        values): a float32 binding is a model input the host reads as it is, an int32 one a
+        model input of integer indices, the others the reference's quantized inputs."""
+        return {b.name: b.quantize(env[b.name]) if b.dtype in _AS_GIVEN
+                else np.asarray(env[self.quantized_input[b.name]]) for b in self.program.inputs}
+
+    def expected_outputs(self, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What the program must write for that sample: the reference's raw outputs (a float32
+        one as the host computes it)."""
+        return {b.name: np.asarray(env[b.name if b.dtype == "float32"
+                                       else self.raw_output[b.name]])
+                for b in self.program.outputs}
+
+    def add(self, env: Mapping[str, np.ndarray]) -> None:
+        """Queue one sample from `env`; a full batch runs at once."""
+        self._waiting.append((self.program_inputs(env), self.expected_outputs(env)))
+        if len(self._waiting) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Run the queued samples as one batch and compare each."""
+        if not self._waiting:
+            return
+        waiting, self._waiting = self._waiting, []
+        inputs = {b.name: np.stack([w[0][b.name] for w in waiting])
+                  for b in self.program.inputs}
+        outputs = self.machine.outputs(inputs, first=self.samples)
+        for n, (_, expected) in enumerate(waiting):
+            for binding in self.program.outputs:
+                want = expected[binding.name]
+                got = outputs[binding.name][n].reshape(want.shape)
+                # Bit for bit, floats too (an fp32 output the host computes): compare the
+                # bytes. (tobytes: a 0-d value too, which np.ascontiguousarray makes 1-d.)
+                same = got.dtype == want.dtype and got.tobytes() == want.tobytes()
+                if self.first_difference is None and not same:
+                    index = tuple(int(i) for i in np.argwhere(got != want)[0]) \
+                        if np.any(got != want) else (0,) * got.ndim
+                    self.first_difference = {"sample": self.samples + n,
+                                             "output": binding.name,
+                                             "element": list(index),
+                                             "simulator": got[index].item(),
+                                             "reference": want[index].item()}
+        self.samples += len(waiting)
+
+    def check(self, env: Mapping[str, np.ndarray]) -> Stats:
+        """Run one sample now and compare it; the program's performance figures."""
+        self.add(env)
+        self.flush()
+        return self.machine.stats
 
 
 def read_labels(evaluation: Evaluation) -> np.ndarray | None:
@@ -237,8 +272,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     profile = profile_format.load(profile_path)
     quantized = quantize_model(model_path, profile, options, input_shapes)
     proto, graph, qgraph = quantized.model, quantized.graph, quantized.qgraph
-    exactness = BitExactness(program, qgraph, evaluation.program) if program is not None \
-        else None
+    exactness = BitExactness(program, qgraph, evaluation.program, evaluation.batch) \
+        if program is not None else None
     specs = input_specs(proto, {})
     source = open_data(evaluation.data, specs, evaluation.images)
     # The program, if any, was compiled with this profile: its record is the profile's.
@@ -267,7 +302,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         reference = ort.run(session, feeds)
         env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
         if exactness is not None:
-            exactness.check(env)
+            exactness.add(env)
         n = len(next(iter(feeds.values())))
         for name in graph.outputs:
             outputs[name].add(reference[name], env[name])
@@ -291,6 +326,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                         fp32[name], _fake_quant(fp32[name], *params[name]))
         seen += n
         progress("evaluating samples", seen, total)
+    if exactness is not None:
+        exactness.flush()
     if seen == 0:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []

@@ -9,9 +9,10 @@ class IndexRangeError(SimulatorError):
     """An index the indexed DMA read is outside its table: the machine names the input binding
     that holds `address`, when one does."""
 
-    def __init__(self, message: str, address: int, index: int, size: int):
+    def __init__(self, message: str, address: int, index: int, size: int, sample: int = 0):
         super().__init__(message)
         self.address, self.index, self.size = address, index, size
+        self.sample = sample  # which sample of a batched run held it
 
 
 def listing(names, limit: int = 10, quote: bool = False, sep: str = ", ") -> str:

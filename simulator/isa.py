@@ -240,6 +240,9 @@ class InsnDef:
     # `min_cycles(arch, count, nbytes)`: a lower bound of the cycles `count` such instructions
     # moving `nbytes` take, for a planner (the tiler's cost model); None where it has no use.
     min_cycles: Callable | None = None
+    # `dram(arch, insn)`: the DRAM byte spans [lo, hi) it reads or writes, from its fields (a
+    # batch's DRAM holds the program's extent, `machine.dram_extent`); None: it touches none.
+    dram: Callable | None = None
     # Entries of the lookup table the instruction reads from the scratchpad (LUT: one int8
     # entry per int8 code); 0 for an instruction that reads none.
     table_entries: int = 0
@@ -329,10 +332,11 @@ LOAD = InsnDef("LOAD", 0x01, "load",
                 F("pad_left", 8, default=0), F("pad_right", 8, default=0),
                 F("pad_value", 8, signed=True, default=0), F("transpose", 1, default=0)),
                run=dma.load, cycles=dma.cycles, work=dma.load_work, access=dma.load_access,
-               transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
+               transfer=dma.transfer_cycles, min_cycles=dma.min_cycles, dram=dma.dram_spans)
 STORE = InsnDef("STORE", 0x02, "store", (_MEM, F("sram", _ROW), *_STRIDED),
                 run=dma.store, cycles=dma.cycles, work=dma.store_work,
-                access=dma.store_access, transfer=dma.transfer_cycles, min_cycles=dma.min_cycles)
+                access=dma.store_access, transfer=dma.transfer_cycles, min_cycles=dma.min_cycles,
+                dram=dma.dram_spans)
 PRELOAD = InsnDef("PRELOAD", 0x03, "compute",
                   (F("sp", _ROW), F("k", 16), F("w_offset", 8, signed=True, default=0)),
                   run=array.preload, cycles=array.preload_cycles, work=array.preload_work,
@@ -403,7 +407,7 @@ GATHER = InsnDef("GATHER", 0x10, "load",
                   F("row_bytes", 16), F("table_stride", 24), F("dst", 32),
                   F("dst_stride", 24)),
                  run=dma.gather, cycles=dma.gather_cycles, work=dma.gather_work,
-                 transfer=dma.gather_transfer_cycles)
+                 transfer=dma.gather_transfer_cycles, dram=dma.gather_dram_spans)
 SYNC = InsnDef("SYNC", 0x0A, "field", (F("queue", 2, names=QUEUES),))
 # On the store queue: it reads DRAM that earlier STOREs wrote, and that queue is in order.
 HOST = InsnDef("HOST", 0x0B, "store",

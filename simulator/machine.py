@@ -1,15 +1,19 @@
-"""The machine: runs a Program bit-exactly and times it, in one event-driven pass.
+"""The machine: runs a Program bit-exactly and times it: one event-driven pass times it (the
+timing depends on the program alone), then the instructions' effects are applied in the order
+they started, to one sample or to a batch of samples at once (`Machine`).
 
-**State.** DRAM is a byte array of `arch.dram.size_bytes`, initialised with the program's DRAM
-image at address 0 and the inputs at their bindings. The scratchpad is (rows, lanes) int8, the
-accumulator (rows, lanes) int32, both zero at reset; the array holds the last PRELOADed weight
-tile. Local addresses count rows, DRAM addresses bytes (see `simulator.isa`).
+**State.** DRAM is a byte array (the program's extent of `arch.dram.size_bytes`, `dram_extent`),
+initialised with the program's DRAM image at address 0 and the inputs at their bindings. The
+scratchpad is (rows, lanes) int8, the accumulator (rows, lanes) int32, both zero at reset; the
+array holds the last PRELOADed weight tile. Each has a leading axis of samples: a batch runs
+every instruction once for all its samples. Local addresses count rows, DRAM addresses bytes
+(see `simulator.isa`).
 
 **Order.** The instruction stream is split, in program order, into four in-order queues
 (load, compute, vector, store). Each step starts, among the queue heads that may start, the one
 that can start earliest, so instructions start in time order and the functional effect of an
-instruction is applied when it starts. A program whose cross-queue accesses are all ordered by
-tokens therefore computes the same result under any timing.
+instruction is applied in that order, as if when it starts. A program whose cross-queue accesses
+are all ordered by tokens therefore computes the same result under any timing.
 
 **Tokens.** Between neighbouring queues there is a FIFO per direction of depth
 `arch.queues.token_depth`. An instruction starts only when every FIFO it pops from holds a token
@@ -39,31 +43,58 @@ from typing import Callable
 
 import numpy as np
 
-from simulator import isa
+from simulator import isa, plan
 from simulator.arch import Arch
 from simulator.errors import IndexRangeError, SimulatorError, listing
 from simulator.hazards import Hazards
 from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
-from simulator.units import dram_view
+from simulator.units import dram_span, dram_view
 
 NQ = len(isa.QUEUES)
 
 
 class State:
-    """The machine's memories; the units' `run` functions read and write these arrays."""
+    """The memories of `batch` samples, each array's leading axis the sample (`simulator.units`):
+    the units' `run` functions read and write these arrays. DRAM holds `dram_bytes` (the
+    program's extent, `dram_extent`; the architecture's whole DRAM by default)."""
 
-    def __init__(self, arch: Arch):
+    def __init__(self, arch: Arch, batch: int = 1, dram_bytes: int | None = None):
         self.arch = arch
+        self.batch = batch
         # HOST's view of the program: (segment, input bindings, output bindings) per segment,
         # and the runner; set by `run`.
         self.host_segments: tuple = ()
         self.host: HostRunner | None = None
-        self.dram = np.zeros(arch.dram.size_bytes, np.uint8)
-        self.scratchpad = np.zeros((arch.scratchpad.rows, arch.lanes), np.int8)
-        self.accumulator = np.zeros((arch.accumulator.rows, arch.lanes), np.int32)
+        self.dram = np.zeros((batch, arch.dram.size_bytes if dram_bytes is None else dram_bytes),
+                             np.uint8)
+        self.scratchpad = np.zeros((batch, arch.scratchpad.rows, arch.lanes), np.int8)
+        self.accumulator = np.zeros((batch, arch.accumulator.rows, arch.lanes), np.int32)
         self.memories = (self.scratchpad, self.accumulator)
-        self.weights: np.ndarray | None = None
+        self.weights: np.ndarray | None = None  # the latched tile, per sample
+        self.shared_weights: np.ndarray | None = None  # the one tile when all samples latch it
+        self.image: np.ndarray | None = None  # the DRAM bytes the samples share (`Machine`)
+
+    def image_view(self) -> State:
+        """Sample 0 with the shared DRAM image as its DRAM: where a LOAD of bytes no
+        instruction writes runs once for all samples (`plan.ConstantLoad`)."""
+        view = self.sample(0)
+        view.dram = self.image
+        return view
+
+    def sample(self, index: int) -> State:
+        """Sample `index` alone, as a state of one sample whose memories are views of this
+        one's: an instruction run on it changes this state."""
+        one = State.__new__(State)
+        one.__dict__.update(self.__dict__)
+        one.batch = 1
+        one.dram = self.dram[index:index + 1]
+        one.scratchpad = self.scratchpad[index:index + 1]
+        one.accumulator = self.accumulator[index:index + 1]
+        one.memories = (one.scratchpad, one.accumulator)
+        if self.weights is not None:
+            one.weights = self.weights[index:index + 1]
+        return one
 
     def _tensor(self, binding: IOBinding) -> np.ndarray:
         item = np.dtype(binding.dtype).itemsize
@@ -73,24 +104,31 @@ class State:
         except SimulatorError as err:
             raise SimulatorError(f"binding {binding.name!r}: {err}") from None
 
-    def write(self, binding: IOBinding, value: np.ndarray) -> None:
-        value = np.asarray(value)
-        if value.shape != binding.shape or value.dtype != np.dtype(binding.dtype):
+    def write(self, binding: IOBinding, values: np.ndarray, sample: int | None = None) -> None:
+        """Write each sample's value (values: samples first), or sample `sample`'s alone."""
+        values = np.asarray(values)
+        shape = binding.shape if sample is not None else (self.batch, *binding.shape)
+        if values.shape != shape or values.dtype != np.dtype(binding.dtype):
+            given = values.shape if sample is not None else values.shape[1:]
             raise SimulatorError(f"input {binding.name!r}: expected {binding.dtype} of shape "
-                                 f"{binding.shape}, got {value.dtype} of shape {value.shape}")
+                                 f"{binding.shape}, got {values.dtype} of shape {given}")
         little = np.dtype(binding.dtype).newbyteorder("<")
-        raw = np.ascontiguousarray(value, little).reshape(-1).view(np.uint8)
+        raw = np.ascontiguousarray(values, little).view(np.uint8)
         if binding.dtype == "uint8":  # the machine holds int8 codes: q - 128 (`IOBinding`)
             raw = raw ^ np.uint8(0x80)
-        self._tensor(binding)[...] = raw.reshape(binding.shape + (-1,))
+        target = self._tensor(binding)
+        if sample is not None:
+            target = target[sample]
+        target[...] = raw.reshape(target.shape)
 
     def read(self, binding: IOBinding) -> np.ndarray:
+        """Each sample's value, samples first."""
         little = np.dtype(binding.dtype).newbyteorder("<")
         raw = np.ascontiguousarray(self._tensor(binding))
         if binding.dtype == "uint8":
             raw = raw ^ np.uint8(0x80)
         raw = raw.view(little)
-        return raw.reshape(binding.shape).astype(binding.dtype)
+        return raw.reshape((self.batch, *binding.shape)).astype(binding.dtype)
 
 
 @dataclass(frozen=True)
@@ -105,6 +143,116 @@ class Result:
 HostRunner = Callable[[dict, dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
+class Machine:
+    """A program made ready to run many samples: timed (and its races checked) once, since
+    timing depends on the program alone, then run on batches of samples, each sample's outputs
+    bit for bit those of a run of that sample alone (`run`).
+
+    `check_hazards` and `host` as for `run`. A batch's memories take `sample_bytes` each."""
+
+    def __init__(self, program: Program, *, check_hazards: bool = True,
+                 host: HostRunner | None = None):
+        if program.host_segments and host is None and \
+                any(insn.op is isa.HOST for insn in program.instructions):
+            names = [segment["name"] for segment in program.host_segments]
+            raise SimulatorError(f"program has host segment(s) {listing(names)}: run it with a "
+                                 f"host runner (ember simulate supplies one)")
+        self.program, self.host = program, host
+        self.segments = tuple((segment, *segment_bindings(segment))
+                              for segment in program.host_segments)
+        self.timeline, order = _schedule(program, check_hazards)
+        self.dram_bytes = dram_extent(program, self.segments)
+        # The samples of a batch share the bytes no instruction writes (`plan.dram_sharing`):
+        # the LOADs of such bytes run once, from this image, for all of them.
+        constant, self.private, self.touched = plan.dram_sharing(program, self.segments,
+                                                                 self.dram_bytes)
+        self.image = np.zeros((1, self.dram_bytes), np.uint8)
+        image = np.frombuffer(program.dram_image, np.uint8)[:self.dram_bytes]
+        self.image[0, :len(image)] = image
+        self.plan = plan.build(program, order, constant)
+        self._stats: Stats | None = None
+        self._buffers: dict = {}
+
+    @property
+    def stats(self) -> Stats:
+        if self._stats is None:
+            self._stats = Stats.collect(self.program, self.timeline)
+        return self._stats
+
+    @property
+    def batch(self) -> int:
+        """The batch `auto_batch` picks for this program."""
+        return auto_batch(self.sample_bytes, plan.chain_bytes(self.plan))
+
+    @property
+    def sample_bytes(self) -> int:
+        """The memories one sample of a batch takes: the DRAM it touches beyond the shared
+        image, and its local memories."""
+        arch = self.program.arch
+        return self.touched + arch.scratchpad.size_bytes + arch.accumulator.size_bytes
+
+    def execute(self, inputs: dict[str, np.ndarray], first: int = 0) -> State:
+        """Run a batch: `inputs` keyed by input name, each with the samples on a new leading
+        axis. Returns the final state; `State.read` gives each output binding's values. An
+        error the data causes names its sample, counting from `first`."""
+        program = self.program
+        missing = [b.name for b in program.inputs if b.name not in inputs]
+        unknown = sorted(set(inputs) - {b.name for b in program.inputs})
+        if missing or unknown:
+            raise SimulatorError(f"inputs: missing {listing(missing, quote=True) or 'none'}, "
+                                 f"unknown {listing(unknown, quote=True) or 'none'}; the "
+                                 f"program takes "
+                                 f"{listing([b.name for b in program.inputs], quote=True)}")
+        batch = {len(np.asarray(inputs[b.name])) for b in program.inputs} or {1}
+        if len(batch) > 1:
+            raise SimulatorError(f"inputs: {sorted(batch)} samples: every input needs the "
+                                 f"same number")
+        state = State(program.arch, batch.pop(), self.dram_bytes)
+        state.host, state.host_segments = self.host, self.segments
+        state.image = self.image
+        for lo, hi in self.private:  # the image bytes that instructions other than the shared
+            state.dram[:, lo:hi] = self.image[0, lo:hi]  # LOADs read, per sample
+        for binding in program.inputs:
+            state.write(binding, inputs[binding.name])
+        insns = program.instructions
+        # the plan steps' working values (`simulator.plan`), and buffers kept across batches
+        scratch: dict = {"buffers": self._buffers}
+        for step in self.plan:
+            try:
+                if type(step) is int:
+                    insns[step].op.run(state, insns[step])
+                else:
+                    step.run(state, scratch)
+            except IndexRangeError as err:
+                raise SimulatorError(_index_error(program, step, err, state.batch, first)) \
+                    from None
+            except SimulatorError as err:
+                where = step if type(step) is int else step.index
+                raise SimulatorError(f"{_where(program, where)}: {err}") from None
+        return state
+
+    def outputs(self, inputs: dict[str, np.ndarray], first: int = 0) -> dict[str, np.ndarray]:
+        """Run a batch (as `execute`): each output's values, samples first."""
+        state = self.execute(inputs, first)
+        return {b.name: state.read(b) for b in self.program.outputs}
+
+
+# The memory a batch may take by default; the most samples in one; and the working set of a
+# typical array chain (`Machine.chain_bytes`) past which a batch runs no faster per sample:
+# its rows fall out of the caches (ResNet-18, 188 KB a sample: 9.6 samples/s at 8, 9.2 at
+# 16, 8.6 at 32; the unrolled CRNN, 82 KB a sample: 13.3 at 32, 14.3 at 64, 9.7 at 128).
+AUTO_BATCH_BYTES = 256 << 20
+AUTO_BATCH_MAX = 256
+AUTO_BATCH_CHAIN_BYTES = 2 << 20
+
+
+def auto_batch(sample_bytes: int, chain_bytes: int = 0) -> int:
+    """Samples per batch for a program whose batch takes `sample_bytes` of memory per sample
+    and whose typical array chain gathers `chain_bytes` of rows per sample."""
+    return max(1, min(AUTO_BATCH_MAX, AUTO_BATCH_BYTES // max(1, sample_bytes),
+                      AUTO_BATCH_CHAIN_BYTES // max(1, chain_bytes)))
+
+
 def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
         check_hazards: bool = True, host: HostRunner | None = None) -> Result:
     """Run `program` on quantized `inputs` (keyed by input name): outputs, stats, timeline.
@@ -112,35 +260,49 @@ def run(program: Program, inputs: dict[str, np.ndarray] | None = None, *,
     With `check_hazards` (the default) a cross-queue access to a local memory that no token
     orders is an error (see `simulator.hazards`), however the timing happened to fall. `host`
     runs the program's host segments (see `simulator.units.host`); a program with HOST
-    instructions needs one."""
+    instructions needs one. Many samples: `Machine`."""
     inputs = dict(inputs or {})
-    state = State(program.arch)
-    if program.host_segments:
-        if host is None and any(insn.op is isa.HOST for insn in program.instructions):
-            names = [segment["name"] for segment in program.host_segments]
-            raise SimulatorError(f"program has host segment(s) {listing(names)}: run it with a "
-                                 f"host runner (ember simulate supplies one)")
-        state.host = host
-        state.host_segments = tuple((segment, *segment_bindings(segment))
-                                    for segment in program.host_segments)
-    state.dram[:len(program.dram_image)] = np.frombuffer(program.dram_image, np.uint8)
-    missing = [b.name for b in program.inputs if b.name not in inputs]
-    unknown = sorted(set(inputs) - {b.name for b in program.inputs})
-    if missing or unknown:
-        raise SimulatorError(f"inputs: missing {listing(missing, quote=True) or 'none'}, unknown "
-                             f"{listing(unknown, quote=True) or 'none'}; the program takes "
-                             f"{listing([b.name for b in program.inputs], quote=True)}")
     for binding in program.inputs:
-        state.write(binding, inputs[binding.name])
-    timeline = _execute(program, state, check_hazards)
-    outputs = {b.name: state.read(b) for b in program.outputs}
-    return Result(outputs, Stats.collect(program, timeline), timeline, state)
+        value = inputs.get(binding.name)
+        if value is not None:
+            value = np.asarray(value)
+            if value.shape != binding.shape or value.dtype != np.dtype(binding.dtype):
+                raise SimulatorError(f"input {binding.name!r}: expected {binding.dtype} of "
+                                     f"shape {binding.shape}, got {value.dtype} of shape "
+                                     f"{value.shape}")
+            inputs[binding.name] = value[None]
+    ready = Machine(program, check_hazards=check_hazards, host=host)
+    state = ready.execute(inputs)
+    outputs = {b.name: state.read(b)[0] for b in program.outputs}
+    return Result(outputs, ready.stats, ready.timeline, state)
 
 
 def timing(program: Program) -> Timeline:
     """The timeline `run` would give, without running anything: timing depends on the program
     alone, never on the data, so no memories are needed (the compile summary's cycles)."""
-    return _execute(program, None, False)
+    return _schedule(program, False)[0]
+
+
+def dram_extent(program: Program, segments: tuple = ()) -> int:
+    """One past the last DRAM byte the program can touch (its image, its bindings, its
+    instructions' DMA and its host segments' bindings): a batch's DRAM needs no more per
+    sample. An instruction reaching past the architecture's DRAM is an error naming it."""
+    size = program.arch.dram.size_bytes
+    end = len(program.dram_image)
+    bindings = [*program.inputs, *program.outputs,
+                *(b for _, ins, outs in segments for b in (*ins, *outs))]
+    for b in bindings:
+        lo, hi = dram_span(b.dram, b.shape, b.byte_strides, np.dtype(b.dtype).itemsize)
+        end = max(end, min(hi, size))
+    for i, insn in enumerate(program.instructions):
+        if insn.op.dram is None:
+            continue
+        for lo, hi in insn.op.dram(program.arch, insn):
+            if lo < 0 or hi > size:
+                raise SimulatorError(f"{_where(program, i)}: DRAM bytes [{lo}, {hi}) out of "
+                                     f"range [0, {size})")
+            end = max(end, hi)
+    return end
 
 
 def _where(program: Program, i: int) -> str:
@@ -148,9 +310,12 @@ def _where(program: Program, i: int) -> str:
     return f"instruction {i}{node} ({isa.disassemble(program.instructions[i])})"
 
 
-def _index_error(program: Program, i: int, err: IndexRangeError) -> str:
+def _index_error(program: Program, i: int, err: IndexRangeError, batch: int = 1,
+                 first: int = 0) -> str:
     """The message for an index out of its table's range: by the input binding and element
-    that held it, when an input did (the user's data), else by the instruction."""
+    that held it, when an input did (the user's data), else by the instruction; among many
+    samples, by the sample too (counting from `first`)."""
+    sample = f"sample {first + err.sample}: " if batch > 1 or first else ""
     for b in program.inputs:
         offset = err.address - b.dram
         dense = IOBinding(b.name, b.dram, b.shape, b.scale, b.zero_point, b.dtype)
@@ -158,10 +323,10 @@ def _index_error(program: Program, i: int, err: IndexRangeError) -> str:
                 0 <= offset < b.size_bytes:
             element = [int(k) for k in np.unravel_index(offset // 4, b.shape)]
             node = f"node {program.source[i]!r}" if program.source[i] else "the program"
-            return (f"input {b.name!r}: index {err.index} at {element} is out of range "
+            return (f"{sample}input {b.name!r}: index {err.index} at {element} is out of range "
                     f"[{-err.size}, {err.size}): {node} gathers from a table of {err.size} "
                     f"rows")
-    return f"{_where(program, i)}: {err}"
+    return f"{sample}{_where(program, i)}: {err}"
 
 
 def _channels():
@@ -170,8 +335,9 @@ def _channels():
     return {pair: n for n, pair in enumerate(pairs)}
 
 
-def _execute(program: Program, state: State | None, check_hazards: bool) -> Timeline:
-    """Time every instruction and, with a `state`, apply its effect to it."""
+def _schedule(program: Program, check_hazards: bool) -> tuple[Timeline, list[int]]:
+    """Time every instruction: the timeline, and the instructions in the order they start, in
+    which `Machine.execute` applies their effects."""
     arch = program.arch
     insns = program.instructions
     n = len(insns) - 1  # END is not executed
@@ -230,6 +396,7 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
     port_free = 0
     start = [0] * n
     end = [0] * n
+    order = []
     stall = {(q, cause): 0 for q in range(NQ) for cause in ("token", "token_full", "dram_port")}
     blocked = [None] * NQ  # why a head cannot start, for the deadlock message
 
@@ -275,13 +442,7 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
         clock[q] = i
         if hazards is not None:
             hazards.check(i, q, clock, insns[i].op.access(arch, insns[i]))
-        if state is not None:
-            try:
-                insns[i].op.run(state, insns[i])
-            except IndexRangeError as err:
-                raise SimulatorError(_index_error(program, i, err)) from None
-            except SimulatorError as err:
-                raise SimulatorError(f"{_where(program, i)}: {err}") from None
+        order.append(i)
         moving = transfer[i]
         if moving is not None:  # the latency, the transfer on the port, then the rest (HOST's
             #                     compute) with the port free
@@ -317,7 +478,7 @@ def _execute(program: Program, state: State | None, check_hazards: bool) -> Time
                                  f"{_where(program, first)}")
     return Timeline(start=np.array(start, np.int64), end=np.array(end, np.int64),
                     queue=np.array(queue_of, np.int8),
-                    stall={f"{isa.QUEUES[q]}.{c}": v for (q, c), v in stall.items()})
+                    stall={f"{isa.QUEUES[q]}.{c}": v for (q, c), v in stall.items()}), order
 
 
 def _deadlock(program, queues, head, blocked, live, name_of, depth) -> str:

@@ -125,6 +125,33 @@ def matmul_accumulate(acc, a, b) -> np.ndarray:
     return wrap32(total.astype(np.int64))
 
 
+# The most terms of one product that float32 sums exactly: see `array_pass`.
+ARRAY_PASS_FLOAT32_TERMS = 256
+
+
+def array_pass(acc, x, w) -> np.ndarray:
+    """acc + x @ w with int32 wrapping (x @ w when acc is None): array passes over the k rows
+    of the weights, for int9 operands (int8 codes, or int8 codes less an int8 zero point:
+    `centre`), given as integers or as float32 holding such integers. Leading axes broadcast as
+    numpy's matmul.
+
+    float32 BLAS is exact here, and faster than float64: every product is at most 255^2 < 2^16
+    in magnitude, so over at most 256 terms every partial sum is below 2^24, and by
+    `int_matmul`'s argument with float32's 24-bit significand every intermediate is exact.
+    Longer rows (a chain of passes fused, `simulator.plan`) are summed in pieces of 256 terms,
+    each exact, added in int32 (wrapping, associative: the same integers in any order)."""
+    x = np.asarray(x)
+    w = np.asarray(w)
+    k = x.shape[-1]
+    total = acc
+    for start in range(0, max(k, 1), ARRAY_PASS_FLOAT32_TERMS):
+        piece = slice(start, start + ARRAY_PASS_FLOAT32_TERMS)
+        product = np.matmul(x[..., piece].astype(np.float32, copy=False),
+                            w[..., piece, :].astype(np.float32, copy=False)).astype(np.int32)
+        total = product if total is None else np.add(total, product, dtype=np.int32)
+    return total
+
+
 def rounding_shift(x, shift) -> np.ndarray:
     """x / 2^shift rounded half away from zero (gemmlowp RoundingDivideByPOT), shift in [0, 62].
 

@@ -10,10 +10,19 @@ import click
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, compiles_again_to, measure
-from ember.commands.options import (QUANT_FIELDS, data_options, image_options_from,
-                                    input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options, refuse_conflicts,
-                                    warn_if_synthetic)
+from ember.commands.options import (
+    QUANT_FIELDS,
+    batch_option,
+    data_options,
+    image_options_from,
+    input_shape_option,
+    json_option,
+    model_argument,
+    quant_options_from,
+    quantization_options,
+    refuse_conflicts,
+    warn_if_synthetic,
+)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
@@ -48,19 +57,21 @@ EXIT_GATE_FAILED = 3
 @click.option("--max-top1-drop", type=float,
               help="Exit with code 3 when int8 top-1 accuracy (or agreement, without labels) "
                    "falls more than this many points below fp32.")
+@batch_option
 @input_shape_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
              per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
              min_sqnr: float | None,
-             max_top1_drop: float | None, input_shapes: tuple[str, ...], as_json: bool,
-             **kwargs) -> None:
+             max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
+             as_json: bool, **kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
 
     With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
     runs every sample and must equal the integer reference bit for bit (JSON `bit_exact`,
-    and `first_difference` when it does not); the quantizer options come from the program,
-    and one given that differs from what the program recorded is an error naming both.
+    and `first_difference` when it does not), --batch samples at a time; the quantizer
+    options come from the program, and one given that differs from what the program recorded
+    is an error naming both.
 
     MODEL is quantized with the profile and options given (exactly as `ember compile` would)
     and run by ember's integer reference interpreter, the arithmetic the accelerator
@@ -84,7 +95,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
                          "too")
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
                             sensitivity=sensitivity, program=program,
-                            images=image_options_from(kwargs))
+                            images=image_options_from(kwargs), batch=batch)
     with progress_bar() as progress:
         report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,

@@ -89,6 +89,12 @@ program_shape_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of a table.")
 
+batch_option = click.option(
+    "--batch", type=click.IntRange(min=1), metavar="N",
+    help="Simulate N samples at once (one pass over the program for all of them; each "
+         "sample's outputs are bit for bit those of its own run).  [default: from the "
+         "program: as many as keep its working set in the caches, at most 256]")
+
 
 def quantization_options(command):
     """The quantizer's options, shared by every command that quantizes (accuracy, compile)."""

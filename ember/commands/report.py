@@ -118,5 +118,5 @@ def _simulate(source: str, input_path: str | None, check_hazards: bool,
         feeds = Feeds([{b.name: b.quantize(np.zeros(b.shape, np.float32))
                         for b in prog.inputs}], 0, 1)
     result = machine.run(prog, feeds.runs[0], check_hazards=check_hazards, host=run_segment)
-    return performance_doc(source, input_path or "(zero-point inputs)", feeds, result,
+    return performance_doc(source, input_path or "(zero-point inputs)", feeds, result.stats,
                            {"check_hazards": check_hazards})

@@ -13,9 +13,11 @@ import click
 import numpy as np
 
 from compiler.backend.codegen.host import check_segments, run_segment
+from compiler.backend.progress import Progress, quiet
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console, preprocessing
 from ember.commands.options import (
+    batch_option,
     data_options,
     image_options_from,
     json_option,
@@ -24,6 +26,7 @@ from ember.commands.options import (
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.loading import check_array_file
+from ember.progress import progress_bar
 from ember.reports.performance import PerformanceReport
 from profiler import batching
 from profiler.model_inputs import InputSpec
@@ -31,6 +34,7 @@ from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
 from simulator import machine, trace
 from simulator.program import Program, write_atomic
+from simulator.stats import Stats
 
 
 @click.command()
@@ -52,19 +56,21 @@ from simulator.program import Program, write_atomic
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="Reject cross-queue accesses to local memory that no dependency token "
                    "orders (a race), even when the timing hides them.")
+@batch_option
 @program_shape_option
 @json_option
 def simulate(program: str, data: str, samples: int | None, output: str | None, raw: bool,
              report: str | None, html_path: str | None, trace_path: str | None,
-             trace_level: str, check_hazards: bool, input_shapes: tuple[str, ...],
-             as_json: bool, **image_kwargs) -> None:
+             trace_level: str, check_hazards: bool, batch: int | None,
+             input_shapes: tuple[str, ...], as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
     Float inputs are quantized with the program's scale and zero point; .npy/.npz arrays of
-    its int8 type are taken raw. Samples on a leading axis run one by one; samples on the
-    model's batch axis run in batches of the program's batch size (the last filled with
-    zero-point samples, their outputs dropped), and the outputs hold one row per sample. The
-    report times one run: the timing does not depend on the values.
+    its int8 type are taken raw. Samples on a leading axis are runs of the program; samples
+    on the model's batch axis run in groups of the program's batch size (the last filled
+    with zero-point samples, their outputs dropped), and the outputs hold one row per sample.
+    The program is timed once (the timing does not depend on the values; the report times one
+    run), then --batch runs execute at once.
 
     \b
     The report's keys: cycles, time_ms, bound_cycles (roofline: max of the model's MACs / array
@@ -88,9 +94,9 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     feeds = read_inputs(prog, data, image_options_from(image_kwargs), samples)
     if (note := feeds.describe()) is not None:
         click.echo(f"ember: {note}", err=True)
-    results = [machine.run(prog, run, check_hazards=check_hazards, host=run_segment)
-               for run in feeds.runs]
-    first = results[0]
+    ready = machine.Machine(prog, check_hazards=check_hazards, host=run_segment)
+    with progress_bar() as progress:
+        results = run_batches(ready, feeds.runs, batch, progress)
     if output:
         outputs = {}
         for b in prog.outputs:
@@ -99,7 +105,7 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
         buffer = io.BytesIO()
         np.savez(buffer, **outputs)
         write_atomic(output, buffer.getvalue())
-    perf = performance_doc(program, data, feeds, first,
+    perf = performance_doc(program, data, feeds, ready.stats,
                            {"raw": raw, "trace_level": trace_level,
                             "check_hazards": check_hazards})
     text = json.dumps(perf, indent=2)
@@ -111,7 +117,7 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     if report:
         write_atomic(report, (text + "\n").encode())
     if trace_path:
-        events = trace.chrome_trace(prog, first.timeline, trace_level)
+        events = trace.chrome_trace(prog, ready.timeline, trace_level)
         write_atomic(trace_path, json.dumps(events, separators=(",", ":")).encode())
     if as_json:
         click.echo(text)
@@ -119,11 +125,27 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
         PerformanceReport.from_report(perf, program).print(console.results())
 
 
-def performance_doc(program: str, input_path: str, feeds: Feeds, result: machine.Result,
+def run_batches(ready: machine.Machine, runs: list[dict[str, np.ndarray]],
+                batch: int | None, progress: Progress = quiet) -> list[dict[str, np.ndarray]]:
+    """Each run's outputs, the runs executed `batch` at a time (None: `Machine.batch`)."""
+    size = batch or ready.batch
+    results: list[dict[str, np.ndarray]] = []
+    progress("simulating", 0, len(runs))
+    for start in range(0, len(runs), size):
+        group = runs[start:start + size]
+        got = ready.outputs({name: np.stack([run[name] for run in group])
+                             for name in group[0]}, first=start)
+        results.extend({name: values[n] for name, values in got.items()}
+                       for n in range(len(group)))
+        progress("simulating", len(results), len(runs))
+    return results
+
+
+def performance_doc(program: str, input_path: str, feeds: Feeds, stats: Stats,
                     options: dict) -> dict:
     """The JSON performance report of one run (the first of `feeds`), with what reproduces it
     under "run": the inputs' `batch` of samples, in `runs` runs."""
-    perf = result.stats.to_report()
+    perf = stats.to_report()
     perf["run"] = {
         "tool": {"name": "ember", "version": _version()},
         "program": {"path": program, "sha256": _sha256(Path(program).read_bytes())},
@@ -164,12 +186,13 @@ class Feeds:
     batch: int  # samples per run: the program's batch when samples lie on its batch axis
     padded: int = 0
 
-    def outputs(self, results: list[machine.Result], name: str) -> np.ndarray:
+    def outputs(self, results: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
+        """Output `name` of every sample, from each run's outputs."""
         if not self.samples:
-            return results[0].outputs[name]
+            return results[0][name]
         if self.batch == 1:
-            return np.stack([r.outputs[name] for r in results])
-        return np.concatenate([r.outputs[name] for r in results])[:self.samples]
+            return np.stack([r[name] for r in results])
+        return np.concatenate([r[name] for r in results])[:self.samples]
 
     def describe(self) -> str | None:
         """What a reader of one run's report must know, or None for a single run."""

@@ -1,5 +1,11 @@
 """The machine's units: each module holds the semantics (`run`) and costs (`cycles`, `work`)
-that the rows of `simulator.isa` point to."""
+that the rows of `simulator.isa` point to.
+
+Every memory has a leading sample axis (`machine.State`): the units run one instruction on a
+batch of samples at once, each sample's result the one a run of that sample alone gives. Where
+an instruction reads parameters from memory (a weight tile, a parameter block, a table), the
+samples almost always hold the same ones (the program's DRAM image): `shared` finds that case,
+for one product or one lookup for the whole batch; otherwise each sample uses its own."""
 
 from __future__ import annotations
 
@@ -38,11 +44,20 @@ class Access(NamedTuple):
 
 
 def rows(memory: np.ndarray, start: int, count: int, name: str) -> slice:
-    """The slice of rows [start, start + count) of a local memory, or an error naming it."""
-    if start + count > memory.shape[0]:
+    """The slice of rows [start, start + count) of a local memory (samples, rows, lanes), or an
+    error naming it: index it as `memory[:, rows(...)]`."""
+    if start + count > memory.shape[1]:
         raise SimulatorError(f"{name} rows [{start}, {start + count}) out of range "
-                             f"[0, {memory.shape[0]})")
+                             f"[0, {memory.shape[1]})")
     return slice(start, start + count)
+
+
+def shared(values: np.ndarray) -> np.ndarray | None:
+    """values[0] when every sample (the leading axis) holds the same values, else None."""
+    first = values[0]
+    if len(values) == 1 or (values[1:] == first).all():
+        return first
+    return None
 
 
 def dram_span(addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -61,14 +76,17 @@ def dram_span(addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
 
 def dram_view(dram: np.ndarray, addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
               writeable: bool = True) -> np.ndarray:
-    """A strided view of byte array `dram`, built only once every byte it reaches is inside
-    (`as_strided` itself checks nothing: a view past either end reads or writes any memory)."""
+    """A strided view (samples, *shape) of the samples' DRAM `dram` (samples, bytes), built only
+    once every byte it reaches is inside (`as_strided` itself checks nothing: a view past either
+    end reads or writes any memory)."""
     lo, hi = dram_span(addr, shape, strides)
+    samples, size = dram.shape
     if 0 in shape:
-        return np.zeros(shape, np.uint8)
-    if lo < 0 or hi > dram.size:
-        raise SimulatorError(f"DRAM bytes [{lo}, {hi}) out of range [0, {dram.size})")
-    return np.lib.stride_tricks.as_strided(dram[addr:], shape, strides, writeable=writeable)
+        return np.zeros((samples, *shape), np.uint8)
+    if lo < 0 or hi > size:
+        raise SimulatorError(f"DRAM bytes [{lo}, {hi}) out of range [0, {size})")
+    return np.lib.stride_tricks.as_strided(dram[:, addr:], (samples, *shape),
+                                           (dram.strides[0], *strides), writeable=writeable)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -31,8 +31,15 @@ import numpy as np
 
 from simulator import numerics
 from simulator.errors import SimulatorError
-from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
-
+from simulator.units import (
+    ACCUMULATOR,
+    SCRATCHPAD,
+    Access,
+    Work,
+    ceil_div,
+    rows,
+    shared,
+)
 
 # OpenBLAS runs a GEMM on several threads once M * N * K exceeds 2^18. For the skinny products
 # of one array pass that costs more than it saves (15x more on a busy machine), so COMPUTE feeds
@@ -41,11 +48,15 @@ _BLAS_SINGLE_THREAD_MNK = 2**18
 
 
 def preload(state, insn) -> None:
+    """Latch the weight tile of every sample; `state.shared_weights` is the one tile when all
+    samples latch the same (a layer's weights from the DRAM image)."""
     a = insn.args
     if a["k"] > state.arch.array.rows:
         raise SimulatorError(f"k = {a['k']}: expected at most array.rows = {state.arch.array.rows}")
-    state.weights = numerics.centre(
-        state.scratchpad[rows(state.scratchpad, a["sp"], a["k"], "scratchpad")], a["w_offset"])
+    tile = state.scratchpad[:, rows(state.scratchpad, a["sp"], a["k"], "scratchpad")]
+    state.weights = numerics.centre(tile, a["w_offset"])
+    same = shared(tile)
+    state.shared_weights = None if same is None else state.weights[0]
 
 
 def input_rows(a: dict) -> np.ndarray | slice:
@@ -75,8 +86,8 @@ def _last_row(a: dict) -> int:
 def compute(state, insn) -> None:
     a = insn.args
     k, n, m = a["k"], a["n"], a["m_outer"] * a["m_inner"]
-    if state.weights is None or k > state.weights.shape[0]:
-        have = 0 if state.weights is None else state.weights.shape[0]
+    if state.weights is None or k > state.weights.shape[1]:
+        have = 0 if state.weights is None else state.weights.shape[1]
         raise SimulatorError(f"k = {k}: the preloaded weight tile has only {have} rows")
     if n > state.arch.array.cols:
         raise SimulatorError(f"n = {n}: expected at most array.cols = {state.arch.array.cols}")
@@ -85,20 +96,28 @@ def compute(state, insn) -> None:
     # Both ranges are checked from the fields before the row offsets (m of them) are built.
     sp = state.scratchpad
     last = _last_row(a)
-    if last >= sp.shape[0]:
-        raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[0]})")
-    out = state.accumulator[rows(state.accumulator, a["acc"], m, "accumulator"), :n]
-    inputs = sp[input_rows(a), :k]
+    if last >= sp.shape[1]:
+        raise SimulatorError(f"scratchpad row {last} out of range [0, {sp.shape[1]})")
+    out = state.accumulator[:, rows(state.accumulator, a["acc"], m, "accumulator"), :n]
+    inputs = sp[:, input_rows(a), :k]
     if a["x_offset"]:
         inputs = numerics.centre(inputs, a["x_offset"])
-    weights = state.weights[:k, :n]
+    samples = len(inputs)
+    if state.shared_weights is None:  # each sample its own tile (a MatMul of activations)
+        out[...] = numerics.array_pass(out if a["accumulate"] else None, inputs,
+                                       state.weights[:, :k, :n])
+        return
+    # One tile for the batch: one product of (samples x m) rows, fed to BLAS in pieces.
+    weights = state.shared_weights[:k, :n]
+    inputs = inputs.reshape(samples * m, k)
+    before = out.reshape(samples * m, n) if a["accumulate"] else None
+    result = np.empty((samples * m, n), np.int32)
     step = max(1, _BLAS_SINGLE_THREAD_MNK // max(1, k * n))
-    for r in range(0, m, step):
-        if a["accumulate"]:
-            out[r:r + step] = numerics.matmul_accumulate(out[r:r + step], inputs[r:r + step],
-                                                         weights)
-        else:
-            out[r:r + step] = numerics.int_matmul(inputs[r:r + step], weights)
+    for r in range(0, samples * m, step):
+        part = slice(r, r + step)
+        result[part] = numerics.array_pass(None if before is None else before[part],
+                                           inputs[part], weights)
+    out[...] = result.reshape(samples, m, n)
 
 
 def preload_cycles(arch, insn) -> int:

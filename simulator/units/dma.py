@@ -17,7 +17,16 @@ import numpy as np
 
 from simulator import numerics
 from simulator.errors import IndexRangeError, SimulatorError
-from simulator.units import MEMORIES, SCRATCHPAD, Access, Work, ceil_div, dram_view, rows
+from simulator.units import (
+    MEMORIES,
+    SCRATCHPAD,
+    Access,
+    Work,
+    ceil_div,
+    dram_span,
+    dram_view,
+    rows,
+)
 
 
 def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:
@@ -28,7 +37,7 @@ def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndar
 def _local(state, a: dict) -> tuple[np.ndarray, str]:
     memory = state.memories[a["mem"]]
     name = MEMORIES[a["mem"]]
-    row_bytes = memory.shape[1] * memory.itemsize
+    row_bytes = memory.shape[2] * memory.itemsize
     if a["elem_bytes"] > row_bytes or a["elem_bytes"] % memory.itemsize:
         raise SimulatorError(f"elem_bytes = {a['elem_bytes']}: expected a multiple of "
                              f"{memory.itemsize} up to the {name} row of {row_bytes} bytes")
@@ -48,14 +57,15 @@ def load(state, insn) -> None:
     height, width = _block_shape(a)
     if height * width == 0:
         return
-    block = memory[rows(memory, a["sram"], height * width, name)].reshape(height, width, -1)
+    block = memory[:, rows(memory, a["sram"], height * width, name)]
+    block = block.reshape(len(memory), height, width, -1)
     lanes = a["elem_bytes"] // memory.itemsize
     src = _dram_view(state.dram, a["dram"], a, writeable=False)
-    if height * width > a["y_size"] * a["x_size"] or lanes < block.shape[2]:
+    if height * width > a["y_size"] * a["x_size"] or lanes < block.shape[3]:
         block[...] = a["pad_value"]
     data = np.ascontiguousarray(src).view(memory.dtype.newbyteorder("<"))
-    block[a["pad_top"]:a["pad_top"] + a["y_size"], a["pad_left"]:a["pad_left"] + a["x_size"],
-          :lanes] = data
+    block[:, a["pad_top"]:a["pad_top"] + a["y_size"],
+          a["pad_left"]:a["pad_left"] + a["x_size"], :lanes] = data
 
 
 _PADS = ("pad_top", "pad_bottom", "pad_left", "pad_right")
@@ -73,13 +83,13 @@ def _turn_check(a: dict, lanes: int) -> None:
 def _load_turned(state, a: dict) -> None:
     """transpose=1: element (l, e) to lane l of row sram + e (a corner turn)."""
     memory = state.scratchpad
-    _turn_check(a, memory.shape[1])
+    _turn_check(a, memory.shape[2])
     if a["y_size"] * a["x_size"] == 0:
         return
-    block = memory[rows(memory, a["sram"], a["x_size"], "scratchpad")]
-    src = _dram_view(state.dram, a["dram"], a, writeable=False)[:, :, 0]
+    block = memory[:, rows(memory, a["sram"], a["x_size"], "scratchpad")]
+    src = _dram_view(state.dram, a["dram"], a, writeable=False)[..., 0]
     block[...] = a["pad_value"]
-    block[:, :a["y_size"]] = src.T.view(np.int8)
+    block[:, :, :a["y_size"]] = src.transpose(0, 2, 1).view(np.int8)
 
 
 def store(state, insn) -> None:
@@ -88,9 +98,10 @@ def store(state, insn) -> None:
     count = a["y_size"] * a["x_size"]
     if count == 0:
         return
-    block = memory[rows(memory, a["sram"], count, name)].reshape(a["y_size"], a["x_size"], -1)
+    block = memory[:, rows(memory, a["sram"], count, name)]
+    block = block.reshape(len(memory), a["y_size"], a["x_size"], -1)
     lanes = a["elem_bytes"] // memory.itemsize
-    data = np.ascontiguousarray(block[:, :, :lanes]).astype(memory.dtype.newbyteorder("<"))
+    data = np.ascontiguousarray(block[..., :lanes]).astype(memory.dtype.newbyteorder("<"))
     dst = _dram_view(state.dram, a["dram"], a, writeable=True)
     dst[...] = data.view(np.uint8).reshape(dst.shape)
 
@@ -104,18 +115,38 @@ def gather(state, insn) -> None:
     if count * width == 0:
         return
     raw = dram_view(state.dram, a["index"], (count, 4), (4, 1), writeable=False)
-    indices = np.ascontiguousarray(raw).view("<i4").reshape(count)
+    indices = np.ascontiguousarray(raw).view("<i4").reshape(len(raw), count)
     try:
         positions = numerics.gather_index(indices, a["rows"])
     except SimulatorError:
-        i = int(np.argmax((indices < -a["rows"]) | (indices >= a["rows"])))
-        raise IndexRangeError(f"index {int(indices[i])} at DRAM {a['index'] + 4 * i} is out "
-                              f"of range [{-a['rows']}, {a['rows']})", a["index"] + 4 * i,
-                              int(indices[i]), a["rows"]) from None
+        sample, i = (int(v) for v in np.argwhere((indices < -a["rows"]) |
+                                                  (indices >= a["rows"]))[0])
+        raise IndexRangeError(f"index {int(indices[sample, i])} at DRAM {a['index'] + 4 * i} "
+                              f"is out of range [{-a['rows']}, {a['rows']})",
+                              a["index"] + 4 * i, int(indices[sample, i]), a["rows"],
+                              sample) from None
     table = dram_view(state.dram, a["table"], (a["rows"], width), (a["table_stride"], 1),
                       writeable=False)
     dst = dram_view(state.dram, a["dst"], (count, width), (a["dst_stride"], 1))
-    dst[...] = table[positions]
+    dst[...] = np.take_along_axis(table, positions[:, :, None], axis=1)
+
+
+def dram_spans(arch, insn) -> tuple[tuple[int, int], ...]:
+    """LOAD's and STORE's DRAM bytes [lo, hi)."""
+    a = insn.args
+    return (dram_span(a["dram"], (a["y_size"], a["x_size"], a["elem_bytes"]),
+                      (a["y_stride"], a["x_stride"], 1)),)
+
+
+def gather_dram_spans(arch, insn) -> tuple[tuple[int, int], ...]:
+    """GATHER's indices, table and destination bytes."""
+    a = insn.args
+    count, width = a["count"], a["row_bytes"]
+    if count * width == 0:
+        return ()
+    return (dram_span(a["index"], (count, 4), (4, 1)),
+            dram_span(a["table"], (a["rows"], width), (a["table_stride"], 1)),
+            dram_span(a["dst"], (count, width), (a["dst_stride"], 1)))
 
 
 def _run_cycles(arch, nbytes: int) -> int:

@@ -17,26 +17,28 @@ from simulator.units import Work, ceil_div
 
 
 def run(state, insn) -> None:
+    """One runner call per sample (a segment is compiled for one sample's shapes)."""
     segment, inputs, outputs = state.host_segments[insn.args["segment"]]
     name = segment["name"]
     if state.host is None:
         raise SimulatorError(f"host segment {name!r}: no host runner was given")
     values = {b.name: state.read(b) for b in inputs}
-    results = state.host(segment, values)
-    if not isinstance(results, dict):
-        raise SimulatorError(f"host segment {name!r}: the runner returned "
-                             f"{type(results).__name__}, expected a dict of output arrays")
-    for b in outputs:
-        if b.name not in results:
-            raise SimulatorError(f"host segment {name!r}: the runner returned no output "
-                                 f"{b.name!r} (it returned {sorted(results)})")
-        value = np.asarray(results[b.name])
-        if value.shape != b.shape or value.dtype != np.dtype(b.dtype):
-            raise SimulatorError(f"host segment {name!r}: output {b.name!r}: expected {b.dtype} "
-                                 f"of shape {b.shape}, the runner returned {value.dtype} of "
-                                 f"shape {value.shape}")
-    for b in outputs:
-        state.write(b, results[b.name])
+    for sample in range(state.batch):
+        results = state.host(segment, {key: v[sample] for key, v in values.items()})
+        if not isinstance(results, dict):
+            raise SimulatorError(f"host segment {name!r}: the runner returned "
+                                 f"{type(results).__name__}, expected a dict of output arrays")
+        for b in outputs:
+            if b.name not in results:
+                raise SimulatorError(f"host segment {name!r}: the runner returned no output "
+                                     f"{b.name!r} (it returned {sorted(results)})")
+            value = np.asarray(results[b.name])
+            if value.shape != b.shape or value.dtype != np.dtype(b.dtype):
+                raise SimulatorError(f"host segment {name!r}: output {b.name!r}: expected "
+                                     f"{b.dtype} of shape {b.shape}, the runner returned "
+                                     f"{value.dtype} of shape {value.shape}")
+        for b in outputs:
+            state.write(b, results[b.name], sample)
 
 
 def transfer_cycles(arch, insn) -> int:

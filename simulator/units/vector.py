@@ -17,7 +17,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from simulator import numerics
 from simulator.errors import SimulatorError
-from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows
+from simulator.units import (
+    ACCUMULATOR,
+    SCRATCHPAD,
+    Access,
+    Work,
+    ceil_div,
+    rows,
+    shared,
+)
 
 # What ADD computes of its two operands (field op): their rescaled sum, the larger or smaller
 # of them, or the root of their squares' sum (`numerics.hypot`, a spectrum's magnitude).
@@ -53,30 +61,34 @@ class ParamBlock:
 
     @classmethod
     def unpack(cls, accumulator: np.ndarray, param: int, bias: bool = False) -> ParamBlock:
-        """The block at accumulator row `param` (views of the rows, not copies)."""
-        block = accumulator[rows(accumulator, param, cls.rows(), "accumulator (params)")]
-        biases = None
-        if bias:
-            biases = accumulator[rows(accumulator, param, cls.rows(True),
-                                      "accumulator (params)")][2]
-        return cls(block[0], block[1], biases)
+        """Each sample's block at accumulator row `param` (samples, lanes), shaped to broadcast
+        against rows of lanes (samples, 1, lanes)."""
+        block = accumulator[:, rows(accumulator, param, cls.rows(bias), "accumulator (params)")]
+        block = block[:, :, None, :]
+        return cls(block[:, 0], block[:, 1], block[:, 2] if bias else None)
+
+    def lanes(self, count: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """(multipliers, shifts) of lanes [0, count), each per sample (samples, 1, 1): ADD's and
+        MUL's rescales."""
+        return (tuple(self.multipliers[..., j:j + 1] for j in range(count)),
+                tuple(self.shifts[..., j:j + 1] for j in range(count)))
 
 
 def requant(state, insn) -> None:
     a = insn.args
-    src = state.accumulator[rows(state.accumulator, a["acc"], a["rows"], "accumulator")]
+    src = state.accumulator[:, rows(state.accumulator, a["acc"], a["rows"], "accumulator")]
     params = ParamBlock.unpack(state.accumulator, a["param"], a["bias"])
     if a["bias"]:
         src = src + params.bias  # int32, wrapping, as the accumulator's own additions
     if a["wide"]:  # int16 (qmin, qmax unused): high plane at sp, low plane after it
         total = numerics.requantize(src, params.multipliers, params.shifts, a["out_offset"],
-                                    axis=1, dtype="int16")
-        state.scratchpad[rows(state.scratchpad, a["sp"], 2 * a["rows"], "scratchpad")] = \
-            np.concatenate(numerics.split_wide(total))
+                                    dtype="int16")
+        state.scratchpad[:, rows(state.scratchpad, a["sp"], 2 * a["rows"], "scratchpad")] = \
+            np.concatenate(numerics.split_wide(total), axis=1)
         return
     dst = rows(state.scratchpad, a["sp"], a["rows"], "scratchpad")
-    state.scratchpad[dst] = numerics.requantize(src, params.multipliers, params.shifts,
-                                                a["out_offset"], a["qmin"], a["qmax"], axis=1)
+    state.scratchpad[:, dst] = numerics.requantize(src, params.multipliers, params.shifts,
+                                                   a["out_offset"], a["qmin"], a["qmax"])
 
 
 def add_b_rows(a: dict) -> int:
@@ -87,8 +99,8 @@ def add_b_rows(a: dict) -> int:
 def _operand(sp, base: int, count: int, wide: int) -> np.ndarray:
     """`count` rows of an ADD operand at `base`: int8 codes, or (wide) an int16 value's high
     plane there and its low plane right after."""
-    x = sp[rows(sp, base, count * (1 + wide), "scratchpad")]
-    return numerics.join_wide(x[:count], x[count:]) if wide else x
+    x = sp[:, rows(sp, base, count * (1 + wide), "scratchpad")]
+    return numerics.join_wide(x[:, :count], x[:, count:]) if wide else x
 
 
 def add(state, insn) -> None:
@@ -97,8 +109,8 @@ def add(state, insn) -> None:
     x = _operand(sp, a["a"], a["rows"], a["a_wide"])
     y = _operand(sp, a["b"], add_b_rows(a), a["b_wide"])
     if a["b_splat"]:  # lane 0 of each b row stands for every lane
-        y = y[:, :1]
-    params = ParamBlock.unpack(state.accumulator, a["param"])
+        y = y[:, :, :1]
+    multipliers, shifts = ParamBlock.unpack(state.accumulator, a["param"]).lanes(3)
     wide_in = a["a_wide"] or a["b_wide"]
     if wide_in and ADD_OPS[a["op"]] not in ("add", "hypot"):
         raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds or takes a "
@@ -108,16 +120,15 @@ def add(state, insn) -> None:
         if ADD_OPS[a["op"]] != "add":
             raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
                                  f"has no wide form")
-        total = numerics.add(x, y, a["a_offset"], a["b_offset"], params.multipliers[:3],
-                             params.shifts[:3], a["out_offset"], dtype="int16",
-                             left_shift=shift)
-        high, low = numerics.split_wide(total)
-        sp[rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate([high, low])
+        total = numerics.add(x, y, a["a_offset"], a["b_offset"], multipliers, shifts,
+                             a["out_offset"], dtype="int16", left_shift=shift)
+        sp[:, rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate(
+            numerics.split_wide(total), axis=1)
         return
-    common = (x, y, a["a_offset"], a["b_offset"], params.multipliers[:3], params.shifts[:3],
-              a["out_offset"], a["qmin"], a["qmax"])
+    common = (x, y, a["a_offset"], a["b_offset"], multipliers, shifts, a["out_offset"],
+              a["qmin"], a["qmax"])
     op = ADD_OPS[a["op"]]
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = (
+    sp[:, rows(sp, a["dst"], a["rows"], "scratchpad")] = (
         numerics.add(*common, left_shift=shift) if op == "add"
         else numerics.hypot(*common) if op == "hypot"
         else numerics.extremum(*common, op=op))
@@ -131,14 +142,14 @@ def mul_b_rows(a: dict) -> int:
 def mul(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    x = sp[rows(sp, a["a"], a["rows"], "scratchpad")]
-    y = sp[rows(sp, a["b"], mul_b_rows(a), "scratchpad")]
+    x = sp[:, rows(sp, a["a"], a["rows"], "scratchpad")]
+    y = sp[:, rows(sp, a["b"], mul_b_rows(a), "scratchpad")]
     if a["b_splat"]:  # lane 0 of each b row stands for every lane
-        y = y[:, :1]
-    params = ParamBlock.unpack(state.accumulator, a["param"])
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.mul(
-        x, y, a["a_offset"], a["b_offset"], params.multipliers[0], params.shifts[0],
-        a["out_offset"], a["qmin"], a["qmax"])
+        y = y[:, :, :1]
+    (multiplier,), (shift,) = ParamBlock.unpack(state.accumulator, a["param"]).lanes(1)
+    sp[:, rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.mul(
+        x, y, a["a_offset"], a["b_offset"], multiplier, shift, a["out_offset"], a["qmin"],
+        a["qmax"])
 
 
 def _out_shape(a: dict) -> tuple[int, int]:
@@ -151,17 +162,19 @@ def _out_shape(a: dict) -> tuple[int, int]:
 
 
 def _windows(state, a: dict) -> np.ndarray:
-    """(out_h, out_w, lanes, kh, kw) view of the pixel rows at `src` (row-major in_h x in_w)."""
+    """(samples, out_h, out_w, lanes, kh, kw) view of the pixel rows at `src` (row-major
+    in_h x in_w)."""
     sp = state.scratchpad
-    image = sp[rows(sp, a["src"], a["in_h"] * a["in_w"], "scratchpad")]
-    image = image.reshape(a["in_h"], a["in_w"], -1)
-    windows = sliding_window_view(image, (a["kh"], a["kw"]), axis=(0, 1))
-    return windows[::a["sh"], ::a["sw"]]
+    image = sp[:, rows(sp, a["src"], a["in_h"] * a["in_w"], "scratchpad")]
+    image = image.reshape(len(sp), a["in_h"], a["in_w"], -1)
+    windows = sliding_window_view(image, (a["kh"], a["kw"]), axis=(1, 2))
+    return windows[:, ::a["sh"], ::a["sw"]]
 
 
 def _write_pixels(state, a: dict, out: np.ndarray) -> None:
     sp = state.scratchpad
-    sp[rows(sp, a["dst"], out.shape[0] * out.shape[1], "scratchpad")] = out.reshape(-1, sp.shape[1])
+    sp[:, rows(sp, a["dst"], out.shape[1] * out.shape[2], "scratchpad")] = \
+        out.reshape(len(sp), -1, sp.shape[2])
 
 
 def maxpool(state, insn) -> None:
@@ -175,8 +188,9 @@ def avgpool(state, insn) -> None:
     _out_shape(a)
     sums = numerics.window_sum(_windows(state, a), a["in_offset"])
     params = ParamBlock.unpack(state.accumulator, a["param"])
-    _write_pixels(state, a, numerics.requantize(sums, params.multipliers, params.shifts,
-                                                a["out_offset"], a["qmin"], a["qmax"], axis=-1))
+    _write_pixels(state, a, numerics.requantize(sums, params.multipliers[:, None],
+                                                params.shifts[:, None], a["out_offset"],
+                                                a["qmin"], a["qmax"]))
 
 
 def lut_table_rows(lanes: int, per_lane: int) -> int:
@@ -185,17 +199,25 @@ def lut_table_rows(lanes: int, per_lane: int) -> int:
     return LUT_ENTRIES if per_lane else ceil_div(LUT_ENTRIES, lanes)
 
 
+def _each_sample(state, insn, run) -> None:
+    """Run the instruction on each sample alone: its samples hold different tables."""
+    for sample in range(state.batch):
+        run(state.sample(sample), insn)
+
+
 def lut(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    table = sp[rows(sp, a["table"], lut_table_rows(sp.shape[1], a["per_lane"]),
-                    "scratchpad (table)")]
-    src = sp[rows(sp, a["src"], a["rows"], "scratchpad")]
+    table = shared(sp[:, rows(sp, a["table"], lut_table_rows(sp.shape[2], a["per_lane"]),
+                              "scratchpad (table)")])
+    if table is None:
+        return _each_sample(state, insn, lut)
+    src = sp[:, rows(sp, a["src"], a["rows"], "scratchpad")]
     dst = rows(sp, a["dst"], a["rows"], "scratchpad")
     if a["per_lane"]:
-        sp[dst] = numerics.lookup_lanes(src, table)
+        sp[:, dst] = numerics.lookup_lanes(src, table)
     else:
-        sp[dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
+        sp[:, dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
 
 
 def softmax_table_rows(lanes: int, log: int) -> int:
@@ -215,34 +237,38 @@ def _channel_rows(state, a: dict, mnemonic: str, first: int = 0,
     block, from block `first` on (a wide LAYERNORM's low plane follows its high one); the
     destination's blocks are checked too unless `dst_blocks` is False (REDUCE writes one row
     each)."""
-    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    sp, lanes = state.scratchpad, state.scratchpad.shape[2]
     if not 1 <= a["n"] <= lanes or a["blocks"] < 1:
         raise SimulatorError(f"{mnemonic}: n = {a['n']}, blocks = {a['blocks']}: expected n in "
                              f"[1, {lanes}] and at least one block")
     last = a["blocks"] - 1
     for base in (a["src"] + first * a["stride"], *([a["dst"]] if dst_blocks else [])):
         rows(sp, base + last * a["stride"], a["rows"], "scratchpad")
-    return np.concatenate([sp[_softmax_rows(a, a["src"], first + b),
+    return np.concatenate([sp[:, _softmax_rows(a, a["src"], first + b),
                               :lanes if b < last else a["n"]]
-                           for b in range(a["blocks"])], axis=1)
+                           for b in range(a["blocks"])], axis=2)
 
 
 def _write_channel_rows(state, a: dict, y: np.ndarray, first: int = 0) -> None:
     """The rows of C channels at dst, from block `first` on (a wide LAYERNORM's output: its
     low plane's blocks follow its high plane's)."""
-    sp, lanes = state.scratchpad, state.scratchpad.shape[1]
+    sp, lanes = state.scratchpad, state.scratchpad.shape[2]
     rows(sp, a["dst"] + (first + a["blocks"] - 1) * a["stride"], a["rows"], "scratchpad")
     for b in range(a["blocks"]):
         width = lanes if b < a["blocks"] - 1 else a["n"]
-        sp[_softmax_rows(a, a["dst"], first + b), :width] = y[:, b * lanes:b * lanes + width]
+        sp[:, _softmax_rows(a, a["dst"], first + b), :width] = \
+            y[:, :, b * lanes:b * lanes + width]
 
 
 def softmax(state, insn) -> None:
     a = insn.args
     x = _channel_rows(state, a, "SOFTMAX")
-    lanes = state.scratchpad.shape[1]
-    table = state.accumulator[rows(state.accumulator, a["table"],
-                                   softmax_table_rows(lanes, a["log"]), "accumulator (table)")]
+    lanes = state.scratchpad.shape[2]
+    table = shared(state.accumulator[:, rows(state.accumulator, a["table"],
+                                             softmax_table_rows(lanes, a["log"]),
+                                             "accumulator (table)")])
+    if table is None:
+        return _each_sample(state, insn, softmax)
     table = table.ravel()
     if a["log"]:
         y = numerics.log_softmax(x, table[:numerics.EXP_ENTRIES],
@@ -268,10 +294,13 @@ def layernorm(state, insn) -> None:
     x = _channel_rows(state, a, "LAYERNORM")
     if a["wide"]:  # int16 codes: the low plane's blocks follow the high plane's
         x = numerics.join_wide(x, _channel_rows(state, a, "LAYERNORM", a["blocks"]))
-    lanes = state.scratchpad.shape[1]
+    lanes = state.scratchpad.shape[2]
     c = _row_channels(a, lanes)
-    table = state.accumulator[rows(state.accumulator, a["table"],
-                                   layernorm_table_rows(lanes, c), "accumulator (table)")]
+    table = shared(state.accumulator[:, rows(state.accumulator, a["table"],
+                                             layernorm_table_rows(lanes, c),
+                                             "accumulator (table)")])
+    if table is None:
+        return _each_sample(state, insn, layernorm)
     table = table.ravel().astype(np.int64)
     y = numerics.layer_norm(x, table[0], table[1:1 + c], table[1 + c:1 + 2 * c],
                             table[1 + 2 * c:1 + 3 * c], a["out_offset"],
@@ -293,11 +322,14 @@ def reduce(state, insn) -> None:
     op = REDUCE_OPS[a["op"]]
     multiplier = shift = 0
     if op == "l2":
-        pair = state.accumulator[rows(state.accumulator, a["table"], 1, "accumulator (table)")]
+        pair = shared(state.accumulator[:, rows(state.accumulator, a["table"], 1,
+                                                "accumulator (table)")])
+        if pair is None:
+            return _each_sample(state, insn, reduce)
         multiplier, shift = (int(v) for v in pair.ravel()[:2])
     y = numerics.reduce_rows(x, op, a["in_offset"], multiplier, shift, a["out_offset"])
     sp = state.scratchpad
-    sp[rows(sp, a["dst"], a["rows"], "scratchpad"), 0] = y
+    sp[:, rows(sp, a["dst"], a["rows"], "scratchpad"), 0] = y
 
 
 def reduce_cycles(arch, insn) -> int:

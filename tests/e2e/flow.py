@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from compiler.backend.codegen.host import run_segment
 from compiler.backend.program import BackendOptions, Compiled
 from compiler.graph.ir import Graph
 from ember.accuracy import BitExactness
@@ -45,16 +46,23 @@ def quantized(proto: onnx.ModelProto, calibration: list[dict],
 
 
 def check_bit_exact(qgraph: Graph, compiled: Compiled, feeds: list[dict]) -> machine.Result:
-    """Run every sample on the simulator (host segments by `compiler.backend.codegen.host.run_segment`) from
-    the oracle's own quantized inputs; the raw int8 outputs, and float32 ones the host
-    computes, must be equal bit for bit. Returns the last run."""
-    exactness = BitExactness(compiled.program, qgraph)
-    result = None
-    for sample in feeds:
-        result = exactness.check(run_int8(qgraph, sample, keep_all=True))
-        assert exactness.first_difference is None, \
-            f"the simulator differs from run_int8: {exactness.first_difference}"
-    return result
+    """Run the samples as one batch on the simulator (host segments by
+    `compiler.backend.codegen.host.run_segment`) from the oracle's own quantized inputs; the
+    raw int8 outputs, and float32 ones the host computes, must be equal bit for bit. The last
+    sample runs alone too, and must give what it gave in the batch. Returns that run."""
+    exactness = BitExactness(compiled.program, qgraph, batch=len(feeds))
+    envs = [run_int8(qgraph, sample, keep_all=True) for sample in feeds]
+    for env in envs:
+        exactness.add(env)
+    exactness.flush()
+    assert exactness.first_difference is None, \
+        f"the simulator differs from run_int8: {exactness.first_difference}"
+    alone = machine.run(compiled.program, exactness.program_inputs(envs[-1]), host=run_segment)
+    for name, want in exactness.expected_outputs(envs[-1]).items():
+        got = alone.outputs[name].reshape(want.shape)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), \
+            f"output {name!r}: the last sample alone differs from its run in the batch"
+    return alone
 
 
 def model_samples(proto: onnx.ModelProto, count: int, seed: int = 0) -> list[dict]:

@@ -249,20 +249,23 @@ def test_float32_bindings():
     np.testing.assert_array_equal(f.quantize(x), x.astype(np.float32))
     np.testing.assert_array_equal(f.dequantize(f.quantize(x)), x.astype(np.float32))
     assert f.size_bytes == 24 and f.byte_strides == (12, 4)
-    state = machine.State(ARCH)
-    state.write(f, f.quantize(x))
-    assert state.dram[8:12].tobytes() == np.float32(1.0).tobytes() == b"\x00\x00\x80\x3f"
-    np.testing.assert_array_equal(state.read(f), x.astype(np.float32))
+    state = machine.State(ARCH)  # one sample: values and reads have the samples' axis
+    state.write(f, f.quantize(x)[None])
+    assert state.dram[0][8:12].tobytes() == np.float32(1.0).tobytes() == b"\x00\x00\x80\x3f"
+    np.testing.assert_array_equal(state.read(f)[0], x.astype(np.float32))
     # a transposed (non-contiguous) array and a scalar binding
     t = IOBinding("t", 64, (3, 2), 1.0, 0, "float32")
-    state.write(t, f.quantize(x).T)
-    np.testing.assert_array_equal(state.read(t), x.astype(np.float32).T)
+    state.write(t, f.quantize(x).T[None])
+    np.testing.assert_array_equal(state.read(t)[0], x.astype(np.float32).T)
     s = IOBinding("s", 128, (), 1.0, 0, "float32")
-    state.write(s, np.array(2.5, np.float32))
-    assert state.read(s) == np.float32(2.5) and state.read(s).shape == ()
+    state.write(s, np.array([2.5], np.float32))
+    assert state.read(s)[0] == np.float32(2.5) and state.read(s).shape == (1,)
     with pytest.raises(SimulatorError, match=r"expected float32 of shape \(2, 3\)"):
-        state.write(f, x)
+        state.write(f, x[None])
+    with pytest.raises(SimulatorError, match=r"expected float32 of shape \(2, 3\), got "
+                                             r"float32 of shape \(3, 2\)"):
+        state.write(f, f.quantize(x).T, sample=0)  # one sample's value
     u = IOBinding("u", 256, (2,), 0.1, 128, "uint8")  # uint8 keeps working
     assert u.quantize(np.array([0.0, 12.7])).tolist() == [128, 255]
-    state.write(u, np.array([0, 255], np.uint8))
-    assert state.read(u).tolist() == [0, 255]
+    state.write(u, np.array([[0, 255]], np.uint8))
+    assert state.read(u)[0].tolist() == [0, 255]

@@ -230,7 +230,7 @@ def test_assembled_maxpool_program():
     padded = np.pad(x, ((1, 1), (1, 1), (0, 0)), constant_values=-128)
     want = np.array([[padded[y:y + 3, x0:x0 + 3].max(axis=(0, 1)) for x0 in (0, 2)]
                      for y in (0, 2)])
-    got = result.state.dram[4096:4096 + want.size].view(np.int8).reshape(want.shape)
+    got = result.state.dram[0][4096:4096 + want.size].view(np.int8).reshape(want.shape)
     np.testing.assert_array_equal(got, want)
     assert result.timeline.end.tolist() == [116, 116, 152, 256]
     assert result.stats.cycles == 256

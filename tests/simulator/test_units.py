@@ -19,8 +19,8 @@ rng = np.random.default_rng(7)
 
 def fresh():
     state = State(ARCH)
-    state.scratchpad[...] = rng.integers(-128, 128, state.scratchpad.shape)
-    state.accumulator[...] = rng.integers(-(2**31), 2**31, state.accumulator.shape)
+    state.scratchpad[0][...] = rng.integers(-128, 128, state.scratchpad.shape)
+    state.accumulator[0][...] = rng.integers(-(2**31), 2**31, state.accumulator.shape)
     return state
 
 
@@ -31,11 +31,11 @@ def run(state, insn):
 def test_load_strided_padded_scratchpad():
     state = fresh()
     image = rng.integers(0, 256, 4096).astype(np.uint8)
-    state.dram[1000:1000 + image.size] = image
+    state.dram[0][1000:1000 + image.size] = image
     run(state, isa.LOAD(mem="scratchpad", sram=10, dram=1000, y_size=3, x_size=4, elem_bytes=5,
                         x_stride=7, y_stride=100, pad_top=1, pad_bottom=2, pad_left=1,
                         pad_right=0, pad_value=-9))
-    block = state.scratchpad[10:10 + 6 * 5].reshape(6, 5, L)
+    block = state.scratchpad[0][10:10 + 6 * 5].reshape(6, 5, L)
     want = np.full((6, 5, L), -9, np.int8)
     for y in range(3):
         for x in range(4):
@@ -54,8 +54,8 @@ def test_load_matches_loop_reference(y, x, eb, xs, ys, pads, value, mem):
     item = 1 if mem == "scratchpad" else 4
     eb *= item
     image = np.arange(2000, dtype=np.uint32).astype(np.uint8)
-    state.dram[:image.size] = image
-    memory = state.memories[mem == "accumulator"]
+    state.dram[0][:image.size] = image
+    memory = state.memories[mem == "accumulator"][0]
     top, bottom, left, right = pads
     run(state, isa.LOAD(mem=mem, sram=3, dram=7, y_size=y, x_size=x, elem_bytes=eb, x_stride=xs,
                         y_stride=ys, pad_top=top, pad_bottom=bottom, pad_left=left,
@@ -79,8 +79,8 @@ def test_store_matches_loop_reference(y, x, eb, gap, line_gap, mem):
     eb *= item
     xs = eb + gap
     ys = x * xs + line_gap
-    memory = state.memories[mem == "accumulator"]
-    before = state.dram[:3000].copy()
+    memory = state.memories[mem == "accumulator"][0]
+    before = state.dram[0][:3000].copy()
     run(state, isa.STORE(mem=mem, sram=5, dram=11, y_size=y, x_size=x, elem_bytes=eb,
                          x_stride=xs, y_stride=ys))
     want = before.copy()
@@ -89,50 +89,50 @@ def test_store_matches_loop_reference(y, x, eb, gap, line_gap, mem):
             start = 11 + line * ys + e * xs
             lanes = memory[5 + line * x + e, :eb // item].astype(f"<{memory.dtype.str[1:]}")
             want[start:start + eb] = lanes.view(np.uint8)
-    np.testing.assert_array_equal(state.dram[:3000], want)
+    np.testing.assert_array_equal(state.dram[0][:3000], want)
 
 
 def test_load_accumulator_little_endian_broadcast():
     state = fresh()
     bias = np.arange(-8, 8, dtype="<i4") * 100000
-    state.dram[64:64 + bias.nbytes] = bias.view(np.uint8)
+    state.dram[0][64:64 + bias.nbytes] = bias.view(np.uint8)
     run(state, isa.LOAD(mem="accumulator", sram=3, dram=64, y_size=5, x_size=1,
                         elem_bytes=bias.nbytes, x_stride=bias.nbytes, y_stride=0))
-    np.testing.assert_array_equal(state.accumulator[3:8], np.tile(bias, (5, 1)))
+    np.testing.assert_array_equal(state.accumulator[0][3:8], np.tile(bias, (5, 1)))
 
 
 def test_store_round_trips_load_and_scatters():
     state = fresh()
-    before = state.scratchpad[0:6].copy()
+    before = state.scratchpad[0][0:6].copy()
     run(state, isa.STORE(mem="scratchpad", sram=0, dram=500, y_size=2, x_size=3, elem_bytes=L,
                          x_stride=L, y_stride=200))
     for y in range(2):
-        row = state.dram[500 + 200 * y:500 + 200 * y + 3 * L].view(np.int8).reshape(3, L)
+        row = state.dram[0][500 + 200 * y:500 + 200 * y + 3 * L].view(np.int8).reshape(3, L)
         np.testing.assert_array_equal(row, before[3 * y:3 * y + 3])
-    acc = state.accumulator[7:9].copy()
+    acc = state.accumulator[0][7:9].copy()
     run(state, isa.STORE(mem="accumulator", sram=7, dram=8000, y_size=2, x_size=1,
                          elem_bytes=4 * L, x_stride=4 * L, y_stride=4 * L))
-    np.testing.assert_array_equal(state.dram[8000:8000 + 8 * L].view("<i4").reshape(2, L), acc)
+    np.testing.assert_array_equal(state.dram[0][8000:8000 + 8 * L].view("<i4").reshape(2, L), acc)
 
 
 @pytest.mark.parametrize("accumulate", [0, 1])
 def test_preload_compute_strided_rows(accumulate):
     state = fresh()
     run(state, isa.PRELOAD(sp=100, k=L))
-    weights = state.scratchpad[100:100 + L].copy()
-    old = state.accumulator[20:26].copy()
+    weights = state.scratchpad[0][100:100 + L].copy()
+    old = state.accumulator[0][20:26].copy()
     run(state, isa.COMPUTE(sp=5, acc=20, m_outer=2, m_inner=3, outer_stride=40, inner_stride=2,
                            k=11, n=13, accumulate=accumulate))
     rows = [5 + o * 40 + i * 2 for o in range(2) for i in range(3)]
-    product = state.scratchpad[rows, :11].astype(np.int64) @ weights[:11, :13].astype(np.int64)
+    product = state.scratchpad[0][rows, :11].astype(np.int64) @ weights[:11, :13].astype(np.int64)
     want = (old[:, :13].astype(np.int64) * accumulate + product + 2**31) % 2**32 - 2**31
-    np.testing.assert_array_equal(state.accumulator[20:26, :13], want)
-    np.testing.assert_array_equal(state.accumulator[20:26, 13:], old[:, 13:])
+    np.testing.assert_array_equal(state.accumulator[0][20:26, :13], want)
+    np.testing.assert_array_equal(state.accumulator[0][20:26, 13:], old[:, 13:])
 
 
 def _params(state, row, mult, shift):
-    state.accumulator[row, :len(mult)] = mult
-    state.accumulator[row + 1, :len(shift)] = shift
+    state.accumulator[0][row, :len(mult)] = mult
+    state.accumulator[0][row + 1, :len(shift)] = shift
 
 
 def test_param_block_round_trip_through_the_accumulator_rows():
@@ -144,12 +144,14 @@ def test_param_block_round_trip_through_the_accumulator_rows():
         block = ParamBlock(mult, shift, bias if with_bias else None)
         packed = np.frombuffer(block.pack(L), "<i4").reshape(-1, L)
         assert packed.shape[0] == ParamBlock.rows(with_bias)
-        state.accumulator[40:40 + len(packed)] = packed
+        state.accumulator[0][40:40 + len(packed)] = packed
         got = ParamBlock.unpack(state.accumulator, 40, with_bias)
-        np.testing.assert_array_equal(got.multipliers, mult + [0] * (L - 3))
-        np.testing.assert_array_equal(got.shifts, shift + [0] * (L - 3))
+        # one block per sample, shaped to broadcast against rows: (samples, 1, lanes)
+        assert got.multipliers.shape == (1, 1, L)
+        np.testing.assert_array_equal(got.multipliers[0, 0], mult + [0] * (L - 3))
+        np.testing.assert_array_equal(got.shifts[0, 0], shift + [0] * (L - 3))
         if with_bias:
-            np.testing.assert_array_equal(got.bias, bias + [0] * (L - 3))
+            np.testing.assert_array_equal(got.bias[0, 0], bias + [0] * (L - 3))
         else:
             assert got.bias is None
 
@@ -159,10 +161,10 @@ def test_requant_per_lane():
     mult = rng.integers(2**30, 2**31, L)
     shift = rng.integers(-2, 12, L)
     _params(state, 500, mult, shift)
-    acc = state.accumulator[0:9].copy()
+    acc = state.accumulator[0][0:9].copy()
     run(state, isa.REQUANT(acc=0, sp=50, rows=9, param=500, out_offset=-5, qmin=-5, qmax=100))
     want = numerics.requantize(acc, mult, shift, -5, -5, 100, axis=1)
-    np.testing.assert_array_equal(state.scratchpad[50:59], want)
+    np.testing.assert_array_equal(state.scratchpad[0][50:59], want)
 
 
 def test_requant_adds_the_bias_row_wrapping():
@@ -171,13 +173,13 @@ def test_requant_adds_the_bias_row_wrapping():
     shift = rng.integers(-2, 12, L)
     _params(state, 500, mult, shift)
     bias = rng.integers(-2**31, 2**31, L).astype(np.int32)
-    state.accumulator[502] = bias
-    acc = state.accumulator[0:9].copy()
+    state.accumulator[0][502] = bias
+    acc = state.accumulator[0][0:9].copy()
     run(state, isa.REQUANT(acc=0, sp=50, rows=9, param=500, qmin=-100, qmax=100, bias=1))
     summed = (acc.astype(np.int64) + bias + 2**31) % 2**32 - 2**31  # int32, wrapping
     want = numerics.requantize(summed, mult, shift, 0, -100, 100, axis=1)
-    np.testing.assert_array_equal(state.scratchpad[50:59], want)
-    np.testing.assert_array_equal(state.accumulator[0:9], acc)  # the accumulator is unchanged
+    np.testing.assert_array_equal(state.scratchpad[0][50:59], want)
+    np.testing.assert_array_equal(state.accumulator[0][0:9], acc)  # the accumulator is unchanged
     assert isa.REQUANT.access(ARCH, isa.REQUANT(acc=0, sp=50, rows=9, param=500, bias=1))[1] \
         == (1, 500, 503, False)  # the bias row is read: the race check and the scheduler see it
 
@@ -186,11 +188,11 @@ def test_add_matches_numerics():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in (0.4, 0.5, 1 / (2**20 * 0.6))]
     _params(state, 10, [x for x, _ in m], [s for _, s in m])
-    a, b = state.scratchpad[0:4].copy(), state.scratchpad[4:8].copy()
+    a, b = state.scratchpad[0][0:4].copy(), state.scratchpad[0][4:8].copy()
     run(state, isa.ADD(a=0, b=4, dst=8, rows=4, param=10, a_offset=3, b_offset=-7,
                        out_offset=1))
     want = numerics.add(a, b, 3, -7, [x for x, _ in m], [s for _, s in m], 1)
-    np.testing.assert_array_equal(state.scratchpad[8:12], want)
+    np.testing.assert_array_equal(state.scratchpad[0][8:12], want)
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
@@ -199,7 +201,7 @@ def test_add_op_max_min_matches_numerics_with_b_broadcast(op, b_once, b_splat):
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in (0.4, 1.0, 1 / (2**20 * 0.6))]
     _params(state, 10, [x for x, _ in m], [s for _, s in m])
-    a, b = state.scratchpad[0:5].copy(), state.scratchpad[20:25].copy()
+    a, b = state.scratchpad[0][0:5].copy(), state.scratchpad[0][20:25].copy()
     insn = isa.ADD(a=0, b=20, dst=40, rows=5, param=10, a_offset=3, b_offset=-7, out_offset=1,
                    qmin=-100, qmax=90, op=op, b_once=b_once, b_splat=b_splat)
     run(state, insn)
@@ -207,7 +209,7 @@ def test_add_op_max_min_matches_numerics_with_b_broadcast(op, b_once, b_splat):
     b = np.broadcast_to(b[:, :1], b.shape) if b_splat else b
     want = numerics.extremum(a, b, 3, -7, [x for x, _ in m], [s for _, s in m], 1, -100, 90,
                              op=op)
-    np.testing.assert_array_equal(state.scratchpad[40:45], want)
+    np.testing.assert_array_equal(state.scratchpad[0][40:45], want)
     b_rows = 1 if b_once else 5  # the hazard check and the scheduler see only the rows read
     assert isa.ADD.access(ARCH, insn)[1] == (0, 20, 20 + b_rows, False)
     # op and the broadcast fields are new last fields: an add encodes as before them.
@@ -221,22 +223,22 @@ def test_add_op_hypot_matches_numerics():
     state = fresh()
     m, s = numerics.quantize_multiplier(0.9 / 2**numerics.HYPOT_FRACTION_BITS)
     _params(state, 10, [0, 0, m], [0, 0, s])
-    a, b = state.scratchpad[0:5].copy(), state.scratchpad[20:25].copy()
+    a, b = state.scratchpad[0][0:5].copy(), state.scratchpad[0][20:25].copy()
     insn = isa.ADD(a=0, b=20, dst=40, rows=5, param=10, a_offset=3, b_offset=3, out_offset=-128,
                    op="hypot")
     run(state, insn)
     want = numerics.hypot(a, b, 3, 3, [0, 0, m], [0, 0, s], -128, -128, 127)
-    np.testing.assert_array_equal(state.scratchpad[40:45], want)
+    np.testing.assert_array_equal(state.scratchpad[0][40:45], want)
     assert isa.decode(isa.encode(insn)).args == insn.args
     # int16 operands (a spectrum's parts): each a high plane, its low plane after it.
     m16, s16 = numerics.quantize_multiplier(0.9 / 2**(numerics.HYPOT_FRACTION_BITS + 8))
     _params(state, 10, [0, 0, m16], [0, 0, s16])
     a16, b16 = rng.integers(-30000, 30000, (2, 4, L))
-    state.scratchpad[60:64], state.scratchpad[64:68] = numerics.split_wide(a16)
-    state.scratchpad[70:74], state.scratchpad[74:78] = numerics.split_wide(b16)
+    state.scratchpad[0][60:64], state.scratchpad[0][64:68] = numerics.split_wide(a16)
+    state.scratchpad[0][70:74], state.scratchpad[0][74:78] = numerics.split_wide(b16)
     run(state, isa.ADD(a=60, b=70, dst=90, rows=4, param=10, out_offset=-128, op="hypot",
                        a_wide=1, b_wide=1))
-    np.testing.assert_array_equal(state.scratchpad[90:94], numerics.hypot(
+    np.testing.assert_array_equal(state.scratchpad[0][90:94], numerics.hypot(
         a16, b16, 0, 0, [0, 0, m16], [0, 0, s16], -128, -128, 127))
 
 @pytest.mark.parametrize("b_step, b_splat", [(1, 0), (0, 0), (0, 1), (1, 1)])
@@ -244,7 +246,7 @@ def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):
     state = fresh()
     m, s = numerics.quantize_multiplier(0.004)
     _params(state, 10, [m], [s])
-    a, b = state.scratchpad[0:5].copy(), state.scratchpad[20:25].copy()
+    a, b = state.scratchpad[0][0:5].copy(), state.scratchpad[0][20:25].copy()
     insn = isa.MUL(a=0, b=20, dst=40, rows=5, param=10, a_offset=3, b_offset=-7, out_offset=1,
                    qmin=-100, qmax=90, b_step=b_step, b_splat=b_splat)
     run(state, insn)
@@ -252,7 +254,7 @@ def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):
     b = np.broadcast_to(b[:, :1], b.shape) if b_splat else b
     want = numerics.requantize((a.astype(np.int64) - 3) * (b.astype(np.int64) + 7), m, s, 1,
                                -100, 90)
-    np.testing.assert_array_equal(state.scratchpad[40:45], want)
+    np.testing.assert_array_equal(state.scratchpad[0][40:45], want)
     b_rows = 5 if b_step else 1  # the hazard check and the scheduler see only the rows read
     assert isa.MUL.access(ARCH, insn)[1] == (0, 20, 20 + b_rows, False)
     assert isa.MUL.cycles(ARCH, insn) == isa.ADD.cycles(ARCH, isa.ADD(a=0, b=20, dst=40, rows=5,
@@ -270,31 +272,31 @@ def _windows_ref(image, kh, kw, sh, sw):
 
 def test_maxpool_windows():
     state = fresh()
-    image = state.scratchpad[0:7 * 6].reshape(7, 6, L).copy()
+    image = state.scratchpad[0][0:7 * 6].reshape(7, 6, L).copy()
     run(state, isa.MAXPOOL(src=0, dst=200, in_h=7, in_w=6, kh=3, kw=2, sh=2, sw=2))
     want = [w.max(axis=0) for w in _windows_ref(image, 3, 2, 2, 2)]
-    np.testing.assert_array_equal(state.scratchpad[200:200 + len(want)], np.array(want))
+    np.testing.assert_array_equal(state.scratchpad[0][200:200 + len(want)], np.array(want))
 
 
 def test_avgpool_windows_requantize():
     state = fresh()
     mult, shift = numerics.quantize_multiplier(1 / 9)
     _params(state, 30, [mult] * L, [shift] * L)
-    image = state.scratchpad[0:25].reshape(5, 5, L).copy()
+    image = state.scratchpad[0][0:25].reshape(5, 5, L).copy()
     run(state, isa.AVGPOOL(src=0, dst=300, in_h=5, in_w=5, kh=3, kw=3, sh=1, sw=1, param=30,
                            in_offset=4, out_offset=4, qmin=-128, qmax=127))
     sums = [(w.astype(np.int64) - 4).sum(axis=0) for w in _windows_ref(image, 3, 3, 1, 1)]
     want = numerics.requantize(np.array(sums), mult, shift, 4)
-    np.testing.assert_array_equal(state.scratchpad[300:309], want)
+    np.testing.assert_array_equal(state.scratchpad[0][300:309], want)
 
 
 def test_lut():
     state = fresh()
     table = rng.integers(-128, 128, 256).astype(np.int8)
-    state.scratchpad[1000:1000 + 256 // L] = table.reshape(-1, L)
-    src = state.scratchpad[0:3].copy()
+    state.scratchpad[0][1000:1000 + 256 // L] = table.reshape(-1, L)
+    src = state.scratchpad[0][0:3].copy()
     run(state, isa.LUT(src=0, dst=40, rows=3, table=1000))
-    np.testing.assert_array_equal(state.scratchpad[40:43], table[src.astype(np.int64) + 128])
+    np.testing.assert_array_equal(state.scratchpad[0][40:43], table[src.astype(np.int64) + 128])
 
 
 def test_cycle_formulas():
@@ -344,10 +346,10 @@ def test_output_stationary_cycles():
 def test_lut_per_lane_tables():
     state = fresh()
     run(state, isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1))
-    tables = state.scratchpad[1000:1256]
-    src = state.scratchpad[0:6].astype(np.int64)
+    tables = state.scratchpad[0][1000:1256]
+    src = state.scratchpad[0][0:6].astype(np.int64)
     want = np.array([[tables[v + 128, j] for j, v in enumerate(row)] for row in src])
-    np.testing.assert_array_equal(state.scratchpad[300:306], want)
+    np.testing.assert_array_equal(state.scratchpad[0][300:306], want)
     insn = isa.LUT(src=0, dst=300, rows=6, table=1000, per_lane=1)
     assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1256, False)  # all 256 table rows
 
@@ -368,9 +370,9 @@ def _softmax_tables(log: bool):
 def test_softmax_over_channel_blocks_matches_numerics(channels, log):
     state = fresh()
     table, packed = _softmax_tables(log)
-    state.accumulator[100:100 + packed.shape[0]] = packed
+    state.accumulator[0][100:100 + packed.shape[0]] = packed
     blocks, rows, stride = -(-channels // L), 6, 10
-    before = state.scratchpad.copy()
+    before = state.scratchpad[0].copy()
     insn = isa.SOFTMAX(src=0, dst=200, rows=rows, n=channels - (blocks - 1) * L, blocks=blocks,
                        stride=stride, table=100, log=int(log), shift=7 if log else 0,
                        out_offset=127 if log else -128)
@@ -381,7 +383,7 @@ def test_softmax_over_channel_blocks_matches_numerics(channels, log):
         want = numerics.log_softmax(x, table[:256], table[256:], 7, 127)
     else:
         want = numerics.softmax(x, table, -128)
-    got = np.concatenate([state.scratchpad[200 + b * stride:200 + b * stride + rows]
+    got = np.concatenate([state.scratchpad[0][200 + b * stride:200 + b * stride + rows]
                           for b in range(blocks)], axis=1)
     assert np.array_equal(got[:, :channels], want)
     assert np.array_equal(got[:, channels:], np.concatenate(
@@ -398,10 +400,10 @@ def test_preload_and_compute_offsets_subtract_both_zero_points(w_offset, x_offse
     """A MatMul of two activations: (X - x_offset) @ (W - w_offset), int9 products, exact."""
     state = fresh()
     run(state, isa.PRELOAD(sp=100, k=L, w_offset=w_offset))
-    weights = state.scratchpad[100:100 + L].astype(np.int64) - w_offset
+    weights = state.scratchpad[0][100:100 + L].astype(np.int64) - w_offset
     run(state, isa.COMPUTE(sp=5, acc=20, m_inner=4, k=L, n=L - 1, x_offset=x_offset))
-    inputs = state.scratchpad[5:9, :L].astype(np.int64) - x_offset
-    np.testing.assert_array_equal(state.accumulator[20:24, :L - 1],
+    inputs = state.scratchpad[0][5:9, :L].astype(np.int64) - x_offset
+    np.testing.assert_array_equal(state.accumulator[0][20:24, :L - 1],
                                   numerics.wrap32(inputs @ weights[:, :L - 1]))
 
 
@@ -423,12 +425,12 @@ def test_load_transpose_turns_lines_into_lanes():
     """Element (l, e) to lane l of row sram + e: Kᵀ's tile from K stored [S, Dh]."""
     state = fresh()
     keys = rng.integers(-128, 128, (L, 40)).astype(np.int8)  # S = L keys of Dh = 40 (stride 40)
-    state.dram[500:500 + keys.size] = keys.view(np.uint8).ravel()
+    state.dram[0][500:500 + keys.size] = keys.view(np.uint8).ravel()
     run(state, isa.LOAD(mem="scratchpad", sram=30, dram=500 + 3, y_size=L - 2, x_size=7,
                         elem_bytes=1, x_stride=1, y_stride=40, pad_value=-1, transpose=1))
     want = np.full((7, L), -1, np.int8)
     want[:, :L - 2] = keys[:L - 2, 3:10].T
-    np.testing.assert_array_equal(state.scratchpad[30:37], want)
+    np.testing.assert_array_equal(state.scratchpad[0][30:37], want)
     load = isa.LOAD(mem="scratchpad", sram=30, dram=503, y_size=L - 2, x_size=7, elem_bytes=1,
                     x_stride=1, y_stride=40, transpose=1)
     assert isa.LOAD.access(ARCH, load)[0][1:3] == (30, 37)
@@ -453,23 +455,23 @@ def test_gather_copies_the_rows_the_indices_pick():
     the end; table and destination rows at their own strides."""
     state = fresh()
     table = rng.integers(0, 256, (7, 40)).astype(np.uint8)  # 7 rows of 5 bytes, stride 40
-    state.dram[2000:2000 + table.size] = table.ravel()
+    state.dram[0][2000:2000 + table.size] = table.ravel()
     indices = np.array([3, -1, 0, 3], "<i4")
-    state.dram[100:116] = indices.view(np.uint8)
+    state.dram[0][100:116] = indices.view(np.uint8)
     run(state, isa.GATHER(index=100, count=4, table=2000, rows=7, row_bytes=5, table_stride=40,
                           dst=5000, dst_stride=8))
-    got = state.dram[5000:5032].reshape(4, 8)[:, :5]
+    got = state.dram[0][5000:5032].reshape(4, 8)[:, :5]
     np.testing.assert_array_equal(got, table[[3, 6, 0, 3], :5])
 
 
 def test_gather_refuses_an_index_outside_the_table_before_moving_anything():
     state = fresh()
-    state.dram[100:108] = np.array([1, 7], "<i4").view(np.uint8)
-    before = state.dram.copy()
+    state.dram[0][100:108] = np.array([1, 7], "<i4").view(np.uint8)
+    before = state.dram[:, :8192].copy()
     with pytest.raises(SimulatorError, match=r"index 7 at DRAM 104 is out of range \[-7, 7\)"):
         run(state, isa.GATHER(index=100, count=2, table=2000, rows=7, row_bytes=5,
                               table_stride=5, dst=5000, dst_stride=5))
-    np.testing.assert_array_equal(state.dram, before)
+    np.testing.assert_array_equal(state.dram[:, :8192], before)
 
 
 def test_gather_cycles():
@@ -490,12 +492,12 @@ def test_a_wide_add_writes_its_int16_sum_as_two_planes():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in (0.4, 0.5, 200 / (2**20 * 0.6))]
     _params(state, 10, [x for x, _ in m], [s for _, s in m])
-    a, b = state.scratchpad[0:4].copy(), state.scratchpad[4:8].copy()
+    a, b = state.scratchpad[0][0:4].copy(), state.scratchpad[0][4:8].copy()
     insn = isa.ADD(a=0, b=4, dst=20, rows=4, param=10, a_offset=3, b_offset=-7, wide=1)
     run(state, insn)
     want = numerics.add(a, b, 3, -7, [x for x, _ in m], [s for _, s in m], 0, dtype="int16")
     assert np.abs(want).max() > 127  # the sum needs the 16 bits
-    got = numerics.join_wide(state.scratchpad[20:24], state.scratchpad[24:28])
+    got = numerics.join_wide(state.scratchpad[0][20:24], state.scratchpad[0][24:28])
     np.testing.assert_array_equal(got, want)
     assert isa.ADD.access(ARCH, insn)[-1] == (0, 20, 28, True)
     assert isa.ADD.cycles(ARCH, insn) == 2 * isa.ADD.cycles(ARCH, isa.ADD(**{
@@ -512,9 +514,9 @@ def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     high, low = numerics.split_wide(x)
     for block in range(2):
         width = L if block == 0 else 5
-        state.scratchpad[100 + block * stride:100 + block * stride + rows, :width] = \
+        state.scratchpad[0][100 + block * stride:100 + block * stride + rows, :width] = \
             high[:, block * L:block * L + width]
-        state.scratchpad[100 + (2 + block) * stride:100 + (2 + block) * stride + rows, :width] = \
+        state.scratchpad[0][100 + (2 + block) * stride:100 + (2 + block) * stride + rows, :width] = \
             low[:, block * L:block * L + width]
     table = np.zeros(isa.layernorm_table_rows(L, c) * L, np.int64)
     mults = [numerics.quantize_multiplier(0.8 * 2**8 / (0.05 * 2**16))] * c
@@ -522,12 +524,12 @@ def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     table[1:1 + c] = [m for m, _ in mults]
     table[1 + c:1 + 2 * c] = [s for _, s in mults]
     table[1 + 2 * c:1 + 3 * c] = rng.integers(-500, 500, c)
-    state.accumulator[200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
+    state.accumulator[0][200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
     run(state, isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride,
                              table=200, wide=1))
     want = numerics.layer_norm(x, 1, table[1:1 + c], table[1 + c:1 + 2 * c],
                                table[1 + 2 * c:1 + 3 * c], 0, in_dtype="int16")
-    got = np.concatenate([state.scratchpad[300:300 + rows], state.scratchpad[308:308 + rows, :5]],
+    got = np.concatenate([state.scratchpad[0][300:300 + rows], state.scratchpad[0][308:308 + rows, :5]],
                          axis=1)
     np.testing.assert_array_equal(got, want)
 
@@ -537,7 +539,7 @@ def _write_blocks(state, base: int, stride: int, x: np.ndarray) -> None:
     lanes at scratchpad rows base + b * stride, one row per row of x."""
     for block in range(-(-x.shape[1] // L)):
         part = x[:, block * L:(block + 1) * L]
-        state.scratchpad[base + block * stride:base + block * stride + len(x),
+        state.scratchpad[0][base + block * stride:base + block * stride + len(x),
                          :part.shape[1]] = part
 
 def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
@@ -552,15 +554,15 @@ def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
     table[0] = 1
     table[1:1 + c], table[1 + c:1 + 2 * c] = m, k
     table[1 + 2 * c:1 + 3 * c] = rng.integers(-50000, 50000, c)
-    state.accumulator[200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
+    state.accumulator[0][200:200 + isa.layernorm_table_rows(L, c)] = table.reshape(-1, L)
     insn = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200,
                          out_wide=1)
     run(state, insn)
     want = numerics.layer_norm(x, 1, table[1:1 + c], table[1 + c:1 + 2 * c],
                                table[1 + 2 * c:1 + 3 * c], 0, dtype="int16")
     assert np.abs(want).max() > 127  # the int16 range is used
-    planes = [np.concatenate([state.scratchpad[base:base + rows],
-                              state.scratchpad[base + stride:base + stride + rows, :5]], axis=1)
+    planes = [np.concatenate([state.scratchpad[0][base:base + rows],
+                              state.scratchpad[0][base + stride:base + stride + rows, :5]], axis=1)
               for base in (300, 300 + 2 * stride)]
     np.testing.assert_array_equal(numerics.join_wide(*planes), want)
     narrow = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200)
@@ -576,14 +578,14 @@ def test_reduce_writes_one_value_per_row_in_lane_0(op):
     x = rng.integers(-128, 128, (rows_, c))
     _write_blocks(state, 100, stride, x)
     m, k = numerics.quantize_multiplier(0.07 / 2**numerics.HYPOT_FRACTION_BITS)
-    state.accumulator[200, :2] = (m, k)
-    before = state.scratchpad[300:300 + rows_].copy()
+    state.accumulator[0][200, :2] = (m, k)
+    before = state.scratchpad[0][300:300 + rows_].copy()
     insn = isa.REDUCE(src=100, dst=300, rows=rows_, n=5, blocks=2, stride=stride, table=200,
                       op=op, in_offset=3, out_offset=-20)
     run(state, insn)
     want = numerics.reduce_rows(x, op, 3, m, k, -20)
-    np.testing.assert_array_equal(state.scratchpad[300:300 + rows_, 0], want)
-    np.testing.assert_array_equal(state.scratchpad[300:300 + rows_, 1:], before[:, 1:])
+    np.testing.assert_array_equal(state.scratchpad[0][300:300 + rows_, 0], want)
+    np.testing.assert_array_equal(state.scratchpad[0][300:300 + rows_, 1:], before[:, 1:])
     once = -(-rows_ * 2 * ARCH.lanes // ARCH.vector.lanes)  # one pass over the 2 blocks
     assert insn.op.cycles(ARCH, insn) == once + (rows_ if op == "l2" else 0)
     assert isa.decode(isa.encode(insn)).args == insn.args
@@ -592,12 +594,12 @@ def test_a_wide_requant_writes_int16_as_two_planes():
     state = fresh()
     m = [numerics.quantize_multiplier(v) for v in rng.uniform(0.001, 0.01, L)]
     _params(state, 10, [x for x, _ in m], [s for _, s in m])
-    acc = state.accumulator[20:23].copy()
+    acc = state.accumulator[0][20:23].copy()
     run(state, isa.REQUANT(acc=20, sp=40, rows=3, param=10, out_offset=0, wide=1))
     want = numerics.requantize(acc, [x for x, _ in m], [s for _, s in m], 0, axis=1,
                                dtype="int16")
     np.testing.assert_array_equal(
-        numerics.join_wide(state.scratchpad[40:43], state.scratchpad[43:46]), want)
+        numerics.join_wide(state.scratchpad[0][40:43], state.scratchpad[0][43:46]), want)
 
 
 def test_an_add_of_a_wide_operand_aligns_at_2_to_the_12():
@@ -607,12 +609,12 @@ def test_an_add_of_a_wide_operand_aligns_at_2_to_the_12():
     m = [numerics.quantize_multiplier(v) for v in (0.01, 1.0, 1 / (2**12 * 0.9))]
     _params(state, 10, [x for x, _ in m], [s for _, s in m])
     a = rng.integers(-30000, 30000, (4, L))
-    state.scratchpad[0:8] = np.concatenate(numerics.split_wide(a))
-    b = state.scratchpad[8:12].copy()
+    state.scratchpad[0][0:8] = np.concatenate(numerics.split_wide(a))
+    b = state.scratchpad[0][8:12].copy()
     insn = isa.ADD(a=0, b=8, dst=20, rows=4, param=10, b_offset=5, a_wide=1, wide=1)
     run(state, insn)
     want = numerics.add(a, b, 0, 5, [x for x, _ in m], [s for _, s in m], 0, dtype="int16",
                         left_shift=numerics.ADD_LEFT_SHIFT_WIDE)
     np.testing.assert_array_equal(
-        numerics.join_wide(state.scratchpad[20:24], state.scratchpad[24:28]), want)
+        numerics.join_wide(state.scratchpad[0][20:24], state.scratchpad[0][24:28]), want)
     assert isa.ADD.access(ARCH, insn)[0] == (0, 0, 8, False)
