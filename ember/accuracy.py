@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from compiler.backend.codegen.host import check_segments, run_segment
 from compiler.backend.progress import Progress, quiet
@@ -139,6 +142,9 @@ class BitExactness:
         self.first_difference: dict | None = None
         self.samples = 0  # checked so far
         self._waiting: list[tuple[dict, dict]] = []  # (program inputs, expected outputs)
+        self._queued = 0  # samples handed to a batch so far
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: Future | None = None  # the batch on the simulator's thread
 
     def program_inputs(self, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The program's inputs for one sample, from `env` (`run_int8(..., keep_all=True)`'s
@@ -155,19 +161,40 @@ class BitExactness:
                 for b in self.program.outputs}
 
     def add(self, env: Mapping[str, np.ndarray]) -> None:
-        """Queue one sample from `env`; a full batch runs at once."""
+        """Queue one sample from `env`; a full batch starts running."""
         self._waiting.append((self.program_inputs(env), self.expected_outputs(env)))
         if len(self._waiting) >= self.batch:
-            self.flush()
+            self.flush(wait=False)
 
-    def flush(self) -> None:
-        """Run the queued samples as one batch and compare each."""
-        if not self._waiting:
-            return
-        waiting, self._waiting = self._waiting, []
+    def flush(self, wait: bool = True) -> None:
+        """Start the queued samples as one batch, on a thread of its own: the simulator works
+        while the caller computes the next samples' references (numpy leaves the
+        interpreter's lock in its loops, so both cores work). One batch runs at a time. With
+        `wait`, return once every sample queued so far is compared (and raise what it
+        raised)."""
+        if self._waiting:
+            self._wait()
+            waiting, self._waiting = self._waiting, []
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="ember-simulator")
+            self._running = self._pool.submit(self._compare, waiting, self._queued)
+            self._queued += len(waiting)
+        if wait:
+            self._wait()
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    def _wait(self) -> None:
+        if self._running is not None:
+            running, self._running = self._running, None
+            running.result()
+
+    def _compare(self, waiting: list[tuple[dict, dict]], first: int) -> None:
+        """Run one batch of samples (the first of them sample `first`) and compare each."""
         inputs = {b.name: np.stack([w[0][b.name] for w in waiting])
                   for b in self.program.inputs}
-        outputs = self.machine.outputs(inputs, first=self.samples)
+        outputs = self.machine.outputs(inputs, first=first)
         for n, (_, expected) in enumerate(waiting):
             for binding in self.program.outputs:
                 want = expected[binding.name]
@@ -178,12 +205,11 @@ class BitExactness:
                 if self.first_difference is None and not same:
                     index = tuple(int(i) for i in np.argwhere(got != want)[0]) \
                         if np.any(got != want) else (0,) * got.ndim
-                    self.first_difference = {"sample": self.samples + n,
-                                             "output": binding.name,
+                    self.first_difference = {"sample": first + n, "output": binding.name,
                                              "element": list(index),
                                              "simulator": got[index].item(),
                                              "reference": want[index].item()}
-        self.samples += len(waiting)
+        self.samples = first + len(waiting)
 
     def check(self, env: Mapping[str, np.ndarray]) -> Stats:
         """Run one sample now and compare it; the program's performance figures."""
@@ -298,6 +324,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     if evaluation.samples is not None and total is not None:
         total = min(total, evaluation.samples)
     progress("evaluating samples", 0, total)
+    blas = ExitStack()
+    if exactness is not None:  # the simulator's thread and this one share the two cores
+        blas.enter_context(threadpool_limits(1, user_api="blas"))
     for feeds in batching.stream(source, specs, batch, True, evaluation.samples, False, tally):
         reference = ort.run(session, feeds)
         env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
@@ -328,6 +357,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         progress("evaluating samples", seen, total)
     if exactness is not None:
         exactness.flush()
+    blas.close()
     if seen == 0:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []

@@ -71,8 +71,10 @@ class State:
         self.scratchpad = np.zeros((batch, arch.scratchpad.rows, arch.lanes), np.int8)
         self.accumulator = np.zeros((batch, arch.accumulator.rows, arch.lanes), np.int32)
         self.memories = (self.scratchpad, self.accumulator)
-        self.weights: np.ndarray | None = None  # the latched tile, per sample
-        self.shared_weights: np.ndarray | None = None  # the one tile when all samples latch it
+        # The latched tile: the samples' one tile (k, lanes) when they all latched the same,
+        # else each sample's (samples, k, lanes) in `weights`.
+        self.weights: np.ndarray | None = None
+        self.shared_weights: np.ndarray | None = None
         self.image: np.ndarray | None = None  # the DRAM bytes the samples share (`Machine`)
 
     def image_view(self) -> State:

@@ -165,9 +165,8 @@ class Chain:
                 out[...] = held["sum"]
         if held["tiles"]:
             tile = held["tiles"][-1]
-            if tile.ndim == 2:
-                state.shared_weights = tile
-                state.weights = np.broadcast_to(tile, (len(state.scratchpad), *tile.shape))
+            if tile.ndim == 2:  # the samples' one tile (`State.shared_weights`)
+                state.weights, state.shared_weights = None, tile
             else:
                 state.weights, state.shared_weights = tile, shared(tile)
 

@@ -86,8 +86,9 @@ def _last_row(a: dict) -> int:
 def compute(state, insn) -> None:
     a = insn.args
     k, n, m = a["k"], a["n"], a["m_outer"] * a["m_inner"]
-    if state.weights is None or k > state.weights.shape[1]:
-        have = 0 if state.weights is None else state.weights.shape[1]
+    tile = state.shared_weights if state.shared_weights is not None else state.weights
+    if tile is None or k > tile.shape[-2]:
+        have = 0 if tile is None else tile.shape[-2]
         raise SimulatorError(f"k = {k}: the preloaded weight tile has only {have} rows")
     if n > state.arch.array.cols:
         raise SimulatorError(f"n = {n}: expected at most array.cols = {state.arch.array.cols}")
