@@ -141,6 +141,7 @@ def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOpt
     image, steps, padded, constants = generate(lowered, tiles, arch, options, on_chip, progress)
     # Place activations above the image, reusing buffers by liveness; kept tensors get none
     # (constant operands are in the image).
+    progress("planning DRAM", 0, None)
     plan = plan_dram(lowered, image.size_bytes, arch.dram.size_bytes, qgraph.name,
                      set(padded) | set(on_chip))
     sizes = {name: t.size_bytes for name, t in lowered.tensors.items()}

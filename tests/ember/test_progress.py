@@ -21,7 +21,8 @@ def test_compiling_reports_each_stage_per_layer_and_instruction(digits_profile) 
                           CompileOptions(QuantOptions(), BackendOptions()), "edge", progress)
     stages = list(dict.fromkeys(what for what, _, _ in calls))
     assert stages == ["quantizing", "lowering", "tiling layers", "keeping activations on chip",
-                      "generating code for layers", "scheduling instructions", "summarizing"]
+                      "generating code for layers", "planning DRAM", "scheduling instructions",
+                      "summarizing"]
     layers = built.compiled.summary.layers
     assert [done for what, done, _ in calls if what == "tiling layers"] == list(range(layers))
     assert {total for what, _, total in calls if what == "tiling layers"} == {layers}
