@@ -1,17 +1,20 @@
 """ember's array cycles against SCALE-Sim's, for ResNet-18's convolutions and a few GEMMs.
 
-Each layer is a GEMM of M output pixels x K = kh * kw * cin x N = cout. ember tiles it the way
-its ISA must (see `ember_cycles`) and adds up
-the table's own cost functions (`isa.PRELOAD.cycles`, `isa.COMPUTE.cycles`), which is what the
-machine charges the array unit; preload overlap is off so that every fold pays its weight load,
-as SCALE-Sim's does. SCALE-Sim's count is the length of its compute unit's demand matrix for the
-same operand shapes. Needs the optional `bench` extra (PyPI `scalesim`); without it the script
-says so and exits.
+Each layer is a GEMM of M output pixels x K = kh * kw * cin x N = cout. ember compiles it: a
+one-node ONNX model of that Conv (unpadded, as SCALE-Sim takes it) or MatMul, profiled on two
+seeded random samples, quantized and compiled for the preset by ember's own compiler
+(`compiled_layer`), and the machine runs the program; its array cycles are the array unit's
+busy cycles in that run (its PRELOADs and COMPUTEs as the compiler tiled them), and preload
+overlap is off so that every fold pays its weight load, as SCALE-Sim's does. SCALE-Sim's count
+is the length of its compute unit's demand matrix for the same operand shapes. `ember_cycles`,
+the ISA's cost functions added over the ideal folds, is printed beside them: where the compiled
+program differs, its tiling (the scratchpad holds only so many rows) is why. Needs the optional
+`bench` extra (PyPI `scalesim`); without it the script says so and exits.
 
 Host time per layer, side by side: SCALE-Sim's is the time to build its compute unit's demand
 matrices (only part of a full SCALE-Sim run, which also simulates its memory system, so the
-ratio understates ember's lead); ember's is the machine running the layer's whole program,
-functional and timed (`examples.synthetic_program.resnet18_program` for that one convolution).
+ratio understates ember's lead); ember's is the machine running the layer's compiled program,
+functional and timed with its race check (`machine.run`).
 
 Then a second table, full SCALE-Sim runs the way its users run it: for each layer named by
 `--full-scalesim` (default: the cheap ones, `FULL_DEFAULT`), a config file and a one-layer
@@ -63,9 +66,18 @@ import warnings
 
 import numpy as np
 
-from examples.synthetic_program import resnet18_convs, resnet18_program
+import onnx
+from onnx import helper, numpy_helper
+
+from compiler.pipeline import compile_int8
+from ember.flow import profile_model, quantize_model
+from examples.synthetic_program import resnet18_convs
+from profiler.model_inputs import input_specs
+from profiler.run import RunOptions
+from profiler.sources.arrays import RandomData
 from simulator import isa, machine
 from simulator.arch import Arch
+from simulator.program import Program
 
 GEMMS = [("gemm 64x64x64", 64, 64, 64), ("gemm 128x256x64", 128, 256, 64),
          ("gemm 256x256x256", 256, 256, 256), ("gemm 17x33x15", 17, 33, 15),
@@ -155,27 +167,26 @@ def main() -> None:
 
 def cycle_table(arch: Arch, dataflow: str, convs: dict) -> None:
     print(f"{'layer':<24}{'M':>7}{'K':>7}{'N':>6}{'ember':>13}{'SCALE-Sim':>13}{'ratio':>8}"
-          f"{'ember ms':>10}{'S-Sim ms':>10}{'speed-up':>10}")
-    total_ember = total_scalesim = 0
+          f"{'formula':>13}{'ember ms':>10}{'S-Sim ms':>10}{'speed-up':>10}")
+    total_ember = total_scalesim = total_formula = 0
     host_ember = host_scalesim = 0.0
     for name, m, k, n in layers():
-        ours = ember_cycles(arch, m, k, n)
+        ours_s, _, _, ours = _simulate(arch, convs.get(name) or (name, m, k, n))
+        formula = ember_cycles(arch, m, k, n)
         started = time.perf_counter()
         theirs = scalesim_cycles(arch, dataflow, m, k, n)
         theirs_s = time.perf_counter() - started
-        ours_s = _simulate(arch, convs[name])[0] if name in convs else None
         total_ember += ours
         total_scalesim += theirs
-        timing = ""
-        if ours_s is not None:
-            host_ember += ours_s
-            host_scalesim += theirs_s
-            timing = f"{ours_s * 1e3:>10.1f}{theirs_s * 1e3:>10.1f}{theirs_s / ours_s:>9.0f}x"
+        total_formula += formula
+        host_ember += ours_s
+        host_scalesim += theirs_s
         print(f"{name:<24}{m:>7}{k:>7}{n:>6}{ours:>13,}{theirs:>13,}{ours / theirs:>8.3f}"
-              + timing)
+              f"{formula:>13,}{ours_s * 1e3:>10.1f}{theirs_s * 1e3:>10.1f}"
+              f"{theirs_s / ours_s:>9.1f}x")
     print(f"{'total':<44}{total_ember:>13,}{total_scalesim:>13,}"
-          f"{total_ember / total_scalesim:>8.3f}{host_ember * 1e3:>10.1f}"
-          f"{host_scalesim * 1e3:>10.1f}{host_scalesim / host_ember:>9.0f}x")
+          f"{total_ember / total_scalesim:>8.3f}{total_formula:>13,}{host_ember * 1e3:>10.1f}"
+          f"{host_scalesim * 1e3:>10.1f}{host_scalesim / host_ember:>9.1f}x")
 
 
 def full_table(arch: Arch, dataflow: str, convs: list, timeout: float, traces: bool) -> None:
@@ -191,8 +202,7 @@ def full_table(arch: Arch, dataflow: str, convs: list, timeout: float, traces: b
     for conv in convs:
         m, k, n = conv.size_out ** 2, conv.kernel ** 2 * conv.cin, conv.cout
         full = run_full_scalesim(config, scalesim_topology(conv), timeout, traces)
-        ours_s, ours_cycles, ours_cpu = _simulate(arch, conv)
-        array = ember_cycles(arch, m, k, n)
+        ours_s, ours_cycles, ours_cpu, array = _simulate(arch, conv)
         if isinstance(full, dict):
             if full["mnk"] != [m, n, k]:
                 print(f"{conv.name}: SCALE-Sim's M, N, K {full['mnk']} != ember's {[m, n, k]}")
@@ -333,13 +343,51 @@ def _full_scalesim_child(send, config: str, topology: str, traces: bool) -> None
         send.close()
 
 
-def _simulate(arch: Arch, conv) -> tuple[float, int, float]:
-    """Host seconds (wall) for ember's machine to run one convolution's program, functional and
-    timed, the simulated cycles, and the host CPU seconds."""
-    program = resnet18_program(arch, [conv])
+_COMPILED: dict = {}
+
+
+def compiled_layer(arch: Arch, layer) -> Program:
+    """ember's program for one layer: a ResNet-18 convolution (unpadded: its input is the
+    pixels its outputs read, as SCALE-Sim's IFMAP) or a GEMM (name, M, K, N) as a MatMul by a
+    constant, profiled on two seeded random samples and compiled for `arch`."""
+    key = (arch.name, arch.array.dataflow, str(layer))
+    if key in _COMPILED:
+        return _COMPILED[key]
+    rng = np.random.default_rng(0)
+    if isinstance(layer, tuple):
+        _, m, k, n = layer
+        weights = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")
+        node = helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")
+        shape_in, shape_out = [1, m, k], [1, m, n]
+    else:
+        size = (layer.size_out - 1) * layer.stride + layer.kernel
+        weights = numpy_helper.from_array(rng.standard_normal(
+            (layer.cout, layer.cin, layer.kernel, layer.kernel)).astype(np.float32), "w")
+        node = helper.make_node("Conv", ["x", "w"], ["y"], name=layer.name,
+                                kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+        shape_in = [1, layer.cin, size, size]
+        shape_out = [1, layer.cout, layer.size_out, layer.size_out]
+    graph = helper.make_graph(
+        [node], "layer", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape_in)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape_out)], [weights])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    specs = input_specs(proto, {})
+    qgraph = quantize_model(proto, profile_model(proto, RandomData(2, specs, 0), specs,
+                                                 RunOptions(batch=1))).qgraph
+    program = _COMPILED[key] = compile_int8(qgraph, arch).program
+    return program
+
+
+def _simulate(arch: Arch, layer) -> tuple[float, int, float, int]:
+    """Host seconds (wall) for ember's machine to run one layer's compiled program, functional
+    and timed with its race check; the simulated cycles; the host CPU seconds; and the array's
+    busy cycles in the run."""
+    program = compiled_layer(arch, layer)
+    inputs = {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs}
     started, cpu = time.perf_counter(), time.process_time()
-    result = machine.run(program)
-    return time.perf_counter() - started, result.stats.cycles, time.process_time() - cpu
+    result = machine.run(program, inputs)
+    return (time.perf_counter() - started, result.stats.cycles, time.process_time() - cpu,
+            result.stats.busy["array"])
 
 
 if __name__ == "__main__":

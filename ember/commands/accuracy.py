@@ -10,19 +10,10 @@ import click
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, compiles_again_to, measure
-from ember.commands.options import (
-    QUANT_FIELDS,
-    batch_option,
-    data_options,
-    image_options_from,
-    input_shape_option,
-    json_option,
-    model_argument,
-    quant_options_from,
-    quantization_options,
-    refuse_conflicts,
-    warn_if_synthetic,
-)
+from ember.commands.options import (QUANT_FIELDS, batch_option, data_options, image_options_from,
+                                    input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options, refuse_conflicts,
+                                    warn_if_synthetic)
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar

@@ -31,15 +31,7 @@ import numpy as np
 
 from simulator import numerics
 from simulator.errors import SimulatorError
-from simulator.units import (
-    ACCUMULATOR,
-    SCRATCHPAD,
-    Access,
-    Work,
-    ceil_div,
-    rows,
-    shared,
-)
+from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows, shared
 
 # OpenBLAS runs a GEMM on several threads once M * N * K exceeds 2^18. For the skinny products
 # of one array pass that costs more than it saves (15x more on a busy machine), so COMPUTE feeds

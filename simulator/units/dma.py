@@ -17,16 +17,8 @@ import numpy as np
 
 from simulator import numerics
 from simulator.errors import IndexRangeError, SimulatorError
-from simulator.units import (
-    MEMORIES,
-    SCRATCHPAD,
-    Access,
-    Work,
-    ceil_div,
-    dram_span,
-    dram_view,
-    rows,
-)
+from simulator.units import (MEMORIES, SCRATCHPAD, Access, Work, ceil_div, dram_span,
+                             dram_view, rows)
 
 
 def _dram_view(dram: np.ndarray, addr: int, a: dict, writeable: bool) -> np.ndarray:

@@ -17,15 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from simulator import numerics
 from simulator.errors import SimulatorError
-from simulator.units import (
-    ACCUMULATOR,
-    SCRATCHPAD,
-    Access,
-    Work,
-    ceil_div,
-    rows,
-    shared,
-)
+from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, rows, shared
 
 # What ADD computes of its two operands (field op): their rescaled sum, the larger or smaller
 # of them, or the root of their squares' sum (`numerics.hypot`, a spectrum's magnitude).
