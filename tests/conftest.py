@@ -30,3 +30,16 @@ def digits_profile(tmp_path_factory) -> Path:
                                       str(DIGITS / "calib.npz"), "-o", str(path)])
     assert result.exit_code == 0, result.output
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """The user cache (`ember.checked`'s record of race-checked programs) in a directory of the
+    test run's own, never the home directory's."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved

@@ -15,7 +15,7 @@ import numpy as np
 from compiler.backend.codegen.host import check_segments, run_segment
 from compiler.backend.progress import Progress, quiet
 from compiler.frontend.onnx import parse_input_shapes
-from ember import console, preprocessing
+from ember import checked, console, preprocessing
 from ember.commands.options import (
     batch_option,
     data_options,
@@ -56,12 +56,16 @@ from simulator.stats import Stats
 @click.option("--check-hazards/--no-check-hazards", default=True, show_default=True,
               help="Reject cross-queue accesses to local memory that no dependency token "
                    "orders (a race), even when the timing hides them.")
+@click.option("--no-checks", "reuse_checks", is_flag=True,
+              help="For speed: skip the race check when this very program passed it before "
+                   "(ember remembers each program that passes, by its SHA-256, in "
+                   "~/.cache/ember); a program not seen before is checked this once.")
 @batch_option
 @program_shape_option
 @json_option
 def simulate(program: str, data: str, samples: int | None, output: str | None, raw: bool,
              report: str | None, html_path: str | None, trace_path: str | None,
-             trace_level: str, check_hazards: bool, batch: int | None,
+             trace_level: str, check_hazards: bool, reuse_checks: bool, batch: int | None,
              input_shapes: tuple[str, ...], as_json: bool, **image_kwargs) -> None:
     """Run PROGRAM (an .ember file) bit-exactly, with cycle-approximate timing.
 
@@ -94,7 +98,15 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
     feeds = read_inputs(prog, data, image_options_from(image_kwargs), samples)
     if (note := feeds.describe()) is not None:
         click.echo(f"ember: {note}", err=True)
-    ready = machine.Machine(prog, check_hazards=check_hazards, host=run_segment)
+    program_bytes = Path(program).read_bytes()
+    passed_before = check_hazards and reuse_checks and checked.passed(program_bytes)
+    if reuse_checks and check_hazards and not passed_before:
+        click.echo("ember: --no-checks: this program has not passed the race check before; "
+                   "checking it this once", err=True)
+    ready = machine.Machine(prog, check_hazards=check_hazards and not passed_before,
+                            host=run_segment)
+    if check_hazards and not passed_before:
+        checked.remember(program_bytes)
     with progress_bar() as progress:
         results = run_batches(ready, feeds.runs, batch, progress)
     if output:
@@ -107,7 +119,9 @@ def simulate(program: str, data: str, samples: int | None, output: str | None, r
         write_atomic(output, buffer.getvalue())
     perf = performance_doc(program, data, feeds, ready.stats,
                            {"raw": raw, "trace_level": trace_level,
-                            "check_hazards": check_hazards})
+                            "check_hazards": check_hazards,
+                            "race_check": "passed before" if passed_before
+                            else "ran" if check_hazards else "off"})
     text = json.dumps(perf, indent=2)
     html_paths = [html_path]
     if report and Path(report).suffix.lower() in (".html", ".htm"):  # the older --html

@@ -1,5 +1,6 @@
 """`ember disasm` and `ember simulate` through click's CliRunner."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -108,3 +109,36 @@ def test_simulate_reports_a_race_unless_told_not_to(tmp_path):
     result = invoke("simulate", tmp_path / "race.ember", "-i", tmp_path / "x.npy",
                     "--no-check-hazards", "--json")
     assert result.exit_code == 0, result.output
+
+
+def test_no_checks_skips_only_a_race_check_that_passed_before(files, tmp_path, monkeypatch):
+    """--no-checks checks a program it has not seen pass, then skips the check for it; a racy
+    program never passes, so its race is reported every time."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tmp, _, prog = files
+    args = ("simulate", tmp / "g.ember", "-i", tmp / "x.npy", "--json", "--no-checks")
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    assert "has not passed the race check before; checking it this once" in first.stderr
+    assert json.loads(first.stdout)["run"]["options"]["race_check"] == "ran"
+    again = invoke(*args)
+    assert again.exit_code == 0 and again.stderr == ""
+    assert json.loads(again.stdout)["run"]["options"]["race_check"] == "passed before"
+    assert json.loads(again.stdout)["cycles"] == json.loads(first.stdout)["cycles"]
+    dataclasses.replace(prog, metadata={"note": "another program"}).save(tmp / "h.ember")
+    assert "checking it this once" in invoke(*args[:1], tmp / "h.ember", *args[2:]).stderr
+
+
+def test_no_checks_never_skips_a_race(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from simulator.arch import Arch
+    from simulator.program import IOBinding, Program
+    load = isa.LOAD(mem="scratchpad", sram=0, dram=0, y_size=1, x_size=1, elem_bytes=16,
+                    x_stride=16, y_stride=16)
+    Program(arch=Arch.load("default"), instructions=[load, isa.PRELOAD(sp=0, k=1), isa.END()],
+            inputs=(IOBinding("x", 0, (16,), 1.0, 0),)).save(tmp_path / "race.ember")
+    np.save(tmp_path / "x.npy", np.zeros(16, np.int8))
+    for _ in range(2):
+        result = invoke("simulate", tmp_path / "race.ember", "-i", tmp_path / "x.npy",
+                        "--no-checks")
+        assert result.exit_code == 2 and "race (read after write)" in result.output
