@@ -92,7 +92,9 @@ def _dram_blocks(start: int, stop: int, pattern, base: int, g: int):
     lo, hi = first // g, (first + eb - 1) // g
     width = int((hi - lo).max()) + 1
     blocks = (lo[:, None] + np.arange(width)).ravel()
-    return np.unique(blocks[blocks <= (stop - 1 - base) // g])
+    # Repeated blocks are harmless (a maximum over them, or the same index written to each
+    # again): no sort to make them unique.
+    return blocks[blocks <= (stop - 1 - base) // g]
 
 
 
@@ -127,6 +129,9 @@ class _Entry:
     insn: isa.Insn | None = None  # built without flags; reused when no flag is added
 
 
+_max_rows = np.maximum.reduce  # a table's column maxima over a slice of its rows
+
+
 class _Tokens:
     """Builds the program, adding push/pop flags and relay SYNCs as hazards require."""
 
@@ -155,22 +160,23 @@ class _Tokens:
 
     # -- hazards --
 
-    def needs(self, op: Op, q: int, accesses) -> dict[int, int]:
-        """Other queue → the latest of its instructions this op must wait for."""
+    def needs(self, op: Op, q: int, accesses) -> list[int]:
+        """Per queue, the latest of its instructions this op must wait for (-1: none; its own
+        queue's entry means nothing: a queue is in order)."""
         need = [-1] * NQ
         for mem, start, stop, write in accesses:
             table = self.local[mem]
             stop = min(stop, table.shape[0])
             if start >= stop:
                 continue
-            last = table[start:stop].max(axis=0).tolist()
+            last = _max_rows(table[start:stop]).tolist()
             need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
         for start, stop, write, *pattern in op.dram:
             if stop <= start:
                 continue
-            last = self.dram[self._blocks(start, stop, pattern)].max(axis=0).tolist()
+            last = _max_rows(self.dram[self._blocks(start, stop, pattern)]).tolist()
             need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
-        return {p: j for p, j in enumerate(need) if p != q and j >= 0}
+        return need
 
     def record(self, op: Op, q: int, index: int, accesses) -> None:
         for mem, start, stop, write in accesses:
@@ -260,7 +266,9 @@ class _Tokens:
         if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
             accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
         need = self.needs(op, q, accesses)
-        self.make_after(entry, clock, need)
+        if any(j > clock[p] for p, j in enumerate(need) if p != q):
+            self.make_after(entry, clock, {p: j for p, j in enumerate(need)
+                                           if p != q and j >= 0})
         index = self.append(entry, clock)
         self.record(op, q, index, accesses)
 
