@@ -55,7 +55,8 @@ class Chain:
         self.preloads: list[tuple[int, int, int, bool]] = []
         self.constant_tiles: dict[int, np.ndarray] = {}  # per PRELOAD, made once
         self.constant_weights: dict[int, np.ndarray] = {}  # per segment, made once
-        self.inputs: list[np.ndarray] = []  # each COMPUTE's streamed rows, (m,)
+        # each COMPUTE's streamed rows, (m,), or the first of m consecutive ones
+        self.inputs: list[np.ndarray | int] = []
         self.tile_of: list[int] = []  # each COMPUTE's PRELOAD member, -1: the entry tile
         self.segments: list[tuple[int, int, int, int]] = []  # preloads [a, b), computes [c, d)
         self.acc = self.m = self.n = self.k = self.x_offset = 0
@@ -74,13 +75,19 @@ class Chain:
         if start_p == len(self.preloads) and start_c == self.computes:
             return None
         self.segments.append((start_p, len(self.preloads), start_c, self.computes))
-        rows = self.inputs[start_c:self.computes]
-        if rows:
-            rows = np.stack(rows, axis=1)
+        streamed = self.inputs[start_c:self.computes]
+        if not streamed:
+            self.rows.append((None, 0, 0))
+        elif all(type(s) is int for s in streamed):  # each m consecutive rows from its start
+            starts = np.array(streamed, np.intp)
+            low = int(starts.min())
+            rows = np.arange(self.m, dtype=np.intp)[:, None] + (starts - low)
+            self.rows.append((rows, low, low + int(rows.max()) + 1))
+        else:
+            rows = np.stack([np.arange(s, s + self.m) if type(s) is int else s
+                             for s in streamed], axis=1).astype(np.intp)
             low, high = int(rows.min()), int(rows.max()) + 1
             self.rows.append((rows - low, low, high))
-        else:
-            self.rows.append((None, 0, 0))
         return len(self.segments) - 1
 
     def capture(self, state, scratch: dict, segment: int) -> None:
@@ -297,10 +304,8 @@ def build(program: Program, order: list[int], constant_loads: set[int] = frozens
                 chain.acc, chain.m, chain.n, chain.k = a["acc"], _m(a), a["n"], a["k"]
                 chain.x_offset, chain.accumulate = a["x_offset"], bool(a["accumulate"])
             chain.members.append(i)
-            streamed = array_unit.input_rows(a)
-            if isinstance(streamed, slice):
-                streamed = np.arange(streamed.start, streamed.stop)
-            chain.inputs.append(np.asarray(streamed, np.intp))
+            streamed = array_unit.input_rows(a)  # consecutive rows: their first, for `cut`
+            chain.inputs.append(streamed.start if isinstance(streamed, slice) else streamed)
             chain.tile_of.append(tile)
             pending.add(SCRATCHPAD, a["sp"], array_unit._last_row(a) + 1)
             uncaptured.append(i)
