@@ -41,13 +41,23 @@ def test_sandbox_runs_ember_in_a_child(tmp_path):
     assert outcome.stderr.startswith("ember: error: ") and "missing.onnx" in outcome.stderr
 
 
-def test_memory_cap_holds_in_the_child_only(seeds, tmp_path):
+def test_memory_cap_holds_in_the_child_only(tmp_path):
     """A command that cannot allocate under the cap is a failure (a MemoryError, exit 1): a
-    simulation does not fit in 128 MiB of address space (the interpreter with numpy and
-    onnxruntime loaded takes more). The test runner itself is never capped, and the same
-    command runs under the default cap."""
-    args = ["simulate", str(seeds / "digits.ember"), "-i", str(seeds / "sample.npz")]
-    capped = sandbox.run(args, tmp_path, memory_bytes=1 << 27)
+    program whose input sits at the top of its 1 GiB of DRAM needs a simulated DRAM of that
+    extent, which 1 GiB of address space cannot hold beside the interpreter. The test runner
+    itself is never capped, and the same command runs under the default cap."""
+    import dataclasses
+
+    import numpy as np
+
+    from tests.simulator.sim_programs import gemm_data, gemm_program
+    data = gemm_data()
+    program = gemm_program(*data)
+    top = dataclasses.replace(program.inputs[0], dram=(1 << 30) - program.inputs[0].size_bytes)
+    dataclasses.replace(program, inputs=(top,)).save(tmp_path / "top.ember")
+    np.save(tmp_path / "x.npy", data[0])
+    args = ["simulate", str(tmp_path / "top.ember"), "-i", str(tmp_path / "x.npy")]
+    capped = sandbox.run(args, tmp_path, memory_bytes=1 << 30)
     assert capped.failure and "MemoryError" in capped.failure, capped
     assert sandbox.run(args, tmp_path).failure is None
 
