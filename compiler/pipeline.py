@@ -6,6 +6,7 @@ to the accelerator's Program: lower → tile → codegen → plan DRAM → sched
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 from compiler.backend.codegen.emit import relocate
@@ -108,7 +109,22 @@ def optimize(graph: Graph, passes: list[Pass] | None = None, check: bool = False
 def compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions = BackendOptions(),
                  metadata: dict | None = None, progress: Progress = quiet) -> Compiled:
     """The backend plan: a quantized graph (`quantizer.quantize`) → a Program for `arch`;
-    `progress` hears how far the per-layer and per-instruction steps have come."""
+    `progress` hears how far the per-layer and per-instruction steps have come.
+
+    Python's cycle collector is paused meanwhile: the backend makes no cycles, and the
+    collector would traverse its hundreds of thousands of live instructions again and again
+    (ResNet-18 on edge: 21.9 s with it, 11.7 s without)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile_int8(qgraph, arch, options, metadata, progress)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions, metadata: dict | None,
+                  progress: Progress) -> Compiled:
     # Lower first: views vanish and every integer node becomes one array or vector layer over
     # DRAM tensors, with the quantizer's own integers; anything else fails here, naming it, or
     # with allow_host runs on the host (each run of such nodes one HostLayer, `partition`).

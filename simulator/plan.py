@@ -235,11 +235,14 @@ class _Spans:
         return any(start < hi and lo < stop for lo, hi in self.spans.get(mem, ()))
 
 
-def build(program: Program, order: list[int], constant_loads: set[int] = frozenset()) -> list:
+def build(program: Program, order: list[int], constant_loads: set[int] = frozenset(),
+          accesses: list | None = None) -> list:
     """The plan: each step an instruction index, a `Capture`, a `Finish` or a `ConstantLoad`
     (the LOADs in `constant_loads`, `dram_sharing`), in an order whose effects equal those of
-    running `order`'s instructions one by one."""
+    running `order`'s instructions one by one. `accesses`: each instruction's
+    `InsnDef.access`, when already known."""
     insns, arch = program.instructions, program.arch
+    known = accesses
     steps: list = []
     chain = Chain()
     pending = _Spans()  # the rows read by members not yet captured
@@ -312,7 +315,7 @@ def build(program: Program, order: list[int], constant_loads: set[int] = frozens
             continue
         if op is isa.SYNC and insn.queue == "compute":
             continue  # no effect, and nothing on the array moves past it
-        accesses = op.access(arch, insn)
+        accesses = known[i] if known is not None else op.access(arch, insn)
         if chain.computes and any(mem == ACCUMULATOR and start < chain.acc + chain.m and
                                   chain.acc < stop for mem, start, stop, _ in accesses):
             close()  # it reads or writes the chain's results
