@@ -4,6 +4,7 @@ im2col, DRAM reuse by liveness, and tokens derived from hazards."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from onnx import helper
@@ -74,6 +75,7 @@ def test_unsupported_op_names_the_node_and_suggests_keep_fp32() -> None:
     qgraph = quantized(proto, samples({"x": [2, 1, 1, 1, 10]}, 4))
     with pytest.raises(CompileError, match=r"'probabilities' \(Softmax\).*--keep-fp32"):
         compile_int8(qgraph, EDGE)
+    assert gc.isenabled()  # compile_int8 pauses the cycle collector only while it runs
 
 
 def test_smallest_tile_that_does_not_fit_names_layer_memory_and_sizes() -> None:

@@ -215,3 +215,30 @@ def _sample(rng: np.random.Generator, binding) -> np.ndarray:
         return rng.standard_normal(binding.shape).astype(np.float32)
     lo, hi = (0, 256) if binding.dtype == "uint8" else (-128, 128)
     return rng.integers(lo, hi, binding.shape).astype(binding.dtype)
+
+
+def test_the_cycle_collector_is_paused_only_while_the_tables_are_built(programs):
+    """`machine.gc_paused` around the timing, race check and plan: enabled again afterwards,
+    after an error too, and left off when the caller had it off."""
+    import gc
+
+    ready = machine.Machine(programs[0], host=run_segment)
+    assert gc.isenabled()
+    with pytest.raises(SimulatorError, match="race"):
+        machine.Machine(_racy_program())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ready.stats
+        machine.Machine(programs[0], host=run_segment)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def _racy_program():
+    from simulator.program import IOBinding, Program
+    load = isa.LOAD(mem="scratchpad", sram=0, dram=0, y_size=1, x_size=1, elem_bytes=16,
+                    x_stride=16, y_stride=16)
+    return Program(arch=ARCH, instructions=[load, isa.PRELOAD(sp=0, k=1), isa.END()],
+                   inputs=(IOBinding("x", 0, (16,), 1.0, 0),))
