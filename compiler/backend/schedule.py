@@ -129,6 +129,7 @@ class _Entry:
     insn: isa.Insn | None = None  # built without flags; reused when no flag is added
 
 
+_QUEUE_INDEX = {name: i for i, name in enumerate(isa.QUEUES)}
 _max_rows = np.maximum.reduce  # a table's column maxima over a slice of its rows
 
 
@@ -258,7 +259,7 @@ class _Tokens:
         return index
 
     def add(self, op: Op) -> None:
-        q = isa.QUEUES.index(op.row.queue)
+        q = _QUEUE_INDEX[op.row.queue]
         entry = _Entry(op.row, op.args, op.source, q, insn=op.insn)
         clock = self.queue_clock(q)
         insn = op.insn
@@ -266,7 +267,8 @@ class _Tokens:
         if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
             accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
         need = self.needs(op, q, accesses)
-        if any(j > clock[p] for p, j in enumerate(need) if p != q):
+        # (never true of its own queue: nothing recorded there is later than its latest)
+        if any(map(int.__gt__, need, clock)):
             self.make_after(entry, clock, {p: j for p, j in enumerate(need)
                                            if p != q and j >= 0})
         index = self.append(entry, clock)
