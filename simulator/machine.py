@@ -384,32 +384,42 @@ def _schedule(program: Program, check_hazards: bool, accesses: list | None = Non
     # transfer[i]: the cycles instruction i holds the DRAM port (`InsnDef.transfer`), or None
     queue_of, pops, pushes, wakes, cycles, transfer = [], [], [], [], [], []
     drain = []  # cycles after the unit frees until the results are visible (`InsnDef.latency`)
-    # Timing is a function of the fields alone, and equal instructions often share one Insn
-    # (codegen's and the decoder's caches): each is timed once.
+    # Timing is a function of the fields alone, and equal instructions often share one Insn, or
+    # at least its fields (codegen's and the decoder's caches; the scheduler's flagged copies):
+    # each is timed once. The tokens are a function of the queue and the flags alone.
     timings: dict[int, tuple] = {}
+    tokens: dict[tuple[int, int], tuple] = {}
+    lacking = {row: arch.vector_lacks(isa.Insn(row, {})) for row in isa.TABLE
+               if row.queue == "vector"}
     for i in range(n):
         insn = insns[i]
         row, q, d = insn.op, isa.QUEUES.index(insn.queue), insn.deps
-        if arch.vector_lacks(insn):
+        if lacking.get(row):
             raise SimulatorError(f"{_where(program, i)}: the {arch.name} vector unit does not "
                                  f"support {row.mnemonic} (it supports "
                                  f"{listing(arch.vector.ops)})")
         queue_of.append(q)
-        pops.append(tuple(channel[(q + dq, q)] for bit, dq in
-                          ((isa.POP_PREV, -1), (isa.POP_NEXT, 1)) if d & bit))
-        pushes.append(tuple(channel[(q, q + dq)] for bit, dq in
-                            ((isa.PUSH_PREV, -1), (isa.PUSH_NEXT, 1)) if d & bit))
-        # the queue heads whose readiness this instruction can change: its own, and the
-        # neighbours it exchanges tokens with
-        wake = [q]
-        if d & (isa.POP_PREV | isa.PUSH_PREV):
-            wake.append(q - 1)
-        if d & (isa.POP_NEXT | isa.PUSH_NEXT):
-            wake.append(q + 1)
-        wakes.append(tuple(wake))
-        timing = timings.get(id(insn))
+        known = tokens.get((q, d))
+        if known is None:
+            # the queue heads whose readiness this instruction can change: its own, and the
+            # neighbours it exchanges tokens with
+            wake = [q]
+            if d & (isa.POP_PREV | isa.PUSH_PREV):
+                wake.append(q - 1)
+            if d & (isa.POP_NEXT | isa.PUSH_NEXT):
+                wake.append(q + 1)
+            known = tokens[(q, d)] = (
+                tuple(channel[(q + dq, q)] for bit, dq in
+                      ((isa.POP_PREV, -1), (isa.POP_NEXT, 1)) if d & bit),
+                tuple(channel[(q, q + dq)] for bit, dq in
+                      ((isa.PUSH_PREV, -1), (isa.PUSH_NEXT, 1)) if d & bit),
+                tuple(wake))
+        pops.append(known[0])
+        pushes.append(known[1])
+        wakes.append(known[2])
+        timing = timings.get(id(insn.args))
         if timing is None:
-            timing = timings[id(insn)] = (
+            timing = timings[id(insn.args)] = (
                 row.cycles(arch, insn), row.latency(arch, insn),
                 None if row.transfer is None else row.transfer(arch, insn))
         cycles.append(timing[0])

@@ -128,15 +128,21 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: P
     dram_moved = transfer = 0
     layer_macs: dict[str, int] = {}
     host_cycles: dict[str, int] = {}
+    # Cost and work are functions of the fields alone, which equal instructions share (codegen
+    # builds each once; a flagged copy keeps its fields): each is computed once.
+    costs: dict[int, tuple] = {}
     for insn, source in zip(insns, scheduled.source):
         q = insn.queue
         per_queue[q] += 1
-        cycles = insn.op.cycles(arch, insn)
+        cost = costs.get(id(insn.args))
+        if cost is None:
+            cost = costs[id(insn.args)] = (
+                insn.op.cycles(arch, insn), insn.op.work(arch, insn),
+                0 if insn.op.transfer is None else insn.op.transfer(arch, insn))
+        cycles, work, moving = cost
         busy[q] += cycles
-        work = insn.op.work(arch, insn)
         dram_moved += work.dram_read + work.dram_written
-        if insn.op.transfer is not None:  # LOAD, STORE, HOST: the one DRAM port
-            transfer += insn.op.transfer(arch, insn)
+        transfer += moving  # LOAD, STORE, HOST: the one DRAM port
         if insn.op is isa.HOST:
             host_cycles[source] = host_cycles.get(source, 0) + cycles
         layer_macs[source] = layer_macs.get(source, 0) + work.macs

@@ -154,6 +154,7 @@ class _Tokens:
         self.syncs = 0
         self.pops: dict[tuple[int, int], list[int]] = {}  # (from, to) queue → popper indices
         self._accesses: dict[int, tuple] = {}  # id(Insn) → its local accesses
+        self._strided: dict[tuple, np.ndarray] = {}  # a strided DRAM access → its blocks
 
     def queue_clock(self, q: int) -> list[int]:
         j = self.latest[q]
@@ -187,7 +188,15 @@ class _Tokens:
                 self.dram[self._blocks(start, stop, pattern), q if write else NQ + q] = index
 
     def _blocks(self, start: int, stop: int, pattern=()):
-        return _dram_blocks(start, stop, pattern, self.dram_base, self.dram_block)
+        if not pattern:
+            return _dram_blocks(start, stop, pattern, self.dram_base, self.dram_block)
+        # A strided tile's blocks: the same tile is loaded again for each block of outputs.
+        key = (start, stop, *pattern)
+        blocks = self._strided.get(key)
+        if blocks is None:
+            blocks = self._strided[key] = _dram_blocks(start, stop, pattern, self.dram_base,
+                                                       self.dram_block)
+        return blocks
 
     # -- tokens --
 
