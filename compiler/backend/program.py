@@ -132,20 +132,22 @@ def summarize(lowered: Lowered, plan: DramPlan, scheduled: Scheduled, program: P
     # builds each once; a flagged copy keeps its fields): each is computed once.
     costs: dict[int, tuple] = {}
     for insn, source in zip(insns, scheduled.source):
-        q = insn.queue
-        per_queue[q] += 1
         cost = costs.get(id(insn.args))
         if cost is None:
+            work = insn.op.work(arch, insn)
             cost = costs[id(insn.args)] = (
-                insn.op.cycles(arch, insn), insn.op.work(arch, insn),
-                0 if insn.op.transfer is None else insn.op.transfer(arch, insn))
-        cycles, work, moving = cost
+                insn.queue, insn.op.cycles(arch, insn), work.dram_read + work.dram_written,
+                # LOAD, STORE, HOST: the one DRAM port
+                0 if insn.op.transfer is None else insn.op.transfer(arch, insn), work.macs,
+                insn.op is isa.HOST)
+        q, cycles, moved, moving, macs, on_host = cost
+        per_queue[q] += 1
         busy[q] += cycles
-        dram_moved += work.dram_read + work.dram_written
-        transfer += moving  # LOAD, STORE, HOST: the one DRAM port
-        if insn.op is isa.HOST:
+        dram_moved += moved
+        transfer += moving
+        if on_host:
             host_cycles[source] = host_cycles.get(source, 0) + cycles
-        layer_macs[source] = layer_macs.get(source, 0) + work.macs
+        layer_macs[source] = layer_macs.get(source, 0) + macs
     array_macs = sum(layer_macs.values())
     per_layer = tuple({"name": layer.node, "kind": type(layer).__name__.removesuffix("Layer"),
                        "macs": layer.macs if isinstance(layer, (ConvLayer, MatMulLayer)) else 0,

@@ -140,7 +140,8 @@ class _Tokens:
         self.arch = arch
         self.entries: list[_Entry] = []
         self.latest = [-1] * NQ  # program index of each queue's latest instruction
-        # Per local memory row: last writer per queue, then last reader per queue.
+        # Per local memory row: last writer per queue, then last access of any kind per queue
+        # (what a read waits for, and what a write waits for: one reduction either way).
         self.local = [np.full((memory.rows, 2 * NQ), -1, np.int64) for memory in arch.memories]
         # Per DRAM block of `dram_block` bytes from dram_base: last writer per queue, then last
         # reader per queue (a block is conservative: accesses sharing one are ordered). Blocks
@@ -168,11 +169,11 @@ class _Tokens:
         need = [-1] * NQ
         for mem, start, stop, write in accesses:
             table = self.local[mem]
-            stop = min(stop, table.shape[0])
-            if start >= stop:
+            if start >= min(stop, table.shape[0]):
                 continue
-            last = _max_rows(table[start:stop]).tolist()
-            need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
+            # a read waits for the rows' writers; a write for every access to them
+            last = _max_rows(table[start:stop, NQ:] if write else table[start:stop, :NQ])
+            need = list(map(max, need, last.tolist()))
         for start, stop, write, *pattern in op.dram:
             if stop <= start:
                 continue
@@ -182,7 +183,10 @@ class _Tokens:
 
     def record(self, op: Op, q: int, index: int, accesses) -> None:
         for mem, start, stop, write in accesses:
-            self.local[mem][start:stop, q if write else NQ + q] = index
+            table = self.local[mem]
+            if write:
+                table[start:stop, q] = index
+            table[start:stop, NQ + q] = index
         for start, stop, write, *pattern in op.dram:
             if stop > start:
                 self.dram[self._blocks(start, stop, pattern), q if write else NQ + q] = index
@@ -262,16 +266,17 @@ class _Tokens:
         entry.clock = tuple(clock)
         self.entries.append(entry)
         self.latest[entry.queue] = index
-        for flag, side in (("pop_prev", -1), ("pop_next", 1)):
-            if flag in entry.flags:
-                self.pops.setdefault((entry.queue + side, entry.queue), []).append(index)
+        if entry.flags:  # most instructions take no token
+            for flag, side in (("pop_prev", -1), ("pop_next", 1)):
+                if flag in entry.flags:
+                    self.pops.setdefault((entry.queue + side, entry.queue), []).append(index)
         return index
 
     def add(self, op: Op) -> None:
         q = _QUEUE_INDEX[op.row.queue]
-        entry = _Entry(op.row, op.args, op.source, q, insn=op.insn)
-        clock = self.queue_clock(q)
         insn = op.insn
+        entry = _Entry(op.row, op.args, op.source, q, insn=insn)
+        clock = self.queue_clock(q)
         accesses = self._accesses.get(id(insn))
         if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
             accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
