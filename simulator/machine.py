@@ -1,6 +1,8 @@
 """The machine: runs a Program bit-exactly and times it: one event-driven pass times it (the
 timing depends on the program alone), then the instructions' effects are applied in the order
-they started, to one sample or to a batch of samples at once (`Machine`).
+they started, to one sample or to a batch of samples at once (`Machine`), through the
+functional plan (`simulator.plan`: chains of array passes fused, constant LOADs shared), which
+changes no value.
 
 **State.** DRAM is a byte array (the program's extent of `arch.dram.size_bytes`, `dram_extent`),
 initialised with the program's DRAM image at address 0 and the inputs at their bindings. The
