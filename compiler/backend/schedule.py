@@ -166,20 +166,22 @@ class _Tokens:
     def needs(self, op: Op, q: int, accesses) -> list[int]:
         """Per queue, the latest of its instructions this op must wait for (-1: none; its own
         queue's entry means nothing: a queue is in order)."""
-        need = [-1] * NQ
+        need = None
         for mem, start, stop, write in accesses:
             table = self.local[mem]
             if start >= min(stop, table.shape[0]):
                 continue
             # a read waits for the rows' writers; a write for every access to them
-            last = _max_rows(table[start:stop, NQ:] if write else table[start:stop, :NQ])
-            need = list(map(max, need, last.tolist()))
+            last = _max_rows(table[start:stop, NQ:] if write
+                             else table[start:stop, :NQ]).tolist()
+            need = last if need is None else list(map(max, need, last))
         for start, stop, write, *pattern in op.dram:
             if stop <= start:
                 continue
             last = _max_rows(self.dram[self._blocks(start, stop, pattern)]).tolist()
-            need = list(map(max, need, last[:NQ], last[NQ:] if write else last[:NQ]))
-        return need
+            last = list(map(max, last[:NQ], last[NQ:])) if write else last[:NQ]
+            need = last if need is None else list(map(max, need, last))
+        return [-1] * NQ if need is None else need
 
     def record(self, op: Op, q: int, index: int, accesses) -> None:
         for mem, start, stop, write in accesses:
@@ -276,7 +278,8 @@ class _Tokens:
         q = _QUEUE_INDEX[op.row.queue]
         insn = op.insn
         entry = _Entry(op.row, op.args, op.source, q, insn=insn)
-        clock = self.queue_clock(q)
+        j = self.latest[q]  # (queue_clock, inline: this runs once per instruction)
+        clock = list(self.entries[j].clock) if j >= 0 else [-1] * NQ
         accesses = self._accesses.get(id(insn))
         if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
             accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
