@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -40,8 +41,9 @@ from simulator import machine
 from simulator.arch import Arch
 from simulator.program import Program
 
+ROOT = Path(__file__).resolve().parents[1]
 MODELS = {  # name: (model, preset, samples)
-    "digits": (lambda: onnx.load("examples/digits/model.onnx"), "default", 4096),
+    "digits": (lambda: onnx.load(ROOT / "examples" / "digits" / "model.onnx"), "default", 4096),
     "resnet18": (lambda: onnx.load(zoo_model_path("resnet18")), "default", 96),
     "lstm": (lambda: zoo.lstm_classifier(steps=64, features=32, hidden=256), "edge", 256),
 }

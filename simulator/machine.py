@@ -275,7 +275,7 @@ class Machine:
 
 
 # The memory a batch may take by default; the most samples in one; and the working set of a
-# typical array chain (`Machine.chain_bytes`) past which a batch runs no faster per sample:
+# typical array chain (`plan.chain_bytes`) past which a batch runs no faster per sample:
 # its rows fall out of the caches (ResNet-18, 188 KB a sample: 9.6 samples/s at 8, 9.2 at
 # 16, 8.6 at 32; the unrolled CRNN, 82 KB a sample: 13.3 at 32, 14.3 at 64, 9.7 at 128).
 AUTO_BATCH_BYTES = 256 << 20

@@ -41,12 +41,9 @@ from simulator.program import Program
 from simulator.units import ACCUMULATOR, SCRATCHPAD, shared
 from simulator.units import array as array_unit
 
-# A product is fed to BLAS in pieces of about this much work (OpenBLAS spreads a larger one
-# over its threads, which costs more than it saves for one pass's skinny shapes:
-# `array._BLAS_SINGLE_THREAD_MNK`), but at least this many rows: a fused chain's product is
-# long enough for the threads to pay (ResNet-18 in batches of 16: 9.0 samples/s at 4,096 rows
-# a piece, 7.6 at 1,024).
-_PIECE_MNK = array_unit._BLAS_SINGLE_THREAD_MNK
+# A fused chain's product goes to BLAS in pieces of at least this many rows: it is long enough
+# for BLAS's threads to pay (`array.shared_product`; ResNet-18 in batches of 16: 9.0 samples/s
+# at 4,096 rows a piece, 7.6 at 1,024).
 _PIECE_ROWS = 4096
 
 
@@ -131,13 +128,9 @@ class Chain:
         weights = self._weights(held, segment)
         if weights.ndim == 3:  # each sample its own tiles (a MatMul of activations)
             part = numerics.array_pass(None, x, weights)
-        else:  # one product of (samples x m) rows, fed to BLAS in pieces
-            x = x.reshape(samples * m, -1)
-            part = np.empty((samples * m, self.n), np.int32)
-            step = max(_PIECE_ROWS, _PIECE_MNK // max(1, x.shape[1] * self.n))
-            for r in range(0, samples * m, step):
-                part[r:r + step] = numerics.array_pass(None, x[r:r + step], weights)
-            part = part.reshape(samples, m, self.n)
+        else:  # one product of (samples x m) rows
+            part = array_unit.shared_product(x.reshape(samples * m, -1), weights,
+                                             min_rows=_PIECE_ROWS).reshape(samples, m, self.n)
         held["sum"] = part if held["sum"] is None else \
             np.add(held["sum"], part, dtype=np.int32)  # wrapping, as the accumulator
 
@@ -145,12 +138,12 @@ class Chain:
         """The segment's weight rows, (count k, n) when every sample has the same, else
         (samples, count k, n). Tiles of constant rows come from the DRAM image, the same in
         every batch: their rows are made once (`constant_weights`)."""
-        _, _, first_c, end_c = self.segments[segment]
-        tiles = [held["entry"] if t < 0 else held["tiles"][t] for t in self.tile_of[first_c:end_c]]
         cached = self.constant_weights.get(segment)
         if cached is not None:
             return cached
-        parts = [tile[..., :self.k, :self.n] for tile in tiles]
+        _, _, first_c, end_c = self.segments[segment]
+        parts = [(held["entry"] if t < 0 else held["tiles"][t])[..., :self.k, :self.n]
+                 for t in self.tile_of[first_c:end_c]]
         if all(part.ndim == 2 for part in parts):
             weights = np.concatenate(parts, axis=0).astype(np.float32)
             if all(t >= 0 and self.preloads[t][3] for t in self.tile_of[first_c:end_c]):
@@ -161,7 +154,6 @@ class Chain:
                                   for part in parts], axis=1)
         one = shared(weights)
         return weights if one is None else one
-
 
     def finish(self, state, scratch: dict, segment: int | None) -> None:
         """The last capture, then the sum into the accumulator rows; the array keeps the last

@@ -39,6 +39,22 @@ from simulator.units import ACCUMULATOR, SCRATCHPAD, Access, Work, ceil_div, row
 _BLAS_SINGLE_THREAD_MNK = 2**18
 
 
+def shared_product(x: np.ndarray, weights: np.ndarray, before: np.ndarray | None = None,
+                   min_rows: int = 1) -> np.ndarray:
+    """before + x @ weights (int32, wrapping; x @ weights without `before`) for rows x
+    (rows, k) and one weight matrix (k, n) for them all (`numerics.array_pass`), fed to BLAS in
+    pieces of about `_BLAS_SINGLE_THREAD_MNK` work, each of at least `min_rows` rows (a fused
+    chain's long product pays for BLAS's threads: `simulator.plan`)."""
+    count, n = len(x), weights.shape[-1]
+    result = np.empty((count, n), np.int32)
+    step = max(min_rows, _BLAS_SINGLE_THREAD_MNK // max(1, x.shape[1] * n))
+    for r in range(0, count, step):
+        part = slice(r, r + step)
+        result[part] = numerics.array_pass(None if before is None else before[part], x[part],
+                                           weights)
+    return result
+
+
 def preload(state, insn) -> None:
     """Latch the weight tile of every sample; `state.shared_weights` is the one tile when all
     samples latch the same (a layer's weights from the DRAM image)."""
@@ -100,17 +116,10 @@ def compute(state, insn) -> None:
         out[...] = numerics.array_pass(out if a["accumulate"] else None, inputs,
                                        state.weights[:, :k, :n])
         return
-    # One tile for the batch: one product of (samples x m) rows, fed to BLAS in pieces.
-    weights = state.shared_weights[:k, :n]
-    inputs = inputs.reshape(samples * m, k)
+    # One tile for the batch: one product of (samples x m) rows.
     before = out.reshape(samples * m, n) if a["accumulate"] else None
-    result = np.empty((samples * m, n), np.int32)
-    step = max(1, _BLAS_SINGLE_THREAD_MNK // max(1, k * n))
-    for r in range(0, samples * m, step):
-        part = slice(r, r + step)
-        result[part] = numerics.array_pass(None if before is None else before[part],
-                                           inputs[part], weights)
-    out[...] = result.reshape(samples, m, n)
+    out[...] = shared_product(inputs.reshape(samples * m, k), state.shared_weights[:k, :n],
+                              before).reshape(samples, m, n)
 
 
 def preload_cycles(arch, insn) -> int:
