@@ -11,7 +11,7 @@ cosine) and `Top1` (top-1 agreement with fp32; top-1 accuracy where labels exist
 `ember.reports.metrics`. Only the int8 run differs:
 
 - ember: `quantize-profile` once over the calibration data, then per configuration
-  (calibration minmax / percentile / entropy / mse, per-channel on or off; int8 activations
+  (calibration minmax / percentile / entropy / mse / auto, per-channel on or off; int8 activations
   with a zero point) the model is quantized from that profile and run by ember's integer
   reference interpreter (`quantizer.reference.run_int8`), which the compiled program matches
   bit for bit.
@@ -60,6 +60,7 @@ from profiler import format as profile_format
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources.arrays import ArrayFile
+from quantizer import calibrate
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 
@@ -73,7 +74,7 @@ MODELS = ("digits", "resnet18", "mobilenetv2")
 FULL = {"digits": (256, 450), "resnet18": (32, 32), "mobilenetv2": (32, 16)}
 QUICK = {"digits": (64, 100), "resnet18": (4, 2), "mobilenetv2": (4, 2)}
 CALIB_SEED, EVAL_SEED = 1, 2
-EMBER_METHODS = ("minmax", "percentile", "entropy", "mse")
+EMBER_METHODS = calibrate.METHODS
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 ORT_ALL = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
 ORT_NONE = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL

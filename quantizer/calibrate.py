@@ -1,6 +1,6 @@
 """Calibration: a real range per tensor from its profile histogram, and ranges → QuantParams.
 
-Four methods choose the range [lo, hi] of one tensor from its `TensorStats`:
+Five methods choose the range [lo, hi] of one tensor from its `TensorStats`:
 
 - ``minmax``: the observed minimum and maximum; never clips.
 - ``percentile``: the smallest threshold t holding `percentile` % of the values' magnitudes.
@@ -9,8 +9,13 @@ Four methods choose the range [lo, hi] of one tensor from its `TensorStats`:
   information, KL(P || Q).
 - ``mse``: the threshold t minimising the expected squared quantization error, clipping error
   plus rounding error, over the histogram.
+- ``auto``: mse's search on the step the tensor's type really has (255 levels for int8,
+  65,535 for int16; symmetric when its scheme is), with the error measured where its readers
+  see it: when every reader applies the same elementwise function (a Sigmoid, a Tanh, any
+  table), the error is that function's output error, so values where it saturates clip for
+  free.
 
-The three clipping methods work on the histogram of |x|, as TensorRT does: they choose one
+The percentile, entropy and mse methods work on the histogram of |x|, as TensorRT does: they choose one
 magnitude threshold t and the range is [max(min, -t), min(max, t)], so a one-sided tensor (a
 ReLU output) keeps its empty side empty and a two-sided one is clipped on whichever tail is long.
 On the profiler's power-of-two grid the |x| histogram is exact: bin j < 0 covers the same
@@ -20,6 +25,7 @@ magnitudes as bin -j-1.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import rel_entr
@@ -29,7 +35,7 @@ from profiler.format import TensorStats
 from quantizer.errors import QuantizeError
 from simulator.numerics import RANGES
 
-METHODS = ("minmax", "percentile", "entropy", "mse")
+METHODS = ("minmax", "percentile", "entropy", "mse", "auto")
 
 # The |x| histogram is coarsened (exactly, by summing neighbours) to at most this many bins.
 ABS_BINS = 4096
@@ -38,6 +44,9 @@ ENTROPY_LEVELS = 128
 MIN_ENTROPY_BINS = 2 * ENTROPY_LEVELS
 # Candidate thresholds tried by entropy and mse; a stride over the bins keeps the cost bounded.
 MAX_CANDIDATES = 1024
+# auto tries at most about this many thresholds (every bin edge when there are fewer, then
+# every few, and always the largest magnitude, which clips nothing).
+AUTO_CANDIDATES = 2048
 # Entropy's thresholds must keep the expected squared quantization error within this factor
 # (3 dB) of the least any candidate reaches (`entropy_threshold`).
 ENTROPY_ERROR_MARGIN = 2.0
@@ -47,8 +56,13 @@ ZERO_RANGE_SCALE = 1.0
 
 
 def tensor_range(stats: TensorStats, method: str = "minmax", percentile: float = 99.99,
-                 name: str = "?") -> tuple[float, float]:
-    """The real range [lo, hi] of one tensor by `method`; lo <= hi, both finite."""
+                 name: str = "?", levels: int = 255, symmetric: bool = False,
+                 reader: Callable[[np.ndarray], np.ndarray] | None = None
+                 ) -> tuple[float, float]:
+    """The real range [lo, hi] of one tensor by `method`; lo <= hi, both finite.
+
+    `levels`, `symmetric` and `reader` (the elementwise function every reader of the tensor
+    applies, if one does) are what `auto` weighs; the other methods ignore them."""
     if method not in METHODS:
         raise QuantizeError(f"calibration method {method!r} is unknown; choose one of {METHODS}")
     if stats.count == 0 or stats.min is None or stats.max is None:
@@ -56,6 +70,8 @@ def tensor_range(stats: TensorStats, method: str = "minmax", percentile: float =
     lo, hi = float(stats.min), float(stats.max)
     if method == "minmax" or max(abs(lo), abs(hi)) == 0.0 or lo == hi:
         return lo, hi
+    if method == "auto":
+        return auto_range(stats, levels, symmetric, reader)
     counts, width = abs_histogram(stats)
     if method == "percentile":
         if not 0.0 < percentile <= 100.0:
@@ -174,6 +190,57 @@ def expected_errors(counts: np.ndarray, width: float, lo: float, hi: float,
         errors[k] = (weights[inside].sum() * step * step / 12.0
                      + float(np.dot(weights, clip * clip)))
     return errors
+
+
+def auto_range(stats: TensorStats, levels: int = 255, symmetric: bool = False,
+               reader: Callable[[np.ndarray], np.ndarray] | None = None
+               ) -> tuple[float, float]:
+    """The range [max(lo, -t), min(hi, t)] whose threshold t minimises the expected squared
+    error of `reader`'s output (of the values themselves without one) when the tensor is
+    quantized over that range to `levels` steps (symmetric: zero at the centre, as int16
+    tensors and --symmetric are).
+
+    As in `expected_errors`: a value inside has the rounding error step^2/12, scaled by the
+    square of the reader's slope there; a value beyond t the error (g(x) - g(t))^2, g the
+    reader (likewise below -t). One threshold for both sides, as mse: searching each side's
+    clipping point on its own fits the calibration histogram better (15% less error on a
+    Gaussian with outliers) but, measured on 11 real models, clipped a short side's few
+    values that the layers after it needed (-3.5 dB on a document layout detector's output,
+    -4.8 dB on a file-type classifier's). Running sums over the signed histogram make each
+    candidate O(1).
+    """
+    lo, hi = float(stats.min), float(stats.max)
+    if lo == hi or max(abs(lo), abs(hi)) == 0.0:
+        return lo, hi
+    width = stats.bin_width
+    index = np.arange(len(stats.hist), dtype=np.int64) + stats.first_bin
+    centres = (index + 0.5) * width
+    counts = stats.hist.astype(np.float64)
+    g = centres if reader is None else np.asarray(reader(centres), np.float64)
+    slope2 = np.ones_like(centres) if reader is None or len(centres) < 2 else \
+        np.gradient(g, centres) ** 2
+
+    def running(values):  # sums over bin positions [0, p) for p = 0 .. len
+        return np.concatenate(([0.0], np.cumsum(values)))
+
+    c0, c1, c2 = running(counts), running(counts * g), running(counts * g * g)
+    inside = running(counts * slope2)
+    top = max(-lo, hi)
+    bins = math.ceil(top / width)  # thresholds k * width for k = 1 .. bins
+    k = np.unique(np.append(np.arange(1, bins + 1, max(1, bins // AUTO_CANDIDATES)), bins))
+    t = np.minimum(k * width, top)
+    a, b = np.maximum(lo, -t), np.minimum(hi, t)
+    first = np.searchsorted(index, -k)  # the first bin kept: values >= -k * width
+    end = np.searchsorted(index, k)  # one past the last kept: values < k * width
+    step = np.maximum(-a, b) / ((levels - 1) / 2) if symmetric else \
+        (np.maximum(b, 0.0) - np.minimum(a, 0.0)) / levels
+    ga, gb = (a, b) if reader is None else (np.asarray(reader(v), np.float64) for v in (a, b))
+    below = c2[first] - 2 * ga * c1[first] + ga * ga * c0[first]
+    above = (c2[-1] - c2[end]) - 2 * gb * (c1[-1] - c1[end]) + gb * gb * (c0[-1] - c0[end])
+    errors = step * step / 12.0 * (inside[end] - inside[first]) \
+        + np.maximum(below, 0.0) + np.maximum(above, 0.0)
+    best = int(np.argmin(errors))
+    return float(a[best]), float(b[best])
 
 
 # --- ranges → quantization parameters --------------------------------------------------------

@@ -70,6 +70,7 @@ class _Rewriter:
         self.dtype = options.activation_dtype
         self.keep = set(options.keep_fp32)
         self.wide: set[str] = set()  # the int16 activations, chosen in `run`
+        self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
         self.origin: dict[str, str] = {}
@@ -223,10 +224,37 @@ class _Rewriter:
         return qname
 
     def real_range(self, name: str) -> tuple[float, float]:
-        """The calibrated real range [lo, hi] of fp32 activation `name`."""
+        """The calibrated real range [lo, hi] of fp32 activation `name` (for `auto`: on the
+        steps of its integer type, as its readers see it)."""
         origin = self.onnx_name(name)
-        return calibrate.tensor_range(self.profile.tensors[origin], self.opts.calibration,
-                                      self.opts.percentile, origin)
+        dtype = self.dtype_of(name)
+        reader = self._reader(name) if self.opts.calibration == "auto" else None
+        return calibrate.tensor_range(
+            self.profile.tensors[origin], self.opts.calibration, self.opts.percentile, origin,
+            levels=RANGES[dtype][1] - RANGES[dtype][0],
+            symmetric=self.opts.symmetric_activations or dtype == "int16", reader=reader)
+
+    def _reader(self, name: str):
+        """The elementwise function every reader of `name` applies to it, if they all apply
+        the same one (a table op: Sigmoid, Tanh, HardSigmoid, ...); None otherwise, and for a
+        model output, whose own error is what counts."""
+        if name in self.g.outputs:
+            return None
+        if self._users is None or self._users[0] is not self.g:
+            self._users = (self.g, self.g.users())
+        readers = self._users[1].get(name, [])
+        if not readers or any(OPS[n.op].quant is not Quant.LOOKUP or n.inputs[0] != name
+                              or n.name in self.keep for n in readers):
+            return None
+        first = readers[0]
+        if any((n.op, n.inputs[1:], n.attrs) != (first.op, first.inputs[1:], first.attrs)
+               for n in readers[1:]):
+            return None
+        op, consts = OPS[first.op], [self.g.values[n].const for n in first.inputs[1:]]
+        if any(c is None or np.size(c) != 1 for c in consts):
+            return None
+        attrs = op.bind(first.name, first.attrs)
+        return lambda v: op.fp32(np.asarray(v, np.float32), *consts, **attrs)
 
     def params_over(self, lo: float, hi: float, dtype: str | None = None) -> QuantParams:
         """Per-tensor parameters covering [lo, hi] by the options' scheme; int16 ones are

@@ -20,7 +20,7 @@ from quantizer.calibrate import tensor_range
 # The stated margins, in dB of squared error above the brute-force best. Percentile clips a
 # share of the values whatever they cost: on a t(2) tail the 0.01% it clips are the largest
 # errors there are (11.2 dB above the best), which is what mse and entropy's guard avoid.
-MARGIN_DB = {"minmax": 1.5, "percentile": 4.0, "entropy": 3.5, "mse": 1.0}
+MARGIN_DB = {"minmax": 1.5, "percentile": 4.0, "entropy": 3.5, "mse": 1.0, "auto": 0.5}
 EXCEPTIONS_DB = {("percentile", "heavy"): 12.0}
 
 
