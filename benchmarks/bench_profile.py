@@ -3,6 +3,7 @@ onnxruntime's own calibrators, on the digits CNN, ResNet-18 and MobileNetV2.
 
     python benchmarks/bench_profile.py            # the full table, a few minutes
     python benchmarks/bench_profile.py --quick    # fewer samples, for a smoke run
+    python benchmarks/bench_profile.py --floor    # what producing every tensor costs onnxruntime
 
 Every memory figure comes from a fresh subprocess, so earlier runs do not blur it. It is the
 peak resident set (VmHWM): getrusage's ru_maxrss would also count the parent's memory, which
@@ -132,6 +133,50 @@ def peak_memory(tool: str, model: str, data: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def floor_table(models: list[str], rounds: int, runs: int = 20) -> None:
+    """What any profiler of every tensor pays before binning: onnxruntime's time per run with
+    the model as deployed (default level: BatchNorm and clamps fused into the Conv, NCHWc), at
+    the basic level (every BatchNorm and clamp output still a tensor), and with every tensor a
+    graph output (as the profiler runs it) at both levels. Best of `rounds` per case."""
+    from profiler.session import expose_all
+
+    levels = {"default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC}
+    print("## The floor: onnxruntime alone, ms per run of one sample (ratio to as deployed)")
+    print(f"{'model':12} {'as deployed':>11} {'basic level':>17} {'every tensor out, basic':>24} "
+          f"{'every tensor out, default':>26} {'values/run':>11}")
+    for model in models:
+        proto = onnx.load(str(MODELS[model]))
+        plain, exposed = proto.SerializeToString(), expose_all(proto, False)
+        cases = {(what, level): (plain if what == "plain" else exposed, levels[level])
+                 for what in ("plain", "exposed") for level in levels}
+        specs = input_specs(proto, {})
+        feeds = {s.name: np.random.default_rng(0).standard_normal(s.shape).astype(np.float32)
+                 for s in specs}
+        sessions = {}
+        for key, (bytes_, level) in cases.items():
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            sessions[key] = ort.InferenceSession(bytes_, options,
+                                                 providers=["CPUExecutionProvider"])
+        best = dict.fromkeys(cases, float("inf"))
+        values = 0
+        for _ in range(rounds):
+            for key, session in sessions.items():
+                outputs = session.run(None, feeds)
+                started = time.perf_counter()
+                for _ in range(runs):
+                    session.run(None, feeds)
+                best[key] = min(best[key], (time.perf_counter() - started) / runs * 1000)
+                if key[0] == "exposed":
+                    values = sum(getattr(o, "size", 0) for o in outputs)
+        base = best["plain", "default"]
+        cell = lambda key: f"{best[key]:.2f} ({best[key] / base:.1f}x)"  # noqa: E731
+        print(f"{model:12} {base:11.2f} {cell(('plain', 'basic')):>17} "
+              f"{cell(('exposed', 'basic')):>24} {cell(('exposed', 'default')):>26} "
+              f"{values / 1e6:10.1f}M", flush=True)
+
+
 def timed(function) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process and its threads)."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -145,6 +190,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--time-only", action="store_true", help="skip the peak-memory table")
+    parser.add_argument("--floor", action="store_true",
+                        help="only what onnxruntime alone takes to produce every tensor")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "DATA"))
     args = parser.parse_args()
     if args.child:
@@ -152,6 +199,9 @@ def main() -> None:
         return
     sizes = QUICK if args.quick else FULL
     models = args.models.split(",")
+    if args.floor:
+        floor_table(models, args.rounds)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "

@@ -84,6 +84,8 @@ from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
 from quantizer import calibrate
 from quantizer.errors import QuantizeError
+from quantizer.equalize import MODES as EQUALIZE_MODES
+from quantizer.equalize import equalize
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from simulator.errors import SimulatorError
@@ -597,7 +599,8 @@ def count(samples: Samples) -> int:
 
 def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row,
-              compare: tuple[str, ...] = (), program: bool = True) -> None:
+              compare: tuple[str, ...] = (), program: bool = True,
+              quant: QuantOptions = QuantOptions()) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -615,9 +618,8 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
     np.savez(data, **{name: array if model.shape[0] == 1 else
                       array.reshape(-1, *model.shape[1:]) for name, array in calib.items()})
     profile_path = folder / f"{model.name}.profile.json"
-    profile_format.save(profile_model(proto, ArrayFile(data, specs), specs, RunOptions(),
-                                      shapes), profile_path)
-    quant = QuantOptions(calibration=row.calibration or QuantOptions().calibration)
+    profile_format.save(profile_model(equalize(proto, quant.equalize), ArrayFile(data, specs),
+                                      specs, RunOptions(), shapes), profile_path)
     row.calibration = quant.calibration
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
@@ -742,8 +744,9 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 
 
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
-            calibration: str = "", compare: tuple[str, ...] = (), program: bool = True) -> Row:
-    row = Row(model.name, model.about, calib_n, eval_n, calibration=calibration)
+            quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
+            program: bool = True) -> Row:
+    row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
             path = fetch(model, cache)
@@ -764,7 +767,7 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
                 with time_box(box):
                     if run is ember_run:
                         run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
-                            program)
+                            program, quant)
                     else:
                         run(model, path, calib, evaluation, reference, Path(tmp), row)
             except Exception as err:  # a model that fails is a result, not a crash
@@ -856,6 +859,10 @@ def main() -> None:
     parser.add_argument("--compare-calibrations", metavar="M,M", default="",
                         help="also score these calibration methods by ember's integer reference "
                              f"(comma-separated, or 'all': {','.join(calibrate.METHODS)})")
+    parser.add_argument("--per-tensor", action="store_true",
+                        help="ember's weights per tensor (onnxruntime still tries both)")
+    parser.add_argument("--equalize", choices=EQUALIZE_MODES, default="off",
+                        help="ember's cross-layer equalization (`ember --equalize`)")
     parser.add_argument("--no-program", dest="program", action="store_false",
                         help="no compilation or simulation: only the accuracy of ember's integer "
                              "reference (--compare-calibrations) and onnxruntime's variants")
@@ -883,7 +890,10 @@ def main() -> None:
     rows = []
     for name in names:
         rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
-                            args.time_box, args.calibration, compare, args.program))
+                            args.time_box, QuantOptions(calibration=args.calibration,
+                                                        per_channel=not args.per_tensor,
+                                                        equalize=args.equalize),
+                            compare, args.program))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
     print_table(rows, machine, args.program)

@@ -26,9 +26,12 @@ from ember.errors import EmberError
 from profiler import format as profile_format
 from compiler.errors import CompileError
 from profiler.fingerprint import fingerprint, graph_inputs
+from profiler.errors import ProfileError
 from profiler.format import Profile
 from profiler.run import profile as run_profile
 from quantizer.checks import unquantizable_nodes
+from quantizer.equalize import MODES as EQUALIZE_MODES
+from quantizer.equalize import equalize
 from quantizer.options import QuantOptions
 from quantizer.quantize import quantize
 from simulator.arch import Arch
@@ -96,7 +99,7 @@ def quantize_model(model: ModelSource, profile: ProfileSource,
     """Import `model` (its dynamic inputs fixed by `input_shapes`, else at the shapes the
     profile was made at), run the fp32 graph passes and quantize it with `profile`, which must
     have been made for this model."""
-    proto, loaded = _load(model, profile)
+    proto, loaded = _load(model, profile, options.equalize)
     label = _label(model)
     shapes = resolve_input_shapes(proto, loaded, input_shapes or {}, label)
     return _quantize(proto, loaded, options, shapes, label)
@@ -111,7 +114,7 @@ def compile_model(model: ModelSource, profile: ProfileSource,
     `ember accuracy` can refuse another profile). With the backend's allow_host, nodes without
     an int8 form are kept in fp32 (host segments). `progress` hears how far each step has come
     (`compiler.backend.progress`)."""
-    proto, loaded = _load(model, profile)
+    proto, loaded = _load(model, profile, options.quant.equalize)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
     label = _label(model)
     shapes = resolve_input_shapes(proto, loaded, options.input_shapes, label)
@@ -181,11 +184,22 @@ def optimized_graph(model: ModelSource,
     return optimize(import_model(model, input_shapes, label))
 
 
-def _load(model: ModelSource, profile: ProfileSource) -> tuple[onnx.ModelProto, Profile]:
-    """The model and its profile, checked to belong together."""
-    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+def _load(model: ModelSource, profile: ProfileSource, mode: str = "off"
+          ) -> tuple[onnx.ModelProto, Profile]:
+    """The model (equalized by `mode`, as its profile must have been) and its profile,
+    checked to belong together."""
+    given = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    proto = equalize(given, mode)
     loaded = profile if isinstance(profile, Profile) else profile_format.load(profile)
-    profile_format.check_matches(loaded, proto)
+    try:
+        profile_format.check_matches(loaded, proto)
+    except ProfileError as err:
+        for other in EQUALIZE_MODES:  # made with another --equalize: say so
+            if other != mode and not profile_format.difference(
+                    loaded.model, fingerprint(equalize(given, other))):
+                raise EmberError(f"{_name(loaded)} was made with --equalize {other}; give "
+                                 f"--equalize {other} here too") from None
+        raise err
     return proto, loaded
 
 

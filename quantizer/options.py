@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quantizer import calibrate
+from quantizer.equalize import MODES as EQUALIZE_MODES
 from quantizer.errors import QuantizeError
 from quantizer.smooth import MODES as SMOOTH_MODES
 from quantizer.wide import MODES as WIDE_MODES
@@ -28,6 +29,8 @@ class QuantOptions:
     smooth_norms "auto" moves a LayerNorm output's outlier channels into the weights of the
     Gemms that read it when its per-channel ranges in the profile are uneven
     (`quantizer.smooth`); "never" keeps every norm as the model has it.
+    equalize "exact" or "relu6" rewrites the model by cross-layer equalization before it is
+    profiled and quantized (`quantizer.equalize`): its profile must be made with the same mode.
     """
 
     calibration: str = "minmax"
@@ -39,6 +42,7 @@ class QuantOptions:
     keep_fp32: tuple[str, ...] = ()
     wide_norm_inputs: str = "auto"
     smooth_norms: str = "auto"
+    equalize: str = "off"
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:
@@ -55,6 +59,9 @@ class QuantOptions:
         if self.smooth_norms not in SMOOTH_MODES:
             raise QuantizeError(f"smooth_norms {self.smooth_norms!r} is unknown; choose one of "
                                 f"{SMOOTH_MODES}")
+        if self.equalize not in EQUALIZE_MODES:
+            raise QuantizeError(f"equalize {self.equalize!r} is unknown; choose one of "
+                                f"{EQUALIZE_MODES}")
         if self.schema not in SCHEMAS:
             raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))

@@ -96,14 +96,30 @@ batch_option = click.option(
          "program: as many as keep its working set in the caches, at most 256]")
 
 
+def _equalize_option():
+    from quantizer.equalize import MODES
+    return click.option(
+        "--equalize", type=click.Choice(MODES), default="off", show_default=True,
+        help="Cross-layer equalization of Conv -> Conv chains before profiling and quantizing "
+             "(Nagel et al. 2019): exact, through ReLU or nothing; relu6, also through ReLU6, "
+             "whose bound becomes a per-channel Min (an extra vector pass). It evens out "
+             "per-tensor weight ranges (--per-tensor); the profile must be made with the same "
+             "--equalize.")
+
+
+equalize_option = _equalize_option()
+
+
 def quantization_options(command):
     """The quantizer's options, shared by every command that quantizes (accuracy, compile)."""
     from quantizer.calibrate import METHODS
+    from quantizer.options import QuantOptions
     decorators = [
         click.option("--profile", "profile_path", required=True,
                      type=InputPath(dir_okay=False),
                      help="The profile from `ember quantize-profile` for this model."),
-        click.option("--calibration", type=click.Choice(METHODS), default="minmax",
+        click.option("--calibration", type=click.Choice(METHODS),
+                     default=QuantOptions().calibration,
                      show_default=True, help="How ranges come from the profile's histograms."),
         click.option("--percentile", type=float, default=99.99, show_default=True,
                      help="With --calibration percentile: the share of |x| kept inside."),
@@ -131,6 +147,7 @@ def quantization_options(command):
                      help="Move a LayerNorm output's outlier channels into the weights of the "
                           "Gemms that read it (SmoothQuant): auto, when the profile's "
                           "per-channel ranges spread over 4x the median channel's."),
+        equalize_option,
     ]
     for decorator in reversed(decorators):
         command = decorator(command)
@@ -142,7 +159,7 @@ QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "per_channel": "per_channel", "activation_dtype": "activation_dtype",
                 "symmetric": "symmetric_activations", "schema": "schema",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
-                "smooth_norms": "smooth_norms"}
+                "smooth_norms": "smooth_norms", "equalize": "equalize"}
 
 
 def quant_options_from(kwargs: dict):

@@ -14,6 +14,7 @@ from compiler.graph.ops import OPS, reaches_the_accelerator
 from ember import console, preprocessing
 from ember.commands.options import (
     data_options,
+    equalize_option,
     image_options_from,
     input_shape_option,
     json_option,
@@ -29,6 +30,7 @@ from profiler.run import RunOptions, load_model
 from profiler.sources import open_data
 from profiler.sources.arrays import RandomData
 from quantizer.checks import unquantizable
+from quantizer.equalize import equalize as equalize_model
 from simulator.errors import listing
 from simulator.numerics import oversize
 
@@ -54,10 +56,11 @@ from simulator.numerics import oversize
 @click.option("--allow-nonfinite/--reject-nonfinite", default=False, show_default=True,
               help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
 @input_shape_option
+@equalize_option
 def quantize_profile(model: str, data: str | None, random_samples: int | None,
                      output: str, samples: int | None, batch: int, workers: int,
                      seed: int, allow_nonfinite: bool, input_shapes: tuple[str, ...],
-                     **image_kwargs) -> None:
+                     equalize: str, **image_kwargs) -> None:
     """Run MODEL in fp32 over calibration data and record every tensor's range.
 
     For each input, weight and node output: min, max, count and a histogram of at least
@@ -84,7 +87,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
         raise click.UsageError("give exactly one of --data DATA or --random N")
     out = Path(output)
     overrides = dict(parse_input_shape(text) for text in input_shapes)
-    onnx_model = load_model(model)
+    onnx_model = equalize_model(load_model(model), equalize)
     specs = input_specs(onnx_model, overrides)
     for spec in specs:  # one sample of each, before anything is allocated
         if (why := oversize([1 if d is None else d for d in spec.shape], spec.dtype)):

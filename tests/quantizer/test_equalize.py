@@ -1,0 +1,164 @@
+"""Cross-layer equalization (`quantizer.equalize`): Before/Expected on small chains, the fp32
+function unchanged (onnxruntime on both models), and per-tensor int8 rescued on a model whose
+channels were scaled apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from compiler.frontend.onnx import import_model
+from compiler.graph.evaluate import evaluate
+from compiler.pipeline import optimize
+from quantizer.equalize import equalize
+from quantizer.quantize import QuantOptions, quantize
+from quantizer.reference import run_int8
+from tests.cli import assert_one_line_error, invoke
+from tests.onnx_builder import model
+from tests.quantizer.util import profile_of
+
+C = 8
+
+
+def _chain(between: str | None, depthwise: bool = False, batchnorm: bool = False,
+           spread: float = 1.0, seed: int = 0) -> onnx.ModelProto:
+    """x[1,3,8,8] → Conv(3→C) [→ BatchNorm] [→ Relu | Clip(0,6)] → Conv(C→4, or depthwise C→C)
+    → y. With `spread`, Conv1's channel c is scaled by spread**(c/(C-1)) and Conv2's input
+    channel c by the inverse (for Relu or nothing between, the same function)."""
+    rng = np.random.default_rng(seed)
+    scale = spread ** (np.arange(C) / (C - 1))
+    inits = {"w1": (rng.standard_normal((C, 3, 3, 3)) * scale[:, None, None, None]
+                    ).astype(np.float32),
+             "b1": (rng.standard_normal(C) * scale).astype(np.float32)}
+    if depthwise:
+        inits["w2"] = (rng.standard_normal((C, 1, 3, 3)) / scale[:, None, None, None]
+                       ).astype(np.float32)
+    else:
+        inits["w2"] = (rng.standard_normal((4, C, 1, 1)) / scale[None, :, None, None]
+                       ).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4)]
+    last = "c1"
+    if batchnorm:
+        inits |= {"gamma": rng.uniform(0.5, 2, C).astype(np.float32),
+                  "beta": rng.standard_normal(C).astype(np.float32),
+                  "mean": rng.standard_normal(C).astype(np.float32),
+                  "var": rng.uniform(0.5, 2, C).astype(np.float32)}
+        nodes.append(helper.make_node("BatchNormalization", [last, "gamma", "beta", "mean", "var"],
+                                      ["bn"], name="bn"))
+        last = "bn"
+    if between == "Relu":
+        nodes.append(helper.make_node("Relu", [last], ["act"], name="act"))
+        last = "act"
+    elif between == "Clip":
+        inits |= {"lo": np.float32(0), "hi": np.float32(6)}
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["act"], name="act"))
+        last = "act"
+    attrs = {"group": C, "pads": [1] * 4} if depthwise else {}
+    nodes.append(helper.make_node("Conv", [last, "w2"], ["y"], name="conv2", **attrs))
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, C if depthwise else 4, 8, 8]}, inits)
+
+
+def _outputs(proto: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _weights(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+def _input(seed: int = 1, size: float = 3.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal((1, 3, 8, 8)) * size).astype(np.float32)
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+@pytest.mark.parametrize("between", [None, "Relu"])
+def test_a_homogeneous_chain_keeps_its_function_and_evens_its_ranges(between, depthwise) -> None:
+    before = _chain(between, depthwise, spread=100.0)
+    after = equalize(before, "exact")
+    x = _input()
+    np.testing.assert_allclose(_outputs(after, x), _outputs(before, x), rtol=1e-4, atol=1e-4)
+    w = _weights(after)
+    r1 = np.abs(w["w1"]).reshape(C, -1).max(axis=1)
+    r2 = np.abs(w["w2"]).reshape(C, -1).max(axis=1) if depthwise else \
+        np.abs(w["w2"]).max(axis=(0, 2, 3))
+    np.testing.assert_allclose(r1, r2, rtol=1e-3)  # Expected: each channel's ranges meet
+    assert [n.op_type for n in after.graph.node] == [n.op_type for n in before.graph.node]
+
+
+def test_a_batchnorm_after_the_conv_is_folded_first() -> None:
+    before = _chain("Relu", batchnorm=True, spread=10.0)
+    after = equalize(before, "exact")
+    assert [n.op_type for n in after.graph.node] == ["Conv", "Relu", "Conv"]
+    assert after.graph.node[0].output[0] == "bn"  # the Conv writes the BatchNorm's output
+    assert not {"gamma", "beta", "mean", "var"} & set(_weights(after))
+    x = _input()
+    np.testing.assert_allclose(_outputs(after, x), _outputs(before, x), rtol=1e-4, atol=1e-4)
+
+
+def test_relu6_is_left_alone_when_exact_and_bounded_per_channel_otherwise() -> None:
+    before = _chain("Clip", depthwise=True, spread=30.0)
+    assert equalize(before, "exact").SerializeToString() == \
+        equalize(before, "exact").SerializeToString()
+    assert _weights(equalize(before, "exact"))["w1"].tolist() == _weights(before)["w1"].tolist()
+    after = equalize(before, "relu6")
+    assert [n.op_type for n in after.graph.node] == ["Conv", "Relu", "Min", "Conv"]
+    bound = _weights(after)[after.graph.node[2].input[1]]
+    assert bound.shape == (1, C, 1, 1)
+    # Channels are only ever divided, so no bound exceeds ReLU6's and the range never grows.
+    assert bound.max() <= 6.0 and bound.min() < 6.0
+    for size in (0.3, 3.0, 30.0):  # below, around and far beyond the clip
+        x = _input(size=size)
+        np.testing.assert_allclose(_outputs(after, x), _outputs(before, x), rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_off_is_the_model_itself_and_shared_weights_are_not_touched() -> None:
+    before = _chain("Relu", spread=100.0)
+    assert equalize(before, "off") is before
+    shared = onnx.ModelProto()
+    shared.CopyFrom(before)
+    shared.graph.node[0].input[1] = "w1"
+    extra = helper.make_node("Conv", ["x", "w1"], ["z"], name="also_w1", pads=[1] * 4)
+    shared.graph.node.append(extra)
+    shared.graph.output.append(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None))
+    assert _weights(equalize(shared, "exact"))["w1"].tolist() == _weights(shared)["w1"].tolist()
+    with pytest.raises(ValueError, match="unknown"):
+        equalize(before, "sideways")
+
+
+def _int8_sqnr(proto: onnx.ModelProto, mode: str) -> float:
+    rng = np.random.default_rng(5)
+    samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+    reference = [evaluate(import_model(proto), s)["y"] for s in samples]
+    equalized = equalize(proto, mode)
+    graph = optimize(import_model(equalized))
+    qgraph = quantize(graph, profile_of(equalized, samples), QuantOptions(per_channel=False))
+    noise = sum(float(np.sum((run_int8(qgraph, s)["y"] - r) ** 2))
+                for s, r in zip(samples, reference))
+    return 10 * np.log10(sum(float(np.sum(r ** 2)) for r in reference) / noise)
+
+
+@pytest.mark.parametrize("between, depthwise, mode", [("Relu", False, "exact"),
+                                                      ("Clip", True, "relu6")])
+def test_per_tensor_weights_recover_on_channels_scaled_apart(between, depthwise, mode) -> None:
+    proto = _chain(between, depthwise, spread=300.0 if between == "Relu" else 30.0)
+    plain, equalized = _int8_sqnr(proto, "off"), _int8_sqnr(proto, mode)
+    # Measured: 5.2 -> 36.6 dB through a ReLU, 18.5 -> 34.5 dB through ReLU6 into a depthwise.
+    assert equalized > plain + 10.0, (plain, equalized)
+
+
+def test_a_profile_made_with_equalize_asks_for_it_at_compile(tmp_path) -> None:
+    path = tmp_path / "chain.onnx"
+    onnx.save(_chain("Relu", spread=30.0), str(path))
+    profile = tmp_path / "chain.profile.json"
+    made = invoke("quantize-profile", path, "--random", 2, "--equalize", "exact", "-o", profile)
+    assert made.exit_code == 0, made.output
+    result = invoke("compile", path, "--int8", "--profile", profile, "-o", tmp_path / "c.ember")
+    assert_one_line_error(result, "--equalize exact")
+    result = invoke("compile", path, "--int8", "--profile", profile, "--equalize", "exact",
+                    "--per-tensor", "-o", tmp_path / "c.ember")
+    assert result.exit_code == 0, result.output
