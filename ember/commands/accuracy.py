@@ -17,6 +17,7 @@ from ember.commands.options import (QUANT_FIELDS, batch_option, data_options, im
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
+from quantizer.options import QuantOptions
 
 EXIT_GATE_FAILED = 3
 
@@ -43,6 +44,10 @@ EXIT_GATE_FAILED = 3
 @click.option("--emit-onnx", "emit_onnx", type=OutputPath(dir_okay=False),
               help="Also write the quantized model as standard QDQ ONNX (onnxruntime runs it, "
                    "Netron shows each node's scale, zero point and, with --per-layer, SQNR).")
+@click.option("--compare-calibrations", is_flag=True,
+              help="Evaluate every --calibration method on the data instead of one, and print "
+                   "them side by side with the best marked: no method is best on every model, "
+                   "so measure on yours (without PROGRAM, --per-layer, --html or --emit-onnx).")
 @click.option("--min-sqnr", type=float,
               help="Exit with code 3 when the first output's SQNR (dB) is below this.")
 @click.option("--max-top1-drop", type=float,
@@ -53,7 +58,7 @@ EXIT_GATE_FAILED = 3
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
              per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
-             min_sqnr: float | None,
+             compare_calibrations: bool, min_sqnr: float | None,
              max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
              as_json: bool, **kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
@@ -87,6 +92,16 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
                             sensitivity=sensitivity, program=program,
                             images=image_options_from(kwargs), batch=batch)
+    if compare_calibrations:
+        given = [name for name, value in (("PROGRAM", program), ("--per-layer", per_layer),
+                                          ("--html", html_path), ("--emit-onnx", emit_onnx))
+                 if value]
+        if given:
+            raise EmberError(f"--compare-calibrations evaluates the integer reference once per "
+                             f"method; drop {', '.join(given)}")
+        _compare_calibrations(model, kwargs["profile_path"], evaluation, options,
+                              parse_input_shapes(input_shapes), as_json)
+        return
     with progress_bar() as progress:
         report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,
@@ -116,6 +131,43 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     if failed:
         click.echo(f"ember: accuracy gate failed: {failed}", err=True)
         sys.exit(EXIT_GATE_FAILED)
+
+
+def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation, options,
+                          input_shapes, as_json: bool) -> None:
+    """Each calibration method's accuracy on the same data, the best (first output's SQNR)
+    marked."""
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from quantizer.calibrate import METHODS
+    reports = {}
+    with progress_bar() as progress:
+        for method in METHODS:
+            reports[method] = measure(model, profile_path, evaluation,
+                                      replace(options, calibration=method), input_shapes,
+                                      progress=lambda what, done, total, m=method:
+                                      progress(f"{m}: {what}", done, total))
+    warn_if_synthetic(profile_path)
+    best = max(reports, key=lambda m: reports[m].outputs[0].sqnr_db)
+    if as_json:
+        click.echo(json.dumps({"best": best, "calibrations": {
+            m: r.to_json() for m, r in reports.items()}}, indent=1))
+        return
+    first = reports[best].outputs[0]
+    table = Table(title=f"{model}: each --calibration against fp32 onnxruntime, output "
+                        f"{first.name!r}")
+    for column in ("calibration", "SQNR dB", "cosine", "top-1 agree", "top-1 int8"):
+        table.add_column(column, justify="left" if column == "calibration" else "right")
+    for method, report in reports.items():
+        out = report.outputs[0]
+        table.add_row(method + (" (best)" if method == best else "") +
+                      (" (default)" if method == QuantOptions().calibration else ""),
+                      f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}",
+                      "—" if out.top1_agreement is None else f"{out.top1_agreement:.2%}",
+                      "—" if out.top1_accuracy_int8 is None else f"{out.top1_accuracy_int8:.2%}")
+    console.results().print(table)
 
 
 def difference_text(first: dict) -> str:

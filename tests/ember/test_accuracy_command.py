@@ -15,7 +15,7 @@ from ember.flow import CompileOptions, quantize_model
 from profiler import format as profile_format
 from quantizer.reference import run_int8
 from simulator.program import Program
-from tests.cli import DIGITS, invoke
+from tests.cli import DIGITS, assert_one_line_error, invoke
 from tests.onnx_builder import model
 
 
@@ -244,3 +244,21 @@ def test_simulate_runs_samples_in_batches(digits_program, tmp_path) -> None:
     assert outputs[0].shape == (7, 1, 10)
     np.testing.assert_array_equal(outputs[0], outputs[1])
     assert len({row.tobytes() for row in outputs[0]}) == 7  # each its own sample's
+
+
+def test_compare_calibrations_scores_every_method_on_the_same_data(digits_profile) -> None:
+    from quantizer.calibrate import METHODS
+    args = ("accuracy", DIGITS / "model.onnx", "--profile", digits_profile, "--data",
+            DIGITS / "eval.npz", "--samples", 40, "--compare-calibrations")
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert list(doc["calibrations"]) == list(METHODS)
+    sqnr = {m: r["outputs"][0]["sqnr_db"] for m, r in doc["calibrations"].items()}
+    assert doc["best"] == max(sqnr, key=sqnr.get)
+    assert len(set(sqnr.values())) > 1  # the methods really differ
+    table = invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert f"{doc['best']} (best)" in table.output and "(default)" in table.output
+    refused = invoke(*args, "--per-layer")
+    assert_one_line_error(refused, "--compare-calibrations", "--per-layer")
