@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tempfile
+from fractions import Fraction
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -46,6 +47,19 @@ class TensorStats:
     # them: the quantizer's smoothing of the norm's outlier channels (`quantizer.smooth`).
     channel_min: np.ndarray | None = None
     channel_max: np.ndarray | None = None
+    # Per channel of the axis a Conv, Gemm or MatMul reading the tensor contracts (Conv: 1,
+    # Gemm and MatMul: the last), the exact sum of its values in units of 2^-SUM_EXPONENT
+    # (every float32 value is a whole number of them), so sums merge exactly: the quantizer's
+    # bias correction reads each channel's mean (`channel_means`).
+    channel_sum: tuple[int, ...] | None = None
+
+    def channel_means(self) -> np.ndarray | None:
+        """Each channel's mean value, from `channel_sum` (None without it)."""
+        if self.channel_sum is None or not self.count:
+            return None
+        per_channel = self.count // len(self.channel_sum)
+        return np.array([math.ldexp(float(Fraction(s, per_channel)), -SUM_EXPONENT)
+                         for s in self.channel_sum])
 
     @property
     def bin_width(self) -> float:
@@ -66,7 +80,8 @@ class TensorStats:
                 "hist": self.hist.tolist(),
                 **({} if self.channel_min is None else
                    {"channel_min": self.channel_min.tolist(),
-                    "channel_max": self.channel_max.tolist()})}
+                    "channel_max": self.channel_max.tolist()}),
+                **({} if self.channel_sum is None else {"channel_sum": list(self.channel_sum)})}
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,10 +150,14 @@ def merge_stats(a: TensorStats, b: TensorStats) -> TensorStats:
             + histogram.rebin(b.hist, b.first_bin, b.bin_width_log2, first, k, length))
     channels = a.channel_min is not None and b.channel_min is not None and \
         a.channel_min.shape == b.channel_min.shape
+    sums = a.channel_sum is not None and b.channel_sum is not None and \
+        len(a.channel_sum) == len(b.channel_sum)
     return TensorStats(a.kind, a.dtype, lo, hi, a.count + b.count,
                        a.nonfinite + b.nonfinite, k, first, hist,
                        np.minimum(a.channel_min, b.channel_min) if channels else None,
-                       np.maximum(a.channel_max, b.channel_max) if channels else None)
+                       np.maximum(a.channel_max, b.channel_max) if channels else None,
+                       tuple(x + y for x, y in zip(a.channel_sum, b.channel_sum))
+                       if sums else None)
 
 
 def merge(profiles: list[Profile], allow_same_data: bool = False) -> Profile:
@@ -271,6 +290,9 @@ _TOP_KEYS = ("format", "version", "tool", "model", "histogram", "samples", "runs
 _TENSOR_KEYS = ("kind", "dtype", "min", "max", "count", "nonfinite", "bin_width_log2",
                 "first_bin", "hist")
 _CHANNEL_KEYS = ("channel_min", "channel_max")  # both or neither
+# A channel sum's units: 2^-149 is float32's smallest step, so every float32 value is a whole
+# number of units (`TensorStats.channel_sum`).
+SUM_EXPONENT = 149
 
 
 def _is_int(v, lo: int = 0, hi: int = _COUNT_MAX) -> bool:
@@ -385,7 +407,7 @@ def _non_finite(node, path: str = "") -> tuple[str, float] | None:
 
 def _stats_from_json(name: str, t) -> TensorStats:
     where = f"tensor {name!r}"
-    _object(t, where, _TENSOR_KEYS, _CHANNEL_KEYS)
+    _object(t, where, _TENSOR_KEYS, (*_CHANNEL_KEYS, "channel_sum"))
     _require(t["kind"] in KINDS, f"{where}: kind", t["kind"], f"one of {', '.join(KINDS)}")
     _require(isinstance(t["dtype"], str) and t["dtype"] != "", f"{where}: dtype", t["dtype"],
              "a non-empty string")
@@ -424,7 +446,23 @@ def _stats_from_json(name: str, t) -> TensorStats:
     return TensorStats(t["kind"], t["dtype"], None if lo is None else float(lo),
                        None if hi is None else float(hi), count, t["nonfinite"],
                        t["bin_width_log2"], t["first_bin"], np.asarray(hist, dtype=np.int64),
-                       *_channel_ranges(t, where, lo, hi))
+                       *_channel_ranges(t, where, lo, hi), _channel_sum(t, where))
+
+
+def _channel_sum(t: dict, where: str) -> tuple[int, ...] | None:
+    """The optional per-channel sums: whole numbers, as many channels as divide the count,
+    each no larger than its channel's values could add up to."""
+    if "channel_sum" not in t:
+        return None
+    sums, count = t["channel_sum"], t["count"]
+    _require(isinstance(sums, list) and sums and all(type(s) is int for s in sums)
+             and count % len(sums) == 0, f"{where}: channel_sum", sums,
+             "a non-empty list of whole numbers, one per channel, the count a multiple of it")
+    largest = max(abs(t["min"] or 0.0), abs(t["max"] or 0.0))
+    bound = (count // len(sums)) * (math.ldexp(largest, SUM_EXPONENT) + 1)
+    _require(all(abs(s) <= bound for s in sums), f"{where}: channel_sum", sums,
+             "sums no larger than the channel's count times the largest |value|")
+    return tuple(sums)
 
 
 def _channel_ranges(t: dict, where: str, lo, hi) -> tuple:

@@ -23,8 +23,8 @@ from profiler.fingerprint import any_size, fingerprint
 from profiler.format import Profile, TensorStats, tool_version
 from profiler.histogram import Binner
 from profiler.model_inputs import InputSpec
-from profiler.session import (Plan, Runner, channel_ranges, expose_all, make_session, probe,
-                              same_values)
+from profiler.session import (Plan, Runner, channel_ranges, channel_sums, expose_all,
+                              make_session, probe, same_values)
 
 
 # Larger samples come fewer to a batch: their models run one sample at a time anyway, and the
@@ -38,6 +38,8 @@ class RunOptions:
     samples: int | None = None  # stop after this many samples
     workers: int = 1
     allow_nonfinite: bool = False
+    # record each Conv/Gemm/MatMul input's exact per-channel sums (bias correction's means)
+    channel_means: bool = False
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -73,7 +75,8 @@ def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSp
     plan = Plan(per_sample=False) if whole else probe(session, first)
     # Outputs of Reshape, Transpose and the like hold their input's values: binned once.
     plan = replace(plan, same_values=tuple(same_values(model).items()),
-                   channel_ranges=channel_ranges(model))
+                   channel_ranges=channel_ranges(model),
+                   channel_sums=channel_sums(model) if options.channel_means else ())
     batches = itertools.chain([first], batches)
     if options.workers > 1:
         shards = parallel.run_parallel(model_bytes, plan, batches, options.workers, on_samples)
@@ -86,6 +89,7 @@ def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSp
         measured = runner.stats()
     run = {"options": {"batch": run_batch, "samples": options.samples,
                        "workers": options.workers, "allow_nonfinite": options.allow_nonfinite,
+                       **({"channel_means": True} if options.channel_means else {}),
                        "input_shapes": {s.name: list(s.shape) for s in specs}},
            "data": {**source.describe(), "sha256": tally.digest.hexdigest()},
            "per_sample_runs": plan.per_sample,

@@ -61,6 +61,8 @@ class Plan:
     same_values: tuple[tuple[str, str], ...] = ()
     # outputs whose range is recorded per index of the last axis too (LayerNorm outputs)
     channel_ranges: frozenset[str] = frozenset()
+    # (tensor, axis): tensors whose exact sum is recorded per index of that axis
+    channel_sums: tuple[tuple[str, int], ...] = ()
 
 
 def same_values(model: onnx.ModelProto) -> dict[str, str]:
@@ -91,6 +93,30 @@ def channel_ranges(model: onnx.ModelProto) -> frozenset[str]:
     return frozenset(node.output[0] for node in model.graph.node
                      if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx")
                      and node.output and node.output[0])
+
+
+def channel_sums(model: onnx.ModelProto) -> tuple[tuple[str, int], ...]:
+    """(tensor, axis) for the data input of every Conv (axis 1), Gemm (axis 1, or 0 with
+    transA) and MatMul (the last axis) whose weights are constant: the axis the node contracts,
+    whose per-channel means the quantizer's bias correction needs (`--channel-means`)."""
+    constant = {t.name for t in model.graph.initializer} | {
+        out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    found: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or len(node.input) < 2 or \
+                node.input[1] not in constant or node.input[0] in constant:
+            continue
+        if node.op_type == "Conv":
+            axis = 1
+        elif node.op_type == "Gemm":
+            trans = next((a.i for a in node.attribute if a.name == "transA"), 0)
+            axis = 0 if trans else 1
+        elif node.op_type == "MatMul":
+            axis = -1
+        else:
+            continue
+        found.setdefault(node.input[0], axis)
+    return tuple(found.items())
 
 
 def expose_all(model: onnx.ModelProto, free_batch: bool) -> bytes:
@@ -172,6 +198,7 @@ class Runner:
         self.names = [o.name for o in session.get_outputs()]
         self.accumulators: dict[str, Accumulator] = {}
         self.same_values = dict(plan.same_values)
+        self.sum_axes = dict(plan.channel_sums)
         self.threads = _binning_threads(session) if threads is None else max(1, threads)
         self.binners = [Binner() for _ in range(self.threads)]
         self.binner = self.binners[0]
@@ -188,7 +215,7 @@ class Runner:
         outputs = _run(self.session, self.names, feeds)
         self._hold("input", feeds.items())
         for name, value in zip(self.names, outputs):
-            if name in self.same_values:
+            if name in self.same_values and name not in self.sum_axes:
                 continue  # its statistics are copied from its source's in stats()
             if name in self.plan.batch_independent:
                 self._accumulator(name, "activation", value).add(value, weight=n)
@@ -204,10 +231,10 @@ class Runner:
             self.close()
         stats = {name: acc.stats() for name, acc in self.accumulators.items()}
         for name, origin in self.same_values.items():
-            if origin in stats:
+            if origin in stats and name not in stats:  # (one summed per channel has its own)
                 # Its values in another arrangement: the last axis's channels are not the same.
                 stats[name] = replace(stats[origin], kind="activation", channel_min=None,
-                                      channel_max=None)
+                                      channel_max=None, channel_sum=None)
         return stats
 
     def close(self) -> None:
@@ -237,6 +264,10 @@ class Runner:
     def _bin(self, items: list[tuple[str, list[np.ndarray]]], binner: Binner) -> None:
         for name, parts in items:
             acc = self.accumulators[name]
+            if acc.sum_axis is not None:  # its axes kept: each run's values as they came
+                for part in parts:
+                    acc.add(part, binner=binner)
+                continue
             acc.add(parts[0] if len(parts) == 1 else
                     np.concatenate([p.reshape(-1, p.shape[-1]) if acc.channels and p.ndim
                                     else p.reshape(-1) for p in parts]),
@@ -252,7 +283,8 @@ class Runner:
     def _accumulator(self, name: str, kind: str, value: np.ndarray) -> Accumulator:
         if name not in self.accumulators:
             self.accumulators[name] = Accumulator(kind, str(value.dtype), self.binner,
-                                                  channels=name in self.plan.channel_ranges)
+                                                  channels=name in self.plan.channel_ranges,
+                                                  sum_axis=self.sum_axes.get(name))
         return self.accumulators[name]
 
 

@@ -31,6 +31,9 @@ class QuantOptions:
     (`quantizer.smooth`); "never" keeps every norm as the model has it.
     equalize "exact" or "relu6" rewrites the model by cross-layer equalization before it is
     profiled and quantized (`quantizer.equalize`): its profile must be made with the same mode.
+    bias_correction subtracts from each Conv/Gemm/MatMul bias the mean error its int8 weights
+    bring, (W_int8 - W) times the input's per-channel means, which the profile must hold
+    (`ember quantize-profile --channel-means`).
     """
 
     calibration: str = "minmax"
@@ -43,6 +46,7 @@ class QuantOptions:
     wide_norm_inputs: str = "auto"
     smooth_norms: str = "auto"
     equalize: str = "off"
+    bias_correction: bool = False
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:

@@ -628,6 +628,10 @@ def linear(r: _Rewriter, node: Node) -> None:
         floor = weight_floor(real_bias, alpha * r.quant_of(a).scale[0], out_params.scale[0])
         b = r.quant_weight(b_name, w_axis, floor, where) if b_const else r.quant_input(b_name)
     pa, pb = r.quant_of(a), r.quant_of(b)
+    if r.opts.bias_correction and b_const and not a_const:
+        correction = _weight_error_mean(r, node, attrs, a_name, b_name, b, where)
+        if correction is not None:
+            real_bias = (real_bias if has_bias else 0.0) - alpha * correction
     acc_scales = alpha * pa.scale[0] * np.asarray(pb.scale)
     multipliers, shifts = ratios(acc_scales / out_params.scale[0], where)
     new_attrs = {**node.attrs, **r.requant_attrs(out, qclamp, multipliers, shifts)}
@@ -640,7 +644,7 @@ def linear(r: _Rewriter, node: Node) -> None:
     activation = pb if a_const else pa
     bias = (zero_point_fold(weight, attrs, r.values[a], r.values[b])
             if activation.zero_point[0] else None)
-    if has_bias:
+    if real_bias is not None:
         q = np.rint(real_bias / acc_scales)
         bias = q if bias is None else q + bias
     if bias is not None:
@@ -648,6 +652,43 @@ def linear(r: _Rewriter, node: Node) -> None:
         r.origin[name] = node.inputs[2] if has_bias else node.name
         inputs.append(name)
     r.emit(node.op, node.name, inputs, (out,), new_attrs)
+
+
+def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_name: str,
+                       qw_name: str, where: str) -> np.ndarray | None:
+    """Bias correction (Nagel et al. 2019, empirical form): the mean over the calibration data
+    of what the int8 weights add to each output channel, (W_int8 - W) contracted with the
+    input's per-channel means; None (with a warning) where the profile's means do not fit."""
+    stats = r.profile.tensors.get(r.onnx_name(x_name))
+    means = stats.channel_means() if stats is not None else None
+    if means is None:
+        raise QuantizeError(f"{where}: --bias-correction needs the per-channel means of its "
+                            f"input {r.onnx_name(x_name)!r}, which the profile lacks; profile "
+                            f"with `ember quantize-profile --channel-means`")
+    w = r.g.values[w_name].const.astype(np.float64)
+    params = r.quant_of(qw_name)
+    scale = np.asarray(params.scale, np.float64)
+    if params.axis is not None:
+        scale = scale.reshape([-1 if i == params.axis else 1 for i in range(w.ndim)])
+    error = r.values[qw_name].const.astype(np.float64) * scale - w
+    if node.op == "Conv":
+        groups = int(attrs.get("group", 1))
+        per_group = error.shape[1]
+        if per_group * groups != len(means):
+            error = None
+        else:
+            grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
+                                                        (error.shape[0] // groups)]
+            # Each kernel position reads the same channel mean (padding aside).
+            return (error.reshape(*error.shape[:2], -1).sum(axis=2) * grouped).sum(axis=1)
+    elif w.ndim == 2:
+        contract = 1 - OPS[node.op].weight.out_axis(2, attrs)
+        if error.shape[contract] == len(means):
+            return np.tensordot(means, error, axes=([0], [contract]))
+    warnings.warn(QuantizeWarning(f"{where}: no bias correction: its input's {len(means)} "
+                                  f"channel means do not match its weight {w_name!r} of shape "
+                                  f"{list(w.shape)}"), stacklevel=2)
+    return None
 
 
 def add(r: _Rewriter, node: Node) -> None:

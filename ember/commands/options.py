@@ -148,6 +148,10 @@ def quantization_options(command):
                           "Gemms that read it (SmoothQuant): auto, when the profile's "
                           "per-channel ranges spread over 4x the median channel's."),
         equalize_option,
+        click.option("--bias-correction", "bias_correction", is_flag=True,
+                     help="Subtract from each Conv/Gemm/MatMul bias the mean error its int8 "
+                          "weights bring on the calibration data: (W_int8 - W) times the "
+                          "input's per-channel means (a profile made with --channel-means)."),
     ]
     for decorator in reversed(decorators):
         command = decorator(command)
@@ -159,7 +163,8 @@ QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "per_channel": "per_channel", "activation_dtype": "activation_dtype",
                 "symmetric": "symmetric_activations", "schema": "schema",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
-                "smooth_norms": "smooth_norms", "equalize": "equalize"}
+                "smooth_norms": "smooth_norms", "equalize": "equalize",
+                "bias_correction": "bias_correction"}
 
 
 def quant_options_from(kwargs: dict):
