@@ -619,7 +619,8 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                       array.reshape(-1, *model.shape[1:]) for name, array in calib.items()})
     profile_path = folder / f"{model.name}.profile.json"
     profile_format.save(profile_model(equalize(proto, quant.equalize), ArrayFile(data, specs),
-                                      specs, RunOptions(), shapes), profile_path)
+                                      specs, RunOptions(channel_means=quant.bias_correction),
+                                      shapes), profile_path)
     row.calibration = quant.calibration
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
@@ -865,6 +866,9 @@ def main() -> None:
                         help="ember's weights per tensor (onnxruntime still tries both)")
     parser.add_argument("--equalize", choices=EQUALIZE_MODES, default="off",
                         help="ember's cross-layer equalization (`ember --equalize`)")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="ember's bias correction (`ember --bias-correction`; the profile "
+                             "records --channel-means)")
     parser.add_argument("--no-program", dest="program", action="store_false",
                         help="no compilation or simulation: only the accuracy of ember's integer "
                              "reference (--compare-calibrations) and onnxruntime's variants")
@@ -894,7 +898,8 @@ def main() -> None:
         rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
                             args.time_box, QuantOptions(calibration=args.calibration,
                                                         per_channel=not args.per_tensor,
-                                                        equalize=args.equalize),
+                                                        equalize=args.equalize,
+                                                        bias_correction=args.bias_correction),
                             compare, args.program))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")

@@ -142,6 +142,6 @@ def exact_sums(rows: np.ndarray) -> list[int] | None:
     per = per.reshape(256, columns)
     totals = [0] * columns
     for e in np.flatnonzero(np.any(per != 0, axis=1)).tolist():
-        shift = max(e, 1) - 1  # significand * 2^(max(e,1) - 150) in units of 2^-149
+        shift = max(e, 1) - 150 + SUM_EXPONENT  # significand * 2^(max(e, 1) - 150)
         totals = [t + (int(v) << shift) for t, v in zip(totals, per[e].tolist())]
     return totals
