@@ -17,11 +17,11 @@ reference (onnxruntime, fp32 model) with the same code: `ErrorStats` (output SQN
 cosine) and `Top1` (top-1 agreement with fp32; top-1 accuracy where labels exist) from
 `ember.reports.metrics`. Only the int8 run differs:
 
-- ember: `quantize-profile` once over the calibration data, then per configuration
-  (calibration minmax / percentile / entropy / mse / auto, per-channel on or off; int8 activations
-  with a zero point) the model is quantized from that profile and run by ember's integer
-  reference interpreter (`quantizer.reference.run_int8`), which the compiled program matches
-  bit for bit.
+- ember: `quantize-profile --channel-means` once over the calibration data, then per
+  configuration (calibration minmax / percentile / entropy / mse / auto, and the default with
+  --bias-correction; per-channel on or off; int8 activations with a zero point) the model is
+  quantized from that profile and run by ember's integer reference interpreter
+  (`quantizer.reference.run_int8`), which the compiled program matches bit for bit.
 - onnxruntime: the model goes through `quant_pre_process` (shape inference, BatchNorm folding:
   what onnxruntime recommends before quantizing), then `quantize_static` in QDQ format with int8
   weights, per configuration (CalibrationMethod MinMax / Entropy / Percentile with their
@@ -185,7 +185,7 @@ def ember_profile(case: Case, folder: Path) -> tuple[Path, float]:
     specs = input_specs(model, {})
     np.savez(data, **{specs[0].name: case.calib})
     started = time.perf_counter()
-    result = profile(model, ArrayFile(data, specs), specs, RunOptions())
+    result = profile(model, ArrayFile(data, specs), specs, RunOptions(channel_means=True))
     out = folder / f"{case.name}.profile.json"
     profile_format.save(result, out)
     return out, time.perf_counter() - started
@@ -195,10 +195,13 @@ def ember_rows(case: Case, profile_path: Path, profile_s: float,
                reference: list[np.ndarray]) -> list[Row]:
     rows = []
     default = QuantOptions()
+    variants = [(method, False) for method in EMBER_METHODS] + [(default.calibration, True)]
     for per_channel in (True, False):
-        for method in EMBER_METHODS:
-            options = QuantOptions(calibration=method, per_channel=per_channel)
-            config = f"{method}, {'per-channel' if per_channel else 'per-tensor'}, int8"
+        for method, corrected in variants:
+            options = QuantOptions(calibration=method, per_channel=per_channel,
+                                   bias_correction=corrected)
+            config = (f"{method}, {'per-channel' if per_channel else 'per-tensor'}, int8"
+                      f"{', bias correction' if corrected else ''}")
             log(f"  ember {config}")
             try:
                 started = time.perf_counter()

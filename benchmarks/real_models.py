@@ -746,7 +746,7 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
             quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
-            program: bool = True) -> Row:
+            program: bool = True, peer: bool = True) -> Row:
     row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
@@ -763,7 +763,7 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
     reference = [session.run(None, feed(evaluation, i)) for i in range(count(evaluation))]
     row.fp32_ms = 1000 * (time.perf_counter() - started) / count(evaluation)
     with tempfile.TemporaryDirectory() as tmp:
-        for run in (ember_run, ort_run):
+        for run in (ember_run, ort_run) if peer else (ember_run,):
             try:
                 with time_box(box):
                     if run is ember_run:
@@ -869,6 +869,8 @@ def main() -> None:
     parser.add_argument("--bias-correction", action="store_true",
                         help="ember's bias correction (`ember --bias-correction`; the profile "
                              "records --channel-means)")
+    parser.add_argument("--no-ort", dest="peer", action="store_false",
+                        help="skip onnxruntime's quantize_static variants (ember's rows only)")
     parser.add_argument("--no-program", dest="program", action="store_false",
                         help="no compilation or simulation: only the accuracy of ember's integer "
                              "reference (--compare-calibrations) and onnxruntime's variants")
@@ -900,7 +902,7 @@ def main() -> None:
                                                         per_channel=not args.per_tensor,
                                                         equalize=args.equalize,
                                                         bias_correction=args.bias_correction),
-                            compare, args.program))
+                            compare, args.program, args.peer))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
     print_table(rows, machine, args.program)
