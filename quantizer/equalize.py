@@ -28,6 +28,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from compiler.graph.ops import BATCH_NORMALIZATION, CLIP, CONSTANT, CONV, MIN, OPS, RELU
+
 MODES = ("off", "exact", "relu6")
 # Turns over all chains; each turn equalizes every chain once. Stop early once no scale moves
 # by more than SETTLED (relative).
@@ -49,12 +51,13 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
     chains = _chains(out.graph, weights, mode)
     for _ in range(MAX_TURNS):
         moved = max((_equalize_pair(first, second, weights,
-                                    bounded=between is not None and between.op_type == "Clip")
+                                    bounded=between is not None
+                                    and between.op_type == CLIP.name)
                      for first, second, between in chains), default=0.0)
         if moved <= SETTLED:
             break
     for first, _, between in chains:
-        if between is not None and between.op_type == "Clip":
+        if between is not None and between.op_type == CLIP.name:
             _per_channel_bound(out.graph, first, between, weights)
     weights.write()
     return out
@@ -70,8 +73,9 @@ def _per_channel_bound(graph: onnx.GraphProto, first: onnx.NodeProto, clip: onnx
     weights.uses[bound] = 1
     weights.set(bound, (6.0 / scale).reshape(shape).astype(np.float32))
     relu_out = f"{clip.output[0]}/relu"
-    relu = onnx.helper.make_node("Relu", [clip.input[0]], [relu_out], name=f"{clip.name}/relu")
-    clip.op_type, clip.name = "Min", f"{clip.name}/min"
+    relu = onnx.helper.make_node(RELU.name, [clip.input[0]], [relu_out],
+                                 name=f"{clip.name}/relu")
+    clip.op_type, clip.name = MIN.name, f"{clip.name}/min"
     del clip.input[:]
     clip.input.extend([relu_out, bound])
     del clip.attribute[:]
@@ -86,7 +90,7 @@ class _Weights:
         self.arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         # Constant nodes' values, read (a Clip's bounds) but never changed.
         self.constants = {node.output[0]: numpy_helper.to_array(a.t) for node in graph.node
-                          if node.op_type == "Constant" for a in node.attribute
+                          if node.op_type == CONSTANT.name for a in node.attribute
                           if a.name == "value"}
         self.changed: set[str] = set()
         self.released: set[str] = set()  # initializers a folded BatchNorm no longer reads
@@ -145,7 +149,7 @@ def _attr(node: onnx.NodeProto, name: str, default):
 
 def _conv_weights(node: onnx.NodeProto, weights: _Weights) -> bool:
     """A Conv whose weight (and bias, if any) are initializers only it reads."""
-    return (node.op_type == "Conv" and node.domain in ("", "ai.onnx") and len(node.input) >= 2
+    return (node.op_type == CONV.name and node.domain in ("", "ai.onnx") and len(node.input) >= 2
             and weights.own(node.input[1])
             and (len(node.input) < 3 or not node.input[2] or weights.own(node.input[2])))
 
@@ -157,7 +161,7 @@ def _fold_batchnorms(graph: onnx.GraphProto, weights: _Weights) -> None:
     producers = {out: node for node in graph.node for out in node.output}
     removed = []
     for bn in graph.node:
-        if bn.op_type != "BatchNormalization" or len(bn.output) != 1 or \
+        if bn.op_type != BATCH_NORMALIZATION.name or len(bn.output) != 1 or \
                 _attr(bn, "training_mode", 0):
             continue
         conv = producers.get(bn.input[0])
@@ -199,9 +203,10 @@ def _fresh(base: str, weights: _Weights) -> str:
 def _homogeneous(node: onnx.NodeProto, weights: _Weights, mode: str) -> bool:
     """Whether `node` commutes with a positive per-channel scale (f(x / s) = f(x) / s), or, in
     mode relu6, is a ReLU6 that equalization will turn into a ReLU."""
-    if node.op_type in ("Relu", "LeakyRelu"):
+    row = OPS.get(node.op_type)
+    if row is not None and row.scale_invariant and node.domain in ("", "ai.onnx"):
         return True
-    if node.op_type != "Clip" or mode != "relu6":
+    if node.op_type != CLIP.name or mode != "relu6":
         return False
     bounds = [weights.value(n) for n in node.input[1:3]]
     low = bounds[0] if bounds else _attr(node, "min", None)
@@ -222,7 +227,7 @@ def _chains(graph: onnx.GraphProto, weights: _Weights, mode: str
         if between is None:
             continue
         second = between
-        if between.op_type != "Conv":
+        if between.op_type != CONV.name:
             if not _homogeneous(between, weights, mode):
                 continue
             second = _only_reader(between.output[0], graph, users)

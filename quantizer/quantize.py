@@ -29,7 +29,8 @@ from compiler.graph.int8 import (
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
-from compiler.graph.ops import DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL, RESCALE
+from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL,
+                                RESCALE)
 from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable, integer_node, is_float
@@ -671,7 +672,7 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
     if params.axis is not None:
         scale = scale.reshape([-1 if i == params.axis else 1 for i in range(w.ndim)])
     error = r.values[qw_name].const.astype(np.float64) * scale - w
-    if node.op == "Conv":
+    if node.op == CONV.name:
         groups = int(attrs.get("group", 1))
         per_group = error.shape[1]
         if per_group * groups != len(means):

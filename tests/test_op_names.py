@@ -32,6 +32,10 @@ ALLOWED = {
     ("profiler/session.py", "Dropout"): "same values, and its training_mode input",
     ("profiler/session.py", "LayerNormalization"): "its output's range per channel too (for "
                                                    "quantizer.smooth)",
+    ("profiler/session.py", "Conv"): "its data input's per-channel sums (bias correction)",
+    ("profiler/session.py", "Gemm"): "its data input's per-channel sums (bias correction)",
+    ("profiler/session.py", "MatMul"): "its data input's per-channel sums (bias correction)",
+    ("profiler/session.py", "Constant"): "a weight given by a Constant node is constant too",
     # The importer evaluates nodes of constant inputs early, but not a Dropout, whose reference
     # refuses training_mode=true (an error for later stages, not the importer's).
     ("compiler/frontend/onnx.py", "Dropout"): "never evaluated at import",

@@ -161,6 +161,10 @@ class OpDef:
     # The op's attributes once it also pads its input by `pads` (ONNX order: the spatial axes'
     # begins, then their ends) with zeros, or None when its attributes cannot say so.
     absorbs_zero_pad: Callable[[Mapping[str, Any], list[int]], dict | None] | None = None
+    # f(x / s) = f(x) / s for every s > 0, channel by channel: cross-layer equalization may
+    # scale the channels of the Conv before it and undo it in the Conv after
+    # (`quantizer.equalize`).
+    scale_invariant: bool = False
 
     @property
     def min_inputs(self) -> int:
@@ -538,11 +542,11 @@ _ROWS = (
     # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
     # nonlinearities become 256-entry tables (an int8 `table` input).
     OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8,
-          clamp_bounds=lambda *params: (0.0, None), lower=L.LUT),
+          clamp_bounds=lambda *params: (0.0, None), lower=L.LUT, scale_invariant=True),
     OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip,
           quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds, lower=L.LUT),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
-          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
+          quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT, scale_invariant=True),
     OpDef("PRelu", ("X", "slope"), {}, prelu_shape, ref.prelu, quant=Q.CHANNEL_LOOKUP,
           int8=int8.channel_lookup_int8, lower=L.CHANNEL_LUT),
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
@@ -790,6 +794,7 @@ WHERE = OPS["Where"]
 REDUCE_MIN, REDUCE_L2 = OPS["ReduceMin"], OPS["ReduceL2"]
 # And the row the QDQ export writes out as exporters do (ONNX has it from opset 24 only).
 SWISH = OPS["Swish"]
+BATCH_NORMALIZATION, CONSTANT = OPS["BatchNormalization"], OPS["Constant"]
 # And the global pools `conv1d_as_2d` makes 2-D.
 GLOBAL_MAX_POOL, GLOBAL_AVERAGE_POOL = OPS["GlobalMaxPool"], OPS["GlobalAveragePool"]
 
