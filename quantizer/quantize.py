@@ -29,8 +29,8 @@ from compiler.graph.int8 import (
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
-from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, RECIPROCAL,
-                                RESCALE)
+from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, GEMM, MATMUL, OPS, QUANTIZE_LINEAR,
+                                RECIPROCAL, RESCALE)
 from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable, integer_node, is_float
@@ -72,6 +72,7 @@ class _Rewriter:
         self.keep = set(options.keep_fp32)
         self.wide: set[str] = set()  # the int16 activations, chosen in `run`
         self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
+        self.uncorrected: list[str] = []  # nodes bias correction found no input means for
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
         self.origin: dict[str, str] = {}
@@ -123,6 +124,11 @@ class _Rewriter:
                 rule(self, node)
         for name in self.g.outputs:
             self.float_input(name)
+        if self.uncorrected:
+            warnings.warn(QuantizeWarning(
+                f"--bias-correction left {len(self.uncorrected)} node(s) uncorrected, whose "
+                f"input a graph pass made (the profile has no means of it): "
+                f"{listing(self.uncorrected)}"), stacklevel=2)
         return Graph(self.g.name, self.g.inputs, self.g.outputs, tuple(self.nodes),
                      dict(self.values), self.g.opset, dict(self.origin))
 
@@ -660,12 +666,17 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
     """Bias correction (Nagel et al. 2019, empirical form): the mean over the calibration data
     of what the int8 weights add to each output channel, (W_int8 - W) contracted with the
     input's per-channel means; None (with a warning) where the profile's means do not fit."""
+    if node.op not in (CONV.name, GEMM.name, MATMUL.name):
+        return None  # (a ConvTranspose's weight contracts another axis: not corrected)
     stats = r.profile.tensors.get(r.onnx_name(x_name))
     means = stats.channel_means() if stats is not None else None
     if means is None:
-        raise QuantizeError(f"{where}: --bias-correction needs the per-channel means of its "
-                            f"input {r.onnx_name(x_name)!r}, which the profile lacks; profile "
-                            f"with `ember quantize-profile --channel-means`")
+        if not any(t.channel_sum is not None for t in r.profile.tensors.values()):
+            raise QuantizeError(f"{where}: --bias-correction needs the per-channel means of "
+                                f"its input {r.onnx_name(x_name)!r}, which the profile lacks; "
+                                f"profile with `ember quantize-profile --channel-means`")
+        r.uncorrected.append(node.name)  # its input is a graph pass's: no means of it
+        return None
     w = r.g.values[w_name].const.astype(np.float64)
     params = r.quant_of(qw_name)
     scale = np.asarray(params.scale, np.float64)
