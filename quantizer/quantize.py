@@ -29,6 +29,7 @@ from compiler.graph.int8 import (
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
+from compiler.graph.reference import resolve_pads
 from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, GEMM, MATMUL, OPS, QUANTIZE_LINEAR,
                                 RECIPROCAL, RESCALE)
 from profiler.format import Profile
@@ -691,8 +692,11 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
         else:
             grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
                                                         (error.shape[0] // groups)]
-            # Each kernel position reads the same channel mean (padding aside).
-            return (error.reshape(*error.shape[:2], -1).sum(axis=2) * grouped).sum(axis=1)
+            # A tap reads the channel's mean where it falls inside the input, and the zero
+            # padding elsewhere: weighted by the share of outputs where it falls inside.
+            inside = _taps_inside(r.g.type_of(x_name).shape[2:], error.shape[2:], attrs)
+            return np.einsum("ock,oc,k->o", error.reshape(*error.shape[:2], -1), grouped,
+                             inside.reshape(-1))
     elif w.ndim == 2:
         contract = 1 - OPS[node.op].weight.out_axis(2, attrs)
         if error.shape[contract] == len(means):
@@ -701,6 +705,23 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
                                   f"channel means do not match its weight {w_name!r} of shape "
                                   f"{list(w.shape)}"), stacklevel=2)
     return None
+
+
+def _taps_inside(spatial, kernel, attrs: dict) -> np.ndarray:
+    """For each kernel tap, the share of a convolution's outputs at which it reads the input
+    rather than its zero padding (one array over the kernel's shape)."""
+    pads, out, strides, dilations = resolve_pads(spatial, kernel, attrs.get("strides"),
+                                                 attrs.get("dilations"), attrs.get("pads"),
+                                                 attrs.get("auto_pad", "NOTSET"))
+    shares = []
+    for axis, (size, taps) in enumerate(zip(spatial, kernel)):
+        starts = np.arange(out[axis]) * strides[axis] - pads[axis]
+        where = starts[:, None] + np.arange(taps)[None, :] * dilations[axis]
+        shares.append(((where >= 0) & (where < size)).mean(axis=0))
+    inside = shares[0]
+    for share in shares[1:]:
+        inside = np.multiply.outer(inside, share)
+    return inside
 
 
 def add(r: _Rewriter, node: Node) -> None:
