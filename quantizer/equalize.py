@@ -67,15 +67,15 @@ def _per_channel_bound(graph: onnx.GraphProto, first: onnx.NodeProto, clip: onnx
                        weights: _Weights) -> None:
     """ReLU6 after a Conv whose output channels were divided by s: Clip(x, 0, 6) becomes
     Min(Relu(x), 6 / s) with 6 / s per channel, the same function on the scaled values."""
-    scale = weights.scales[first.name]
+    scale = weights.scales[first.output[0]]
     bound = _fresh(f"{clip.output[0]}/bound", weights)
     shape = (1, -1) + (1,) * (weights.arrays[first.input[1]].ndim - 2)
     weights.uses[bound] = 1
     weights.set(bound, (6.0 / scale).reshape(shape).astype(np.float32))
     relu_out = f"{clip.output[0]}/relu"
     relu = onnx.helper.make_node(RELU.name, [clip.input[0]], [relu_out],
-                                 name=f"{clip.name}/relu")
-    clip.op_type, clip.name = MIN.name, f"{clip.name}/min"
+                                 name=f"{clip.output[0]}/relu")
+    clip.op_type, clip.name = MIN.name, f"{clip.output[0]}/min"
     del clip.input[:]
     clip.input.extend([relu_out, bound])
     del clip.attribute[:]
@@ -265,9 +265,9 @@ def _equalize_pair(first: onnx.NodeProto, second: onnx.NodeProto, weights: _Weig
     s = np.ones(channels)
     s[usable] = np.sqrt(r1[usable] / r2[usable])
     if bounded:
-        s = np.maximum(s, 1.0 / weights.scales.get(first.name, 1.0))
+        s = np.maximum(s, 1.0 / weights.scales.get(first.output[0], 1.0))
     shape1 = (-1,) + (1,) * (w1.ndim - 1)
-    weights.scales[first.name] = weights.scales.get(first.name, 1.0) * s
+    weights.scales[first.output[0]] = weights.scales.get(first.output[0], 1.0) * s
     weights.set(first.input[1], w1 / s.reshape(shape1))
     if len(first.input) > 2 and first.input[2]:
         weights.set(first.input[2], weights.arrays[first.input[2]].astype(np.float64) / s)

@@ -114,6 +114,13 @@ def test_relu6_is_left_alone_when_exact_and_bounded_per_channel_otherwise() -> N
         x = _input(size=size)
         np.testing.assert_allclose(_outputs(after, x), _outputs(before, x), rtol=1e-4,
                                    atol=1e-4)
+    unnamed = onnx.ModelProto()  # exporters often leave node names empty
+    unnamed.CopyFrom(before)
+    for node in unnamed.graph.node:
+        node.name = ""
+    x = _input(size=30.0)
+    np.testing.assert_allclose(_outputs(equalize(unnamed, "relu6"), x), _outputs(before, x),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_off_is_the_model_itself_and_shared_weights_are_not_touched() -> None:
