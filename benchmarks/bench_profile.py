@@ -75,10 +75,14 @@ def samples(data: Path):
             yield np.frombuffer(f.read(size), dtype).reshape((1, *shape[1:]))
 
 
+CHANNEL_MEANS = False  # --channel-means: ember's runs also record them
+
+
 def run_ember(model_path: Path, data: Path, workers: int = 1) -> None:
     model = onnx.load(str(model_path))
     specs = input_specs(model, {})
-    profile(model, ArrayFile(data, specs), specs, RunOptions(workers=workers))
+    profile(model, ArrayFile(data, specs), specs,
+            RunOptions(workers=workers, channel_means=CHANNEL_MEANS))
 
 
 def run_plain(model_path: Path, data: Path) -> None:
@@ -190,6 +194,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--time-only", action="store_true", help="skip the peak-memory table")
+    parser.add_argument("--channel-means", action="store_true",
+                        help="ember's profiles also record the per-channel sums bias correction "
+                             "reads (`quantize-profile --channel-means`)")
     parser.add_argument("--floor", action="store_true",
                         help="only what onnxruntime alone takes to produce every tensor")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "DATA"))
@@ -199,6 +206,8 @@ def main() -> None:
         return
     sizes = QUICK if args.quick else FULL
     models = args.models.split(",")
+    global CHANNEL_MEANS
+    CHANNEL_MEANS = args.channel_means
     if args.floor:
         floor_table(models, args.rounds)
         return
