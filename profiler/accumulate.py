@@ -96,7 +96,7 @@ class Accumulator:
                                            len(self.channel_sum) != values.shape[axis]):
             self.sum_axis, self.channel_sum = None, None
             return
-        sums = exact_sums(np.moveaxis(values, axis, -1).reshape(-1, values.shape[axis]))
+        sums = exact_sums(values, axis)
         if sums is None:
             self.sum_axis, self.channel_sum = None, None
             return
@@ -119,29 +119,65 @@ class Accumulator:
                            self.sum_axis is not None and not self.nonfinite else None)
 
 
-def exact_sums(rows: np.ndarray) -> list[int] | None:
-    """Each column's sum of float32 values, exactly, in units of 2^-SUM_EXPONENT (None if a
-    value is not finite).
+# exact_sums works in blocks of about this many values, which stay in the caches.
+_SUM_BLOCK = 1 << 16
+# float64 sums of 24-bit integers are exact up to 2^29 terms: longer sums split.
+_SUM_TERMS = 1 << 28
 
-    A float32 value is its 24-bit significand times 2^(e - 150) (e its biased exponent field;
-    subnormals have e = 0 and count as e = 1 without the hidden bit), so the values sharing an
-    exponent field sum exactly as integers (float64 holds sums of up to 2^29 of them exactly),
-    and the 255 per-exponent sums are shifted into the common unit as Python integers, which
-    never round, whatever the order: a sum over shards equals the sum over all the data.
+
+def exact_sums(values: np.ndarray, axis: int = -1) -> list[int] | None:
+    """The exact sum of the float32 `values` for each index of `axis`, in units of
+    2^-SUM_EXPONENT (None if a value is not finite).
+
+    `np.frexp` writes a float32 value as m * 2^e with m * 2^24 a whole number below 2^24
+    (subnormals too), so the values sharing an exponent sum exactly in float64 as multiples of
+    2^-24 (up to 2^29 of them); the 277 per-exponent sums are then shifted into the common unit
+    as Python integers, which never round, whatever the order: a sum over shards equals the sum
+    over all the data. The values are read in place, block by block (no transposed copy).
     """
-    rows = np.ascontiguousarray(rows, np.float32)
-    bits = rows.view(np.uint32)
-    field = (bits >> 23) & 0xFF
-    if np.any(field == 0xFF):  # inf or nan
+    values = np.ascontiguousarray(values, np.float32)
+    axis = axis % values.ndim
+    channels = values.shape[axis]
+    inner = int(np.prod(values.shape[axis + 1:], dtype=np.int64))
+    flat = values.reshape(-1)
+    if not np.isfinite(flat).all():
         return None
-    significand = (bits & 0x7FFFFF) | np.where(field > 0, 0x800000, 0).astype(np.uint32)
-    signed = np.where(bits >> 31, -significand.astype(np.float64), significand)
-    columns = rows.shape[1]
-    keys = (field.astype(np.intp) * columns + np.arange(columns)).reshape(-1)
-    per = np.bincount(keys, weights=signed.reshape(-1), minlength=256 * columns)
-    per = per.reshape(256, columns)
-    totals = [0] * columns
-    for e in np.flatnonzero(np.any(per != 0, axis=1)).tolist():
-        shift = max(e, 1) - 150 + SUM_EXPONENT  # significand * 2^(max(e, 1) - 150)
-        totals = [t + (int(v) << shift) for t, v in zip(totals, per[e].tolist())]
+    exponents = 277  # frexp's e over float32: -148 (the least subnormal) .. 128
+    per = np.zeros(exponents * channels)
+    totals, pending = [0] * channels, 0
+    # The last axis: blocks of whole rows share one pattern of channel indices.
+    step = max(1, _SUM_BLOCK // channels) * channels if inner == 1 else _SUM_BLOCK
+    pattern = np.tile(np.arange(channels), step // channels) if inner == 1 else None
+    for start in range(0, flat.size, step):
+        block = flat[start:start + step]
+        if pending + block.size > _SUM_TERMS:  # before any sum could pass 2^29 terms
+            totals, pending = _shifted(per, channels, totals), 0
+            per[:] = 0.0
+        mantissa, exponent = np.frexp(block)
+        keys = (exponent + 148) * channels
+        keys += pattern[:block.size] if pattern is not None else \
+            _channel_runs(start, block.size, inner, channels)
+        per += np.bincount(keys, weights=mantissa, minlength=per.size)
+        pending += block.size
+    return _shifted(per, channels, totals)
+
+
+def _channel_runs(start: int, size: int, inner: int, channels: int) -> np.ndarray:
+    """The channel index of flat positions start .. start + size of a tensor whose channel
+    axis is followed by `inner` values: runs of `inner` equal indices."""
+    first, last = start // inner, (start + size - 1) // inner
+    lengths = np.full(last - first + 1, inner)
+    lengths[0] = min(inner - start % inner, size)
+    if last > first:
+        lengths[-1] = (start + size) - last * inner
+    return np.repeat(np.arange(first, last + 1) % channels, lengths)
+
+
+def _shifted(per: np.ndarray, channels: int, totals: list[int]) -> list[int]:
+    """`totals` plus the per-exponent sums of mantissas `per`, in units of 2^-SUM_EXPONENT."""
+    per = (per * 2.0**24).reshape(-1, channels)  # whole numbers, below 2^53
+    for k in np.flatnonzero(np.any(per != 0, axis=1)).tolist():
+        shift = k - 148 - 24 + SUM_EXPONENT  # m 2^24 * 2^(e - 24), e = k - 148
+        row = per[k].astype(np.int64).tolist()
+        totals = [t + (v << shift if shift >= 0 else v >> -shift) for t, v in zip(totals, row)]
     return totals

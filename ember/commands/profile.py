@@ -57,7 +57,7 @@ from simulator.numerics import oversize
               help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
 @click.option("--channel-means", is_flag=True,
               help="Also record, exactly, each channel's sum of every Conv, Gemm and MatMul "
-                   "input (about 15 ns a value more): the means `compile --bias-correction` "
+                   "input (3 to 5 ns a value more): the means `compile --bias-correction` "
                    "needs.")
 @input_shape_option
 @equalize_option

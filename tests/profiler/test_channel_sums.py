@@ -13,6 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from profiler import format as pf
+from profiler import accumulate
 from profiler.accumulate import exact_sums
 from profiler.model_inputs import input_specs
 from profiler.run import RunOptions, profile
@@ -56,12 +57,18 @@ def exact(values: np.ndarray) -> list[Fraction]:
             for c in range(values.shape[1])]
 
 
-def test_exact_sums_are_exact_and_add_up_over_any_split() -> None:
+def test_exact_sums_are_exact_and_add_up_over_any_split(monkeypatch) -> None:
     rows = data(40).reshape(-1, 3)
     rows[0, 0], rows[1, 1] = 1e-45, -3.4e38  # a subnormal and float32's largest magnitude
     sums = exact_sums(rows)
     assert [Fraction(s, 2**pf.SUM_EXPONENT) for s in sums] == exact(rows)
     assert [a + b for a, b in zip(exact_sums(rows[:17]), exact_sums(rows[17:]))] == sums
+    monkeypatch.setattr(accumulate, "_SUM_BLOCK", 5)  # many blocks, flushed every few
+    monkeypatch.setattr(accumulate, "_SUM_TERMS", 12)
+    assert exact_sums(rows) == sums
+    # Any axis, read in place: a (samples, channels, positions) tensor's channels.
+    image = data(5)
+    assert exact_sums(image, 1) == exact_sums(np.moveaxis(image, 1, -1).reshape(-1, 3))
     rows[2, 2] = np.nan
     assert exact_sums(rows) is None
 
