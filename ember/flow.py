@@ -197,7 +197,9 @@ def _load(model: ModelSource, profile: ProfileSource, mode: str = "off"
         for other in EQUALIZE_MODES:  # made with another --equalize: say so
             if other != mode and not profile_format.difference(
                     loaded.model, fingerprint(equalize(given, other))):
-                raise EmberError(f"{_name(loaded)} was made with --equalize {other}; give "
+                raise EmberError(f"{_name(loaded)} was made without --equalize; drop "
+                                 f"--equalize {mode}" if other == "off" else
+                                 f"{_name(loaded)} was made with --equalize {other}; give "
                                  f"--equalize {other} here too") from None
         raise err
     return proto, loaded

@@ -169,3 +169,8 @@ def test_a_profile_made_with_equalize_asks_for_it_at_compile(tmp_path) -> None:
     result = invoke("compile", path, "--int8", "--profile", profile, "--equalize", "exact",
                     "--per-tensor", "-o", tmp_path / "c.ember")
     assert result.exit_code == 0, result.output
+    plain = tmp_path / "plain.profile.json"
+    assert invoke("quantize-profile", path, "--random", 2, "-o", plain).exit_code == 0
+    result = invoke("compile", path, "--int8", "--profile", plain, "--equalize", "exact",
+                    "-o", tmp_path / "d.ember")
+    assert_one_line_error(result, "without --equalize", "drop --equalize exact")
