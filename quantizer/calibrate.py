@@ -15,9 +15,10 @@ Five methods choose the range [lo, hi] of one tensor from its `TensorStats`:
   table), the error is that function's output error, so values where it saturates clip for
   free.
 
-The percentile, entropy and mse methods work on the histogram of |x|, as TensorRT does: they choose one
-magnitude threshold t and the range is [max(min, -t), min(max, t)], so a one-sided tensor (a
-ReLU output) keeps its empty side empty and a two-sided one is clipped on whichever tail is long.
+The percentile, entropy and mse methods work on the histogram of |x|, as TensorRT does: they
+choose one magnitude threshold t and the range is [max(min, -t), min(max, t)], so a one-sided
+tensor (a ReLU output) keeps its empty side empty and a two-sided one is clipped on whichever
+tail is long (auto too, on the signed histogram).
 On the profiler's power-of-two grid the |x| histogram is exact: bin j < 0 covers the same
 magnitudes as bin -j-1.
 """
