@@ -57,7 +57,9 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
         if moved <= SETTLED:
             break
     for first, _, between in chains:
-        if between is not None and between.op_type == CLIP.name:
+        scale = weights.scales.get(first.output[0])
+        if between is not None and between.op_type == CLIP.name and scale is not None \
+                and np.any(scale != 1.0):  # (a chain left as it was keeps its ReLU6)
             _per_channel_bound(out.graph, first, between, weights)
     weights.write()
     return out
