@@ -123,6 +123,15 @@ def test_relu6_is_left_alone_when_exact_and_bounded_per_channel_otherwise() -> N
                                rtol=1e-4, atol=1e-4)
 
 
+def test_a_relu6_chain_with_nothing_to_divide_keeps_its_relu6() -> None:
+    before = _chain("Clip", depthwise=True)
+    w2 = next(t for t in before.graph.initializer if t.name == "w2")
+    w2.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w2) * 100, "w2"))  # r2 >> r1
+    after = equalize(before, "relu6")
+    assert [n.op_type for n in after.graph.node] == ["Conv", "Clip", "Conv"]
+    assert _weights(after)["w1"].tolist() == _weights(before)["w1"].tolist()
+
+
 def test_off_is_the_model_itself_and_shared_weights_are_not_touched() -> None:
     before = _chain("Relu", spread=100.0)
     assert equalize(before, "off") is before
