@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -156,8 +157,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
             m: r.to_json() for m, r in reports.items()}}, indent=1))
         return
     first = reports[best].outputs[0]
-    table = Table(title=f"{model}: each --calibration against fp32 onnxruntime, output "
-                        f"{first.name!r}")
+    table = Table(title=f"{Path(model).name} vs fp32, output {first.name!r}")
     for column in ("calibration", "SQNR dB", "cosine", "top-1 agree", "top-1 int8"):
         table.add_column(column, justify="left" if column == "calibration" else "right")
     for method, report in reports.items():
