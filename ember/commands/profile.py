@@ -202,7 +202,9 @@ def show(path: str, as_json: bool) -> None:
     input shapes it was profiled at (? where the data chose)."""
     p = profile_format.load(path)
     rows = {name: {"kind": t.kind, "min": t.min, "max": t.max, "count": t.count,
-                   "nonfinite": t.nonfinite, "bins": len(t.hist), "bin_width": t.bin_width}
+                   "nonfinite": t.nonfinite, "bins": len(t.hist), "bin_width": t.bin_width,
+                   **({} if t.channel_sum is None else
+                      {"channel_means": t.channel_means().tolist()})}
             for name, t in p.tensors.items()}
     if as_json:
         click.echo(json.dumps({"fingerprint": p.model.digest, "samples": p.samples,
@@ -218,6 +220,9 @@ def show(path: str, as_json: bool) -> None:
         table.add_row(name, r["kind"], _number(r["min"]), _number(r["max"]), str(r["count"]),
                       str(r["nonfinite"]), str(r["bins"]))
     console.results().print(table)
+    means = sum(1 for r in rows.values() if "channel_means" in r)
+    click.echo(f"per-channel means (--channel-means, for --bias-correction): "
+               f"{f'{means} tensors' if means else 'none'}")
 
 
 def _number(value: float | None) -> str:

@@ -107,3 +107,22 @@ def test_sums_round_trip_and_bad_ones_are_refused(tmp_path) -> None:
         path.write_text(json.dumps(doc))
         with pytest.raises(pf.ProfileError, match="channel_sum"):
             pf.load(path)
+
+
+def test_the_command_records_them_and_show_says_so(tmp_path) -> None:
+    from tests.cli import invoke
+    model = tmp_path / "cg.onnx"
+    onnx.save(conv_gemm_model(), str(model))
+    x = data(4)
+    np.savez(tmp_path / "d.npz", x=x)
+    for flags, name in (((), "plain.json"), (("--channel-means",), "means.json")):
+        made = invoke("quantize-profile", model, "--data", tmp_path / "d.npz", *flags,
+                      "-o", tmp_path / name)
+        assert made.exit_code == 0, made.output
+    assert "means (--channel-means, for --bias-correction): none" in \
+        invoke("profile", "show", tmp_path / "plain.json").output
+    assert "for --bias-correction): 2 tensors" in \
+        invoke("profile", "show", tmp_path / "means.json").output
+    shown = json.loads(invoke("profile", "show", tmp_path / "means.json", "--json").output)
+    np.testing.assert_allclose(shown["tensors"]["x"]["channel_means"], x.mean(axis=(0, 2, 3)),
+                               rtol=1e-6)
