@@ -123,6 +123,8 @@ class Accumulator:
 _SUM_BLOCK = 1 << 16
 # float64 sums of 24-bit integers are exact up to 2^29 terms: longer sums split.
 _SUM_TERMS = 1 << 28
+# np.frexp's exponent over float32 values: -148 (the least subnormal) .. 128.
+_LEAST_EXPONENT, _EXPONENTS = -148, 277
 
 
 def exact_sums(values: np.ndarray, axis: int = -1) -> list[int] | None:
@@ -142,8 +144,7 @@ def exact_sums(values: np.ndarray, axis: int = -1) -> list[int] | None:
     flat = values.reshape(-1)
     if not np.isfinite(flat).all():
         return None
-    exponents = 277  # frexp's e over float32: -148 (the least subnormal) .. 128
-    per = np.zeros(exponents * channels)
+    per = np.zeros(_EXPONENTS * channels)
     totals, pending = [0] * channels, 0
     # The last axis: blocks of whole rows share one pattern of channel indices.
     step = max(1, _SUM_BLOCK // channels) * channels if inner == 1 else _SUM_BLOCK
@@ -154,7 +155,7 @@ def exact_sums(values: np.ndarray, axis: int = -1) -> list[int] | None:
             totals, pending = _shifted(per, channels, totals), 0
             per[:] = 0.0
         mantissa, exponent = np.frexp(block)
-        keys = (exponent + 148) * channels
+        keys = (exponent - _LEAST_EXPONENT) * channels
         keys += pattern[:block.size] if pattern is not None else \
             _channel_runs(start, block.size, inner, channels)
         per += np.bincount(keys, weights=mantissa, minlength=per.size)
@@ -177,7 +178,7 @@ def _shifted(per: np.ndarray, channels: int, totals: list[int]) -> list[int]:
     """`totals` plus the per-exponent sums of mantissas `per`, in units of 2^-SUM_EXPONENT."""
     per = (per * 2.0**24).reshape(-1, channels)  # whole numbers, below 2^53
     for k in np.flatnonzero(np.any(per != 0, axis=1)).tolist():
-        shift = k - 148 - 24 + SUM_EXPONENT  # m 2^24 * 2^(e - 24), e = k - 148
+        shift = k + _LEAST_EXPONENT - 24 + SUM_EXPONENT  # m 2^24 * 2^(e - 24), e = k - 148
         row = per[k].astype(np.int64).tolist()
         totals = [t + (v << shift if shift >= 0 else v >> -shift) for t, v in zip(totals, row)]
     return totals

@@ -12,8 +12,8 @@ import os
 import re
 import sys
 import tempfile
-from fractions import Fraction
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from importlib import metadata
 from pathlib import Path
 from typing import Mapping

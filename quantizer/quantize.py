@@ -29,9 +29,9 @@ from compiler.graph.int8 import (
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
-from compiler.graph.reference import resolve_pads
 from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, GEMM, MATMUL, OPS, QUANTIZE_LINEAR,
                                 RECIPROCAL, RESCALE)
+from compiler.graph.reference import resolve_pads
 from profiler.format import Profile
 from quantizer import calibrate
 from quantizer.checks import check_quantizable, integer_node, is_float
@@ -239,8 +239,13 @@ class _Rewriter:
         reader = self._reader(name) if self.opts.calibration == "auto" else None
         return calibrate.tensor_range(
             self.profile.tensors[origin], self.opts.calibration, self.opts.percentile, origin,
-            levels=RANGES[dtype][1] - RANGES[dtype][0],
-            symmetric=self.opts.symmetric_activations or dtype == "int16", reader=reader)
+            levels=RANGES[dtype][1] - RANGES[dtype][0], symmetric=self.symmetric(dtype),
+            reader=reader)
+
+    def symmetric(self, dtype: str) -> bool:
+        """Whether activations of `dtype` get a symmetric range: by the options, and int16 ones
+        always (their zero point 0 is what a wide REQUANT's or ADD's 8-bit offset holds)."""
+        return self.opts.symmetric_activations or dtype == "int16"
 
     def _reader(self, name: str):
         """The elementwise function every reader of `name` applies to it, if they all apply
@@ -270,7 +275,7 @@ class _Rewriter:
         hold, and 32767 steps a side)."""
         dtype = dtype or self.dtype
         return calibrate.activation_params(lo, hi, dtype,
-                                           self.opts.symmetric_activations or dtype == "int16",
+                                           self.symmetric(dtype),
                                            self.opts.schema == "power2")
 
     def dtype_of(self, name: str) -> str:
@@ -664,9 +669,9 @@ def linear(r: _Rewriter, node: Node) -> None:
 
 def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_name: str,
                        qw_name: str, where: str) -> np.ndarray | None:
-    """Bias correction (Nagel et al. 2019, empirical form): the mean over the calibration data
-    of what the int8 weights add to each output channel, (W_int8 - W) contracted with the
-    input's per-channel means; None (with a warning) where the profile's means do not fit."""
+    """Bias correction (Nagel et al. 2019): the mean over the calibration data of what the int8
+    weights add to each output channel, (W_int8 - W) contracted with the input's per-channel
+    means from the profile; None (with a warning) where those means do not fit the weight."""
     if node.op not in (CONV.name, GEMM.name, MATMUL.name):
         return None  # (a ConvTranspose's weight contracts another axis: not corrected)
     stats = r.profile.tensors.get(r.onnx_name(x_name))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
+from rich.table import Table
 
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
@@ -18,6 +20,7 @@ from ember.commands.options import (QUANT_FIELDS, batch_option, data_options, im
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
+from quantizer.calibrate import METHODS
 from quantizer.options import QuantOptions
 
 EXIT_GATE_FAILED = 3
@@ -138,11 +141,6 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
                           input_shapes, as_json: bool) -> None:
     """Each calibration method's accuracy on the same data, the best (first output's SQNR)
     marked."""
-    from dataclasses import replace
-
-    from rich.table import Table
-
-    from quantizer.calibrate import METHODS
     reports = {}
     with progress_bar() as progress:
         for method in METHODS:

@@ -10,6 +10,7 @@ from click.core import ParameterSource
 
 from ember.errors import EmberError
 from ember.files import InputPath
+from quantizer.equalize import MODES as EQUALIZE_MODES
 
 model_argument = click.argument("model", type=InputPath(dir_okay=False))
 
@@ -96,18 +97,12 @@ batch_option = click.option(
          "program: as many as keep its working set in the caches, at most 256]")
 
 
-def _equalize_option():
-    from quantizer.equalize import MODES
-    return click.option(
-        "--equalize", type=click.Choice(MODES), default="off", show_default=True,
-        help="Cross-layer equalization of Conv -> Conv chains before profiling and quantizing "
-             "(Nagel et al. 2019): exact, through ReLU or nothing; relu6, also through ReLU6, "
-             "whose bound becomes a per-channel Min (an extra vector pass). It evens out "
-             "per-tensor weight ranges (--per-tensor); the profile must be made with the same "
-             "--equalize.")
-
-
-equalize_option = _equalize_option()
+equalize_option = click.option(
+    "--equalize", type=click.Choice(EQUALIZE_MODES), default="off", show_default=True,
+    help="Cross-layer equalization of Conv -> Conv chains before profiling and quantizing "
+         "(Nagel et al. 2019): exact, through ReLU or nothing; relu6, also through ReLU6, whose "
+         "bound becomes a per-channel Min (an extra vector pass). It evens out per-tensor weight "
+         "ranges (--per-tensor); the profile must be made with the same --equalize.")
 
 
 def quantization_options(command):
