@@ -8,11 +8,16 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from ember import cluster
 from ember.errors import EmberError
 from ember.files import InputPath
 from quantizer.equalize import MODES as EQUALIZE_MODES
 
 model_argument = click.argument("model", type=InputPath(dir_okay=False))
+
+cluster_option = click.option(
+    "--cluster", "cluster", default="local", show_default=True, metavar="local[:N]|ADDRESS",
+    callback=lambda ctx, param, value: cluster.parse(value), help=cluster.CLUSTER_HELP)
 
 input_shape_option = click.option(
     "--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
