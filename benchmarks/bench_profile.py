@@ -26,9 +26,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ember.cluster import Cluster, Where
+from ember.profiling import profile
 from examples.build import zoo_model_path
 from profiler.model_inputs import input_specs
-from profiler.run import RunOptions, profile
+from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,8 +83,9 @@ CHANNEL_MEANS = False  # --channel-means: ember's runs also record them
 def run_ember(model_path: Path, data: Path, workers: int = 1) -> None:
     model = onnx.load(str(model_path))
     specs = input_specs(model, {})
-    profile(model, ArrayFile(data, specs), specs,
-            RunOptions(workers=workers, channel_means=CHANNEL_MEANS))
+    with Cluster(Where(None, workers)) as cluster:
+        profile(cluster, model, ArrayFile(data, specs), specs,
+                RunOptions(channel_means=CHANNEL_MEANS))
 
 
 def run_plain(model_path: Path, data: Path) -> None:
@@ -220,7 +223,7 @@ def main() -> None:
               "which other load on the machine disturbs less than wall time)")
         print(f"{'model':12} {'samples':>7} {'plain wall s':>12} {'ember wall s':>12} "
               f"{'ratio':>6} {'plain CPU s':>11} {'ember CPU s':>11} {'ratio':>6} "
-              f"{'ember --workers 2 wall s':>24}")
+              f"{'ember local:2 wall s':>24}")
         for model in models:
             n = sizes[model][0]
             data = make_data(model, n, folder)

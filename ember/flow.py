@@ -22,13 +22,14 @@ from compiler.frontend.onnx import (UNROLLED, fix_input_shapes, import_model, lo
 from compiler.graph.ir import Graph
 from compiler.pipeline import compile_int8, optimize
 from ember import preprocessing
+from ember.cluster import Cluster
 from ember.errors import EmberError
+from ember.profiling import profile as sharded_profile
 from profiler import format as profile_format
 from compiler.errors import CompileError
 from profiler.fingerprint import fingerprint, graph_inputs
 from profiler.errors import ProfileError
 from profiler.format import Profile
-from profiler.run import profile as run_profile
 from quantizer.checks import unquantizable_nodes
 from quantizer.equalize import MODES as EQUALIZE_MODES
 from quantizer.equalize import equalize
@@ -230,15 +231,21 @@ def _sha256(path: str | os.PathLike) -> str:
 
 
 def profile_model(proto: onnx.ModelProto, source, specs, options, overrides=None,
-                  on_samples=lambda n: None, label: str = "model") -> Profile:
-    """The profiler's run (`profiler.run.profile`) over the model as ember imports it: its
-    recurrent layers unrolled at the given input shapes, so that every step's values get a
-    range under the names the quantizer reads. The profile names the model given."""
+                  on_samples=lambda n: None, label: str = "model",
+                  cluster: Cluster | None = None) -> Profile:
+    """The profiler's run (`profiler.run.profile`, in shards where `cluster` runs them) over
+    the model as ember imports it: its recurrent layers unrolled at the given input shapes, so
+    that every step's values get a range under the names the quantizer reads. The profile
+    names the model given."""
+    if cluster is None:
+        with Cluster() as here:
+            return profile_model(proto, source, specs, options, overrides, on_samples, label,
+                                 here)
     if not any(node.op_type in UNROLLED for node in proto.graph.node):
-        return run_profile(proto, source, specs, options, on_samples)
+        return sharded_profile(cluster, proto, source, specs, options, on_samples)
     try:
         unrolled = unroll_recurrent(fix_input_shapes(proto, overrides or {}, label), label)
     except CompileError as err:
         raise EmberError(str(err)) from None
-    return replace(run_profile(unrolled, source, specs, options, on_samples),
+    return replace(sharded_profile(cluster, unrolled, source, specs, options, on_samples),
                    model=fingerprint(proto))

@@ -4,6 +4,11 @@ A source yields chunks: `(origin, {input name: array with samples on the first a
 origin names the file or hook for error messages. `stream` checks every chunk against the
 model's inputs, skips or rejects non-finite samples, and regroups samples into batches, holding
 at most one batch at a time so memory does not grow with the number of samples.
+
+A shard reads a window of the data, samples `start` to `stop` as the source numbers them
+(before non-finite ones are skipped); a source that can skip to `start` without reading what
+comes before has `chunks(start)`. The data digest is made of one digest per sample, so shards
+of the data digest to what the whole does.
 """
 
 from __future__ import annotations
@@ -26,35 +31,55 @@ Chunk = tuple[str, dict[str, np.ndarray]]
 class Source(Protocol):
     def describe(self) -> dict: ...
     def count(self) -> int | None: ...
-    def chunks(self) -> Iterator[Chunk]: ...
+    def chunks(self, start: int = 0) -> Iterator[Chunk]: ...  # from sample `start`, or before
 
 
 @dataclass
 class Tally:
-    """What a stream saw: its samples, the ones skipped as non-finite, and a data digest."""
+    """What a stream saw: its samples, the ones skipped as non-finite, each sample's digest."""
 
     samples: int = 0
     skipped_nonfinite: int = 0
     dropped: int = 0  # a last partial batch, for a model whose batch size is fixed
-    digest: "hashlib._Hash" = field(default_factory=hashlib.sha256)
+    read: int = 0  # samples read from the source, skipped ones included (its own numbering)
+    sample_digests: list[bytes] = field(default_factory=list)
+
+    def hexdigest(self) -> str:
+        """The data's digest: sha256 of the samples' sha256s, in order."""
+        return data_digest(self.sample_digests)
+
+
+def data_digest(sample_digests: list[bytes]) -> str:
+    return hashlib.sha256(b"".join(sample_digests)).hexdigest()
 
 
 def stream(source: Source, specs: list[InputSpec], batch: int, whole: bool, limit: int | None,
-           allow_nonfinite: bool, tally: Tally) -> Iterator[dict[str, np.ndarray]]:
-    """Checked batches of `batch` samples; a shorter last one is dropped when `whole`."""
+           allow_nonfinite: bool, tally: Tally, start: int = 0, stop: int | None = None
+           ) -> Iterator[dict[str, np.ndarray]]:
+    """Checked batches of `batch` samples of the source's samples `start` to `stop`; a shorter
+    last one is dropped when `whole`; `limit` counts the samples kept."""
     pending: list[dict[str, np.ndarray]] = []
     have = 0
-    for origin, arrays in source.chunks():
-        if limit is not None and tally.samples >= limit:
+    tally.read = start
+    for origin, arrays in source.chunks(start):
+        if (limit is not None and tally.samples >= limit) or tally.read == stop:
             break
         arrays = _checked(origin, arrays, specs)
+        n = len(next(iter(arrays.values())))
+        if stop is not None and tally.read + n > stop:
+            n = stop - tally.read
+            arrays = {name: a[:n] for name, a in arrays.items()}
+        tally.read += n
         arrays = _finite(origin, arrays, tally, allow_nonfinite)
         n = len(next(iter(arrays.values())))
         if limit is not None and tally.samples + n > limit:
             n = limit - tally.samples
             arrays = {name: a[:n] for name, a in arrays.items()}
-        for spec in specs:
-            tally.digest.update(np.ascontiguousarray(arrays[spec.name]).data)
+        for i in range(n):
+            digest = hashlib.sha256()
+            for spec in specs:
+                digest.update(np.ascontiguousarray(arrays[spec.name][i]).data)
+            tally.sample_digests.append(digest.digest())
         tally.samples += n
         pending.append(arrays)
         have += n
@@ -66,6 +91,27 @@ def stream(source: Source, specs: list[InputSpec], batch: int, whole: bool, limi
         tally.dropped = have
     elif have:
         yield _take(pending, have)
+
+
+def skip(chunks: Iterator[Chunk], start: int, specs: list[InputSpec]) -> Iterator[Chunk]:
+    """`chunks` from sample `start` on, for a source that cannot skip more cheaply than by
+    reading: a chunk's arrays hold one sample, or samples on the first axis (as `_checked`
+    reads them)."""
+    spec = specs[0]
+    for origin, arrays in chunks:
+        if start <= 0:
+            yield origin, arrays
+            continue
+        a = arrays.get(spec.name)
+        if a is None or np.ndim(a) == len(spec.shape) - 1:  # one sample (or an error to come)
+            n = 1
+        else:
+            n = len(a)
+        if n <= start:
+            start -= n
+            continue
+        yield origin, {name: v[start:] for name, v in arrays.items()}
+        start = 0
 
 
 def _take(pending: list[dict], n: int) -> dict[str, np.ndarray]:
@@ -135,7 +181,7 @@ def _finite(origin: str, arrays: dict[str, np.ndarray], tally: Tally,
             continue
         bad = ~np.isfinite(a.reshape(n, -1)).all(axis=1)
         if not allow:
-            sample = tally.samples + tally.skipped_nonfinite + int(np.argmax(bad))
+            sample = tally.read - n + int(np.argmax(bad))
             raise ProfileError(f"{origin}: input '{name}' has NaN or Inf in sample {sample} "
                                f"(pass --allow-nonfinite to skip such samples)")
         keep &= ~bad

@@ -2,12 +2,11 @@
 
 Inputs, weights and every node output are profiled (float tensors only: those are what the
 quantizer quantizes). Memory holds one batch and one histogram per tensor, whatever the
-number of samples; `workers > 1` splits the batches over processes with the same result.
+number of samples. Shards of the data (`measure`) merge exactly into the same profile (`finish`).
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -16,11 +15,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from profiler import batching, parallel
+from profiler import batching
 from profiler.accumulate import Accumulator
 from profiler.errors import ProfileError
 from profiler.fingerprint import any_size, fingerprint
-from profiler.format import Profile, TensorStats, tool_version
+from profiler.format import Profile, TensorStats, merge_stats, tool_version
 from profiler.histogram import Binner
 from profiler.model_inputs import InputSpec
 from profiler.session import (Plan, Runner, channel_ranges, channel_sums, expose_all,
@@ -36,10 +35,35 @@ _BATCH_INPUT_BYTES = 4 << 20
 class RunOptions:
     batch: int = 32  # most samples per onnxruntime run, where the batch dimension allows
     samples: int | None = None  # stop after this many samples
-    workers: int = 1
     allow_nonfinite: bool = False
     # record each Conv/Gemm/MatMul input's exact per-channel sums (bias correction's means)
     channel_means: bool = False
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every shard of a run needs (picklable, sent once to each worker): the model with
+    every tensor exposed, how to run it, and where its data comes from."""
+
+    model_bytes: bytes
+    plan: Plan
+    source: batching.Source
+    specs: tuple[InputSpec, ...]
+    batch: int  # samples per onnxruntime run
+    whole: bool  # the model fixes a batch above 1: a shorter last batch is dropped
+    allow_nonfinite: bool
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One shard's statistics and what it read; shards merge exactly (`finish`)."""
+
+    stats: dict[str, TensorStats]
+    sample_digests: tuple[bytes, ...]
+    samples: int  # kept
+    read: int  # read from the source, skipped ones included
+    skipped_nonfinite: int
+    dropped: int
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -60,14 +84,24 @@ def load_model(path: str | Path) -> onnx.ModelProto:
 
 def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSpec],
             options: RunOptions, on_samples: Callable[[int], None] = lambda n: None) -> Profile:
-    """Run the data through the model; `on_samples(n)` reports progress as batches finish."""
+    """Run the data through the model in this process; `on_samples(n)` reports progress as
+    batches finish. Shards of the data run elsewhere go through `prepare`, `measure` and
+    `finish` (`ember.profiling`), with the same result."""
+    setup, session = prepare(model, source, specs, options)
+    measured = measure(setup, 0, None, options.samples, on_samples, Runner(session, setup.plan))
+    return finish(model, setup, options, [measured])
+
+
+def prepare(model: onnx.ModelProto, source: batching.Source, specs: list[InputSpec],
+            options: RunOptions) -> tuple[Setup, object]:
+    """The run's setup, and this process's onnxruntime session. The first batch is read here,
+    to probe whether the model may run batched and to fail early on bad data."""
     fixed = _fixed_batch(specs)
     whole = fixed not in (None, 1)  # a fixed batch above 1 takes exactly that many samples
     run_batch = fixed if whole else _batch_size(specs, options.batch)
     tally = batching.Tally()
-    batches = batching.stream(source, specs, run_batch, whole, options.samples,
-                          options.allow_nonfinite, tally)
-    first = next(batches, None)
+    first = next(batching.stream(source, specs, run_batch, whole, options.samples,
+                                 options.allow_nonfinite, tally), None)
     if first is None:
         raise ProfileError(_no_samples(source, tally, run_batch))
     model_bytes = expose_all(model, free_batch=fixed == 1)
@@ -77,26 +111,49 @@ def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSp
     plan = replace(plan, same_values=tuple(same_values(model).items()),
                    channel_ranges=channel_ranges(model),
                    channel_sums=channel_sums(model) if options.channel_means else ())
-    batches = itertools.chain([first], batches)
-    if options.workers > 1:
-        shards = parallel.run_parallel(model_bytes, plan, batches, options.workers, on_samples)
-        measured = parallel.merge_workers(shards)
-    else:
-        runner = Runner(session, plan)
-        for batch in batches:
-            runner.run(batch)
-            on_samples(len(next(iter(batch.values()))))
-        measured = runner.stats()
-    run = {"options": {"batch": run_batch, "samples": options.samples,
-                       "workers": options.workers, "allow_nonfinite": options.allow_nonfinite,
+    return Setup(model_bytes, plan, source, tuple(specs), run_batch, whole,
+                 options.allow_nonfinite), session
+
+
+def measure(setup: Setup, start: int, stop: int | None, limit: int | None,
+            on_samples: Callable[[int], None] = lambda n: None,
+            runner: Runner | None = None) -> Measured:
+    """Statistics of the source's samples `start` to `stop` (at most `limit` kept), run with
+    `runner` (default: a one-thread session of this process's own)."""
+    if runner is None:
+        runner = Runner(make_session(setup.model_bytes, threads=1), setup.plan)
+    tally = batching.Tally()
+    for batch in batching.stream(setup.source, list(setup.specs), setup.batch, setup.whole,
+                                 limit, setup.allow_nonfinite, tally, start, stop):
+        runner.run(batch)
+        on_samples(len(next(iter(batch.values()))))
+    return Measured(runner.stats(), tuple(tally.sample_digests), tally.samples,
+                    tally.read - start, tally.skipped_nonfinite, tally.dropped)
+
+
+def finish(model: onnx.ModelProto, setup: Setup, options: RunOptions,
+           shards: list[Measured]) -> Profile:
+    """The profile of the shards, in the order they cover the data."""
+    samples = sum(m.samples for m in shards)
+    skipped = sum(m.skipped_nonfinite for m in shards)
+    dropped = sum(m.dropped for m in shards)
+    if samples == 0:
+        raise ProfileError(_no_samples(setup.source, batching.Tally(
+            skipped_nonfinite=skipped, dropped=dropped), setup.batch))
+    merged: dict[str, TensorStats] = {}
+    for shard in shards:
+        for name, stats in shard.stats.items():
+            merged[name] = merge_stats(merged[name], stats) if name in merged else stats
+    run = {"options": {"batch": setup.batch, "samples": options.samples,
+                       "allow_nonfinite": options.allow_nonfinite,
                        **({"channel_means": True} if options.channel_means else {}),
-                       "input_shapes": {s.name: list(s.shape) for s in specs}},
-           "data": {**source.describe(), "sha256": tally.digest.hexdigest()},
-           "per_sample_runs": plan.per_sample,
-           "samples": tally.samples, "skipped_nonfinite": tally.skipped_nonfinite,
-           "dropped": tally.dropped}
-    tensors = _in_graph_order(model, {**measured, **_weights(model)})
-    return Profile(fingerprint(model), tool_version(), tally.samples, (run,), tensors)
+                       "input_shapes": {s.name: list(s.shape) for s in setup.specs}},
+           "data": {**setup.source.describe(), "sha256": batching.data_digest(
+               [d for shard in shards for d in shard.sample_digests])},
+           "per_sample_runs": setup.plan.per_sample,
+           "samples": samples, "skipped_nonfinite": skipped, "dropped": dropped}
+    tensors = _in_graph_order(model, {**merged, **_weights(model)})
+    return Profile(fingerprint(model), tool_version(), samples, (run,), tensors)
 
 
 def _batch_size(specs: list[InputSpec], most: int) -> int:

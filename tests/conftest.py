@@ -32,6 +32,20 @@ def digits_profile(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def dask_scheduler():
+    """A real Dask cluster for the tests that shard over one: a scheduler and two worker
+    processes of one thread each, on this machine; yields the scheduler's address."""
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
     """The user cache (`ember.checked`'s record of race-checked programs) in a directory of the

@@ -13,6 +13,7 @@ from compiler.errors import CompileError
 from compiler.graph.ops import OPS, reaches_the_accelerator
 from ember import console, preprocessing
 from ember.commands.options import (
+    cluster_option,
     data_options,
     equalize_option,
     image_options_from,
@@ -20,6 +21,7 @@ from ember.commands.options import (
     json_option,
     model_argument,
 )
+from ember.cluster import Cluster, Where
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath
 from ember.flow import optimized_graph, profile_model
@@ -49,9 +51,9 @@ from simulator.numerics import oversize
                    "only if that gives the same values (checked on the first batch); large "
                    "models run one sample at a time, which is faster for them. Memory grows "
                    "with B, never with --samples.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, metavar="N", show_default=True,
-              help="Worker processes, one onnxruntime session and thread each; the result is "
-                   "identical to a single process.")
+@cluster_option
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Short for --cluster local:N.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
 @click.option("--allow-nonfinite/--reject-nonfinite", default=False, show_default=True,
               help="Skip (and count) samples with NaN or Inf instead of stopping at the first.")
@@ -62,7 +64,8 @@ from simulator.numerics import oversize
 @input_shape_option
 @equalize_option
 def quantize_profile(model: str, data: str | None, random_samples: int | None,
-                     output: str, samples: int | None, batch: int, workers: int,
+                     output: str, samples: int | None, batch: int, cluster: Where,
+                     workers: int | None,
                      seed: int, allow_nonfinite: bool, channel_means: bool,
                      input_shapes: tuple[str, ...], equalize: str, **image_kwargs) -> None:
     """Run MODEL in fp32 over calibration data and record every tensor's range.
@@ -75,7 +78,7 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
     Examples:
       ember quantize-profile model.onnx --data calib.npz
       ember quantize-profile resnet.onnx --data imagenet_val/ --samples 1000 \\
-          --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --workers 2
+          --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --cluster local:2
       ember quantize-profile model.onnx --data my_reader.py:make_reader
       ember quantize-profile model.onnx --random 16          # smoke test only
       ember compile model.onnx --int8 --profile model.profile.json
@@ -103,14 +106,19 @@ def quantize_profile(model: str, data: str | None, random_samples: int | None,
         images = image_options_from(image_kwargs)
         source = open_data(data, specs, images)
         preprocessing.warn_if_differs(None, images, source, f"--data {data}")
-    options = RunOptions(batch=batch, samples=samples, workers=workers,
-                         allow_nonfinite=allow_nonfinite, channel_means=channel_means)
+    if workers is not None:
+        if cluster != Where():
+            raise click.UsageError("give --workers N or --cluster, not both")
+        cluster = Where(None, workers)
+    options = RunOptions(batch=batch, samples=samples, allow_nonfinite=allow_nonfinite,
+                         channel_means=channel_means)
     total = source.count()
     if samples is not None and total is not None:
         total = min(total, samples)
     started = time.perf_counter()
-    with counting("profiling samples", total) as advance:
-        result = profile_model(onnx_model, source, specs, options, overrides, advance, model)
+    with counting("profiling samples", total) as advance, Cluster(cluster) as where:
+        result = profile_model(onnx_model, source, specs, options, overrides, advance, model,
+                               where)
     profile_format.save(result, out)
     if unimportable is not None:
         click.echo(unimportable, err=True)

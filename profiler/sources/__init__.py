@@ -17,7 +17,7 @@ def open_data(data: str, specs: list[InputSpec], image_options: images.ImageOpti
     """The source `option` (--data, or -i) names: a hook, an .npz/.npy file, or a folder of
     arrays or images."""
     if python_hook.is_hook(data):
-        return python_hook.Hook(data)
+        return python_hook.Hook(data, specs)
     path = Path(data)
     if path.is_file():
         if path.suffix not in (".npz", ".npy"):

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
-from profiler.batching import LABELS, Chunk
+from profiler.batching import LABELS, Chunk, skip
 from profiler.errors import ProfileError
 from profiler.model_inputs import InputSpec
 
@@ -33,8 +33,8 @@ class ArrayFile:
             return None
         return shape[0] if _rows_are_samples(len(shape), spec) else 1
 
-    def chunks(self) -> Iterator[Chunk]:
-        yield from _read_chunks(self.path, self.specs)
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
+        yield from _read_chunks(self.path, self.specs, start)
 
 
 class ArrayDirectory:
@@ -50,9 +50,15 @@ class ArrayDirectory:
         counts = [ArrayFile(file, self.specs).count() for file in self.files]
         return None if None in counts else sum(counts)
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
         for file in self.files:
-            yield from _read_chunks(file, self.specs)
+            if start > 0:  # a file wholly before `start` is not read, only its headers
+                held = ArrayFile(file, self.specs).count()
+                if held is not None and held <= start:
+                    start -= held
+                    continue
+            yield from _read_chunks(file, self.specs, start)
+            start = 0
 
 
 class RandomData:
@@ -72,10 +78,14 @@ class RandomData:
     def count(self) -> int | None:
         return self.samples
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
+        """The same samples wherever a shard starts: drawn in the same chunks, from one seed."""
+        yield from skip(self._chunks(), start, self.specs)
+
+    def _chunks(self) -> Iterator[Chunk]:
         rng = np.random.default_rng(self.seed)
-        for start in range(0, self.samples, _CHUNK_SAMPLES):
-            n = min(_CHUNK_SAMPLES, self.samples - start)
+        for first in range(0, self.samples, _CHUNK_SAMPLES):
+            n = min(_CHUNK_SAMPLES, self.samples - first)
             yield "--random", {s.name: _random(rng, s, n) for s in self.specs}
 
 
@@ -88,13 +98,14 @@ def _random(rng: np.random.Generator, spec: InputSpec, n: int) -> np.ndarray:
     return rng.integers(0, 10, shape).astype(spec.dtype)
 
 
-def _read_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
-    """Stream an .npy or .npz by rows when it holds many samples, so it need not fit in memory."""
+def _read_chunks(path: Path, specs: list[InputSpec], start: int = 0) -> Iterator[Chunk]:
+    """Stream an .npy or .npz by rows when it holds many samples, so it need not fit in memory;
+    from row `start` when rows are samples (seeking past the rows before), else whole."""
     try:
         if path.suffix == ".npy":
-            yield from _npy_chunks(path, specs)
+            yield from _npy_chunks(path, specs, start)
         else:
-            yield from _npz_chunks(path, specs)
+            yield from _npz_chunks(path, specs, start)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as err:
         # NotImplementedError: a member compressed by a method zipfile does not implement.
         raise ProfileError(f"{path}: cannot read array file ({err})") from None
@@ -149,26 +160,27 @@ def _check_declared(path: Path, name: str, reader: _RowReader, held: int) -> Non
                            f"{max(held, 0):,} bytes of data")
 
 
-def _npy_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
+def _npy_chunks(path: Path, specs: list[InputSpec], start: int) -> Iterator[Chunk]:
     if len(specs) != 1:
         raise ProfileError(f"{path}: an .npy file feeds a one-input model; this model has "
                            f"inputs {', '.join(s.name for s in specs)}: use .npz files keyed "
                            f"by input name")
     declared_arrays(path)
     with open(path, "rb") as f:
-        yield from _rows(path, {specs[0].name: _RowReader(f)}, specs)
+        yield from _rows(path, {specs[0].name: _RowReader(f)}, specs, start)
 
 
-def _npz_chunks(path: Path, specs: list[InputSpec]) -> Iterator[Chunk]:
+def _npz_chunks(path: Path, specs: list[InputSpec], start: int) -> Iterator[Chunk]:
     declared_arrays(path)
     with zipfile.ZipFile(path) as archive:
         wanted = {s.name for s in specs}
         readers = {Path(m).stem: _RowReader(archive.open(m)) for m in archive.namelist()
                    if m.endswith(".npy") and (Path(m).stem != LABELS or LABELS in wanted)}
-        yield from _rows(path, readers, specs)
+        yield from _rows(path, readers, specs, start)
 
 
-def _rows(path: Path, readers: dict[str, _RowReader], specs: list[InputSpec]) -> Iterator[Chunk]:
+def _rows(path: Path, readers: dict[str, _RowReader], specs: list[InputSpec],
+          start: int = 0) -> Iterator[Chunk]:
     """A few samples at a time when every array holds samples on its first axis, else whole.
 
     Plain reads rather than a memory map: mapped pages would count as the profiler's memory.
@@ -179,13 +191,17 @@ def _rows(path: Path, readers: dict[str, _RowReader], specs: list[InputSpec]) ->
         name in by_name and _rows_are_samples(len(r.shape), by_name[name])
         for name, r in readers.items())
     if not streamable:
-        yield str(path), {name: r.read_all() for name, r in readers.items()}
+        whole = str(path), {name: r.read_all() for name, r in readers.items()}
+        yield from skip(iter([whole]), start, specs)
         return
     total = rows.pop()
     row_bytes = sum(r.row_bytes for r in readers.values())
     step = max(1, min(_CHUNK_SAMPLES, _CHUNK_BYTES // max(row_bytes, 1)))
-    for start in range(0, total, step):
-        n = min(step, total - start)
+    start = min(start, total)
+    for reader in readers.values():
+        reader.skip_rows(start)
+    for first in range(start, total, step):
+        n = min(step, total - first)
         yield str(path), {name: r.read_rows(n) for name, r in readers.items()}
 
 
@@ -215,6 +231,12 @@ class _RowReader:
         if len(raw) != n * self.row_bytes:
             raise ValueError("file ends early (truncated?)")
         return np.frombuffer(raw, self.dtype).reshape((n, *self.shape[1:]))
+
+    def skip_rows(self, n: int) -> None:
+        """Past `n` rows without holding them (a stored member or a file seeks; a deflated
+        member decompresses up to there)."""
+        if n:
+            self.f.seek(n * self.row_bytes, 1)
 
     def read_all(self) -> np.ndarray:
         size = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize

@@ -69,8 +69,8 @@ class ImageFolder:
     def count(self) -> int | None:
         return len(self.files)
 
-    def chunks(self) -> Iterator[Chunk]:
-        for file in self.files:
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
+        for file in self.files[start:]:
             yield str(file), {self.spec.name: self._load(file)[np.newaxis]}
 
     def _load(self, file: Path) -> np.ndarray:

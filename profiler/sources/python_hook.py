@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
 
-from profiler.batching import Chunk
+from profiler.batching import Chunk, skip
 from profiler.errors import ProfileError
+from profiler.model_inputs import InputSpec
 
 
 def is_hook(text: str) -> bool:
@@ -27,8 +28,8 @@ def is_hook(text: str) -> bool:
 class Hook:
     """A user's function that produces calibration samples, called in this process."""
 
-    def __init__(self, ref: str):
-        self.ref = ref
+    def __init__(self, ref: str, specs: list[InputSpec]):
+        self.ref, self.specs = ref, specs
         self.target, _, self.function = ref.rpartition(":")
 
     def describe(self) -> dict:
@@ -37,7 +38,11 @@ class Hook:
     def count(self) -> int | None:
         return None
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
+        """A hook's items come one after another: a later start still makes the earlier ones."""
+        yield from skip(self._items(), start, self.specs)
+
+    def _items(self) -> Iterator[Chunk]:
         produced = self._guard(self._resolve())
         if hasattr(produced, "get_next"):
             # Like onnxruntime's calibrators, stop at None or an empty dict.

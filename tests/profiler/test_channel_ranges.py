@@ -11,9 +11,11 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from ember.cluster import Cluster
+from ember.profiling import profile
 from profiler import format as pf
 from profiler.model_inputs import input_specs
-from profiler.run import RunOptions, profile
+from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
 
 S, C = 5, 6
@@ -35,12 +37,13 @@ def norm_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def run_on(data: np.ndarray, tmp_path, name: str = "d.npz", **options):
+def run_on(data: np.ndarray, tmp_path, name: str = "d.npz", cluster: str = "local", **options):
     model = norm_model()
     path = tmp_path / name
     np.savez(path, x=data)
     specs = input_specs(model, {})
-    return profile(model, ArrayFile(path, specs), specs, RunOptions(**options))
+    with Cluster(cluster) as where:
+        return profile(where, model, ArrayFile(path, specs), specs, RunOptions(**options))
 
 
 def data(n: int, seed: int = 0) -> np.ndarray:
@@ -63,7 +66,7 @@ def test_a_norm_output_has_its_channels_ranges_and_nothing_else_does(tmp_path):
 def test_channel_ranges_are_exact_over_batches_workers_and_merges(tmp_path):
     x = data(12)
     whole = run_on(x, tmp_path, "all.npz")
-    for options in ({"batch": 1}, {"batch": 5}, {"workers": 2}):
+    for options in ({"batch": 1}, {"batch": 5}, {"cluster": "local:2"}):
         other = run_on(x, tmp_path, "again.npz", **options)
         np.testing.assert_array_equal(other.tensors["y"].channel_min,
                                       whole.tensors["y"].channel_min)
