@@ -9,6 +9,7 @@ import os
 import signal
 
 import numpy as np
+import onnx
 
 from ember import cluster as clusters
 from ember.cluster import Cluster
@@ -83,6 +84,19 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path, dask_scheduler) -> None
 
 def _text(p) -> str:
     return json.dumps(p.to_json(), sort_keys=True)
+
+
+def test_a_bad_sample_in_a_shard_stops_the_run_naming_it(tmp_path, dask_scheduler) -> None:
+    x = np.random.default_rng(0).standard_normal((300, 2, 4, 4)).astype(np.float32)
+    x[211, 1, 2, 3] = np.inf
+    np.savez(tmp_path / "d.npz", x=x)
+    onnx.save(conv_model(), str(tmp_path / "m.onnx"))
+    out = tmp_path / "p.json"
+    for where in ("local:2", dask_scheduler):
+        assert_one_line_error(invoke("quantize-profile", tmp_path / "m.onnx", "--data",
+                                     tmp_path / "d.npz", "-o", out, "--cluster", where),
+                              "d.npz", "NaN or Inf in sample 211")
+        assert not out.exists()
 
 
 def test_cluster_errors_are_one_line(tmp_path, monkeypatch, dask_scheduler) -> None:
