@@ -196,13 +196,14 @@ def full_table(arch: Arch, dataflow: str, convs: list, timeout: float, traces: b
           f"trace CSVs {'on' if traces else 'off'})")
     print(f"{'layer':<22}{'S-Sim cyc':>11}{'+prefetch':>11}{'stalls':>11}{'ember arr':>11}"
           f"{'ember mach':>12}{'S-Sim s':>9}{'us/cyc':>8}{'ember s':>9}{'us/cyc':>8}"
-          f"{'speed-up':>10}{'CPU s-up':>10}")
-    total_theirs_s = total_ours_s = total_theirs_cpu = total_ours_cpu = 0.0
+          f"{'speed-up':>10}{'CPU s-up':>10}{'timing s':>10}{'s-up':>8}")
+    total_theirs_s = total_ours_s = total_theirs_cpu = total_ours_cpu = total_timing_s = 0.0
     complete = True
     for conv in convs:
         m, k, n = conv.size_out ** 2, conv.kernel ** 2 * conv.cin, conv.cout
         full = run_full_scalesim(config, scalesim_topology(conv), timeout, traces)
         ours_s, ours_cycles, ours_cpu, array = _simulate(arch, conv)
+        timing_s = _timing_only(arch, conv, ours_cycles)
         if isinstance(full, dict):
             if full["mnk"] != [m, n, k]:
                 print(f"{conv.name}: SCALE-Sim's M, N, K {full['mnk']} != ember's {[m, n, k]}")
@@ -211,10 +212,11 @@ def full_table(arch: Arch, dataflow: str, convs: list, timeout: float, traces: b
             total_ours_s += ours_s
             total_theirs_cpu += full["cpu"]
             total_ours_cpu += ours_cpu
+            total_timing_s += timing_s
             print(f"{conv.name:<22}{cycles:>11,}{full['overall']:>11,}{full['stalls']:>11,}"
                   f"{array:>11,}{ours_cycles:>12,}{theirs_s:>9.1f}{theirs_s / cycles * 1e6:>8.0f}"
                   f"{ours_s:>9.3f}{ours_s / ours_cycles * 1e6:>8.2f}{theirs_s / ours_s:>9.0f}x"
-                  f"{full['cpu'] / ours_cpu:>9.0f}x")
+                  f"{full['cpu'] / ours_cpu:>9.0f}x{timing_s:>10.4f}{theirs_s / timing_s:>7.0f}x")
         else:
             # Timed out (or failed): SCALE-Sim's compute cycles are at least its demand matrix's
             # length less one, so the time per cycle and the speed-up are lower bounds.
@@ -231,7 +233,10 @@ def full_table(arch: Arch, dataflow: str, convs: list, timeout: float, traces: b
     if total_ours_s:
         print(f"{'total (completed runs)':<78}{total_theirs_s:>9.1f}{'':>8}{total_ours_s:>9.3f}"
               f"{'':>8}{total_theirs_s / total_ours_s:>9.0f}x"
-              f"{total_theirs_cpu / total_ours_cpu:>9.0f}x")
+              f"{total_theirs_cpu / total_ours_cpu:>9.0f}x{total_timing_s:>10.4f}"
+              f"{total_theirs_s / total_timing_s:>7.0f}x")
+    print("timing s: ember's timing model alone on the same program (`machine.timing`: the "
+          "cycles, no values, no race check; what SCALE-Sim computes), median of 3")
     print(f"host load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"on {os.cpu_count()} CPUs; CPU s-up: the ratio of host CPU seconds")
     if not complete:
@@ -392,6 +397,19 @@ def _simulate(arch: Arch, layer) -> tuple[float, int, float, int]:
     on_array = timeline.queue == isa.QUEUES.index("compute")
     array = int((timeline.end - timeline.start)[on_array].sum())
     return (time.perf_counter() - started, timeline.cycles, time.process_time() - cpu, array)
+
+
+def _timing_only(arch: Arch, layer, cycles: int) -> float:
+    """Host seconds (median of 3) for ember's timing model alone on the layer's program: the
+    same cycles as the full run, without the values or the race check."""
+    program = compiled_layer(arch, layer)
+    seconds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        timeline = machine.timing(program)
+        seconds.append(time.perf_counter() - started)
+    assert timeline.cycles == cycles, (timeline.cycles, cycles)
+    return sorted(seconds)[1]
 
 
 if __name__ == "__main__":

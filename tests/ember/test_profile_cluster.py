@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -19,6 +22,9 @@ from profiler.run import RunOptions
 from profiler.sources.arrays import ArrayFile
 from tests.cli import DIGITS, assert_one_line_error, invoke
 from tests.profiler.conftest import conv_model
+
+# A worker preload that makes ember unimportable, as on a machine without it.
+WITHOUT_EMBER = Path(__file__).with_name("dask_preload_without_ember.py")
 
 
 def _profile(tmp_path, *options) -> bytes:
@@ -97,6 +103,24 @@ def test_a_bad_sample_in_a_shard_stops_the_run_naming_it(tmp_path, dask_schedule
                                      tmp_path / "d.npz", "-o", out, "--cluster", where),
                               "d.npz", "NaN or Inf in sample 211")
         assert not out.exists()
+
+
+def test_a_worker_without_ember_is_named(tmp_path) -> None:
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as scheduler:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", scheduler.scheduler_address,
+             "--nthreads", "1", "--no-dashboard", "--preload", str(WITHOUT_EMBER)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert_one_line_error(
+                invoke("quantize-profile", DIGITS / "model.onnx", "--random", 2, "-o",
+                       tmp_path / "p.json", "--cluster", scheduler.scheduler_address),
+                "cannot run ember", "No module named 'ember'", "install this ember there")
+        finally:
+            worker.terminate()
+            worker.wait()
 
 
 def test_cluster_errors_are_one_line(tmp_path, monkeypatch, dask_scheduler) -> None:
