@@ -39,7 +39,7 @@ def dask_scheduler():
     from distributed import LocalCluster
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     try:
         yield cluster.scheduler_address
     finally:

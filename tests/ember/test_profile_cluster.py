@@ -108,7 +108,7 @@ def test_a_bad_sample_in_a_shard_stops_the_run_naming_it(tmp_path, dask_schedule
 def test_a_worker_without_ember_is_named(tmp_path) -> None:
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as scheduler:
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as scheduler:
         worker = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", scheduler.scheduler_address,
              "--nthreads", "1", "--no-dashboard", "--preload", str(WITHOUT_EMBER)],
