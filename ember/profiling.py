@@ -35,7 +35,7 @@ def profile(cluster: Cluster, model: onnx.ModelProto, source: Source, specs: lis
     if isinstance(source, Hook):
         raise EmberError(f"--data {source.ref}: a data hook makes its samples one after another "
                          f"in one process; use --cluster local, or save the samples to an .npz")
-    setup, _ = run.prepare(model, source, specs, options)
+    setup = run.prepare(model, source, specs, options)
     total = source.count()
     if total is None:
         raise EmberError(f"--data: cannot tell how many samples {source.describe()} holds, "

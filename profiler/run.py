@@ -7,9 +7,10 @@ number of samples. Shards of the data (`measure`) merge exactly into the same pr
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -87,32 +88,16 @@ def profile(model: onnx.ModelProto, source: batching.Source, specs: list[InputSp
     """Run the data through the model in this process; `on_samples(n)` reports progress as
     batches finish. Shards of the data run elsewhere go through `prepare`, `measure` and
     `finish` (`ember.profiling`), with the same result."""
-    setup, session = prepare(model, source, specs, options)
-    measured = measure(setup, 0, None, options.samples, on_samples, Runner(session, setup.plan))
-    return finish(model, setup, options, [measured])
+    setup, session, tally, batches = _begin(model, source, specs, options)
+    runner = Runner(session, setup.plan)
+    return finish(model, setup, options, [_measure(runner, batches, tally, 0, on_samples)])
 
 
 def prepare(model: onnx.ModelProto, source: batching.Source, specs: list[InputSpec],
-            options: RunOptions) -> tuple[Setup, object]:
-    """The run's setup, and this process's onnxruntime session. The first batch is read here,
-    to probe whether the model may run batched and to fail early on bad data."""
-    fixed = _fixed_batch(specs)
-    whole = fixed not in (None, 1)  # a fixed batch above 1 takes exactly that many samples
-    run_batch = fixed if whole else _batch_size(specs, options.batch)
-    tally = batching.Tally()
-    first = next(batching.stream(source, specs, run_batch, whole, options.samples,
-                                 options.allow_nonfinite, tally), None)
-    if first is None:
-        raise ProfileError(_no_samples(source, tally, run_batch))
-    model_bytes = expose_all(model, free_batch=fixed == 1)
-    session = make_session(model_bytes)
-    plan = Plan(per_sample=False) if whole else probe(session, first)
-    # Outputs of Reshape, Transpose and the like hold their input's values: binned once.
-    plan = replace(plan, same_values=tuple(same_values(model).items()),
-                   channel_ranges=channel_ranges(model),
-                   channel_sums=channel_sums(model) if options.channel_means else ())
-    return Setup(model_bytes, plan, source, tuple(specs), run_batch, whole,
-                 options.allow_nonfinite), session
+            options: RunOptions) -> Setup:
+    """The setup of a run in shards. The first batch is read here, to probe whether the
+    model may run batched and to fail early on bad data."""
+    return _begin(model, source, specs, options)[0]
 
 
 def measure(setup: Setup, start: int, stop: int | None, limit: int | None,
@@ -123,8 +108,37 @@ def measure(setup: Setup, start: int, stop: int | None, limit: int | None,
     if runner is None:
         runner = Runner(make_session(setup.model_bytes, threads=1), setup.plan)
     tally = batching.Tally()
-    for batch in batching.stream(setup.source, list(setup.specs), setup.batch, setup.whole,
-                                 limit, setup.allow_nonfinite, tally, start, stop):
+    batches = batching.stream(setup.source, list(setup.specs), setup.batch, setup.whole, limit,
+                              setup.allow_nonfinite, tally, start, stop)
+    return _measure(runner, batches, tally, start, on_samples)
+
+
+def _begin(model, source, specs, options) -> tuple[Setup, object, batching.Tally, Iterator]:
+    """The setup, this process's session, and the stream of batches with its first put back."""
+    fixed = _fixed_batch(specs)
+    whole = fixed not in (None, 1)  # a fixed batch above 1 takes exactly that many samples
+    run_batch = fixed if whole else _batch_size(specs, options.batch)
+    tally = batching.Tally()
+    batches = batching.stream(source, specs, run_batch, whole, options.samples,
+                              options.allow_nonfinite, tally)
+    first = next(batches, None)
+    if first is None:
+        raise ProfileError(_no_samples(source, tally, run_batch))
+    model_bytes = expose_all(model, free_batch=fixed == 1)
+    session = make_session(model_bytes)
+    plan = Plan(per_sample=False) if whole else probe(session, first)
+    # Outputs of Reshape, Transpose and the like hold their input's values: binned once.
+    plan = replace(plan, same_values=tuple(same_values(model).items()),
+                   channel_ranges=channel_ranges(model),
+                   channel_sums=channel_sums(model) if options.channel_means else ())
+    setup = Setup(model_bytes, plan, source, tuple(specs), run_batch, whole,
+                  options.allow_nonfinite)
+    return setup, session, tally, itertools.chain([first], batches)
+
+
+def _measure(runner: Runner, batches: Iterator, tally: batching.Tally, start: int,
+             on_samples: Callable[[int], None]) -> Measured:
+    for batch in batches:
         runner.run(batch)
         on_samples(len(next(iter(batch.values()))))
     return Measured(runner.stats(), tuple(tally.sample_digests), tally.samples,
