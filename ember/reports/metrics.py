@@ -59,7 +59,7 @@ class ExactSum:
         try:
             return self.units / (1 << _UNIT_BITS)  # int / int rounds correctly, once
         except OverflowError:  # beyond the largest float64, as a float sum would overflow
-            return math.copysign(math.inf, self.units)
+            return math.inf if self.units > 0 else -math.inf
 
 
 @dataclass
