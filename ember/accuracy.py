@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import threading
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -26,7 +28,7 @@ from compiler.graph.evaluate import evaluate
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, QuantParams
 from compiler.graph.ops import OPS
-from ember import ort, preprocessing
+from ember import cluster, ort, preprocessing, shards
 from ember.errors import EmberError, user_error_types
 from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
@@ -35,7 +37,7 @@ from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from ember.sensitivity import sensitivities
 from profiler import batching
 from profiler import format as profile_format
-from profiler.model_inputs import input_specs
+from profiler.model_inputs import InputSpec, input_specs
 from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
 from quantizer.options import QuantOptions
@@ -118,7 +120,7 @@ class BitExactness:
 
     def __init__(self, program: Program, qgraph: Graph, name: str = "the program",
                  batch: int | None = None):
-        self.program, self.qgraph = program, qgraph
+        self.program, self.qgraph, self.name = program, qgraph, name
         producers = {out: node for node in qgraph.nodes for out in node.outputs}
         self.quantized_input = {}
         for node in qgraph.nodes:
@@ -159,6 +161,14 @@ class BitExactness:
         return {b.name: np.asarray(env[b.name if b.dtype == "float32"
                                        else self.raw_output[b.name]])
                 for b in self.program.outputs}
+
+    def restart(self, first_sample: int) -> None:
+        """Forget the samples compared so far and number the next one `first_sample`: a shard
+        of the evaluation that starts there (the machine, timed once, is kept)."""
+        self._waiting = []
+        self.flush()
+        self.first_difference = None
+        self.samples = self._queued = first_sample
 
     def add(self, env: Mapping[str, np.ndarray]) -> None:
         """Queue one sample from `env`; a full batch starts running."""
@@ -280,13 +290,15 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             progress: Progress = quiet,
             emit_onnx: str | None = None,
-            check_program_options: Callable[[QuantOptions], None] = lambda fixed: None
+            check_program_options: Callable[[QuantOptions], None] = lambda fixed: None,
+            where: cluster.Where = cluster.Where()
             ) -> AccuracyReport:
     """Run the evaluation; with `emit_onnx`, also write the QDQ ONNX export, each node's
     metadata carrying its measured SQNR (accumulated from the input, per-layer runs only).
     With a program, its recorded options replace `options`, once `check_program_options`
     (which may raise) has seen them. `progress` hears how many samples are done
-    (`compiler.backend.progress`)."""
+    (`compiler.backend.progress`). `where` (--cluster) runs shards of the samples in other
+    processes; the report is the same, bit for bit (`_Tallies` merge exactly)."""
     program = Program.load(evaluation.program) if evaluation.program else None
     input_shapes = dict(input_shapes or {})
     if program is not None:
@@ -307,64 +319,35 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                                   f"--data {evaluation.data}")
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
-    where = evaluation.labels or evaluation.data
-    session = ort.session(proto, name=model_path)
-    outputs = {name: ErrorStats() for name in graph.outputs}
-    top1 = {name: Top1() for name in graph.outputs if is_classifier(graph.type_of(name).shape)}
+    where_labels = evaluation.labels or evaluation.data
+    classifiers = [name for name in graph.outputs if is_classifier(graph.type_of(name).shape)]
     # Each classifier output's labels, checked against its number of classes.
     truth = {} if labels is None else {
-        name: class_labels(labels, graph.type_of(name).shape[1], where) for name in top1}
-    layer_own: dict[str, ErrorStats] = {}
-    layer_acc: dict[str, ErrorStats] = {}
-    kept: list[tuple[dict, dict]] = []  # (feeds, fp32 outputs) per batch, for sensitivities
-    params = _params_by_name(qgraph)
-    tally = batching.Tally()
-    seen = 0
+        name: class_labels(labels, graph.type_of(name).shape[1], where_labels)
+        for name in classifiers}
+    setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
+                   _params_by_name(qgraph))
     total = source.count()
     if evaluation.samples is not None and total is not None:
         total = min(total, evaluation.samples)
     progress("evaluating samples", 0, total)
-    blas = ExitStack()
-    if exactness is not None:  # the simulator's thread and this one share the two cores
-        blas.enter_context(threadpool_limits(1, user_api="blas"))
-    for feeds in batching.stream(source, specs, batch, True, evaluation.samples, False, tally):
-        reference = ort.run(session, feeds)
-        env = run_int8(qgraph, feeds, keep_all=evaluation.per_layer or program is not None)
-        if exactness is not None:
-            exactness.add(env)
-        n = len(next(iter(feeds.values())))
-        for name in graph.outputs:
-            outputs[name].add(reference[name], env[name])
-            if name in top1:
-                batch_labels = None
-                if name in truth:
-                    if seen + n > len(truth[name]):
-                        raise EmberError(f"{where}: {len(truth[name])} labels for more samples")
-                    batch_labels = truth[name][seen:seen + n]
-                top1[name].add(reference[name], env[name], batch_labels)
-        if evaluation.sensitivity:
-            kept.append((dict(feeds), dict(reference)))
-        if evaluation.per_layer:
-            fp32 = evaluate(graph, feeds, keep_all=True)
-            for name, value in dequantized(qgraph, env).items():
-                if name not in fp32 or graph.values[name].is_const:
-                    continue
-                layer_acc.setdefault(name, ErrorStats()).add(fp32[name], value)
-                if name in params:
-                    layer_own.setdefault(name, ErrorStats()).add(
-                        fp32[name], _fake_quant(fp32[name], *params[name]))
-        seen += n
-        progress("evaluating samples", seen, total)
-    if exactness is not None:
-        exactness.flush()
-    blas.close()
+    with cluster.Cluster(where) as running:
+        in_process = running.where.address is None and running.where.processes == 1
+        job = _Job(model_path, profile_path, options, input_shapes, evaluation, source, specs,
+                   batch, truth, where_labels, in_process)
+        shared = cluster.Shared(job)
+        if in_process:  # the shard runs here: it takes what was just built
+            cluster.cached(shared, "setup", lambda: setup)
+        tallies = _evaluate(running, shared, total, progress)
+    seen = tallies.samples
     if seen == 0:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []
     for name in graph.outputs:
-        if name not in top1:
+        if name not in classifiers:
             notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
                          "classifier: top-1 figures omitted, the other metrics kept")
+    layer_own, layer_acc = tallies.layer_own, tallies.layer_acc
     if evaluation.per_layer:
         unmeasured = [out for node in graph.nodes for out in node.outputs
                       if out not in layer_acc]
@@ -378,21 +361,25 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
             notes.append(f"{len(unmeasured)} of the {len(layer_acc) + len(unmeasured)} "
                          f"tensors have no int8 value of their own to measure (fused into the "
                          f"node that reads them, or kept in fp32): {', '.join(unmeasured)}")
-    if tally.dropped:
-        notes.append(f"{tally.dropped} of {seen + tally.dropped} samples left out: they do not "
-                     f"fill a batch of {batch}, the model's batch size")
+    if tallies.dropped:
+        notes.append(f"{tallies.dropped} of {seen + tallies.dropped} samples left out: they do "
+                     f"not fill a batch of {batch}, the model's batch size")
     counted = len(next(iter(truth.values()))) if truth else \
         None if labels is None else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:
         notes.append(f"{counted} labels for {seen} samples")
+    top1 = tallies.top1
     results = tuple(
         OutputAccuracy(name, stats.sqnr_db, stats.cosine, stats.max_abs, name in top1,
                        top1[name].agreement if name in top1 else None,
                        top1[name].accuracy("reference") if name in top1 else None,
                        top1[name].accuracy("approx") if name in top1 else None)
-        for name, stats in outputs.items())
-    layers = _layers(qgraph, layer_own, layer_acc, params)
+        for name, stats in tallies.outputs.items())
+    layers = _layers(qgraph, layer_own, layer_acc, setup.params)
     if evaluation.sensitivity and layers:
+        # Every sample in memory, in this process: kept by the shard that ran here, or read
+        # again here when the shards ran elsewhere (the same samples, the same references).
+        kept = tallies.kept if in_process else _kept_samples(job, setup)
         progress("tensor sensitivities", 0, None)
         found = sensitivities(qgraph, [k[0] for k in kept], [k[1] for k in kept],
                               lambda done, count: progress("tensor sensitivities", done, count))
@@ -405,17 +392,254 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                              f"{Path(emit_onnx).parent} does not exist")
         export_qdq(qgraph, emit_onnx,
                    sqnr_by_value={layer.name: layer.accumulated_sqnr_db for layer in layers})
+    first_difference = tallies.first_difference
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
                           layers=layers,
                           options=_option_record(options, evaluation, profile_path),
                           notes=tuple(notes),
-                          bit_exact=None if exactness is None else
-                          exactness.first_difference is None,
-                          first_difference=None if exactness is None else
-                          exactness.first_difference,
+                          bit_exact=None if exactness is None else first_difference is None,
+                          first_difference=None if exactness is None else first_difference,
                           host_segments=() if program is None else tuple(
                               {"name": s["name"], "nodes": list(s["nodes"])}
                               for s in program.host_segments))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every shard of one evaluation needs, sent once per worker: paths and the data
+    source (which reads its files where the worker runs), never the samples."""
+
+    model_path: str
+    profile_path: str
+    options: QuantOptions
+    input_shapes: dict[str, tuple[int, ...]]
+    evaluation: Evaluation
+    source: batching.Source
+    specs: list[InputSpec]
+    batch: int  # the model's samples per run: shards start on whole batches
+    truth: dict[str, np.ndarray]  # each classifier output's class index per sample
+    labels_where: str  # the file labels came from, for errors
+    in_process: bool  # the shards run in this process (local:1): all cores, no copies
+
+
+@dataclass
+class _Setup:
+    """What a worker builds once per evaluation and keeps for each shard it runs."""
+
+    graph: Graph
+    qgraph: Graph
+    session: object  # onnxruntime.InferenceSession
+    exactness: BitExactness | None
+    params: dict[str, tuple[QuantParams, str]]
+    # Threads of a Dask worker run shards side by side: each compares on its own machine.
+    machines: dict[int, BitExactness] = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def exactness_here(self) -> BitExactness | None:
+        """This thread's BitExactness (the first thread takes the one built with the setup)."""
+        if self.exactness is None:
+            return None
+        me = threading.get_ident()
+        with self.lock:
+            if me not in self.machines:
+                self.machines[me] = BitExactness(
+                    self.exactness.program, self.qgraph, self.exactness.name,
+                    self.exactness.batch) if self.machines else self.exactness
+            return self.machines[me]
+
+
+def _set_up(job: _Job) -> _Setup:
+    """A worker's setup: the model quantized again from the same files and options (the same
+    graphs, deterministically), an onnxruntime session of one thread, the program's machine.
+    Warnings were the main process's to give."""
+    threadpool_limits(1, user_api="blas")  # one thread per shard: the workers share the cores
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = quantize_model(job.model_path, profile_format.load(job.profile_path),
+                                   job.options, job.input_shapes)
+    program = job.evaluation.program
+    exactness = BitExactness(Program.load(program), quantized.qgraph, program,
+                             job.evaluation.batch) if program else None
+    return _Setup(quantized.graph, quantized.qgraph,
+                  ort.session(quantized.model, threads=1, name=job.model_path), exactness,
+                  _params_by_name(quantized.qgraph))
+
+
+@dataclass(frozen=True)
+class _Shard:
+    samples: shards.SampleRange
+    # In this process only: hears each batch's samples, for the progress bar.
+    report: Callable[[int], None] | None = None
+
+
+@dataclass
+class _Tallies:
+    """One shard's measurements, or several shards' merged: exact sums, counts, the first
+    difference by global sample index; so merging in any grouping gives one process's."""
+
+    samples: int = 0
+    dropped: int = 0  # a last partial batch of a fixed-batch model
+    outputs: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
+    top1: dict[str, Top1] = dataclasses.field(default_factory=dict)
+    layer_own: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
+    layer_acc: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
+    first_difference: dict | None = None
+    kept: list[tuple[dict, dict]] = dataclasses.field(default_factory=list)  # --sensitivity
+    error: str | None = None  # a user error's one line, naming the sample
+
+    def merge(self, other: _Tallies) -> None:
+        """Add `other`, a later shard's (dict order: the first shard's, as one process's)."""
+        self.samples += other.samples
+        self.dropped += other.dropped
+        for mine, theirs, empty in ((self.outputs, other.outputs, ErrorStats),
+                                    (self.top1, other.top1, Top1),
+                                    (self.layer_own, other.layer_own, ErrorStats),
+                                    (self.layer_acc, other.layer_acc, ErrorStats)):
+            for name, stats in theirs.items():
+                mine.setdefault(name, empty()).merge(stats)
+        theirs = other.first_difference
+        if theirs is not None and (self.first_difference is None or
+                                   theirs["sample"] < self.first_difference["sample"]):
+            self.first_difference = theirs
+        self.kept.extend(other.kept)
+
+
+def _evaluate(running: cluster.Cluster, shared: cluster.Shared, total: int | None,
+              progress: Progress) -> _Tallies:
+    """Every shard's tallies, merged in sample order. In this process, one shard of every
+    sample (today's single run); elsewhere, about `shards.SHARDS_PER_WORKER` per worker, or
+    shards drawn until one comes back short when the source cannot count its samples. A
+    shard's user error stops the run with the error of the first failed shard, as one process
+    would meet it, once every shard before it is in."""
+    job: _Job = shared.payload
+    limit = job.evaluation.samples
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        progress("evaluating samples", done, total)
+
+    if job.in_process:
+        return _evaluate_shard(shared, _Shard(shards.SampleRange(0, limit), advance))
+    planned = shards.plan(job.source.count(), limit, job.batch, running.workers)
+    ranges = planned or shards.open_ranges(job.batch, limit)
+    stop_drawing = False
+    asked: list[shards.SampleRange] = []  # by shard index
+
+    def drawn():
+        for sample_range in ranges:
+            if stop_drawing:
+                return
+            asked.append(sample_range)
+            yield _Shard(sample_range)
+
+    results: dict[int, _Tallies] = {}
+    failed: dict[int, str] = {}
+    with closing(running.run(_evaluate_shard, shared, drawn())) as finished:
+        for index, result in finished:
+            if result.error is not None:
+                failed[index] = result.error
+                stop_drawing = True
+            else:
+                results[index] = result
+                advance(result.samples)
+                if not planned and result.samples + result.dropped < asked[index].length:
+                    stop_drawing = True  # the source ran out
+            if failed and all(i in results or i in failed for i in range(min(failed))):
+                break
+    if failed:
+        raise EmberError(failed[min(failed)])
+    merged = _Tallies()
+    for index in sorted(results):
+        merged.merge(results[index])
+    return merged
+
+
+def _evaluate_shard(shared: cluster.Shared, shard: _Shard) -> _Tallies:
+    """Measure the samples of one shard (in a worker: module level, pickled by reference). A
+    user error in a worker comes back as its one line; here, it raises as it always did."""
+    job: _Job = shared.payload
+    setup = cluster.cached(shared, "setup", lambda: _set_up(job))
+    try:
+        return _measure_range(job, setup, shard)
+    except user_error_types() as err:
+        if job.in_process:
+            raise
+        return _Tallies(error=str(err))
+
+
+def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
+    evaluation, graph, qgraph = job.evaluation, setup.graph, setup.qgraph
+    start = shard.samples.start
+    tallies = _Tallies(outputs={name: ErrorStats() for name in graph.outputs},
+                       top1={name: Top1() for name in graph.outputs
+                             if is_classifier(graph.type_of(name).shape)})
+    exactness = setup.exactness_here()
+    if exactness is not None:
+        exactness.restart(start)
+    # Sample numbers in errors and labels count from the shard's first sample.
+    tally = batching.Tally(samples=start)
+    data = shards.RangeSource(job.source, job.specs, shard.samples)
+    position = start
+    blas = ExitStack()
+    if exactness is not None:  # the simulator's thread and this one share the two cores
+        blas.enter_context(threadpool_limits(1, user_api="blas"))
+    with blas:
+        for feeds in batching.stream(data, job.specs, job.batch, True, shard.samples.stop,
+                                     False, tally):
+            reference = ort.run(setup.session, feeds)
+            env = run_int8(qgraph, feeds,
+                           keep_all=evaluation.per_layer or exactness is not None)
+            if exactness is not None:
+                exactness.add(env)
+            n = len(next(iter(feeds.values())))
+            for name in graph.outputs:
+                tallies.outputs[name].add(reference[name], env[name])
+                if name in tallies.top1:
+                    batch_labels = None
+                    if name in job.truth:
+                        if position + n > len(job.truth[name]):
+                            raise EmberError(f"{job.labels_where}: {len(job.truth[name])} "
+                                             f"labels for more samples")
+                        batch_labels = job.truth[name][position:position + n]
+                    tallies.top1[name].add(reference[name], env[name], batch_labels)
+            if evaluation.sensitivity and job.in_process:
+                tallies.kept.append((dict(feeds), dict(reference)))
+            if evaluation.per_layer:
+                _add_layers(graph, qgraph, setup.params, feeds, env, tallies)
+            position += n
+            if shard.report is not None:
+                shard.report(n)
+        if exactness is not None:
+            exactness.flush()
+            tallies.first_difference = exactness.first_difference
+    tallies.samples = position - start
+    tallies.dropped = tally.dropped
+    return tallies
+
+
+def _add_layers(graph: Graph, qgraph: Graph, params: dict, feeds: dict, env: dict,
+                tallies: _Tallies) -> None:
+    """Each quantized tensor of one batch against ember's fp32 interpreter: the error
+    accumulated from the input, and its own quantization error."""
+    fp32 = evaluate(graph, feeds, keep_all=True)
+    for name, value in dequantized(qgraph, env).items():
+        if name not in fp32 or graph.values[name].is_const:
+            continue
+        tallies.layer_acc.setdefault(name, ErrorStats()).add(fp32[name], value)
+        if name in params:
+            tallies.layer_own.setdefault(name, ErrorStats()).add(
+                fp32[name], _fake_quant(fp32[name], *params[name]))
+
+
+def _kept_samples(job: _Job, setup: _Setup) -> list[tuple[dict, dict]]:
+    """Every batch and its fp32 outputs, read again in this process for --sensitivity."""
+    kept = []
+    for feeds in batching.stream(job.source, job.specs, job.batch, True, job.evaluation.samples,
+                                 False, batching.Tally()):
+        kept.append((dict(feeds), ort.run(setup.session, feeds)))
+    return kept
 
 
 def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:

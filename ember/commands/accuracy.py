@@ -13,7 +13,9 @@ from rich.table import Table
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, compiles_again_to, measure
-from ember.commands.options import (QUANT_FIELDS, batch_option, data_options, image_options_from,
+from ember.cluster import Where
+from ember.commands.options import (QUANT_FIELDS, batch_option, cluster_option, data_options,
+                                    image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, refuse_conflicts,
                                     warn_if_synthetic)
@@ -59,12 +61,13 @@ EXIT_GATE_FAILED = 3
                    "falls more than this many points below fp32.")
 @batch_option
 @input_shape_option
+@cluster_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
              per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
              compare_calibrations: bool, min_sqnr: float | None,
              max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
-             as_json: bool, **kwargs) -> None:
+             cluster: Where, as_json: bool, **kwargs) -> None:
     """Measure how close the int8 model stays to fp32 onnxruntime on evaluation data.
 
     With PROGRAM (an .ember from `ember compile` with the same profile), the simulator also
@@ -81,6 +84,10 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
     warning names any that differ from the calibration images' (recorded in the profile and
     the program).
+
+    With --cluster local:N or a Dask scheduler's address, shards of the samples run in
+    parallel (the workers read the data from its path) and the report is the one a single
+    process gives, bit for bit: every sum is kept exactly and merged exactly.
 
     \b
     Examples:
@@ -104,12 +111,12 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
             raise EmberError(f"--compare-calibrations evaluates the integer reference once per "
                              f"method; drop {', '.join(given)}")
         _compare_calibrations(model, kwargs["profile_path"], evaluation, options,
-                              parse_input_shapes(input_shapes), as_json)
+                              parse_input_shapes(input_shapes), as_json, cluster)
         return
     with progress_bar() as progress:
         report = measure(model, kwargs["profile_path"], evaluation, options,
                          parse_input_shapes(input_shapes), progress=progress,
-                         emit_onnx=emit_onnx,
+                         emit_onnx=emit_onnx, where=cluster,
                          check_program_options=lambda fixed: refuse_conflicts(
                              click.get_current_context(), program,
                              {param: getattr(fixed, field)
@@ -138,7 +145,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
 
 
 def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation, options,
-                          input_shapes, as_json: bool) -> None:
+                          input_shapes, as_json: bool, where: Where) -> None:
     """Each calibration method's accuracy on the same data, the best (first output's SQNR)
     marked."""
     reports = {}
@@ -147,7 +154,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
             reports[method] = measure(model, profile_path, evaluation,
                                       replace(options, calibration=method), input_shapes,
                                       progress=lambda what, done, total, m=method:
-                                      progress(f"{m}: {what}", done, total))
+                                      progress(f"{m}: {what}", done, total), where=where)
     warn_if_synthetic(profile_path)
     best = max(reports, key=lambda m: reports[m].outputs[0].sqnr_db)
     if as_json:

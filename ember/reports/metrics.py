@@ -7,7 +7,7 @@ so one near-silent sample cannot dominate the figure.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,14 +24,56 @@ def sqnr_db(signal_power: float, noise_power: float) -> float:
     return min(SQNR_CAP_DB, 10.0 * math.log10(signal_power / noise_power))
 
 
+# Exact sums count in units of the least float64 subnormal, 2^-1074: every finite float64 is a
+# whole number of them.
+_UNIT_BITS = 1074
+
+
+@dataclass
+class ExactSum:
+    """A sum of float64 values kept exactly (a Python integer in units of 2^-1074) and rounded
+    once when read, so that any grouping or order of the same values gives the same float:
+    shards of an evaluation merge into what one process gives, bit for bit. Non-finite values
+    are kept aside and read as IEEE addition would give them (NaN, or an infinity)."""
+
+    units: int = 0
+    nonfinite: frozenset[str] = frozenset()  # of "inf", "-inf", "nan"
+
+    def add(self, value: float) -> None:
+        if math.isfinite(value):
+            numerator, denominator = value.as_integer_ratio()
+            self.units += numerator << (_UNIT_BITS - denominator.bit_length() + 1)
+        else:
+            self.nonfinite |= {repr(value)}
+
+    def merge(self, other: ExactSum) -> None:
+        self.units += other.units
+        self.nonfinite |= other.nonfinite
+
+    @property
+    def value(self) -> float:
+        if "nan" in self.nonfinite or {"inf", "-inf"} <= self.nonfinite:
+            return math.nan
+        if self.nonfinite:
+            return math.inf if "inf" in self.nonfinite else -math.inf
+        try:
+            return self.units / (1 << _UNIT_BITS)  # int / int rounds correctly, once
+        except OverflowError:  # beyond the largest float64, as a float sum would overflow
+            return math.inf if self.units > 0 else -math.inf
+
+
 @dataclass
 class ErrorStats:
-    """Running sums for SQNR, cosine similarity and maximum absolute error of one tensor."""
+    """Running sums for SQNR, cosine similarity and maximum absolute error of one tensor.
 
-    signal: float = 0.0
-    noise: float = 0.0
-    dot: float = 0.0
-    approx_power: float = 0.0
+    Each `add` computes its four sums with numpy's own (pairwise) summation, never BLAS,
+    whose result depends on its thread count; the sums over calls are exact (`ExactSum`), so
+    the figures depend only on which tensors were added, not on their order or grouping."""
+
+    signal_sum: ExactSum = field(default_factory=ExactSum)
+    noise_sum: ExactSum = field(default_factory=ExactSum)
+    dot_sum: ExactSum = field(default_factory=ExactSum)
+    approx_power_sum: ExactSum = field(default_factory=ExactSum)
     max_abs: float = 0.0
     elements: int = 0
 
@@ -41,12 +83,37 @@ class ErrorStats:
         if ref.shape != app.shape:
             raise ValueError(f"shapes differ: {np.shape(reference)} vs {np.shape(approx)}")
         diff = ref - app
-        self.signal += float(ref @ ref)
-        self.noise += float(diff @ diff)
-        self.dot += float(ref @ app)
-        self.approx_power += float(app @ app)
+        self.signal_sum.add(float(np.sum(ref * ref)))
+        self.noise_sum.add(float(np.sum(diff * diff)))
+        self.dot_sum.add(float(np.sum(ref * app)))
+        self.approx_power_sum.add(float(np.sum(app * app)))
         self.max_abs = max(self.max_abs, float(np.max(np.abs(diff))) if diff.size else 0.0)
         self.elements += ref.size
+
+    def merge(self, other: ErrorStats) -> None:
+        """Add another's sums (another shard of the same tensor): exact, in any order."""
+        for mine, theirs in ((self.signal_sum, other.signal_sum),
+                             (self.noise_sum, other.noise_sum), (self.dot_sum, other.dot_sum),
+                             (self.approx_power_sum, other.approx_power_sum)):
+            mine.merge(theirs)
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.elements += other.elements
+
+    @property
+    def signal(self) -> float:
+        return self.signal_sum.value
+
+    @property
+    def noise(self) -> float:
+        return self.noise_sum.value
+
+    @property
+    def dot(self) -> float:
+        return self.dot_sum.value
+
+    @property
+    def approx_power(self) -> float:
+        return self.approx_power_sum.value
 
     @property
     def sqnr_db(self) -> float:
@@ -54,8 +121,9 @@ class ErrorStats:
 
     @property
     def cosine(self) -> float:
-        norm = math.sqrt(self.signal * self.approx_power)
-        return self.dot / norm if norm > 0 else (1.0 if self.noise == 0 else 0.0)
+        signal, noise = self.signal, self.noise
+        norm = math.sqrt(signal * self.approx_power)
+        return self.dot / norm if norm > 0 else (1.0 if noise == 0 else 0.0)
 
 
 def is_classifier(shape: tuple[int, ...]) -> bool:
@@ -92,6 +160,14 @@ class Top1:
     @property
     def agreement(self) -> float:
         return self.agree / self.samples if self.samples else 0.0
+
+    def merge(self, other: Top1) -> None:
+        """Add another's counts (another shard of the same output)."""
+        self.samples += other.samples
+        self.agree += other.agree
+        self.correct_reference += other.correct_reference
+        self.correct_approx += other.correct_approx
+        self.labelled += other.labelled
 
     def accuracy(self, which: str) -> float | None:
         if not self.labelled:
