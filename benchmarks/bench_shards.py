@@ -17,12 +17,17 @@ Sections (one function each, `SECTIONS`):
   worker processes, one thread each) and on `local:2`: the time per shard, after 4 shards of
   the same run that start the local processes or send the shared object to the workers
   (timed apart: a run's fixed cost).
-- profile: the profiler's sharding, to come.
+- profile: `ember quantize-profile`'s run (`ember.profiling.profile`) over --profile-samples
+  synthetic images on each of --profile-models, with `--cluster local` (onnxruntime and the
+  binning threads on every core), `local:2` and a Dask LocalCluster of 2 one-thread workers:
+  wall time (starting the processes and sending the model included), speed-up, and whether
+  the profile equals the one-process profile exactly (it must).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -33,6 +38,7 @@ import onnx
 
 from ember import cluster
 from ember.accuracy import Evaluation, measure
+from ember.profiling import profile as sharded_profile
 from examples.build import zoo_model_path
 from examples.synthetic_images import smooth_images
 from profiler import format as profile_format
@@ -89,7 +95,7 @@ def overhead_section(args, folder: Path) -> None:
     print(f"\n## overhead: {args.shards} empty shards\n")
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as dask_cluster:
+                      dashboard_address=":0") as dask_cluster:
         for label, where in (("Dask LocalCluster, 2 workers", dask_cluster.scheduler_address),
                              ("local:2", "local:2")):
             with cluster.Cluster(where) as running:
@@ -108,7 +114,33 @@ def overhead_section(args, folder: Path) -> None:
 
 
 def profile_section(args, folder: Path) -> None:
-    print("\n## profile: not measured yet\n")
+    from distributed import LocalCluster
+
+    samples = args.profile_samples
+    print(f"\n## profile: {samples} samples (ember quantize-profile)\n")
+    rows = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as dask_cluster:
+        for name in args.profile_models:
+            model = onnx.load(str(zoo_model_path(name)))
+            specs = input_specs(model, {})
+            data = folder / f"{name}.calib.npz"
+            np.savez(data, **{specs[0].name: smooth_images(samples, CALIB_SEED)})
+            first = None
+            for where in ("local", "local:2", dask_cluster.scheduler_address):
+                log(f"{name}: profile, --cluster {where}")
+                started = time.perf_counter()
+                with cluster.Cluster(where) as running:
+                    made = sharded_profile(running, model, ArrayFile(data, specs), specs,
+                                           RunOptions())
+                seconds = time.perf_counter() - started
+                text = json.dumps(made.to_json(), sort_keys=True)
+                first = first or (text, seconds)
+                label = "Dask LocalCluster, 2 workers" if where.startswith("tcp") else where
+                rows.append((name, f"--cluster {label}", f"{seconds:.1f}",
+                             f"{samples / seconds:.1f}", f"{first[1] / seconds:.2f}x",
+                             "yes" if text == first[0] else "NO"))
+    table(("model", "run", "wall s", "samples/s", "speed-up", "same profile"), rows)
 
 
 SECTIONS = {"accuracy": accuracy_section, "profile": profile_section,
@@ -122,11 +154,15 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32, help="Evaluation samples.")
     parser.add_argument("--processes", type=lambda text: [int(n) for n in text.split(",")],
                         default=[2], help="local:N runs to time, e.g. 2,4.")
+    parser.add_argument("--profile-samples", type=int, default=64,
+                        help="Calibration samples (profile).")
+    parser.add_argument("--profile-models", type=lambda text: text.split(","),
+                        default=["resnet18", "mobilenetv2"], help="Zoo models (profile).")
     parser.add_argument("--shards", type=int, default=400, help="Empty shards (overhead).")
     parser.add_argument("--quick", action="store_true", help="8 samples, 100 shards.")
     args = parser.parse_args()
     if args.quick:
-        args.samples, args.shards = 8, 100
+        args.samples, args.shards, args.profile_samples = 8, 100, 8
     with tempfile.TemporaryDirectory() as folder:
         for name, section in SECTIONS.items():
             if args.only in (None, name):

@@ -578,16 +578,14 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
     exactness = setup.exactness_here()
     if exactness is not None:
         exactness.restart(start)
-    # Sample numbers in errors and labels count from the shard's first sample.
-    tally = batching.Tally(samples=start)
-    data = shards.RangeSource(job.source, job.specs, shard.samples)
+    tally = batching.Tally()  # its sample numbers in errors count from the whole data's first
     position = start
     blas = ExitStack()
     if exactness is not None:  # the simulator's thread and this one share the two cores
         blas.enter_context(threadpool_limits(1, user_api="blas"))
     with blas:
-        for feeds in batching.stream(data, job.specs, job.batch, True, shard.samples.stop,
-                                     False, tally):
+        for feeds in batching.stream(job.source, job.specs, job.batch, True, None, False, tally,
+                                     start, shard.samples.stop):
             reference = ort.run(setup.session, feeds)
             env = run_int8(qgraph, feeds,
                            keep_all=evaluation.per_layer or exactness is not None)

@@ -8,11 +8,11 @@ of per-sample digests, so the profile equals, byte for byte, the one a single pr
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import onnx
 
+from ember import shards
 from ember.cluster import Cluster, Shared, cached
 from ember.errors import EmberError
 from profiler import run
@@ -20,47 +20,45 @@ from profiler.batching import Source
 from profiler.format import Profile
 from profiler.model_inputs import InputSpec
 from profiler.session import Runner, log_severity, make_session, set_log_severity
-from profiler.sources.python_hook import Hook
-
-# Shards per worker: enough that a slow shard does not hold up the end of the run.
-SHARDS_PER_WORKER = 4
-
 
 def profile(cluster: Cluster, model: onnx.ModelProto, source: Source, specs: list[InputSpec],
             options: run.RunOptions, on_samples: Callable[[int], None] = lambda n: None
             ) -> Profile:
-    """`profiler.run.profile`, run where `cluster` runs shards."""
+    """`profiler.run.profile`, run where `cluster` runs shards (`ember.shards` plans them)."""
     if cluster.where.address is None and cluster.where.processes == 1:
         return run.profile(model, source, specs, options, on_samples)
-    if isinstance(source, Hook):
-        raise EmberError(f"--data {source.ref}: a data hook makes its samples one after another "
-                         f"in one process; use --cluster local, or save the samples to an .npz")
     setup = run.prepare(model, source, specs, options)
-    total = source.count()
-    if total is None:
-        raise EmberError(f"--data: cannot tell how many samples {source.describe()} holds, "
-                         f"so it cannot be cut into shards; use --cluster local")
-    size = math.ceil(total / (SHARDS_PER_WORKER * cluster.workers))
-    size = max(1, math.ceil(size / setup.batch)) * setup.batch  # whole runs of the model
     shared = Shared((setup, log_severity()))
     measured: dict[int, run.Measured] = {}
-    position, kept = 0, 0
+    position, kept, ended = 0, 0, False
     # A --samples limit reads that many samples; samples skipped as non-finite are made up
     # from the ones after, in another round, as one process would have read on.
-    while position < total and (options.samples is None or kept < options.samples):
-        end = total if options.samples is None else min(total, position + options.samples - kept)
-        spans = [(start, min(start + size, end)) for start in range(position, end, size)]
-        for index, result in cluster.run(_profile_shard, shared, spans):
-            measured[spans[index][0]] = result
+    while not ended and (options.samples is None or kept < options.samples):
+        need = None if options.samples is None else options.samples - kept
+        ranges = shards.plan(source.count(), need, setup.batch, cluster.workers, position) \
+            or shards.open_ranges(setup.batch, need, position)
+        asked: list[shards.SampleRange] = []
+
+        def drawn():
+            for sample_range in ranges:
+                if ended:
+                    return
+                asked.append(sample_range)
+                yield sample_range.start, sample_range.stop
+
+        for index, result in cluster.run(_profile_shard, shared, drawn()):
+            measured[asked[index].start] = result
             on_samples(result.samples)
+            if asked[index].stop is None or result.read < asked[index].length:
+                ended = True  # the data ran out
         kept = sum(m.samples for m in measured.values())
-        position = end
-    shards = [measured[start] for start in sorted(measured)]
-    if any(m.dropped for m in shards[:-1]):
+        position = max(r.start for r in asked) + measured[max(r.start for r in asked)].read
+    shards_in_order = [measured[start] for start in sorted(measured) if measured[start].read]
+    if any(m.dropped for m in shards_in_order[:-1]):
         raise EmberError(f"the model's fixed batch of {setup.batch} and samples skipped as "
                          f"non-finite leave shards with partial batches; profile it with "
                          f"--cluster local")
-    return run.finish(model, setup, options, shards)
+    return run.finish(model, setup, options, shards_in_order or [measured[0]])
 
 
 def _profile_shard(shared: Shared, span: tuple[int, int]) -> run.Measured:

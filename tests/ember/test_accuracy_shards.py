@@ -14,6 +14,7 @@ import pytest
 from ember import shards
 from ember.accuracy import _Tallies
 from ember.reports.metrics import ErrorStats, ExactSum, Top1
+from profiler import batching
 from profiler.model_inputs import InputSpec
 from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
@@ -90,8 +91,8 @@ def test_shard_ranges_read_back_every_sample_of_an_array_folder_once(tmp_path) -
     for workers in (1, 2, 3):
         planned = shards.plan(source.count(), None, 1, workers)
         assert planned[-1].stop is None  # the last shard reads to the end
-        read = [np.concatenate([chunk["input"].reshape(-1, *x.shape[1:]) for _, chunk in
-                                shards.RangeSource(source, specs, r).chunks()])
+        read = [np.concatenate([batch["input"] for batch in batching.stream(
+                    source, specs, 4, False, None, False, batching.Tally(), r.start, r.stop)])
                 for r in planned]
         assert all(len(part) == r.length for part, r in zip(read, planned[:-1]))
         np.testing.assert_array_equal(np.concatenate(read), x)

@@ -46,6 +46,24 @@ def test_a_profile_is_the_same_byte_for_byte_wherever_its_shards_run(tmp_path,
         limited
 
 
+def test_a_data_hook_is_drawn_in_shards_until_it_runs_out(tmp_path) -> None:
+    onnx.save(conv_model(), str(tmp_path / "m.onnx"))
+    (tmp_path / "hook.py").write_text(
+        "import numpy as np\n"
+        "def samples():\n"
+        "    rng = np.random.default_rng(5)\n"
+        "    for _ in range(150):\n"
+        "        yield {'x': rng.standard_normal((1, 2, 4, 4)).astype(np.float32)}\n")
+    made = []
+    for where in ("local", "local:2"):
+        path = tmp_path / f"{where.replace(':', '')}.json"
+        result = invoke("quantize-profile", tmp_path / "m.onnx", "--data",
+                        f"{tmp_path / 'hook.py'}:samples", "-o", path, "--cluster", where)
+        assert result.exit_code == 0, result.output
+        made.append(path.read_bytes())
+    assert made[1] == made[0] and b'"samples": 150' in made[0]
+
+
 def test_samples_skipped_as_nonfinite_are_made_up_as_one_process_would(tmp_path) -> None:
     x = np.random.default_rng(0).standard_normal((60, 2, 4, 4)).astype(np.float32)
     x[[3, 17, 18, 40]] = np.nan
