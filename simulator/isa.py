@@ -67,9 +67,10 @@ store -> vector -> compute -> load.
   clamp [qmin, qmax] (qmin = the zero point fuses a ReLU). With bias=1 the parameter block has a
   third row, per-lane int32 biases added (wrapping) to each accumulator row first, so a
   convolution's bias costs no DMA into every accumulator row (its integers are unchanged:
-  int32 addition is associative). With wide=1 the result is int16 (the clamp its range; qmin,
-  qmax unused), written as two planes: high bytes to [sp, sp + rows), low bytes to
-  [sp + rows, sp + 2 rows) (`numerics.split_wide`), in twice the cycles.
+  int32 addition is associative). With wide=1 the result is int16, clamped to [qmin * 256,
+  qmax * 256 + 255] (`numerics.wide_clamp`: the defaults are int16's range, qmin=0 a ReLU's,
+  a narrower one a b-bit tensor's), written as two planes: high bytes to [sp, sp + rows), low
+  bytes to [sp + rows, sp + 2 rows) (`numerics.split_wide`), in twice the cycles.
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)

@@ -292,6 +292,14 @@ def split_wide(v) -> tuple[np.ndarray, np.ndarray]:
     return (v >> 8).astype(np.int8), ((v & 0xFF) - WIDE_LOW_OFFSET).astype(np.int8)
 
 
+def wide_clamp(qmin: int, qmax: int) -> tuple[int, int]:
+    """The int16 range an 8-bit clamp (qmin, qmax) stands for on a wide result: the codes
+    whose high byte lies in [qmin, qmax], i.e. [qmin * 256, qmax * 256 + 255]. The defaults
+    (-128, 127) are the whole int16 range; (0, 127) a fused ReLU's; (-2^(b-9), 2^(b-9) - 1) a
+    b-bit int16 tensor's (`quantizer.wide`: the array's accumulator bound)."""
+    return qmin << 8, (qmax << 8) | 0xFF
+
+
 def join_wide(high, low) -> np.ndarray:
     """The int16 values of two planes (`split_wide`'s inverse), as int64."""
     return (np.asarray(high, np.int64) << 8) + np.asarray(low, np.int64) + WIDE_LOW_OFFSET
