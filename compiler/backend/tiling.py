@@ -308,18 +308,32 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     blocks = ceil_div(layer.out_channels, t.out_block)
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
     window = conv_input_extent(th, sh, kh, dh) * conv_input_extent(tw, sw, kw, dw)
-    planes = 2 if layer.x_plane else 1
-    input_bytes = planes * tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
+    input_bytes = (2 if layer.x_plane else 1) * tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
     weight_bytes = layer.weights.size * (1 if t.resident_weights else tiles)
     loads = tiles * (slices if t.whole_layer else work)
     if t.whole_layer and not t.resident_weights:
         loads += tiles * blocks  # a weight block per tile and block
     dma = isa.LOAD.min_cycles(arch, loads, input_bytes + weight_bytes)
+    return max(dma, _array_cycles(layer, t, arch, work))
+
+
+def conv_array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch) -> int:
+    """The array's COMPUTE cycles of plan `t` in the cost model (`_conv_cost`): every tile as
+    large as the first, every pass of an int16 input's two planes counted."""
+    active = active_blocks(layer, t.in_block, t.out_block)
+    chunks = ceil_div(layer.kernel[1], t.packed_taps)
+    work = len(active) * chunks if t.packed_taps > 1 else sum(len(a) for a in active)
+    return _array_cycles(layer, t, arch, work)
+
+
+def _array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int) -> int:
+    (oh, ow), (th, tw), (kh, kw) = layer.out_hw, t.tile_hw, layer.kernel
+    tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
+    planes = 2 if layer.x_plane else 1
     computes = planes * tiles * work * (kh * kw if t.packed_taps == 1 else kh)
     one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
                       accumulate=1)
-    array = computes * isa.COMPUTE.cycles(arch, one)
-    return max(dma, array)
+    return computes * isa.COMPUTE.cycles(arch, one)
 
 
 def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
