@@ -239,3 +239,46 @@ def test_a_relu_fused_into_the_producer_clamps_the_int16_codes_at_zero() -> None
                     if i.op is isa.REQUANT and i.args["wide"]]
         assert requants and all(i.args["qmin"] == 0 for i in requants)
         check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 5))
+
+
+@pytest.mark.parametrize("kind, attrs, weight, out_hw", [
+    ("grouped", dict(group=4, pads=[1, 1, 1, 1]), (16, 5, 3, 3), (9, 9)),
+    ("depthwise", dict(group=20, pads=[1, 1, 1, 1]), (20, 1, 3, 3), (9, 9)),
+    ("strided", dict(strides=[2, 2], pads=[1, 1, 1, 1]), (16, 20, 3, 3), (5, 5)),
+    ("dilated", dict(dilations=[2, 2], pads=[2, 2, 2, 2]), (16, 20, 3, 3), (9, 9)),
+])
+def test_readers_of_every_convolution_form_are_bit_exact(kind, attrs, weight, out_hw) -> None:
+    """Grouped and depthwise readers (dense block-diagonal tiles, zero blocks skipped), strided
+    and dilated ones (COMPUTE's strides walk both planes alike), on every preset."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["mid", "w2"], ["y"], name="c2", **attrs)]
+    proto = model(nodes, {"x": [2, 3, 9, 9]}, {"y": [2, weight[0], *out_hw]},
+                  {"w1": rng.normal(0, .3, (20, 3, 3, 3)).astype(np.float32),
+                   "w2": rng.normal(0, .1, weight).astype(np.float32)})
+    for preset in PRESETS:
+        built = build(proto, preset=preset)
+        check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 1))
+
+
+def test_the_command_line_names_int16_tensors(tmp_path) -> None:
+    """`ember compile --int16 NAME[,NAME...]`: recorded in the program's header; a tensor that
+    cannot be int16 is a one-line error naming it."""
+    import onnx
+
+    from simulator.program import Program
+    from tests.cli import assert_one_line_error, invoke
+    proto = conv_conv()
+    onnx.save(proto, tmp_path / "m.onnx")
+    np.save(tmp_path / "cal.npy", np.concatenate([s["x"] for s in samples(proto, 4, 0)]))
+    profile = tmp_path / "m.profile.json"
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "cal.npy",
+                  "-o", profile).exit_code == 0
+    result = invoke("compile", tmp_path / "m.onnx", "--int8", "--profile", profile,
+                    "--int16", "mid", "-o", tmp_path / "m.ember")
+    assert result.exit_code == 0, result.output
+    header = Program.load(tmp_path / "m.ember").metadata["options"]
+    assert header["int16_tensors"] == ["mid"]
+    assert_one_line_error(invoke("compile", tmp_path / "m.onnx", "--int8", "--profile", profile,
+                                 "--int16", "mid,y", "-o", tmp_path / "bad.ember"),
+                          "int16 tensor 'y': a model output")
