@@ -55,7 +55,17 @@ def gemm_gemm():
                  {k: v.astype(np.float32) for k, v in inits.items()})
 
 
-MODELS = {"conv": conv_conv, "gemm": gemm_gemm}
+def matmul_matmul():
+    """x [2, 5, 24] -> MatMul (40 outputs) -> mid [2, 5, 40] -> MatMul (30 outputs) -> y."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["mid"], name="m1"),
+             helper.make_node("MatMul", ["mid", "w2"], ["y"], name="m2")]
+    return model(nodes, {"x": [2, 5, 24]}, {"y": [2, 5, 30]},
+                 {"w1": rng.normal(0, .3, (24, 40)).astype(np.float32),
+                  "w2": rng.normal(0, .1, (40, 30)).astype(np.float32)})
+
+
+MODELS = {"conv": conv_conv, "gemm": gemm_gemm, "matmul": matmul_matmul}
 
 
 def samples(proto, count: int, seed: int) -> list[dict]:
@@ -87,12 +97,13 @@ def test_an_int16_tensor_read_by_the_array_runs_bit_exactly(kind: str, preset: s
 
 def _sqnr_db(proto, qgraph, name: str, stored: bool) -> float:
     """SQNR against fp32 of value `name`: with `stored`, of fp32's own values quantized in the
-    value's parameters and back (what its type alone loses); else of the integer reference's
-    codes, dequantized (what the whole int8 model before it loses too)."""
+    value's parameters and back, over the calibration samples (what its type alone loses,
+    rounding, not clipping beyond the calibrated range); else of the integer reference's codes,
+    dequantized, over other samples (what the whole int8 model before it loses too)."""
     graph, params = optimized_graph(proto), qgraph.values[name].type.quant
     dtype = qgraph.values[name].type.dtype
     signal = noise = 0.0
-    for sample in samples(proto, 4, 9):
+    for sample in (samples(proto, 8, 0) if stored else samples(proto, 4, 9)):
         want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
         codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
                                   arithmetic=np.float64) if stored else \
@@ -123,7 +134,7 @@ def _compute_cycles(program, node: str) -> int:
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("kind, reader", [("conv", "c2"), ("gemm", "g2")])
+@pytest.mark.parametrize("kind, reader", [("conv", "c2"), ("gemm", "g2"), ("matmul", "m2")])
 def test_the_reader_takes_twice_the_array_time_as_the_cost_model_says(kind, reader, preset):
     """Each tap streams two planes: the reader's COMPUTE cycles are twice the int8 program's
     (the same tiles here), and equal the tiler's cost model (`conv_array_cycles`); the
