@@ -675,6 +675,7 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "symmetric": options.symmetric_activations, "schema": options.schema,
             "keep_fp32": list(options.keep_fp32), "wide_norm_inputs": options.wide_norm_inputs,
             "smooth_norms": options.smooth_norms,
+            **({"int16_tensors": list(options.int16_tensors)} if options.int16_tensors else {}),
             "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program}

@@ -249,16 +249,20 @@ def auto_range(stats: TensorStats, levels: int = 255, symmetric: bool = False,
 
 
 def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False,
-                      power2: bool = False) -> QuantParams:
+                      power2: bool = False, bits: int | None = None) -> QuantParams:
     """Per-tensor parameters covering [lo, hi] in `dtype` ("int8", "uint8" or "int16").
 
     The range is widened to hold 0, so zero (padding, ReLU's floor) is exactly representable.
     Asymmetric: the 256 levels span [lo, hi]. Symmetric: zero point 0 (128 for uint8) and
     scale max|x| / 127. power2: the scale is rounded up to a power of two (shift-only
     rescaling), the zero point recomputed for it. Scales are float32 values, so the
-    QuantizeLinear constants that carry them are exact.
+    QuantizeLinear constants that carry them are exact. `bits` (symmetric only) narrows the
+    codes to [-2^(bits-1), 2^(bits-1) - 1] (an int16 tensor the array reads:
+    `quantizer.wide.accumulator_bits`), the scale max|x| / (2^(bits-1) - 1).
     """
     qmin, qmax = RANGES[dtype]
+    if bits is not None:
+        qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if symmetric:
         amax = max(-lo, hi)

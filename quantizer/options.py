@@ -34,6 +34,11 @@ class QuantOptions:
     bias_correction subtracts from each Conv/Gemm/MatMul bias the mean error its int8 weights
     bring, (W_int8 - W) times the input's per-channel means, which the profile must hold
     (`ember quantize-profile --channel-means`).
+    int16_tensors names activations (graph value names, ONNX's) to hold int16: each a Conv's,
+    Gemm's or MatMul's output read only by Convs, Gemms and MatMuls by constant weights, which
+    stream its two byte planes through the array (`quantizer.wide.array_values`); its codes
+    take as many bits (up to 16) as its readers' int32 accumulators allow
+    (`quantizer.wide.accumulator_bits`).
     """
 
     calibration: str = "minmax"
@@ -47,6 +52,7 @@ class QuantOptions:
     smooth_norms: str = "auto"
     equalize: str = "off"
     bias_correction: bool = False
+    int16_tensors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:
@@ -69,3 +75,7 @@ class QuantOptions:
         if self.schema not in SCHEMAS:
             raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+        object.__setattr__(self, "int16_tensors", tuple(self.int16_tensors))
+        if self.int16_tensors and self.activation_dtype != "int8":
+            raise QuantizeError(f"int16 tensors ({', '.join(self.int16_tensors)}) refine int8 "
+                                f"codes: not with activation_dtype {self.activation_dtype!r}")

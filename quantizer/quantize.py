@@ -39,7 +39,8 @@ from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
 from quantizer.smooth import smooth_norms
-from quantizer.wide import hypot_operands, norm_copies, wide_values
+from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
+                            norm_copies, wide_values)
 from quantizer.options import QuantOptions
 from quantizer.requant import RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
@@ -72,6 +73,7 @@ class _Rewriter:
         self.dtype = options.activation_dtype
         self.keep = set(options.keep_fp32)
         self.wide: set[str] = set()  # the int16 activations, chosen in `run`
+        self.wide_bits: dict[str, int] = {}  # int16 tensors the array reads: their code bits
         self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
         self.uncorrected: list[str] = []  # nodes bias correction found no input means for
         self.values: dict[str, Value] = {}
@@ -97,6 +99,21 @@ class _Rewriter:
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
         self.g, self.wide = norm_copies(self.g, self.wide)
+        self.wide |= set(array_values(self.g, self.opts.int16_tensors, self.keep, self.fused))
+        for name in self.opts.int16_tensors:  # narrowed to what the accumulators hold
+            lo, hi = self.real_range(name)
+            bits = accumulator_bits(self.g, name, max(-lo, hi), self.opts.per_channel,
+                                    self.opts.schema == "power2")
+            if bits < MIN_ARRAY_BITS:
+                raise QuantizeError(f"int16 tensor {name!r}: its readers' weights leave only "
+                                    f"{bits} bits of codes inside the int32 accumulator (at "
+                                    f"least {MIN_ARRAY_BITS} make int16 worth its second pass)")
+            if bits < 16:
+                warnings.warn(QuantizeWarning(
+                    f"int16 tensor {name!r}: {bits}-bit codes, so that its readers' int32 "
+                    f"accumulators cannot overflow"), stacklevel=2)
+            self.wide_bits[name] = bits
+            self.ranges[name] = self.params_over(lo, hi, "int16", bits)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
@@ -269,14 +286,22 @@ class _Rewriter:
         attrs = op.bind(first.name, first.attrs)
         return lambda v: op.fp32(np.asarray(v, np.float32), *consts, **attrs)
 
-    def params_over(self, lo: float, hi: float, dtype: str | None = None) -> QuantParams:
+    def params_over(self, lo: float, hi: float, dtype: str | None = None,
+                    bits: int | None = None) -> QuantParams:
         """Per-tensor parameters covering [lo, hi] by the options' scheme; int16 ones are
         symmetric (zero point 0, which the 8-bit out_offset fields of a wide REQUANT or ADD
-        hold, and 32767 steps a side)."""
+        hold, and 32767 steps a side, or 2^(bits-1) - 1)."""
         dtype = dtype or self.dtype
         return calibrate.activation_params(lo, hi, dtype,
                                            self.symmetric(dtype),
-                                           self.opts.schema == "power2")
+                                           self.opts.schema == "power2", bits)
+
+    def code_range(self, name: str) -> tuple[int, int]:
+        """The codes fp32 activation `name` may take: its type's, or a b-bit int16 tensor's."""
+        bits = self.wide_bits.get(name)
+        if bits is None:
+            return RANGES[self.dtype_of(name)]
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
     def dtype_of(self, name: str) -> str:
         """The integer type of fp32 activation `name`: int16 for a wide one (`quantizer.wide`),
@@ -395,18 +420,27 @@ class _Rewriter:
         final = self._final_output(node)
         params = self.params(final)
         clamp = self.fused.get(node.name)
-        qclamp = self.qclamp(clamp, params) if clamp is not None else \
-            RANGES[self.dtype_of(final)]
+        qclamp = self.qclamp(clamp, params, final) if clamp is not None else \
+            self.code_range(final)
         name = self.activation(final, params)
         return name, params, qclamp
 
-    def qclamp(self, clamp: Node, params: QuantParams) -> tuple[int, int]:
-        """A clamp's real bounds (its row's `clamp_bounds`) as integer codes in `params`."""
-        qmin, qmax = RANGES[self.dtype]
+    def qclamp(self, clamp: Node, params: QuantParams, final: str | None = None
+               ) -> tuple[int, int]:
+        """A clamp's real bounds (its row's `clamp_bounds`) as integer codes in `params` (of
+        fp32 activation `final`'s type: an int16 one's bounds must be what a wide REQUANT
+        clamps to, `numerics.wide_clamp`, as a ReLU's [0, max] is)."""
+        dtype = self.dtype if final is None else self.dtype_of(final)
+        qmin, qmax = RANGES[self.dtype] if final is None else self.code_range(final)
         lo, hi = OPS[clamp.op].clamp_bounds(*self.const_params(clamp))
         # The nearest code to each bound: a clamp then errs by at most half a step.
-        q_lo = qmin if lo is None else int(_quantize_array(lo, params, self.dtype))
-        q_hi = qmax if hi is None else int(_quantize_array(hi, params, self.dtype))
+        q_lo = qmin if lo is None else max(qmin, int(_quantize_array(lo, params, dtype)))
+        q_hi = qmax if hi is None else min(qmax, int(_quantize_array(hi, params, dtype)))
+        if dtype == "int16" and numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
+                (q_lo, max(q_lo, q_hi)):
+            raise QuantizeError(f"int16 tensor {final!r}: {clamp.op} {clamp.name!r} clamps to "
+                                f"codes [{q_lo}, {q_hi}], which a wide REQUANT cannot (it "
+                                f"bounds the high byte: a ReLU's [0, max] it can)")
         return q_lo, max(q_lo, q_hi)
 
     def requant_attrs(self, out: str, qclamp, multipliers, shifts) -> dict:

@@ -14,7 +14,11 @@ same way and, when int8 loses it too, requantized to int16 (REQUANT wide) for th
 The previous block's LayerNorm output added into the stream is measured alike (`norm_copies`).
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
-Every other value stays 8-bit: the array multiplies int8 codes.
+Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
+Gemm's or MatMul's output int16 (REQUANT wide=1) for readers that are Convs, Gemms or MatMuls
+by constant weights, which stream its two planes through the array (COMPUTE shift:
+`array_values`). Such a tensor's codes are narrowed to the bits its readers' int32
+accumulators allow (`accumulator_bits`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, ViewKind
+from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, Quant, ViewKind
 from profiler.format import TensorStats
-from quantizer.calibrate import abs_histogram
+from quantizer.calibrate import abs_histogram, weight_scales
+from quantizer.errors import QuantizeError
+from simulator import numerics
 
 MODES = ("auto", "never", "always")
 # Fewer int8 steps than this under the median |x|: the value is int16.
@@ -162,3 +168,97 @@ def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:
         return float("inf")
     median = (int(np.searchsorted(np.cumsum(counts), counts.sum() / 2)) + 0.5) * width
     return median / ((max(hi, 0.0) - min(lo, 0.0)) / 255)
+
+
+# The array reads an int16 value as two passes of int8 planes (`numerics.split_wide`).
+_ARRAY = (Lower.CONV, Lower.GEMM, Lower.MATMUL)
+# A b-bit int16 tensor is clamped by its producer's wide REQUANT, whose 8-bit fields bound the
+# high byte (`numerics.wide_clamp`): b >= 9. Fewer bits would be int8's precision or less.
+MIN_ARRAY_BITS = 9
+
+
+def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) -> list[str]:
+    """The activations `names` (`QuantOptions.int16_tensors`) checked: each a Conv's, Gemm's
+    or MatMul's output by a constant weight (or the Relu fused into its requantization:
+    `fused`, producer name -> clamp), read only by Convs, Gemms and MatMuls by constant
+    weights as their first input, none of them kept in fp32, not a model output. Raises
+    QuantizeError naming the first that is not."""
+    producers, users = graph.producers(), graph.users()
+    out = []
+    for name in names:
+        value = graph.values.get(name)
+        if value is None or value.is_const or name in graph.inputs:
+            raise QuantizeError(f"int16 tensor {name!r}: not an activation of the model "
+                                f"(a node's output)")
+        if name in graph.outputs:
+            raise QuantizeError(f"int16 tensor {name!r}: a model output (the program's outputs "
+                                f"are int8)")
+        producer = producers[name]
+        clamp = None
+        if OPS[producer.op].quant is Quant.CLAMP and producer.inputs[0] in producers and \
+                fused.get(producers[producer.inputs[0]].name) is producer:
+            clamp, producer = producer, producers[producer.inputs[0]]
+        if clamp is None and producer.name in fused:
+            raise QuantizeError(f"int16 tensor {name!r}: its {fused[producer.name].op} is fused "
+                                f"into {producer.name!r}; name the {fused[producer.name].op}'s "
+                                f"output {fused[producer.name].outputs[0]!r}")
+        if not _by_constant(graph, producer) or producer.name in keep:
+            raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
+                                f"{producer.name!r}; only a Conv, Gemm or MatMul by a constant "
+                                f"weight (a Relu fused into it) writes int16 for the array")
+        readers = users.get(name, [])
+        for reader in readers:
+            if not _by_constant(graph, reader) or reader.inputs[0] != name or \
+                    name in reader.inputs[1:] or reader.name in keep:
+                raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
+                                    f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
+                                    f"constant weight read int16 on the array")
+        if not readers:
+            raise QuantizeError(f"int16 tensor {name!r}: read by no node")
+        out.append(name)
+    return out
+
+
+def _by_constant(graph: Graph, node: Node) -> bool:
+    """A Conv, Gemm (not transA) or MatMul whose weight (input 1) is a constant."""
+    return OPS[node.op].lower in _ARRAY and len(node.inputs) > 1 and \
+        graph.values[node.inputs[1]].is_const and not node.attrs.get("transA", 0)
+
+
+def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
+                     power2: bool) -> int:
+    """The most bits b (<= 16) of symmetric int16 codes for tensor `name`, of real range
+    [-amax, amax], such that no reader's int32 accumulator can overflow: for every output
+    channel c of every reader, 2^(b-1) (S_c + B_c) <= 2^31 - 2, where S_c = sum |w_q| over
+    the channel's int8 weight codes (its K terms) and B_c = |beta b_c| / (|alpha| amax s_w,c)
+    bounds its int32 bias code per input step (the code is rint(beta b_c / (alpha s_x s_w,c)),
+    s_x = amax / (2^(b-1) - 1)). A code is at most 2^(b-1) in magnitude (the producer clamps
+    to b bits: `numerics.wide_clamp`), so |sum w x + bias| < 2^31 and the two passes' int32
+    sum is exact. The weight scales are the quantizer's before any floor (a floor only
+    shrinks codes), so the bound holds for the codes it makes."""
+    worst = 0.0
+    for reader in graph.users().get(name, []):
+        row = OPS[reader.op]
+        attrs = row.bind(reader.name, reader.attrs)
+        w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)
+        out_axis = row.weight.out_axis(w.ndim, attrs)
+        if out_axis is None:  # a grouped Conv's or a rank-1 MatMul's: the last axis bounds it
+            out_axis = 0 if OPS[reader.op].lower is Lower.CONV else w.ndim - 1
+        scales = weight_scales(w, out_axis if per_channel else None, power2)
+        q = numerics.quantize(w, scales, 0, -127, 127, axis=out_axis if per_channel else None,
+                              arithmetic=np.float64)
+        s_c = np.abs(np.moveaxis(q.astype(np.int64), out_axis, 0)).reshape(
+            q.shape[out_axis], -1).sum(axis=1).astype(np.float64)
+        has_bias = len(reader.inputs) > 2 and reader.inputs[2]
+        if has_bias and amax > 0:
+            bias = np.abs(np.asarray(graph.values[reader.inputs[2]].const, np.float64))
+            channels = len(s_c)
+            bias = np.full(channels, bias.max()) if bias.size == 1 or \
+                bias.size % channels else bias.reshape(-1, channels).max(axis=0)
+            ratio = abs(float(attrs.get("beta", 1.0))) / abs(float(attrs.get("alpha", 1.0)))
+            s_c = s_c + ratio * bias / (amax * np.broadcast_to(np.asarray(scales), (channels,)))
+        worst = max(worst, float(s_c.max(initial=0.0)))
+    if worst <= 0:
+        return 16
+    bits = 1 + int(np.floor(np.log2((2**31 - 2) / worst)))
+    return min(16, bits)

@@ -56,16 +56,21 @@ store -> vector -> compute -> load.
   sp + o * outer_stride + i * inner_stride (its first k lanes) passes through the array, and
   (X[:k] - x_offset) @ W[:k, :n] goes to lanes [0, n) of accumulator row acc + o * m_inner + i,
   replacing it or, with accumulate=1, adding to it (int32, wrapping; int9 x int9 products, exact
-  as `numerics.int_matmul`). The strides let one COMPUTE apply one
+  as `numerics.int_matmul`). With shift=s the pass's product is multiplied by 2^s (wrapping)
+  before it replaces or is added (`numerics.array_pass`): an int16 activation (`split_wide`)
+  streams as two passes through the same tile into the same rows, its high plane with shift=8,
+  its low plane with x_offset=-128 (the plane holds low byte - 128), each pass costing its
+  own cycles. The strides let one COMPUTE apply one
   kernel tap of a strided convolution to a whole output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
   `numerics.requantize` per lane, with the parameter block at `param`, then + out_offset and the
   clamp [qmin, qmax] (qmin = the zero point fuses a ReLU). With bias=1 the parameter block has a
   third row, per-lane int32 biases added (wrapping) to each accumulator row first, so a
   convolution's bias costs no DMA into every accumulator row (its integers are unchanged:
-  int32 addition is associative). With wide=1 the result is int16 (the clamp its range; qmin,
-  qmax unused), written as two planes: high bytes to [sp, sp + rows), low bytes to
-  [sp + rows, sp + 2 rows) (`numerics.split_wide`), in twice the cycles.
+  int32 addition is associative). With wide=1 the result is int16, clamped to [qmin * 256,
+  qmax * 256 + 255] (`numerics.wide_clamp`: the defaults are int16's range, qmin=0 a ReLU's,
+  a narrower one a b-bit tensor's), written as two planes: high bytes to [sp, sp + rows), low
+  bytes to [sp + rows, sp + 2 rows) (`numerics.split_wide`), in twice the cycles.
 - ADD: scratchpad rows [a, a + rows) and [b, b + rows) -> [dst, dst + rows) by `numerics.add`
   with offsets a_offset, b_offset, out_offset, lanes 0, 1, 2 of the parameter block as the
   (a, b, out) rescales, and the clamp [qmin, qmax]. With op=max (op=min) the larger (smaller)
@@ -345,7 +350,7 @@ COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
                   (F("sp", _ROW), F("acc", _ROW), F("m_outer", 16, default=1), F("m_inner", 16),
                    F("outer_stride", _ROW, default=0), F("inner_stride", 8, default=1),
                    F("k", 16), F("n", 16), F("accumulate", 1, default=0),
-                   F("x_offset", 8, signed=True, default=0)),
+                   F("x_offset", 8, signed=True, default=0), F("shift", 4, default=0)),
                   run=array.compute, cycles=array.compute_cycles, work=array.compute_work,
                   access=array.compute_access, latency=array.compute_latency)
 REQUANT = InsnDef("REQUANT", 0x05, "vector",

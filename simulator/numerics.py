@@ -66,6 +66,7 @@ def oversize(shape, dtype) -> str | None:
 
 # float64 represents every integer of magnitude <= 2^53 exactly. See `int_matmul`.
 _EXACT_TERMS = 2**39
+_WIDE_EXACT_TERMS = 2**31  # int16 x int8 products: |product| <= 2^22
 
 
 def saturate(x, dtype: str) -> np.ndarray:
@@ -102,11 +103,19 @@ def int_matmul(a, b) -> np.ndarray:
     induction over the additions every intermediate is exact, hence the result is. (The project's
     usual statement, "fewer than 2^37 terms", is the same argument with a 4x margin.) The
     int64 -> int32 conversion then applies the accumulator's wrapping rule.
+
+    An int16 operand (codes of an int16 activation, `split_wide`) times int8 weights: each
+    product is at most 2^15 * 2^7 = 2^22, so the same argument holds for K <= 2^31. The result
+    is the int32 the array's two passes of its planes leave (high plane shifted by
+    WIDE_HIGH_SHIFT, low plane less -WIDE_LOW_OFFSET: `array_pass`), since both are the exact
+    sum modulo 2^32.
     """
     a = np.asarray(a)
     b = np.asarray(b)
-    if a.shape[-1] > _EXACT_TERMS:
-        raise SimulatorError(f"int_matmul: K = {a.shape[-1]} exceeds the exact bound 2^39")
+    wide = a.dtype == np.int16 or b.dtype == np.int16
+    bound, text = (_WIDE_EXACT_TERMS, "2^31") if wide else (_EXACT_TERMS, "2^39")
+    if a.shape[-1] > bound:
+        raise SimulatorError(f"int_matmul: K = {a.shape[-1]} exceeds the exact bound {text}")
     product = np.matmul(a.astype(np.float64), b.astype(np.float64))
     return wrap32(product.astype(np.int64))
 
@@ -127,13 +136,19 @@ def matmul_accumulate(acc, a, b) -> np.ndarray:
 
 # The most terms of one product that float32 sums exactly: see `array_pass`.
 ARRAY_PASS_FLOAT32_TERMS = 256
+# The largest left shift of an array pass (COMPUTE's 4-bit `shift`); an int16 operand's high
+# plane takes WIDE_HIGH_SHIFT.
+ARRAY_SHIFT_MAX = 15
+WIDE_HIGH_SHIFT = 8
 
 
-def array_pass(acc, x, w) -> np.ndarray:
-    """acc + x @ w with int32 wrapping (x @ w when acc is None): array passes over the k rows
-    of the weights, for int9 operands (int8 codes, or int8 codes less an int8 zero point:
-    `centre`), given as integers or as float32 holding such integers. Leading axes broadcast as
-    numpy's matmul.
+def array_pass(acc, x, w, shift: int = 0) -> np.ndarray:
+    """acc + (x @ w) * 2^shift with int32 wrapping (without acc, the shifted product alone):
+    array passes over the k rows of the weights, for int9 operands (int8 codes, or int8 codes
+    less an int8 zero point: `centre`), given as integers or as float32 holding such integers.
+    Leading axes broadcast as numpy's matmul. `shift` (0 to ARRAY_SHIFT_MAX) weights a pass of
+    an int16 operand's high plane (`split_wide`) by 2^8 against its low plane's: the product
+    is summed exactly, then shifted, wrapping (`shift_wrap`).
 
     float32 BLAS is exact here, and faster than float64: every product is at most 255^2 < 2^16
     in magnitude, so over at most 256 terms every partial sum is below 2^24, and by
@@ -148,8 +163,20 @@ def array_pass(acc, x, w) -> np.ndarray:
         piece = slice(start, start + ARRAY_PASS_FLOAT32_TERMS)
         product = np.matmul(x[..., piece].astype(np.float32, copy=False),
                             w[..., piece, :].astype(np.float32, copy=False)).astype(np.int32)
+        if shift:
+            product = shift_wrap(product, shift)
         total = product if total is None else np.add(total, product, dtype=np.int32)
     return total
+
+
+def shift_wrap(x, shift: int) -> np.ndarray:
+    """x * 2^shift of int32 values, wrapping to int32: a shifted array pass's contribution.
+    Wrapping commutes with the shift (2^shift (a mod 2^32) = 2^shift a mod 2^32), so a sum
+    shifted once equals the sum of its shifted parts, in any order and split: the plan's fused
+    chains and the quantizer's reference agree with the passes one by one."""
+    if not 0 <= shift <= ARRAY_SHIFT_MAX:
+        raise SimulatorError(f"array shift {shift}: expected 0 to {ARRAY_SHIFT_MAX}")
+    return wrap32(np.asarray(x, np.int64) << shift)
 
 
 def rounding_shift(x, shift) -> np.ndarray:
@@ -263,6 +290,14 @@ def split_wide(v) -> tuple[np.ndarray, np.ndarray]:
     """int16 values → (high, low) int8 planes: v = high * 256 + low + 128."""
     v = np.asarray(v, np.int64)
     return (v >> 8).astype(np.int8), ((v & 0xFF) - WIDE_LOW_OFFSET).astype(np.int8)
+
+
+def wide_clamp(qmin: int, qmax: int) -> tuple[int, int]:
+    """The int16 range an 8-bit clamp (qmin, qmax) stands for on a wide result: the codes
+    whose high byte lies in [qmin, qmax], i.e. [qmin * 256, qmax * 256 + 255]. The defaults
+    (-128, 127) are the whole int16 range; (0, 127) a fused ReLU's; (-2^(b-9), 2^(b-9) - 1) a
+    b-bit int16 tensor's (`quantizer.wide`: the array's accumulator bound)."""
+    return qmin << 8, (qmax << 8) | 0xFF
 
 
 def join_wide(high, low) -> np.ndarray:

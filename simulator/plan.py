@@ -50,8 +50,11 @@ _PIECE_ROWS = 4096
 class Chain:
     """The PRELOADs and COMPUTEs of one chain: COMPUTEs of k rows and n lanes into accumulator
     rows [acc, acc + m), the first replacing them unless `accumulate`, each streaming its
-    scratchpad rows less `x_offset` through the tile of one PRELOAD member (or, -1, the tile
-    latched before the chain). Built by `build`; run by its `Capture` and `Finish` steps."""
+    scratchpad rows less its `x_offset` through the tile of one PRELOAD member (or, -1, the
+    tile latched before the chain), its product times 2^`shift`. The computes of one
+    (x_offset, shift) are one product per segment, shifted once (`numerics.shift_wrap`): an
+    int16 operand's two planes, interleaved pass by pass through the same tiles, stay one
+    chain of two products. Built by `build`; run by its `Capture` and `Finish` steps."""
 
     def __init__(self):
         self.members: list[int] = []
@@ -62,11 +65,13 @@ class Chain:
         # each COMPUTE's streamed rows, (m,), or the first of m consecutive ones
         self.inputs: list[np.ndarray | int] = []
         self.tile_of: list[int] = []  # each COMPUTE's PRELOAD member, -1: the entry tile
+        self.passes: list[tuple[int, int]] = []  # each COMPUTE's (x_offset, shift)
         self.segments: list[tuple[int, int, int, int]] = []  # preloads [a, b), computes [c, d)
-        self.acc = self.m = self.n = self.k = self.x_offset = 0
+        self.acc = self.m = self.n = self.k = 0
         self.accumulate = True
-        # per segment: its computes' rows (m, count) less `low`, and the span [low, high)
-        self.rows: list[tuple] = []
+        # per segment, per (x_offset, shift) of its computes: (x_offset, shift, the computes'
+        # indices, their rows (m, count) less `low`, low, high: the span [low, high))
+        self.rows: list[list[tuple]] = []
 
     @property
     def computes(self) -> int:
@@ -79,20 +84,25 @@ class Chain:
         if start_p == len(self.preloads) and start_c == self.computes:
             return None
         self.segments.append((start_p, len(self.preloads), start_c, self.computes))
-        streamed = self.inputs[start_c:self.computes]
-        if not streamed:
-            self.rows.append((None, 0, 0))
-        elif all(type(s) is int for s in streamed):  # each m consecutive rows from its start
+        groups: dict[tuple[int, int], list[int]] = {}
+        for c in range(start_c, self.computes):
+            groups.setdefault(self.passes[c], []).append(c)
+        self.rows.append([(x_offset, shift, members, *self._rows(members))
+                          for (x_offset, shift), members in groups.items()])
+        return len(self.segments) - 1
+
+    def _rows(self, members: list[int]) -> tuple[np.ndarray, int, int]:
+        """The rows (m, count) the computes `members` stream, less `low`; low; high."""
+        streamed = [self.inputs[c] for c in members]
+        if all(type(s) is int for s in streamed):  # each m consecutive rows from its start
             starts = np.array(streamed, np.intp)
             low = int(starts.min())
             rows = np.arange(self.m, dtype=np.intp)[:, None] + (starts - low)
-            self.rows.append((rows, low, low + int(rows.max()) + 1))
-        else:
-            rows = np.stack([np.arange(s, s + self.m) if type(s) is int else s
-                             for s in streamed], axis=1).astype(np.intp)
-            low, high = int(rows.min()), int(rows.max()) + 1
-            self.rows.append((rows - low, low, high))
-        return len(self.segments) - 1
+            return rows, low, low + int(rows.max()) + 1
+        rows = np.stack([np.arange(s, s + self.m) if type(s) is int else s
+                         for s in streamed], axis=1).astype(np.intp)
+        low, high = int(rows.min()), int(rows.max()) + 1
+        return rows - low, low, high
 
     def capture(self, state, scratch: dict, segment: int) -> None:
         """Latch the segment's tiles, and add its computes' products to the chain's sum."""
@@ -113,41 +123,42 @@ class Chain:
             if tile is None:
                 tile = self.constant_tiles[p] = numerics.centre(sp[0, start:start + k], offset)
             held["tiles"].append(tile)
-        if end_c == first_c:
-            return
-        rows, low, high = self.rows[segment]
-        # The rows' span once in float32 (each row is streamed by several passes: the taps),
-        # then the passes' rows gathered from it: (samples, m, passes, k).
-        region = _buffer(scratch, "region", (samples, high - low, self.k))
-        np.copyto(region, sp[:, low:high, :self.k])
-        if self.x_offset:
-            region -= self.x_offset
-        x = _buffer(scratch, "x", (samples, *rows.shape, self.k))
-        np.take(region, rows, axis=1, out=x)
-        x = x.reshape(samples, m, -1)
-        weights = self._weights(held, segment)
-        if weights.ndim == 3:  # each sample its own tiles (a MatMul of activations)
-            part = numerics.array_pass(None, x, weights)
-        else:  # one product of (samples x m) rows
-            part = array_unit.shared_product(x.reshape(samples * m, -1), weights,
-                                             min_rows=_PIECE_ROWS).reshape(samples, m, self.n)
-        held["sum"] = part if held["sum"] is None else \
-            np.add(held["sum"], part, dtype=np.int32)  # wrapping, as the accumulator
+        for group, (x_offset, shift, members, rows, low, high) in \
+                enumerate(self.rows[segment]):
+            # The rows' span once in float32 (each row is streamed by several passes: the
+            # taps), then the passes' rows gathered from it: (samples, m, passes, k).
+            region = _buffer(scratch, "region", (samples, high - low, self.k))
+            np.copyto(region, sp[:, low:high, :self.k])
+            if x_offset:
+                region -= x_offset
+            x = _buffer(scratch, "x", (samples, *rows.shape, self.k))
+            np.take(region, rows, axis=1, out=x)
+            x = x.reshape(samples, m, -1)
+            weights = self._weights(held, segment, group, members)
+            if weights.ndim == 3:  # each sample its own tiles (a MatMul of activations)
+                part = numerics.array_pass(None, x, weights, shift)
+            else:  # one product of (samples x m) rows
+                part = array_unit.shared_product(x.reshape(samples * m, -1), weights,
+                                                 min_rows=_PIECE_ROWS, shift=shift
+                                                 ).reshape(samples, m, self.n)
+            held["sum"] = part if held["sum"] is None else \
+                np.add(held["sum"], part, dtype=np.int32)  # wrapping, as the accumulator
 
-    def _weights(self, held: dict, segment: int) -> np.ndarray:
-        """The segment's weight rows, (count k, n) when every sample has the same, else
-        (samples, count k, n). Tiles of constant rows come from the DRAM image, the same in
-        every batch: their rows are made once (`constant_weights`)."""
-        cached = self.constant_weights.get(segment)
+    def _weights(self, held: dict, segment: int, group: int, members: list[int]) -> np.ndarray:
+        """The weight rows of the computes `members` (group `group` of the segment), (count
+        k, n) when every sample has the same, else (samples, count k, n). Tiles of constant
+        rows come from the DRAM image, the same in every batch: their rows are made once
+        (`constant_weights`)."""
+        cached = self.constant_weights.get((segment, group))
         if cached is not None:
             return cached
-        _, _, first_c, end_c = self.segments[segment]
+        tiles = [self.tile_of[c] for c in members]
         parts = [(held["entry"] if t < 0 else held["tiles"][t])[..., :self.k, :self.n]
-                 for t in self.tile_of[first_c:end_c]]
+                 for t in tiles]
         if all(part.ndim == 2 for part in parts):
             weights = np.concatenate(parts, axis=0).astype(np.float32)
-            if all(t >= 0 and self.preloads[t][3] for t in self.tile_of[first_c:end_c]):
-                self.constant_weights[segment] = weights
+            if all(t >= 0 and self.preloads[t][3] for t in tiles):
+                self.constant_weights[(segment, group)] = weights
             return weights
         samples = max(len(part) for part in parts if part.ndim == 3)
         weights = np.concatenate([np.broadcast_to(part, (samples, *part.shape[-2:]))
@@ -304,8 +315,9 @@ def build(program: Program, order: list[int], constant_loads: set[int] = frozens
                 continue
             if not chain.computes:
                 chain.acc, chain.m, chain.n, chain.k = a["acc"], _m(a), a["n"], a["k"]
-                chain.x_offset, chain.accumulate = a["x_offset"], bool(a["accumulate"])
+                chain.accumulate = bool(a["accumulate"])
             chain.members.append(i)
+            chain.passes.append((a["x_offset"], a["shift"]))
             streamed = array_unit.input_rows(a)  # consecutive rows: their first, for `cut`
             chain.inputs.append(streamed.start if isinstance(streamed, slice) else streamed)
             chain.tile_of.append(tile)
@@ -348,9 +360,9 @@ def _m(a: dict) -> int:
 
 def _continues(chain: Chain, a: dict) -> bool:
     """Whether a COMPUTE continues the chain: it accumulates into the same rows, with the same
-    k, n and input offset."""
+    k and n (its x_offset and shift may differ: `Chain`)."""
     return bool(a["accumulate"]) and a["acc"] == chain.acc and _m(a) == chain.m and \
-        a["k"] == chain.k and a["n"] == chain.n and a["x_offset"] == chain.x_offset
+        a["k"] == chain.k and a["n"] == chain.n
 
 
 def _preload_fits(arch, insn) -> bool:
@@ -459,7 +471,8 @@ def dram_sharing(program: Program, segments: tuple, extent: int
 def chain_bytes(steps: list) -> int:
     """The rows a typical capture gathers per sample, in bytes (the 90th percentile over the
     plan's captures; 0 without any): what a batch multiplies, and the caches must hold."""
-    sizes = sorted(4 * step.chain.k * step.chain.rows[step.segment][0].size
+    sizes = sorted(4 * step.chain.k * sum(group[3].size for group in
+                                          step.chain.rows[step.segment])
                    for step in steps if isinstance(step, Capture) and step.segment is not None
-                   and step.chain.rows[step.segment][0] is not None)
+                   and step.chain.rows[step.segment])
     return sizes[int(0.9 * (len(sizes) - 1))] if sizes else 0

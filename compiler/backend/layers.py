@@ -240,6 +240,10 @@ class ConvLayer(_Windowed):
     # An int16 output (a projection added into a residual stream): y is two planes of
     # y_plane bytes, the high one first (REQUANT wide=1); 0: int8.
     y_plane: int = 0
+    # An int16 input (`QuantOptions.int16_tensors`): x is two planes of x_plane bytes, the high
+    # one first; each tap streams both through its weight tile, the high plane with COMPUTE
+    # shift=8 and the low one with x_offset=-128 (`numerics.split_wide`); 0: int8.
+    x_plane: int = 0
 
 
 @dataclass(frozen=True, eq=False)

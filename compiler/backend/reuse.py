@@ -158,7 +158,10 @@ def keep_on_chip(lowered: Lowered, tiles: list[Tiles], arch: Arch,
     kept: dict[str, OnChip] = {}
     for i in range(len(layers) - 1):
         producer, consumer = layers[i], layers[i + 1]
+        # An int16 value's two planes are not kept (REQUANT into a consumer's rows writes
+        # one block of int8 codes).
         if not (isinstance(producer, ConvLayer) and producer.y_view is None
+                and not producer.y_plane and not getattr(consumer, "x_plane", 0)
                 and getattr(consumer, "x", None) == producer.y
                 and readers.get(producer.y) == 1 and producer.y not in outputs
                 and producer.y not in viewed):

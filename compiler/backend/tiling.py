@@ -192,7 +192,7 @@ def packed_taps(layer: ConvLayer, arch: Arch) -> int:
     """How many kernel columns fit into K beside each other: with few input channels (an RGB
     first layer), lanes j * C + c take channel c of the pixel j columns right, so one weight
     tile covers several taps and the array's rows are not left mostly idle."""
-    if layer.dilations[1] != 1 or layer.kernel[1] < 2:
+    if layer.dilations[1] != 1 or layer.kernel[1] < 2 or layer.x_plane:
         return 1
     g = min(layer.kernel[1], arch.array.rows // layer.in_channels)
     return g if g >= 2 else 1
@@ -215,11 +215,13 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
                                     for ib in a) for a in active), default=0)
     one_by_one = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(layer.pads)
     out_planes = 2 if layer.y_plane else 1  # an int16 output's two planes
+    in_planes = 2 if layer.x_plane else 1  # likewise an int16 input's, each slice's both
 
     def input_rows(rows: int, cols: int, blocked: bool) -> int:
         if blocked:
-            return n_in * rows * cols
-        return conv_input_extent(rows, sh, kh, dh) * conv_input_extent(cols, sw, kw, dw)
+            return in_planes * n_in * rows * cols
+        return in_planes * conv_input_extent(rows, sh, kh, dh) * \
+            conv_input_extent(cols, sw, kw, dw)
 
     packed = packed_taps(layer, arch) if packable and dense else 1
     chunks = ceil_div(kw, packed) if packed > 1 else n_in  # K slices: input loads per tile
@@ -241,7 +243,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
             slices = n_in if blocked else (chunks if whole else 1)
 
             def in_rows(rows: int, cols: int) -> int:
-                return (n_in * rows * cols if blocked else
+                return (input_rows(rows, cols, True) if blocked else
                         slices * input_rows(rows, cols, False))
 
             def fits(rows, cols):
@@ -276,7 +278,7 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
         work = len(active) * chunks if packed > 1 else sum(len(a) for a in active)
         return min(plans, key=lambda t: _conv_cost(layer, t, arch, work,
                                                    2 if t.blocked_input else chunks))
-    smallest_in = conv_input_extent(1, sh, kh, dh) * conv_input_extent(1, sw, kw, dw)
+    smallest_in = input_rows(1, 1, False)
     need_sp = BUFFERS * (taps * in_block + smallest_in + 1)
     need_acc = BUFFERS * (1 + CONV_PARAM_ROWS)
     if need_acc > acc_rows:
@@ -300,23 +302,38 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     time (`isa.LOAD.min_cycles` of its LOADs and their bytes: inputs and weights) and the array's
     (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
     `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
-    whole-layer plan."""
+    whole-layer plan. An int16 input is twice the bytes and two COMPUTEs a tap (its planes)."""
     (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
     tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
     blocks = ceil_div(layer.out_channels, t.out_block)
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
     window = conv_input_extent(th, sh, kh, dh) * conv_input_extent(tw, sw, kw, dw)
-    input_bytes = tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
+    input_bytes = (2 if layer.x_plane else 1) * tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
     weight_bytes = layer.weights.size * (1 if t.resident_weights else tiles)
     loads = tiles * (slices if t.whole_layer else work)
     if t.whole_layer and not t.resident_weights:
         loads += tiles * blocks  # a weight block per tile and block
     dma = isa.LOAD.min_cycles(arch, loads, input_bytes + weight_bytes)
-    computes = tiles * work * (kh * kw if t.packed_taps == 1 else kh)
+    return max(dma, _array_cycles(layer, t, arch, work))
+
+
+def conv_array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch) -> int:
+    """The array's COMPUTE cycles of plan `t` in the cost model (`_conv_cost`): every tile as
+    large as the first, every pass of an int16 input's two planes counted."""
+    active = active_blocks(layer, t.in_block, t.out_block)
+    chunks = ceil_div(layer.kernel[1], t.packed_taps)
+    work = len(active) * chunks if t.packed_taps > 1 else sum(len(a) for a in active)
+    return _array_cycles(layer, t, arch, work)
+
+
+def _array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int) -> int:
+    (oh, ow), (th, tw), (kh, kw) = layer.out_hw, t.tile_hw, layer.kernel
+    tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
+    planes = 2 if layer.x_plane else 1
+    computes = planes * tiles * work * (kh * kw if t.packed_taps == 1 else kh)
     one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
                       accumulate=1)
-    array = computes * isa.COMPUTE.cycles(arch, one)
-    return max(dma, array)
+    return computes * isa.COMPUTE.cycles(arch, one)
 
 
 def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:

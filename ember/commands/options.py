@@ -148,6 +148,12 @@ def quantization_options(command):
                           "Gemms that read it (SmoothQuant): auto, when the profile's "
                           "per-channel ranges spread over 4x the median channel's."),
         equalize_option,
+        click.option("--int16", "int16_tensors", multiple=True, metavar="NAME[,NAME...]",
+                     callback=_names,
+                     help="Hold these tensors (ONNX names: outputs of Conv, Gemm or MatMul "
+                          "layers read only by such layers) in int16: the array streams their "
+                          "two byte planes in two passes (twice its time for their readers), "
+                          "their codes as many bits as the readers' int32 accumulators allow."),
         click.option("--bias-correction", "bias_correction", is_flag=True,
                      help="Subtract from each Conv/Gemm/MatMul bias the mean error its int8 "
                           "weights bring on the calibration data: (W_int8 - W) times the "
@@ -158,13 +164,19 @@ def quantization_options(command):
     return command
 
 
+def _names(ctx, param, values) -> tuple[str, ...]:
+    """NAME[,NAME...] given once or more: the names in order, each once."""
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    return tuple(dict.fromkeys(names))
+
+
 # The QuantOptions field that each parameter of `quantization_options` sets.
 QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "per_channel": "per_channel", "activation_dtype": "activation_dtype",
                 "symmetric": "symmetric_activations", "schema": "schema",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
                 "smooth_norms": "smooth_norms", "equalize": "equalize",
-                "bias_correction": "bias_correction"}
+                "bias_correction": "bias_correction", "int16_tensors": "int16_tensors"}
 
 
 def quant_options_from(kwargs: dict):

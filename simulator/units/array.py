@@ -40,9 +40,9 @@ _BLAS_SINGLE_THREAD_MNK = 2**18
 
 
 def shared_product(x: np.ndarray, weights: np.ndarray, before: np.ndarray | None = None,
-                   min_rows: int = 1) -> np.ndarray:
-    """before + x @ weights (int32, wrapping; x @ weights without `before`) for rows x
-    (rows, k) and one weight matrix (k, n) for them all (`numerics.array_pass`), fed to BLAS in
+                   min_rows: int = 1, shift: int = 0) -> np.ndarray:
+    """before + (x @ weights) * 2^shift (int32, wrapping; without `before`, the shifted product)
+    for rows x (rows, k) and one weight matrix (k, n) for them all (`numerics.array_pass`), fed to BLAS in
     pieces of about `_BLAS_SINGLE_THREAD_MNK` work, each of at least `min_rows` rows (a fused
     chain's long product pays for BLAS's threads: `simulator.plan`)."""
     count, n = len(x), weights.shape[-1]
@@ -51,7 +51,7 @@ def shared_product(x: np.ndarray, weights: np.ndarray, before: np.ndarray | None
     for r in range(0, count, step):
         part = slice(r, r + step)
         result[part] = numerics.array_pass(None if before is None else before[part], x[part],
-                                           weights)
+                                           weights, shift)
     return result
 
 
@@ -114,12 +114,12 @@ def compute(state, insn) -> None:
     samples = len(inputs)
     if state.shared_weights is None:  # each sample its own tile (a MatMul of activations)
         out[...] = numerics.array_pass(out if a["accumulate"] else None, inputs,
-                                       state.weights[:, :k, :n])
+                                       state.weights[:, :k, :n], a["shift"])
         return
     # One tile for the batch: one product of (samples x m) rows.
     before = out.reshape(samples * m, n) if a["accumulate"] else None
     out[...] = shared_product(inputs.reshape(samples * m, k), state.shared_weights[:k, :n],
-                              before).reshape(samples, m, n)
+                              before, shift=a["shift"]).reshape(samples, m, n)
 
 
 def preload_cycles(arch, insn) -> int:

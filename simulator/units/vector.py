@@ -72,9 +72,9 @@ def requant(state, insn) -> None:
     params = ParamBlock.unpack(state.accumulator, a["param"], a["bias"])
     if a["bias"]:
         src = src + params.bias  # int32, wrapping, as the accumulator's own additions
-    if a["wide"]:  # int16 (qmin, qmax unused): high plane at sp, low plane after it
+    if a["wide"]:  # int16, clamped by the high byte: high plane at sp, low plane after it
         total = numerics.requantize(src, params.multipliers, params.shifts, a["out_offset"],
-                                    dtype="int16")
+                                    *numerics.wide_clamp(a["qmin"], a["qmax"]), dtype="int16")
         state.scratchpad[:, rows(state.scratchpad, a["sp"], 2 * a["rows"], "scratchpad")] = \
             np.concatenate(numerics.split_wide(total), axis=1)
         return

@@ -19,6 +19,7 @@ kw x C bytes put neighbouring pixels side by side in the lanes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from compiler.backend.layers import ConvLayer
 from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
 from compiler.backend.tiling import CONV_PARAM_ROWS, ConvTiles, active_blocks, conv_input_extent
-from simulator import isa
+from simulator import isa, numerics
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,24 @@ def _chunks(layer: ConvLayer, tiles: ConvTiles, blocks: list[int], c0o: int,
 
 def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row: int,
                  image_index: int, y0: int, x0: int, ih: int, iw: int,
-                 padded: PaddedInput | None) -> Op:
-    """The input window of one K slice: from the padded copy (tap packing) or the tensor."""
+                 padded: PaddedInput | None) -> list[Op]:
+    """The input window of one K slice: from the padded copy (tap packing) or the tensor; an
+    int16 input's low plane after the high one (its padding the low plane's code of 0)."""
+    if layer.x_plane:
+        win = input_window(layer.in_hw, (y0 * layer.strides[0], x0 * layer.strides[1]),
+                           (ih, iw), layer.pads[:2])
+        high = layer.in_view
+        low = dataclasses.replace(high, offset=high.offset + layer.x_plane)
+        low_pad = int(numerics.split_wide(0)[1])
+        return [load_window(node, ctx, layer.x, view, image_index, win, chunk.first_channel,
+                            chunk.k, x_row + plane * ih * iw, pad)
+                for plane, (view, pad) in enumerate(((high, 0), (low, low_pad)))]
+    return [_slice_input8(node, ctx, layer, chunk, x_row, image_index, y0, x0, ih, iw, padded)]
+
+
+def _slice_input8(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row: int,
+                  image_index: int, y0: int, x0: int, ih: int, iw: int,
+                  padded: PaddedInput | None) -> Op:
     (h, w), (sh, sw), cin = layer.in_hw, layer.strides, layer.in_channels
     if padded is not None:
         first_pixel = ((image_index * padded.height + y0 * sh) * padded.width + x0 * sw
@@ -192,6 +209,7 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
     steps: list[Step] = []
     weight_loads = input_loads = 0
     resident_row = in_row = slot = None
+    planes, low_gap = (2 if layer.x_plane else 1), 0
     for visit, (tile_index, block) in enumerate(visits):
         image_index, y0, th, x0, tw = grid[tile_index]
         pixels, n, g = th * tw, block.n, group_of[block.index]
@@ -235,14 +253,23 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                     in_row += image_index * kept_input.image_rows  # its image's block
                 if tiles.blocked_input:
                     slot, slot_rows = None, pixels
+                    # an int16 input's low plane: all its blocks after the high plane's
+                    low_gap = len(all_keys) * pixels
                     inputs = _blocked_input(node, ctx, layer, kb, in_row,
                                             (image_index * h + y0) * w, pixels)
+                    if layer.x_plane:
+                        inputs += _blocked_input(node, ctx, layer, kb, in_row + low_gap,
+                                                 (image_index * h + y0) * w, pixels,
+                                                 layer.x_plane)
                 else:
                     keys = all_keys if pixels_outer else [chunk.key for chunk in piece]
-                    slot, slot_rows = {key: i for i, key in enumerate(keys)}, ih * iw
-                    inputs = [_slice_input(node, ctx, layer, any_chunk[key],
-                                           in_row + slot[key] * slot_rows, image_index, y0, x0,
-                                           ih, iw, padded) for key in keys]
+                    # a slot holds a K slice's window; an int16 one's two planes, low after high
+                    slot, low_gap = {key: i for i, key in enumerate(keys)}, ih * iw
+                    slot_rows = planes * low_gap
+                    inputs = [op for key in keys
+                              for op in _slice_input(node, ctx, layer, any_chunk[key],
+                                                     in_row + slot[key] * slot_rows,
+                                                     image_index, y0, x0, ih, iw, padded)]
                 if layer.x not in ctx.on_chip:  # else its producer left it in these rows
                     loads += inputs
             if not block.chunks:  # part of the work, not a prefetch: the loads of a step
@@ -256,8 +283,17 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                 for t, (_, dy, dx) in enumerate(chunk.tiles):
                     body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
                     tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
-                    body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row, k=k, n=n,
-                                            accumulate=0 if first else 1, **stream))
+                    if layer.x_plane:  # the high plane weighs 2^8, the low one is byte - 128
+                        body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row,
+                                                k=k, n=n, accumulate=0 if first else 1,
+                                                shift=numerics.WIDE_HIGH_SHIFT, **stream))
+                        body.append(instruction(node, isa.COMPUTE, sp=tap_row + low_gap,
+                                                acc=acc_row, k=k, n=n, accumulate=1,
+                                                x_offset=-numerics.WIDE_LOW_OFFSET, **stream))
+                    else:
+                        body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row,
+                                                k=k, n=n, accumulate=0 if first else 1,
+                                                **stream))
                     first = False
             if j == max(len(pieces), 1) - 1:
                 body += _output(node, ctx, layer, acc_row, out_row, param_row, image_index, y0,
@@ -337,14 +373,15 @@ def _store(node: str, ctx: Context, layer: ConvLayer, out_row: int, image_index:
 
 
 def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: int,
-                   first_pixel: int, pixels: int) -> list[Op]:
+                   first_pixel: int, pixels: int, plane: int = 0) -> list[Op]:
     """A 1x1 convolution's contiguous pixels, all channel blocks: block b of pixel p goes to
-    row in_row + b * pixels + p, in one LOAD for the full blocks and one for the remainder."""
+    row in_row + b * pixels + p, in one LOAD for the full blocks and one for the remainder;
+    `plane` bytes further in the tensor (an int16 input's low plane)."""
     cin = layer.in_channels
     full, rest = divmod(cin, kb)
     if layer.x_view is not None:
         return _blocked_view(node, ctx, layer, kb, in_row, first_pixel, pixels)
-    base = first_pixel * cin
+    base = first_pixel * cin + plane
     access = ctx.access(layer.x, False)
     # One pixel's channels are contiguous: say so, so the DMA sees one run.
     x_stride = cin if pixels > 1 else kb

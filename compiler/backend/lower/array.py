@@ -31,6 +31,7 @@ def lower_conv(lw: Walk, node: Node) -> None:
     if w is None or w.ndim != 4:
         raise unsupported(node, "only 2-D convolutions with constant weights lower")
     lw.need_channels_last(node, x)
+    x_plane = lw.wide_input(node, x)
     n, cin, h, wd = lw.shape(x)
     _, cout, oh, ow = lw.shape(y)
     pads, out, strides, dilations = resolve_pads((h, wd), tuple(w.shape[2:]), a["strides"],
@@ -46,7 +47,8 @@ def lower_conv(lw: Walk, node: Node) -> None:
         n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
         (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
         *requant_params(node, cout, wide), macs=node_macs(lw.g, node), group=group,
-        x_view=lw.views.get(x), y_view=y_view, y_plane=n * cout * oh * ow if wide else 0))
+        x_view=lw.views.get(x), y_view=y_view, y_plane=n * cout * oh * ow if wide else 0,
+        x_plane=x_plane))
 
 
 def lower_conv_transpose(lw: Walk, node: Node) -> None:
@@ -179,6 +181,10 @@ def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (Fa
         raise unsupported(node, f"a product of two activations with a bias input "
                                 f"{node.inputs[2]!r}")
     a = int8_attrs(node)
+    for name in (x, z):
+        if lw.g.type_of(name).dtype == "int16":
+            raise unsupported(node, f"its input {name!r} is int16; a product of two "
+                                    f"activations reads int8 operands only")
     multiplier, shift, out_zero, qclamp = requant_params(node, 1)
     operands, shapes = [], []
     for name, swap in zip((x, z), transposed):
@@ -239,6 +245,7 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     m = int(np.prod(shape[:-1], dtype=np.int64))
     n_out = weights.shape[0]
     tensor = lw.source(node, x)
+    x_plane = lw.wide_input(node, x)
     if x in lw.views:
         return _matmul_view(lw, node, weights, bias_index)
     order = lw.layouts[tensor].order().reshape(m, k)
@@ -251,7 +258,7 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     # map): permute the weight's K axis to match instead of copying the activation.
     perm = order[0] % k
     dense = weights[:, perm].reshape(n_out, k, 1, 1)
-    _gemm_layer(lw, node, tensor, None, m, k, dense, bias_index)
+    _gemm_layer(lw, node, tensor, None, m, k, dense, bias_index, x_plane)
 
 
 def _matmul_view(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
@@ -271,7 +278,7 @@ def _matmul_view(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> 
 
 
 def _gemm_layer(lw: Walk, node: Node, tensor: str, x_view: View | None, m: int, k: int,
-                dense: np.ndarray, bias_index: int) -> None:
+                dense: np.ndarray, bias_index: int, x_plane: int = 0) -> None:
     y = node.outputs[0]
     n_out = dense.shape[0]
     bias = _bias(lw, node, bias_index, n_out)
@@ -283,7 +290,7 @@ def _gemm_layer(lw: Walk, node: Node, tensor: str, x_view: View | None, m: int, 
         node.name, tensor, y_tensor, 1, (1, m), (1, m), k, n_out, (1, 1), (1, 1), (1, 1),
         (0, 0, 0, 0), 0, dense, bias, *requant_params(node, n_out, wide),
         macs=node_macs(lw.g, node), x_view=x_view, y_view=y_view,
-        y_plane=m * n_out if wide else 0))
+        y_plane=m * n_out if wide else 0, x_plane=x_plane))
 
 
 def _bias(lw: Walk, node: Node, index: int, channels: int) -> np.ndarray | None:

@@ -23,6 +23,7 @@ from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, int8_attrs
 from simulator.errors import listing
+from simulator.numerics import RANGES, wide_clamp
 
 
 # Every int8 code in table order: the domain a lookup table is computed over, and as a table
@@ -93,10 +94,23 @@ class Walk:
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and \
-                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT):
+                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT,
+                                           Lower.CONV, Lower.GEMM, Lower.MATMUL):
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a "
-                                    f"LayerNormalization and a Hypot read int16 values")
+                                    f"LayerNormalization, a Hypot and a Conv, Gemm or MatMul "
+                                    f"by a constant weight read int16 values")
         return self.buffer[name]
+
+    def wide_input(self, node: Node, name: str) -> int:
+        """The bytes from an int16 input's high plane to its low one (0: int8): the array
+        streams both planes (COMPUTE shift, `numerics.split_wide`), from a tensor of its own,
+        whole, in its order."""
+        if self.g.type_of(name).dtype != "int16":
+            return 0
+        if name in self.views or self.buffer.get(name) != name:
+            raise unsupported(node, f"its int16 input {name!r} is a view of another tensor "
+                                    f"(the array reads an int16 value's planes whole)")
+        return self.tensors[name].size_bytes // 2
 
     def need_channels_last(self, node: Node, name: str) -> None:
         shape = self.shape(name)
@@ -335,11 +349,16 @@ class Walk:
 
 def requant_params(node: Node, channels: int, wide: bool = False):
     """(multipliers, shifts, zero point, clamp) of a requantizing node's int8 output; with
-    `wide`, of an int16 one (REQUANT wide=1, which clamps to int16: the clamp returned is
-    unused)."""
+    `wide`, of an int16 one (REQUANT wide=1, whose 8-bit clamp fields bound the high byte,
+    `numerics.wide_clamp`: the node's int16 clamp must be of that form)."""
     a = int8_attrs(node)
     if wide and a.get("out_dtype") == "int16":
-        a = {**a, "qclamp": None}
+        lo, hi = (int(q) for q in (a.get("qclamp") or RANGES["int16"]))
+        fields = (lo >> 8, hi >> 8)
+        if wide_clamp(*fields) != (lo, hi):
+            raise unsupported(node, f"its int16 clamp [{lo}, {hi}] is not [qmin * 256, "
+                                    f"qmax * 256 + 255] (a wide REQUANT clamps the high byte)")
+        a = {**a, "qclamp": fields}
     elif a.get("out_dtype", "int8") != "int8":
         raise unsupported(node, f"output type {a['out_dtype']} (the scratchpad holds int8)")
     multiplier = np.broadcast_to(np.asarray(a["multiplier"], np.int64), (channels,)).copy() \
