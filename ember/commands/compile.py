@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -11,8 +13,11 @@ from rich.table import Table
 from compiler.backend.program import BackendOptions, Compiled
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
-from ember.commands.options import (input_shape_option, json_option, model_argument,
-                                    quant_options_from, quantization_options, warn_if_synthetic)
+from ember.accuracy import Evaluation
+from ember.budget import Budget, BudgetMissed, Choice, choose
+from ember.commands.options import (data_options, image_options_from, input_shape_option,
+                                    json_option, model_argument, quant_options_from,
+                                    quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from ember.progress import progress_bar
@@ -42,11 +47,24 @@ from simulator.errors import listing
                    "it lacks) on the host CPU, in host segments; without it they are errors.")
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, beside=("model", ".ember")),
               help="Program to write.  [default: MODEL with .ember]")
+@click.option("--min-sqnr", type=float, metavar="DB",
+              help="Accuracy budget: raise the fewest tensors above int8 (int16 on the array; "
+                   "with --allow-host, fp32 on the host as a last resort), in the order the "
+                   "sensitivity analysis ranks them, until every output's SQNR on --data is "
+                   "at least DB; exit 3 if no configuration gets there.")
+@click.option("--max-drop", type=click.FloatRange(min=0), metavar="POINTS",
+              help="Accuracy budget, as --min-sqnr: top-1 accuracy on --data's labels at most "
+                   "POINTS below fp32's.")
+@data_options("--data", what="Evaluation data for --min-sqnr and --max-drop")
+@click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
+              help="Labels for --max-drop (one class index per sample, or one-hot rows), when "
+                   "--data holds none.")
 @input_shape_option
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
-             allow_host: bool, output: str, input_shapes: tuple[str, ...], as_json: bool,
-             **quant_kwargs) -> None:
+             allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
+             data: str | None, samples: int | None, labels_path: str | None,
+             input_shapes: tuple[str, ...], as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -60,23 +78,48 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     axis: a profile made at batch 1 serves a program for batch 8, which tiles the batch like
     any other axis. The header records the shape.
 
+    With --min-sqnr or --max-drop and evaluation --data, the fewest tensors are raised above
+    int8 until the budget holds (mixed precision); the summary lists them and what they cost
+    in cycles and DRAM bytes against the all-int8 program.
+
     \b
-    Example:
+    Examples:
       ember quantize-profile model.onnx --data calib.npz -o model.profile.json
       ember compile model.onnx --int8 --profile model.profile.json --target edge -o model.ember
       ember simulate model.ember -i input.npz --report perf.json
+      ember compile model.onnx --profile model.profile.json --data eval.npz --max-drop 0.5
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
+    images = image_options_from(quant_kwargs)
+    budget = Budget(min_sqnr, max_drop)
+    if data is None and (min_sqnr is not None or max_drop is not None):
+        raise click.UsageError("--min-sqnr and --max-drop are measured on evaluation samples: "
+                               "give --data")
+    if data is not None and min_sqnr is None and max_drop is None:
+        raise click.UsageError("--data on compile is the evaluation data of an accuracy "
+                               "budget: give --min-sqnr or --max-drop (or drop --data)")
+    if labels_path is not None and max_drop is None:
+        raise click.UsageError("--labels is for --max-drop")
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
                              parse_input_shapes(input_shapes))
+    choice = None
     with progress_bar() as progress:
+        if data is not None:
+            choice = _within_budget(model, profile_path, options, budget, allow_host,
+                                    Evaluation(data=data, labels=labels_path, samples=samples,
+                                               images=images), progress)
+            baseline = compile_model(model, profile_path, options, target, progress)
+            options = dataclasses.replace(options, quant=choice.options)
         built = compile_model(model, profile_path, options, target, progress)
         # The machine's timing depends on the program alone, so the summary's cycles are
         # exactly those `ember simulate` will report, whatever the inputs.
         progress("timing the program", 0, None)
         cycles = machine.timing(built.compiled.program).cycles
+        if choice is not None:
+            spent = _cost(choice, baseline, machine.timing(baseline.compiled.program).cycles,
+                          built, cycles)
     for name, shape in built.compiled.program.metadata["options"].get("input_shapes", {}).items():
         if name not in options.input_shapes:
             click.echo(f"ember: dynamic input {name!r} compiled as {name}="
@@ -89,10 +132,66 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     compiled.program.save(out)
     report = {"model": model, "program": str(out), "target": arch.name, "cycles": cycles,
               **compiled.summary.to_dict()}
+    if choice is not None:
+        report["budget"] = spent
     if as_json:
         click.echo(json.dumps(report, indent=1))
     else:
         _print_summary(compiled, cycles, out, arch)
+        if choice is not None:
+            _print_budget(spent)
+
+
+def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
+                   allow_host: bool, evaluation: Evaluation, progress) -> Choice:
+    """The search's choice; a missed budget is exit 3 with the best measured, no program."""
+    try:
+        return choose(model, profile_path, evaluation, options.quant, budget, allow_host,
+                      options.input_shapes, progress)
+    except BudgetMissed as missed:
+        click.echo(f"ember: budget not met, no program written: {missed}", err=True)
+        sys.exit(3)
+
+
+def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) -> dict:
+    """What the search raised and what it costs against the all-int8 program."""
+    def figures(report, summary, cycles):
+        return {"cycles": cycles, "dram_bytes_moved": summary.dram_bytes_moved,
+                "dram_image_bytes": summary.dram_image_bytes,
+                "outputs": [{"name": o.name, "sqnr_db": o.sqnr_db,
+                             "top1_accuracy": o.top1_accuracy_int8,
+                             "top1_accuracy_fp32": o.top1_accuracy_fp32}
+                            for o in report.outputs]}
+    return {"met": choice.met, "evaluations": choice.evaluations,
+            "samples": choice.report.samples,
+            "raised": [r.to_json() for r in choice.raised],
+            "passed_over": [{"tensor": t, "why": why} for t, why in choice.passed_over],
+            "int8": figures(choice.baseline, baseline.compiled.summary, baseline_cycles),
+            "chosen": figures(choice.report, built.compiled.summary, cycles)}
+
+
+def _print_budget(spent: dict) -> None:
+    before, after = spent["int8"], spent["chosen"]
+    table = Table(title=f"accuracy budget: {len(spent['raised'])} tensors raised "
+                        f"({spent['evaluations']} configurations measured on "
+                        f"{spent['samples']} samples)")
+    table.add_column("")
+    table.add_column("all int8", justify="right")
+    table.add_column("chosen", justify="right")
+    for b, a in zip(before["outputs"], after["outputs"]):
+        table.add_row(f"{b['name']} SQNR", f"{b['sqnr_db']:.2f} dB", f"{a['sqnr_db']:.2f} dB")
+        if b["top1_accuracy_fp32"] is not None:
+            table.add_row(f"{b['name']} top-1 (fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",
+                          f"{100 * b['top1_accuracy']:.2f}%", f"{100 * a['top1_accuracy']:.2f}%")
+    for key, label in (("cycles", "cycles"), ("dram_bytes_moved", "DRAM bytes moved"),
+                       ("dram_image_bytes", "DRAM image bytes")):
+        change = after[key] / before[key] - 1 if before[key] else 0.0
+        table.add_row(label, f"{before[key]:,}", f"{after[key]:,} ({change:+.1%})")
+    for raised in spent["raised"]:
+        how = "int16" if raised["how"] == "int16" else \
+            f"fp32 on the host ({', '.join(raised['nodes'])})"
+        table.add_row(f"raised {raised['tensor']}", f"+{raised['gain_db']:.2f} dB expected", how)
+    console.results().print(table)
 
 
 def _print_summary(compiled: Compiled, cycles: int, out: Path, arch: Arch) -> None:

@@ -1,0 +1,280 @@
+"""Mixed precision under an accuracy budget: the fewest tensors raised above int8 until the
+model's output meets `--min-sqnr` or `--max-drop` on the evaluation data.
+
+The order comes from the sensitivity analysis (`ember.sensitivity`): each quantized tensor's
+gain, the output SQNR won by keeping it at full precision in its range, which is what int16
+keeps. Down that ranking, a tensor is raised to int16 where the array can read it
+(`QuantOptions.int16_tensors`: a Conv/Gemm/MatMul output read only by such layers), else, with
+`allow_host`, kept in fp32 on the host with its producer and readers (the last resort: a host
+segment), else passed over with its reason. The search raises the first 1, 2, 4, ... tensors
+of that list, measuring each configuration with the integer reference on the evaluation data,
+then bisects between the last miss and the first hit: the fewest of the ranked tensors that
+meet the budget (the gains are estimates, so each step is measured, never assumed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from compiler.backend.progress import Progress, quiet
+from compiler.graph.ir import Graph
+from ember.accuracy import Evaluation, measure
+from ember.errors import EmberError
+from ember.flow import quantize_model
+from ember.reports.accuracy import AccuracyReport
+from profiler import format as profile_format
+from quantizer.errors import QuantizeError
+from quantizer.options import QuantOptions
+
+# Tensors whose estimated gain is below this are not worth raising (and the ranking stops).
+MIN_GAIN_DB = 0.01
+# The most configurations measured in one search (each runs every evaluation sample).
+MAX_EVALUATIONS = 16
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
+    classifier output's top-1 accuracy at most `max_drop` points below fp32's."""
+
+    min_sqnr: float | None = None
+    max_drop: float | None = None
+
+    def shortfall(self, report: AccuracyReport) -> str | None:
+        """What the report misses, in words, or None when it meets the budget."""
+        for output in report.outputs:
+            if self.min_sqnr is not None and output.sqnr_db < self.min_sqnr:
+                return f"output {output.name!r}: SQNR {output.sqnr_db:.2f} dB < {self.min_sqnr}"
+            if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
+                drop = drop_points(output)
+                if drop > self.max_drop:
+                    return (f"output {output.name!r}: top-1 {drop:.2f} points below fp32 > "
+                            f"{self.max_drop}")
+        return None
+
+    def margin(self, report: AccuracyReport) -> float:
+        """How far inside (positive) or outside the budget the report is, in its own units
+        (dB or points): the best configuration of a missed search is the largest."""
+        margins = []
+        for output in report.outputs:
+            if self.min_sqnr is not None:
+                margins.append(output.sqnr_db - self.min_sqnr)
+            if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
+                margins.append(self.max_drop - drop_points(output))
+        return min(margins)
+
+    def describe(self, report: AccuracyReport) -> str:
+        """The report's figures the budget reads, in words."""
+        parts = []
+        for output in report.outputs:
+            if self.min_sqnr is not None:
+                parts.append(f"{output.name} {output.sqnr_db:.2f} dB")
+            if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
+                parts.append(f"{output.name} top-1 {100 * output.top1_accuracy_int8:.2f}% "
+                             f"(fp32 {100 * output.top1_accuracy_fp32:.2f}%)")
+        return ", ".join(parts)
+
+
+def drop_points(output) -> float:
+    """Top-1 accuracy points lost to quantization (against labels)."""
+    return 100 * (output.top1_accuracy_fp32 - output.top1_accuracy_int8)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """One tensor held above int8: how, what the sensitivity analysis expected it to gain,
+    and the nodes kept in fp32 for it (host)."""
+
+    tensor: str
+    how: str  # "int16" or "fp32"
+    gain_db: float
+    nodes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The search's outcome: the options it chose (or, when the budget was missed, the best
+    it measured), the tensors raised, and the reports before and after."""
+
+    options: QuantOptions
+    raised: tuple[Raised, ...]
+    baseline: AccuracyReport
+    report: AccuracyReport
+    met: bool
+    evaluations: int
+    passed_over: tuple[tuple[str, str], ...] = ()  # (tensor, why it could not be raised)
+
+
+class BudgetMissed(EmberError):
+    """No configuration met the budget: the message says the best one measured."""
+
+    def __init__(self, message: str, best: Choice):
+        super().__init__(message)
+        self.best = best
+
+
+def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
+           budget: Budget, allow_host: bool,
+           input_shapes: Mapping[str, Sequence[int]] | None = None,
+           progress: Progress = quiet) -> Choice:
+    """The fewest ranked tensors to raise so that `budget` holds on `evaluation` (see the
+    module docstring); raises BudgetMissed, carrying the best measured, when none does."""
+    if budget.min_sqnr is None and budget.max_drop is None:
+        raise EmberError("a budget needs --min-sqnr or --max-drop")
+
+    def run(opts: QuantOptions, sensitivity: bool = False) -> AccuracyReport:
+        with warnings.catch_warnings():  # the final compile says them once
+            warnings.simplefilter("ignore")
+            return measure(model_path, profile_path,
+                           dataclasses.replace(evaluation, per_layer=sensitivity,
+                                               sensitivity=sensitivity),
+                           opts, input_shapes, progress)
+
+    progress("budget: measuring int8", 0, None)
+    baseline = run(options)
+    if budget.max_drop is not None and not any(o.top1_accuracy_fp32 is not None
+                                               for o in baseline.outputs):
+        raise EmberError(f"--max-drop needs labels for a classifier output: give --labels, or a "
+                         f"'labels' array in --data {evaluation.data}")
+    if budget.shortfall(baseline) is None:
+        return Choice(options, (), baseline, baseline, True, 1)
+    progress("budget: ranking tensors by sensitivity", 0, None)
+    ranked = [(layer.name, layer.gain_db) for layer in run(options, sensitivity=True).layers
+              if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
+    ranked.sort(key=lambda item: -item[1])
+    profile = profile_format.load(profile_path)
+    graph = quantize_model(model_path, profile, options, input_shapes).graph
+    candidates = _Candidates(ranked, options, allow_host, graph,
+                             lambda opts: quantize_model(model_path, profile, opts,
+                                                         input_shapes))
+    measured: dict[int, AccuracyReport] = {0: baseline}
+
+    def meets(count: int) -> bool:
+        if count not in measured:
+            progress(f"budget: {count} tensors raised", len(measured), None)
+            measured[count] = run(candidates.options(count))
+        return budget.shortfall(measured[count]) is None
+
+    # 1, 2, 4, ... up to every candidate, then bisect between the last miss and the first hit.
+    low, high, count = 0, None, 1
+    while len(measured) < MAX_EVALUATIONS:
+        count = min(count, candidates.available(count))
+        if count <= low:
+            break
+        if meets(count):
+            high = count
+            break
+        low, count = count, 2 * count
+    while high is not None and high - low > 1 and len(measured) < MAX_EVALUATIONS:
+        middle = (low + high) // 2
+        if meets(middle):
+            high = middle
+        else:
+            low = middle
+    if high is None:
+        best = max(measured, key=lambda n: budget.margin(measured[n]))
+        choice = Choice(candidates.options(best), candidates.raised(best), baseline,
+                        measured[best], False, len(measured), candidates.passed_over)
+        what = (f"{best} tensors raised ({_names(choice.raised)})" if best else
+                "nothing raised")
+        also = "" if allow_host else "; --allow-host lets ember keep tensors in fp32 on the host"
+        raise BudgetMissed(f"the budget is not met: {budget.shortfall(baseline)} at int8; the "
+                           f"best measured is {budget.describe(measured[best])} with {what}"
+                           f"{_passed_over(candidates)}{also}", choice)
+    return Choice(candidates.options(high), candidates.raised(high), baseline, measured[high],
+                  True, len(measured), candidates.passed_over)
+
+
+class _Candidates:
+    """The ranked tensors that can be raised, each checked against those before it (int16
+    first; fp32 on the host with `allow_host`), found only as far as the search asks."""
+
+    def __init__(self, ranked: list[tuple[str, float]], options: QuantOptions,
+                 allow_host: bool, graph: Graph, quantize: Callable[[QuantOptions], object]):
+        self.ranked, self.base, self.allow_host = iter(ranked), options, allow_host
+        self.graph, self.quantize = graph, quantize
+        self.found: list[Raised] = []
+        self.passed_over: list[tuple[str, str]] = []
+        self._kept_nodes = set(options.keep_fp32)
+
+    def available(self, count: int) -> int:
+        """How many of the first `count` exist (fewer when the ranking runs out)."""
+        while len(self.found) < count:
+            item = next(self.ranked, None)
+            if item is None:
+                break
+            self._consider(*item)
+        return min(count, len(self.found))
+
+    def options(self, count: int) -> QuantOptions:
+        return _options(self.base, self.found[:count])
+
+    def raised(self, count: int) -> tuple[Raised, ...]:
+        return tuple(self.found[:count])
+
+    def _consider(self, tensor: str, gain: float) -> None:
+        if any(tensor in r.nodes or tensor == r.tensor for r in self.found):
+            return
+        int16 = Raised(tensor, "int16", gain)
+        try:
+            self.quantize(_options(self.base, [*self.found, int16]))
+            self.found.append(int16)
+            return
+        except QuantizeError as err:
+            why = str(err)
+        if not self.allow_host:
+            self.passed_over.append((tensor, why))
+            return
+        nodes = _nodes_around(self.graph, tensor) - self._kept_nodes
+        kept = Raised(tensor, "fp32", gain, tuple(sorted(nodes)))
+        try:
+            self.quantize(_options(self.base, [*self.found, kept]))
+        except QuantizeError as err:
+            self.passed_over.append((tensor, str(err)))
+            return
+        self._kept_nodes |= nodes
+        self.found.append(kept)
+
+
+def _options(base: QuantOptions, raised: Sequence[Raised]) -> QuantOptions:
+    int16 = tuple(r.tensor for r in raised if r.how == "int16")
+    kept = tuple(node for r in raised if r.how == "fp32" for node in r.nodes)
+    return dataclasses.replace(
+        base, int16_tensors=tuple(dict.fromkeys((*base.int16_tensors, *int16))),
+        keep_fp32=tuple(dict.fromkeys((*base.keep_fp32, *kept))))
+
+
+def _nodes_around(graph: Graph, tensor: str) -> set[str]:
+    """The nodes that keep `tensor` in fp32 when they run there: its producer (with the layer
+    before it when the producer is a one-input activation fused into that layer) and every
+    node that reads it."""
+    producers = graph.producers()
+    nodes = {node.name for node in graph.nodes if tensor in node.inputs}
+    producer = producers.get(tensor)
+    if producer is not None:
+        nodes.add(producer.name)
+        inputs = [name for name in producer.inputs if name]
+        if len(inputs) == 1 and inputs[0] in producers and \
+                not graph.values[inputs[0]].is_const:
+            readers = [n for n in graph.nodes if inputs[0] in n.inputs]
+            if len(readers) == 1:  # an activation alone after its layer: the pair
+                nodes.add(producers[inputs[0]].name)
+    return nodes
+
+
+def _names(raised: Sequence[Raised]) -> str:
+    return ", ".join(f"{r.tensor} {r.how}" for r in raised)
+
+
+def _passed_over(candidates: _Candidates) -> str:
+    if not candidates.passed_over:
+        return ""
+    tensor, why = candidates.passed_over[0]
+    more = len(candidates.passed_over) - 1
+    return (f"; passed over {tensor} ({why})" + (f" and {more} more" if more else ""))

@@ -1,0 +1,111 @@
+"""Mixed precision under an accuracy budget (#16 part 5): `ember compile --data ... --min-sqnr
+/ --max-drop` raises the fewest tensors, in the order the sensitivity analysis ranks them, until
+the budget holds; on a model built with one bad tensor, that tensor goes int16 on the array and
+the program stays bit-exact; a budget nothing meets is exit 3 with the best measured."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from tests.cli import DIGITS, assert_one_line_error, invoke
+from tests.onnx_builder import model
+
+
+def one_bad_tensor():
+    """x -> Conv -> mid -> Conv -> y, where one channel of mid is 60 times the others (so
+    int8 leaves the others a few steps) and the second Conv reads it 60 times more weakly:
+    the output depends on what int8 loses in mid."""
+    rng = np.random.default_rng(0)
+    w1 = rng.normal(0, .3, (16, 3, 3, 3))
+    w1[0] *= 60
+    w2 = rng.normal(0, .1, (8, 16, 3, 3))
+    w2[:, 0] /= 60
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], name="c2", pads=[1, 1, 1, 1])]
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 8, 8, 8]},
+                 {"w1": w1.astype(np.float32), "b1": rng.normal(0, .1, 16).astype(np.float32),
+                  "w2": w2.astype(np.float32), "b2": rng.normal(0, .1, 8).astype(np.float32)})
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("budget")
+    onnx.save(one_bad_tensor(), str(folder / "m.onnx"))
+    rng = np.random.default_rng(1)
+    for name, count in (("calib", 16), ("eval", 24)):
+        np.savez(folder / f"{name}.npz", x=rng.standard_normal((count, 3, 8, 8)).astype(np.float32))
+    result = invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
+                    "-o", folder / "p.json")
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def _compile(folder, *options):
+    return invoke("compile", folder / "m.onnx", "--profile", folder / "p.json", "--data",
+                  folder / "eval.npz", "-o", folder / "m.ember", *options)
+
+
+def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
+    result = _compile(bad, "--min-sqnr", 18, "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.output)["budget"]
+    assert spent["met"] and [r["tensor"] for r in spent["raised"]] == ["mid"]
+    assert spent["raised"][0]["how"] == "int16"
+    before, after = spent["int8"], spent["chosen"]
+    assert before["outputs"][0]["sqnr_db"] < 12 and after["outputs"][0]["sqnr_db"] >= 18
+    assert after["cycles"] > before["cycles"]  # mid's reader streams two planes
+    checked = invoke("accuracy", bad / "m.onnx", bad / "m.ember", "--profile", bad / "p.json",
+                     "--data", bad / "eval.npz", "--json")
+    assert checked.exit_code == 0, checked.output
+    report = json.loads(checked.output)
+    assert report["bit_exact"] is True
+    assert report["options"]["int16_tensors"] == ["mid"]
+    assert report["outputs"][0]["sqnr_db"] == pytest.approx(after["outputs"][0]["sqnr_db"])
+
+
+def test_a_budget_already_met_raises_nothing(bad) -> None:
+    result = _compile(bad, "--min-sqnr", 5, "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.output)["budget"]
+    assert spent["met"] and spent["raised"] == [] and spent["evaluations"] == 1
+    assert spent["chosen"] == spent["int8"]
+
+
+def test_a_budget_nothing_meets_is_exit_3_with_the_best_measured(bad) -> None:
+    (bad / "m.ember").unlink(missing_ok=True)
+    result = _compile(bad, "--min-sqnr", 60)
+    assert result.exit_code == 3, result.output
+    assert "budget not met, no program written" in result.output
+    assert "best measured is y 2" in result.output and "mid int16" in result.output
+    assert "--allow-host" in result.output
+    assert not (bad / "m.ember").exists()
+
+
+def test_host_fp32_is_the_last_resort(tmp_path) -> None:
+    profile = tmp_path / "p.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                  "-o", profile).exit_code == 0
+    result = invoke("compile", DIGITS / "model.onnx", "--profile", profile, "--data",
+                    DIGITS / "eval.npz", "--min-sqnr", 44, "--allow-host", "-o",
+                    tmp_path / "m.ember", "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.output)["budget"]
+    hows = {r["tensor"]: r["how"] for r in spent["raised"]}
+    assert hows.get("logits") == "fp32" and spent["chosen"]["outputs"][0]["sqnr_db"] >= 44
+    assert json.loads(result.output)["host_segments"]
+
+
+def test_budget_usage_errors(bad) -> None:
+    base = ("compile", bad / "m.onnx", "--profile", bad / "p.json", "-o", bad / "x.ember")
+    result = invoke(*base, "--min-sqnr", 30)
+    assert result.exit_code == 2 and "give --data" in result.output
+    result = invoke(*base, "--data", bad / "eval.npz")
+    assert result.exit_code == 2 and "give --min-sqnr or --max-drop" in result.output
+    assert_one_line_error(_compile(bad, "--max-drop", 0.5), "--max-drop needs labels",
+                          "eval.npz")
+    assert not (bad / "x.ember").exists()
