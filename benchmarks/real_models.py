@@ -72,7 +72,9 @@ from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
+from ember import budget
 from ember import ort as ember_ort
+from ember.accuracy import Evaluation
 from ember.accuracy import BitExactness
 from ember.errors import EmberError
 from ember.flow import CompileOptions, compile_model, profile_model, quantize_model
@@ -88,6 +90,7 @@ from quantizer.equalize import MODES as EQUALIZE_MODES
 from quantizer.equalize import equalize
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
+from simulator import machine
 from simulator.errors import SimulatorError
 
 CALIB_SEED, EVAL_SEED = 1, 2
@@ -577,6 +580,8 @@ class Row:
     # --compare-calibrations: each method's scores by ember's integer reference (which the
     # program matches bit for bit), from the same profile and evaluation samples
     calibrations: dict = field(default_factory=dict)
+    # --min-sqnr: what `ember compile --min-sqnr --allow-host` raised, and what it cost
+    budget: dict = field(default_factory=dict)
 
 
 Samples = dict[str, np.ndarray]  # each input's samples by name, (n, *shape)
@@ -600,7 +605,7 @@ def count(samples: Samples) -> int:
 def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row,
               compare: tuple[str, ...] = (), program: bool = True,
-              quant: QuantOptions = QuantOptions()) -> None:
+              quant: QuantOptions = QuantOptions(), min_sqnr: float | None = None) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -622,6 +627,9 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                                       specs, RunOptions(channel_means=quant.bias_correction),
                                       shapes), profile_path)
     row.calibration = quant.calibration
+    if min_sqnr is not None:
+        quant = within_budget(model, path, profile_path, evaluation, folder, row, quant,
+                              min_sqnr, shapes)
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
         try:
@@ -667,6 +675,37 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
     row.cycles, row.host_share = stats.cycles, stats.host_cycles / max(stats.cycles, 1)
     row.bit_exact = exactness.first_difference is None
     row.ember = accuracy.result()
+
+
+def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: Samples,
+                  folder: Path, row: Row, quant: QuantOptions, min_sqnr: float,
+                  shapes: dict) -> QuantOptions:
+    """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
+    evaluation samples: the options it chose (or, when missed, the best it measured), and in
+    `row.budget` what it raised, the SQNR before and after, and both programs' cycles."""
+    data = folder / f"{model.name}-eval.npz"
+    np.savez(data, **{name: array if model.shape[0] == 1 else
+                      array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()})
+    log(f"{model.name}: the fewest tensors raised for --min-sqnr {min_sqnr}")
+    started = time.perf_counter()
+    try:
+        choice = budget.choose(str(path), str(profile_path), Evaluation(str(data)), quant,
+                               budget.Budget(min_sqnr=min_sqnr), True, shapes)
+    except budget.BudgetMissed as missed:
+        choice = missed.best
+    sqnr = lambda report: min(o.sqnr_db for o in report.outputs)  # noqa: E731
+    row.budget = {"min_sqnr": min_sqnr, "met": choice.met, "evaluations": choice.evaluations,
+                  "seconds": time.perf_counter() - started,
+                  "raised": [[r.tensor, r.how] for r in choice.raised],
+                  "passed_over": len(choice.passed_over),
+                  "sqnr_int8": sqnr(choice.baseline), "sqnr_chosen": sqnr(choice.report)}
+    try:
+        baseline = compile_model(path, profile_path, CompileOptions(
+            quant=quant, backend=BackendOptions(allow_host=True)))
+        row.budget["int8_cycles"] = machine.timing(baseline.compiled.program).cycles
+    except Exception as err:
+        row.budget["int8_cycles"] = f"failed: {one_line(err)}"
+    return choice.options
 
 
 def input_name(proto: onnx.ModelProto) -> str:
@@ -746,7 +785,7 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
             quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
-            program: bool = True, peer: bool = True) -> Row:
+            program: bool = True, peer: bool = True, min_sqnr: float | None = None) -> Row:
     row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
@@ -768,7 +807,7 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
                 with time_box(box):
                     if run is ember_run:
                         run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
-                            program, quant)
+                            program, quant, min_sqnr)
                     else:
                         run(model, path, calib, evaluation, reference, Path(tmp), row)
             except Exception as err:  # a model that fails is a result, not a crash
@@ -786,6 +825,8 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
 def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
     if program:
         program_table(rows)
+    if any(r.budget for r in rows):
+        budget_table(rows)
     compared = list(dict.fromkeys(m for r in rows for m in r.calibrations))
     if compared:
         print()
@@ -810,6 +851,30 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
         print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
               f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample")
     print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
+
+
+def budget_table(rows: list[Row]) -> None:
+    """What the accuracy budget raised on each model, and what it cost in cycles."""
+    print()
+    print("Accuracy budget (`ember compile --data eval --min-sqnr DB --allow-host`): the fewest "
+          "tensors raised, SQNR of the worst output, cycles of the all-int8 program and of the "
+          "chosen one (bit-exact: the table above)")
+    print()
+    print("| model | budget | met | raised (int16 / fp32) | SQNR int8 → chosen | cycles int8 → "
+          "chosen | configurations | search s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        b = r.budget
+        if not b:
+            print(f"| {r.model} | | | {short(r.error)} | | | | |")
+            continue
+        int16 = sum(1 for _, how in b["raised"] if how == "int16")
+        cycles = b["int8_cycles"]
+        cost = (f"{cycles:,} → {r.cycles:,} ({r.cycles / cycles - 1:+.0%})"
+                if isinstance(cycles, int) and r.cycles else str(cycles))
+        print(f"| {r.model} | {b['min_sqnr']:g} dB | {'yes' if b['met'] else 'no'} | "
+              f"{int16} / {len(b['raised']) - int16} | {b['sqnr_int8']:.2f} → "
+              f"{b['sqnr_chosen']:.2f} | {cost} | {b['evaluations']} | {b['seconds']:.0f} |")
 
 
 def program_table(rows: list[Row]) -> None:
@@ -874,6 +939,11 @@ def main() -> None:
     parser.add_argument("--no-program", dest="program", action="store_false",
                         help="no compilation or simulation: only the accuracy of ember's integer "
                              "reference (--compare-calibrations) and onnxruntime's variants")
+    parser.add_argument("--min-sqnr", type=float, metavar="DB",
+                        help="an accuracy budget: the program raises the fewest tensors (int16 "
+                             "on the array, else fp32 on the host) for every output's SQNR >= DB "
+                             "on the evaluation samples (`ember compile --min-sqnr DB "
+                             "--allow-host`)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--table-from", type=Path, metavar="JSON",
                         help="print the table of a run saved with --json, measuring nothing")
@@ -902,7 +972,7 @@ def main() -> None:
                                                         per_channel=not args.per_tensor,
                                                         equalize=args.equalize,
                                                         bias_correction=args.bias_correction),
-                            compare, args.program, args.peer))
+                            compare, args.program, args.peer, args.min_sqnr))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
     print_table(rows, machine, args.program)
