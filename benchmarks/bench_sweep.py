@@ -4,11 +4,17 @@ speed-up, and a check that both give the same results.
 
     python benchmarks/bench_sweep.py                   # 500 points (an hour or more on 2 cores)
     python benchmarks/bench_sweep.py --points 40 --processes 1,2
+    python benchmarks/bench_sweep.py --compare 32 --seeds 0,1,2 --processes 2   # random vs local
 
 Each point compiles both models for its architecture and times the programs (the timing needs
 no data); the models are quantized once per process, with profiles of two synthetic images
 (examples/synthetic_images.py; the ranges do not change the cycles much, only the programs'
 constants). Points per minute count points of the workload (two programs each).
+
+`--compare N`: random and local search (`--search local`) with the same budget of N points,
+for each seed; each run's fronts are scored by their hypervolume (the area they dominate,
+axes scaled to [0, 1] over every point any run saw, up to the worst one seen) as a share of
+the hypervolume of the best front all runs found together: 1.0 is as good as everything found.
 """
 
 from __future__ import annotations
@@ -63,17 +69,62 @@ def workload(folder: Path) -> list[sweep.Model]:
     return models
 
 
+def hypervolume(points: list[dict], x: str, y: str, box: dict) -> float:
+    """The share of the scaled box [min, max] x [min, max] that the front of `points`
+    dominates (both objectives minimized)."""
+    front = sweep.pareto_front(points, x, y)
+
+    def scaled(p, k):
+        low, high = box[k]
+        return (p[k] - low) / (high - low) if high > low else 0.0
+    total = 0.0
+    for i, p in enumerate(front):
+        right = scaled(front[i + 1], x) if i + 1 < len(front) else 1.0
+        total += (right - scaled(p, x)) * (1.0 - scaled(p, y))
+    return total
+
+
+def compare(models, space, budget: int, seeds: list[int], where: Where) -> None:
+    runs = {(search, seed): sweep.run(models, space, Arch.load("default"), search, budget,
+                                      seed, where)
+            for seed in seeds for search in ("random", "local")}
+    seen = {p["index"]: p for doc in runs.values() for p in doc["points"]
+            if p["status"] == "ok"}
+    everything = list(seen.values())
+    print(f"\n{budget} points per run, seeds {seeds}: hypervolume as a share of the front "
+          f"of all {len(everything)} distinct points found\n")
+    print("| front | search | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
+    print("|---|---|" + "---:|" * (len(seeds) + 1))
+    for name, (x, y) in sweep.FRONTS.items():
+        box = {k: (min(p[k] for p in everything), max(p[k] for p in everything))
+               for k in (x, y)}
+        best = hypervolume(everything, x, y, box)
+        for search in ("random", "local"):
+            shares = [hypervolume([p for p in runs[search, seed]["points"]
+                                   if p["status"] == "ok"], x, y, box) / best
+                      for seed in seeds]
+            print(f"| {name} | {search} | " + " | ".join(f"{v:.3f}" for v in shares) +
+                  f" | {sum(shares) / len(shares):.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", default="1,2", help="comma-separated local:N to time")
+    parser.add_argument("--compare", type=int, metavar="N",
+                        help="instead: random against local search, N points each")
+    parser.add_argument("--seeds", default="0,1,2", help="with --compare")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.toml"
         space_path.write_text(SPACE)
         space = sweep.load_space(space_path)
         models = workload(Path(tmp))
+        if args.compare:
+            compare(models, space, args.compare, [int(s) for s in args.seeds.split(",")],
+                    Where(None, int(args.processes.split(",")[-1])))
+            return
         print(f"space: {space.size:,} points; {args.points} drawn at random (seed {args.seed}); "
               f"workload: {', '.join(MODELS)}\n")
         print("| --cluster | points | failed | excluded | seconds | points/min | speed-up |")

@@ -18,8 +18,11 @@ compiled for is kept in the results as failed, with the reason.
 
 The space is a grid: point `index` is the mixed-radix number of its values' positions, the
 first key the most significant, so the grid search runs `itertools.product`'s order and a
-random search draws indices without repetition from a seeded generator. Results are exact and
-in index order, so where the points ran (`--cluster`) changes nothing in them.
+random search draws indices without repetition from a seeded generator. A local search
+(Pareto local search) spends a quarter of its budget at random, then evaluates, batch after
+batch, untried neighbours (one key moved to the next or previous value) of the points on
+either front; batches have a fixed size, so its choices do not depend on the workers. Results
+are exact and in index order, so where the points ran (`--cluster`) changes nothing in them.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from simulator.errors import SimulatorError
 from simulator.stats import Stats
 
 SWEEP_VERSION = 1
-SEARCHES = ("grid", "random")
+SEARCHES = ("grid", "random", "local")
+LOCAL_BATCH = 8  # points a local search chooses at once, from the results before them
 # What a point's architecture costs, known before compiling: the quantities constraints bound.
 METRICS = {"pes": "processing elements (array.rows * array.cols)",
            "sram_bytes": "local memory bytes (scratchpad + accumulator)",
@@ -231,6 +235,19 @@ def draw(space: Space, search: str, seed: int | None) -> Iterator[int]:
             yield index
 
 
+def neighbours(space: Space, index: int) -> list[int]:
+    """The points one step away on one key (the previous or next value in its list)."""
+    found, stride = [], 1
+    for values in reversed(space.axes.values()):
+        position = index // stride % len(values)
+        if position > 0:
+            found.append(index - stride)
+        if position + 1 < len(values):
+            found.append(index + stride)
+        stride *= len(values)
+    return sorted(found)
+
+
 @dataclass(frozen=True)
 class Model:
     """One model of the workload: its ONNX file, its profile, the name results use."""
@@ -240,47 +257,142 @@ class Model:
     name: str
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What the search chose: points to evaluate (index, config, arch dict), points whose
-    keys make no architecture (index, config, reason), and how many constraints excluded."""
+class _Chooser:
+    """Turns point indices into shards to evaluate, once each: a point whose keys make no
+    architecture is kept as failed, one the constraints exclude is counted."""
 
-    evaluate: tuple[tuple[int, dict, dict], ...]
-    invalid: tuple[tuple[int, dict, str], ...]
-    excluded: int
+    def __init__(self, space: Space, base: Arch):
+        self.space, self.base = space, base.to_dict()
+        self.seen: set[int] = set()
+        self.configs: dict[int, dict] = {}
+        self.invalid: dict[int, str] = {}
+        self.metrics: dict[int, dict] = {}  # of the points evaluated
+        self.excluded = 0
+
+    def take(self, index: int) -> tuple[int, dict, dict] | None:
+        """The shard of point `index`, or None when it is seen, invalid or excluded."""
+        if index in self.seen:
+            return None
+        self.seen.add(index)
+        config = self.space.config(index)
+        try:
+            arch = arch_at(self.base, config)
+        except SimulatorError as err:
+            self.configs[index] = config
+            self.invalid[index] = str(err).removeprefix("point: ")
+            return None
+        cost = metrics(arch)
+        if self.space.violated(cost) is not None:
+            self.excluded += 1
+            return None
+        self.configs[index] = config
+        self.metrics[index] = cost
+        return index, config, arch.to_dict()
+
+    @property
+    def taken(self) -> int:
+        """Points that count against a budget: evaluated or invalid."""
+        return len(self.metrics) + len(self.invalid)
 
 
-def plan(space: Space, base: Arch, search: str, points: int | None, seed: int | None) -> Plan:
-    """The points to evaluate: every one of the grid, or `points` drawn at random, leaving out
-    (and counting) those the constraints exclude. No point left is an error."""
+def _batches(chooser: _Chooser, search: str, points: int, seed: int | None,
+             results: dict[int, dict]) -> Iterator[list]:
+    """Lists of shards to evaluate, each list after the results of those before it are in
+    `results` (so that a search may choose from them; lists of a fixed size keep it
+    independent of how many workers there are)."""
+    space = chooser.space
     if search == "grid" and space.size > GRID_MAX:
         raise EmberError(f"{space.source}: the grid has {space.size:,} points: expected at most "
                          f"{GRID_MAX:,}; use --search random --points N")
-    base_dict = base.to_dict()
-    evaluate, invalid, excluded = [], [], 0
-    budget = space.size if search == "grid" else points or 0
-    for drawn, index in enumerate(draw(space, search, seed)):
-        if len(evaluate) + len(invalid) >= budget or drawn >= DRAWS_PER_POINT * budget:
-            break
-        config = space.config(index)
-        try:
-            arch = arch_at(base_dict, config)
-        except SimulatorError as err:
-            invalid.append((index, config, str(err).removeprefix("point: ")))
-            continue
-        if space.violated(metrics(arch)) is not None:
-            excluded += 1
-            continue
-        evaluate.append((index, config, arch.to_dict()))
-    if not evaluate and excluded:
+    budget = space.size if search == "grid" else points
+    order = draw(space, "grid" if search == "grid" else "random", seed)
+    draws = [0]
+
+    def fill(batch: list, size: int) -> None:  # from the grid's or the random order
+        for index in order:
+            draws[0] += 1
+            if (shard := chooser.take(index)) is not None:
+                batch.append(shard)
+            if len(batch) >= size or chooser.taken >= budget or \
+                    draws[0] >= DRAWS_PER_POINT * budget:
+                return
+
+    if search != "local":
+        batch: list = []
+        fill(batch, budget)
+        yield batch
+        return
+    # Pareto local search: a quarter of the budget at random, then batches of the untried
+    # neighbours of the points on either front (random points when there are none).
+    rng = random.Random(seed)
+    batch = []
+    fill(batch, max(1, budget // 4))
+    yield batch
+    while chooser.taken < budget:
+        ok = [r for r in results.values() if r["status"] == "ok"]
+        front = sorted({p["index"] for x, y in FRONTS.values()
+                        for p in pareto_front(ok, x, y)})
+        candidates = sorted({n for i in front for n in neighbours(space, i)} - chooser.seen)
+        rng.shuffle(candidates)
+        batch, before = [], chooser.taken
+        size = min(LOCAL_BATCH, budget - chooser.taken)
+        for index in candidates:
+            if len(batch) >= size or chooser.taken >= budget:
+                break
+            if (shard := chooser.take(index)) is not None:
+                batch.append(shard)
+        if len(batch) < size and chooser.taken < budget:
+            fill(batch, size)
+        if chooser.taken == before and not batch:
+            return  # the space is exhausted
+        yield batch
+
+
+def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
+        points: int | None = None, seed: int | None = None,
+        where: cluster.Where = cluster.Where(), backend: BackendOptions = BackendOptions(),
+        on_point: Callable[[int, int], None] = lambda done, total: None) -> dict:
+    """The sweep's document (see `ember sweep --help` for its keys). A grid search evaluates
+    every point, a random or local one `points` points (failed ones included)."""
+    work = Work(tuple(models), CompileOptions(backend=backend))
+    shared = cluster.Shared(work)
+    _prepared(shared, work)  # here first: a model or profile error is the user's, in one line
+    chooser = _Chooser(space, base)
+    results: dict[int, dict] = {}
+    total = space.size if search == "grid" else points or 0
+    done = 0
+    on_point(0, total)
+    with cluster.Cluster(where) as runner:
+        for batch in _batches(chooser, search, points or 0, seed, results):
+            for _, result in runner.run(evaluate, shared, batch):
+                results[result["index"]] = {**result, **chooser.metrics[result["index"]]}
+                done += 1
+                on_point(done, total)
+    if not chooser.metrics and chooser.excluded:
         bounds = ", ".join(f"{k} in [{'-inf' if lo is None else f'{lo:g}'}, "
                            f"{'inf' if hi is None else f'{hi:g}'}]"
                            for k, (lo, hi) in space.constraints.items())
         raise EmberError(f"{space.source}: no point satisfies the constraints ({bounds}; "
-                         f"{excluded} points excluded)")
-    if not evaluate and not invalid:
-        raise EmberError(f"{space.source}: no point to evaluate")
-    return Plan(tuple(evaluate), tuple(invalid), excluded)
+                         f"{chooser.excluded} points excluded)")
+    for index, reason in chooser.invalid.items():
+        results[index] = {"index": index, "status": "failed", "reason": reason}
+    rows = [{"index": index, "config": chooser.configs[index], **results[index]}
+            for index in sorted(results)]
+    ok = [r for r in rows if r["status"] == "ok"]
+    fronts = {name: [p["index"] for p in pareto_front(ok, x, y)]
+              for name, (x, y) in FRONTS.items()}
+    # Ties on an objective go to the point better on the others, then to the lower index.
+    best = {objective: min(ok, key=lambda p: (p[objective], *(p[o] for o in OBJECTIVES),
+                                              p["index"]))["index"]
+            for objective in OBJECTIVES} if ok else {}
+    return {"sweep_version": SWEEP_VERSION, "target": base.name,
+            "models": [{"name": m.name, "path": m.path, "profile": m.profile} for m in models],
+            "space": {"source": space.source, "size": space.size, **space.to_dict()},
+            "search": search, "seed": seed if search != "grid" else None,
+            "allow_host": backend.allow_host,
+            "evaluated": len(chooser.metrics), "failed": sum(r["status"] != "ok" for r in rows),
+            "excluded_by_constraints": chooser.excluded,
+            "best": best, "pareto": fronts, "points": rows}
 
 
 @dataclass(frozen=True)
@@ -322,47 +434,6 @@ def _prepared(shared: cluster.Shared, work: Work) -> list:
     """The quantized models, built once per worker process."""
     return cluster.cached(shared, "prepared", lambda: [
         prepare_model(m.path, m.profile, work.options) for m in work.models])
-
-
-def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
-        points: int | None = None, seed: int | None = None,
-        where: cluster.Where = cluster.Where(), backend: BackendOptions = BackendOptions(),
-        on_point: Callable[[int, int], None] = lambda done, total: None) -> dict:
-    """The sweep's document (see `ember sweep --help` for its keys)."""
-    work = Work(tuple(models), CompileOptions(backend=backend))
-    shared = cluster.Shared(work)
-    _prepared(shared, work)  # here first: a model or profile error is the user's, in one line
-    chosen = plan(space, base, search, points, seed)
-    results = {index: {"index": index, "status": "failed", "reason": reason}
-               for index, _, reason in chosen.invalid}
-    configs = {index: config for index, config, _ in (*chosen.evaluate, *chosen.invalid)}
-    on_point(0, len(chosen.evaluate))
-    with cluster.Cluster(where) as runner:
-        for done, (_, result) in enumerate(runner.run(evaluate, shared, chosen.evaluate), 1):
-            results[result["index"]] = result
-            on_point(done, len(chosen.evaluate))
-    base_dict, evaluated = base.to_dict(), {index for index, _, _ in chosen.evaluate}
-    rows = []
-    for index in sorted(results):
-        row = {"index": index, "config": configs[index], **results[index]}
-        if index in evaluated:
-            row.update(metrics(arch_at(base_dict, configs[index])))
-        rows.append(row)
-    ok = [r for r in rows if r["status"] == "ok"]
-    fronts = {name: [p["index"] for p in pareto_front(ok, x, y)]
-              for name, (x, y) in FRONTS.items()}
-    # Ties on an objective go to the point better on the others, then to the lower index.
-    best = {objective: min(ok, key=lambda p: (p[objective], *(p[o] for o in OBJECTIVES),
-                                              p["index"]))["index"]
-            for objective in OBJECTIVES} if ok else {}
-    return {"sweep_version": SWEEP_VERSION, "target": base.name,
-            "models": [{"name": m.name, "path": m.path, "profile": m.profile} for m in models],
-            "space": {"source": space.source, "size": space.size, **space.to_dict()},
-            "search": search, "seed": seed if search == "random" else None,
-            "allow_host": backend.allow_host,
-            "evaluated": len(chosen.evaluate), "failed": sum(r["status"] != "ok" for r in rows),
-            "excluded_by_constraints": chosen.excluded,
-            "best": best, "pareto": fronts, "points": rows}
 
 
 def pareto_front(points: Sequence[dict], x: str, y: str) -> list[dict]:

@@ -38,12 +38,16 @@ FAILED_SHOWN = 10  # failed points the terminal lists; the outputs list all
               type=InputPath(), help="What the keys the space leaves out are: a preset "
                                      "(default, large, edge) or an architecture TOML file.")
 @click.option("--search", type=click.Choice(sweeping.SEARCHES), default="grid",
-              show_default=True, help="grid: every point of the space; random: --points "
-                                      "points drawn without repetition.")
+              show_default=True,
+              help="grid: every point of the space; random: --points points drawn without "
+                   "repetition; local: a quarter of them at random, then batches of the "
+                   "untried neighbours (one key one value away) of the points on the fronts.")
 @click.option("--points", type=click.IntRange(min=1), metavar="N",
-              help="With --search random: how many points to draw.  [default: 32]")
+              help="With --search random or local: how many points to evaluate (failed ones "
+                   "count).  [default: 32]")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="With --search random: the generator's seed (same seed, same points).")
+              help="With --search random or local: the generator's seed (same seed, same "
+                   "points).")
 @click.option("--allow-host/--no-allow-host", default=False, show_default=True,
               help="As for `ember compile`: run what the accelerator cannot on the host.")
 @cluster_option
@@ -100,7 +104,7 @@ def sweep(models: tuple[str, ...], profiles: tuple[str, ...], space_path: str, t
                          f"same order")
     if search == "grid" and points is not None:
         raise EmberError(f"--points {points}: a grid search evaluates every point; use "
-                         f"--search random to draw N")
+                         f"--search random or local to draw N")
     space = sweeping.load_space(space_path)
     base = Arch.load(target)
     stems = [Path(m).stem for m in models]  # results name models so, [position] if repeated

@@ -125,10 +125,29 @@ def test_bad_options_are_one_line_errors(tmp_path, digits_profile):
                                  "--points", "3"), "--points 3", "--search random")
 
 
+LARGER = SPACE + '"dma.bytes_per_cycle" = [8, 16, 32]\n"vector.lanes" = [8, 16]\n'
+
+
 def test_two_processes_give_the_same_results(tmp_path, digits_profile):
     one = run(tmp_path, digits_profile, SPACE, "--cluster", "local")[1]
     two = run(tmp_path, digits_profile, SPACE, "--cluster", "local:2")[1]
     assert one == two and one["evaluated"] == 6
+    local = ("--search", "local", "--points", "12", "--seed", "5")
+    one = run(tmp_path, digits_profile, LARGER, *local, "--cluster", "local")[1]
+    two = run(tmp_path, digits_profile, LARGER, *local, "--cluster", "local:2")[1]
+    assert one == two
+
+
+def test_local_search_spends_its_budget_near_the_fronts(tmp_path, digits_profile):
+    result, doc = run(tmp_path, digits_profile, LARGER, "--search", "local", "--points", "12",
+                      "--seed", "5")
+    assert result.exit_code == 0, result.output
+    assert len(doc["points"]) == 12 and doc["search"] == "local" and doc["seed"] == 5
+    assert len({p["index"] for p in doc["points"]}) == 12
+    space = sweep.parse_space({"space": {"array.rows": [8, 16], "array.cols": [8, 16, 32]}},
+                              "s")
+    # index = rows position * 3 + cols position: 4 is (16, 16), next to (8, 16), (16, 8), (16, 32)
+    assert sweep.neighbours(space, 4) == [1, 3, 5] and sweep.neighbours(space, 0) == [1, 3]
 
 
 def test_several_models_add_their_cycles(tmp_path, digits_profile):
