@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ember import space as space_file
 from ember import sweep
 from ember.cluster import Where
 from ember.flow import profile_model
@@ -119,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.toml"
         space_path.write_text(SPACE)
-        space = sweep.load_space(space_path)
+        space = space_file.load_space(space_path)
         models = workload(Path(tmp))
         if args.compare:
             compare(models, space, args.compare, [int(s) for s in args.seeds.split(",")],

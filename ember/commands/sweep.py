@@ -12,6 +12,7 @@ from rich.table import Table
 
 from compiler.backend.program import BackendOptions
 from ember import console
+from ember import space as spaces
 from ember import sweep as sweeping
 from ember.cluster import Where
 from ember.commands.options import cluster_option, json_option
@@ -105,7 +106,7 @@ def sweep(models: tuple[str, ...], profiles: tuple[str, ...], space_path: str, t
     if search == "grid" and points is not None:
         raise EmberError(f"--points {points}: a grid search evaluates every point; use "
                          f"--search random or local to draw N")
-    space = sweeping.load_space(space_path)
+    space = spaces.load_space(space_path)
     base = Arch.load(target)
     stems = [Path(m).stem for m in models]  # results name models so, [position] if repeated
     names = [f"{stem}[{i}]" if stems.count(stem) > 1 else stem
@@ -135,12 +136,12 @@ def to_csv(doc: dict) -> str:
     fronts = {name: set(indices) for name, indices in doc["pareto"].items()}
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["index", "status", *keys, *sweeping.METRICS, "cycles", "time_ms",
+    writer.writerow(["index", "status", *keys, *spaces.METRICS, "cycles", "time_ms",
                      "energy_uj", *(f"cycles[{m}]" for m in models if len(models) > 1),
                      *(f"front_{name}" for name in fronts), "reason"])
     for p in doc["points"]:
         writer.writerow([p["index"], p["status"], *(p["config"][k] for k in keys),
-                         *(p.get(m, "") for m in sweeping.METRICS),
+                         *(p.get(m, "") for m in spaces.METRICS),
                          *(p.get(k, "") for k in ("cycles", "time_ms", "energy_uj")),
                          *(p["models"][m]["cycles"] if "models" in p else ""
                            for m in models if len(models) > 1),

@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from ember import space as spaces
 from ember import sweep
 from ember.errors import EmberError
+from simulator.arch import Arch
 from tests.cli import DIGITS, assert_one_line_error, invoke
 
 MODEL = DIGITS / "model.onnx"
@@ -61,7 +63,7 @@ def test_grid_visits_every_point_and_the_fronts_are_pareto(tmp_path, digits_prof
 
 def test_rows_derive_from_cols(tmp_path, digits_profile):
     """A point that sets array.cols gets the local memories' row widths from it."""
-    arch = sweep.arch_at(sweep.Arch.load("default").to_dict(), {"array.cols": 32})
+    arch = spaces.arch_at(Arch.load("default").to_dict(), {"array.cols": 32})
     assert arch.scratchpad.row_bytes == 32 and arch.accumulator.row_bytes == 128
     result, _ = run(tmp_path, digits_profile, '[space]\n"memory.scratchpad.row_bytes" = [8]\n')
     assert_one_line_error(result, "memory.scratchpad.row_bytes", "derived from array.cols")
@@ -144,7 +146,7 @@ def test_local_search_spends_its_budget_near_the_fronts(tmp_path, digits_profile
     assert result.exit_code == 0, result.output
     assert len(doc["points"]) == 12 and doc["search"] == "local" and doc["seed"] == 5
     assert len({p["index"] for p in doc["points"]}) == 12
-    space = sweep.parse_space({"space": {"array.rows": [8, 16], "array.cols": [8, 16, 32]}},
+    space = spaces.parse_space({"space": {"array.rows": [8, 16], "array.cols": [8, 16, 32]}},
                               "s")
     # index = rows position * 3 + cols position: 4 is (16, 16), next to (8, 16), (16, 8), (16, 32)
     assert sweep.neighbours(space, 4) == [1, 3, 5] and sweep.neighbours(space, 0) == [1, 3]
@@ -164,7 +166,7 @@ def test_several_models_add_their_cycles(tmp_path, digits_profile):
 
 
 def test_space_values_and_ranges():
-    space = sweep.parse_space({"space": {"array.rows": {"start": 8, "stop": 30, "step": 8},
+    space = spaces.parse_space({"space": {"array.rows": {"start": 8, "stop": 30, "step": 8},
                                          "clock_mhz": 500,
                                          "dma.bytes_per_cycle": {"start": 4, "stop": 64,
                                                                  "factor": 2}}}, "s")
@@ -173,7 +175,7 @@ def test_space_values_and_ranges():
     assert space.size == 15 and space.config(14) == {"array.rows": 24, "clock_mhz": 500,
                                                      "dma.bytes_per_cycle": 64}
     with pytest.raises(EmberError, match="quote dotted keys"):
-        sweep.parse_space({"space": {"array": {"rows": [8]}}}, "s")
+        spaces.parse_space({"space": {"array": {"rows": [8]}}}, "s")
 
 
 def test_pareto_front_keeps_ties_and_drops_dominated():
