@@ -70,21 +70,6 @@ def workload(folder: Path) -> list[sweep.Model]:
     return models
 
 
-def hypervolume(points: list[dict], x: str, y: str, box: dict) -> float:
-    """The share of the scaled box [min, max] x [min, max] that the front of `points`
-    dominates (both objectives minimized)."""
-    front = sweep.pareto_front(points, x, y)
-
-    def scaled(p, k):
-        low, high = box[k]
-        return (p[k] - low) / (high - low) if high > low else 0.0
-    total = 0.0
-    for i, p in enumerate(front):
-        right = scaled(front[i + 1], x) if i + 1 < len(front) else 1.0
-        total += (right - scaled(p, x)) * (1.0 - scaled(p, y))
-    return total
-
-
 def compare(models, space, budget: int, seeds: list[int], where: Where) -> None:
     runs = {(search, seed): sweep.run(models, space, Arch.load("default"), search, budget,
                                       seed, where)
@@ -99,9 +84,9 @@ def compare(models, space, budget: int, seeds: list[int], where: Where) -> None:
     for name, (x, y) in sweep.FRONTS.items():
         box = {k: (min(p[k] for p in everything), max(p[k] for p in everything))
                for k in (x, y)}
-        best = hypervolume(everything, x, y, box)
+        best = sweep.hypervolume(everything, x, y, box)
         for search in ("random", "local"):
-            shares = [hypervolume([p for p in runs[search, seed]["points"]
+            shares = [sweep.hypervolume([p for p in runs[search, seed]["points"]
                                    if p["status"] == "ok"], x, y, box) / best
                       for seed in seeds]
             print(f"| {name} | {search} | " + " | ".join(f"{v:.3f}" for v in shares) +

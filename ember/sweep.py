@@ -5,9 +5,10 @@ The space, its file and its constraints are `ember.space`'s. The space is a grid
 is the mixed-radix number of its values' positions, the first key the most significant, so the
 grid search runs `itertools.product`'s order and a random search draws indices without
 repetition from a seeded generator. A local search
-(Pareto local search) spends a quarter of its budget at random, then evaluates, batch after
-batch, untried neighbours (one key moved to the next or previous value) of the points on
-either front; batches have a fixed size, so its choices do not depend on the workers. Results
+(Pareto local search) spends a quarter of its budget at random (at least a batch, or half a
+small budget), then evaluates, batch after batch, untried neighbours (one key moved to the
+next or previous value) of the points on either front; batches have a fixed size, so its
+choices do not depend on the workers. Results
 are exact and in index order, so where the points ran (`--cluster`) changes nothing in them.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
@@ -147,11 +148,13 @@ def _batches(chooser: _Chooser, search: str, points: int, seed: int | None,
         fill(batch, budget)
         yield batch
         return
-    # Pareto local search: a quarter of the budget at random, then batches of the untried
-    # neighbours of the points on either front (random points when there are none).
+    # Pareto local search: a quarter of the budget at random (at least a batch, or half a
+    # small budget), then batches of the untried neighbours of the points on either front
+    # (random points when there are too few). benchmarks/bench_search.py: better than random
+    # from 64 points on, as good at 32, a little worse at 16.
     rng = random.Random(seed)
     batch = []
-    fill(batch, max(1, budget // 4))
+    fill(batch, max(1, budget // 4, min(budget // 2, LOCAL_BATCH)))
     yield batch
     while chooser.taken < budget:
         ok = [r for r in results.values() if r["status"] == "ok"]
@@ -173,6 +176,37 @@ def _batches(chooser: _Chooser, search: str, points: int, seed: int | None,
         yield batch
 
 
+@dataclass(frozen=True)
+class Explored:
+    """What a search found: each point's result (by index), its keys, and how many points
+    were evaluated and how many the constraints excluded."""
+
+    results: dict[int, dict]
+    configs: dict[int, dict]
+    evaluated: int
+    excluded: int
+
+
+def explore(space: Space, base: Arch, search: str, points: int, seed: int | None,
+            evaluate_batch: Callable[[list], Iterable[dict]]) -> Explored:
+    """Run a search, `evaluate_batch(shards)` giving the results of a list of shards (index,
+    config, arch dict) in any order (`evaluate`'s, or a table's in benchmarks)."""
+    chooser = _Chooser(space, base)
+    results: dict[int, dict] = {}
+    for batch in _batches(chooser, search, points, seed, results):
+        for result in evaluate_batch(batch):
+            results[result["index"]] = {**result, **chooser.metrics[result["index"]]}
+    if not chooser.metrics and chooser.excluded:
+        bounds = ", ".join(f"{k} in [{'-inf' if lo is None else f'{lo:g}'}, "
+                           f"{'inf' if hi is None else f'{hi:g}'}]"
+                           for k, (lo, hi) in space.constraints.items())
+        raise EmberError(f"{space.source}: no point satisfies the constraints ({bounds}; "
+                         f"{chooser.excluded} points excluded)")
+    for index, reason in chooser.invalid.items():
+        results[index] = {"index": index, "status": "failed", "reason": reason}
+    return Explored(results, chooser.configs, len(chooser.metrics), chooser.excluded)
+
+
 def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
         points: int | None = None, seed: int | None = None,
         where: cluster.Where = cluster.Where(), backend: BackendOptions = BackendOptions(),
@@ -182,26 +216,21 @@ def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
     work = Work(tuple(models), CompileOptions(backend=backend))
     shared = cluster.Shared(work)
     _prepared(shared, work)  # here first: a model or profile error is the user's, in one line
-    chooser = _Chooser(space, base)
-    results: dict[int, dict] = {}
     total = space.size if search == "grid" else points or 0
     done = 0
     on_point(0, total)
+
+    def evaluate_batch(batch: list) -> Iterator[dict]:
+        nonlocal done
+        for _, result in runner.run(evaluate, shared, batch):
+            done += 1
+            on_point(done, total)
+            yield result
+
     with cluster.Cluster(where) as runner:
-        for batch in _batches(chooser, search, points or 0, seed, results):
-            for _, result in runner.run(evaluate, shared, batch):
-                results[result["index"]] = {**result, **chooser.metrics[result["index"]]}
-                done += 1
-                on_point(done, total)
-    if not chooser.metrics and chooser.excluded:
-        bounds = ", ".join(f"{k} in [{'-inf' if lo is None else f'{lo:g}'}, "
-                           f"{'inf' if hi is None else f'{hi:g}'}]"
-                           for k, (lo, hi) in space.constraints.items())
-        raise EmberError(f"{space.source}: no point satisfies the constraints ({bounds}; "
-                         f"{chooser.excluded} points excluded)")
-    for index, reason in chooser.invalid.items():
-        results[index] = {"index": index, "status": "failed", "reason": reason}
-    rows = [{"index": index, "config": chooser.configs[index], **results[index]}
+        found = explore(space, base, search, points or 0, seed, evaluate_batch)
+    results = found.results
+    rows = [{"index": index, "config": found.configs[index], **results[index]}
             for index in sorted(results)]
     ok = [r for r in rows if r["status"] == "ok"]
     fronts = {name: [p["index"] for p in pareto_front(ok, x, y)]
@@ -215,8 +244,8 @@ def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
             "space": {"source": space.source, "size": space.size, **space.to_dict()},
             "search": search, "seed": seed if search != "grid" else None,
             "allow_host": backend.allow_host,
-            "evaluated": len(chooser.metrics), "failed": sum(r["status"] != "ok" for r in rows),
-            "excluded_by_constraints": chooser.excluded,
+            "evaluated": found.evaluated, "failed": sum(r["status"] != "ok" for r in rows),
+            "excluded_by_constraints": found.excluded,
             "best": best, "pareto": fronts, "points": rows}
 
 
@@ -270,3 +299,20 @@ def pareto_front(points: Sequence[dict], x: str, y: str) -> list[dict]:
         if not front or p[y] < front[-1][y] or (p[x], p[y]) == (front[-1][x], front[-1][y]):
             front.append(p)
     return front
+
+
+def hypervolume(points: Sequence[dict], x: str, y: str, box: dict) -> float:
+    """The share of the box `box[x]` x `box[y]` ((low, high) each, scaled to [0, 1]) that
+    the front of `points` dominates (both minimized): how much of the trade-off a search
+    found, comparable between searches of one space."""
+    front = pareto_front(points, x, y)
+
+    def scaled(p, k):
+        low, high = box[k]
+        return min(1.0, max(0.0, (p[k] - low) / (high - low))) if high > low else 0.0
+
+    total = 0.0
+    for i, p in enumerate(front):
+        right = scaled(front[i + 1], x) if i + 1 < len(front) else 1.0
+        total += (right - scaled(p, x)) * (1.0 - scaled(p, y))
+    return total
