@@ -15,7 +15,8 @@ are exact and in index order, so where the points ran (`--cluster`) changes noth
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from compiler.backend.program import BackendOptions
@@ -213,7 +214,10 @@ def run(models: Sequence[Model], space: Space, base: Arch, search: str = "grid",
         on_point: Callable[[int, int], None] = lambda done, total: None) -> dict:
     """The sweep's document (see `ember sweep --help` for its keys). A grid search evaluates
     every point, a random or local one `points` points (failed ones included)."""
-    work = Work(tuple(models), CompileOptions(backend=backend))
+    # Absolute paths: a Dask worker's working directory is not this one.
+    work = Work(tuple(replace(m, path=str(Path(m.path).absolute()),
+                              profile=str(Path(m.profile).absolute())) for m in models),
+                CompileOptions(backend=backend))
     shared = cluster.Shared(work)
     _prepared(shared, work)  # here first: a model or profile error is the user's, in one line
     total = space.size if search == "grid" else points or 0
