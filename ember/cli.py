@@ -25,6 +25,7 @@ COMMANDS = [
     ("simulate", "simulate"),
     ("report", "report"),
     ("compile", "compile_"),
+    ("sweep", "sweep"),
 ]
 
 

@@ -119,6 +119,36 @@ def compile_model(model: ModelSource, profile: ProfileSource,
     (`compiler.backend.progress`)."""
     proto, loaded = _load(model, profile, options.quant.equalize)
     arch = arch if isinstance(arch, Arch) else Arch.load(arch)
+    prepared = _prepare(model, profile, proto, loaded, options, progress)
+    return Built(prepared.qgraph, prepared.compile(arch, progress))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A model quantized for the backend, for any number of targets (`ember sweep` compiles
+    one quantized graph for many architectures: the quantizer does not depend on them)."""
+
+    qgraph: Graph
+    options: CompileOptions  # as the header records them: shapes resolved, host nodes kept
+    metadata: dict  # the header's entries besides the options
+
+    def compile(self, arch: Arch, progress: Progress = quiet) -> Compiled:
+        """The program for `arch`: what `compile_model` gives for the same inputs."""
+        metadata = {"tool": self.metadata["tool"],
+                    "options": {"target": arch.name, **self.options.to_header()},
+                    **{k: v for k, v in self.metadata.items() if k != "tool"}}
+        return compile_int8(self.qgraph, arch, self.options.backend, metadata, progress)
+
+
+def prepare_model(model: ModelSource, profile: ProfileSource,
+                  options: CompileOptions = CompileOptions()) -> Prepared:
+    """`compile_model`'s work up to the target: import, fp32 passes, quantization."""
+    proto, loaded = _load(model, profile, options.quant.equalize)
+    return _prepare(model, profile, proto, loaded, options, quiet)
+
+
+def _prepare(model: ModelSource, profile: ProfileSource, proto: onnx.ModelProto,
+             loaded: Profile, options: CompileOptions, progress: Progress) -> Prepared:
     label = _label(model)
     shapes = resolve_input_shapes(proto, loaded, options.input_shapes, label)
     options = replace(options, input_shapes=shapes)
@@ -132,15 +162,14 @@ def compile_model(model: ModelSource, profile: ProfileSource,
             options = replace(options, quant=replace(
                 options.quant, keep_fp32=options.quant.keep_fp32 + kept))
     qgraph = quantize(graph, loaded, options.quant)
-    metadata = {"tool": {"name": "ember", "version": profile_format.tool_version()},
-                "options": {"target": arch.name, **options.to_header()}}
+    metadata: dict = {"tool": {"name": "ember", "version": profile_format.tool_version()}}
     if (images := preprocessing.profiled(loaded)) is not None:
         metadata["preprocessing"] = images  # for `ember simulate -i images/` to check
     if not isinstance(model, onnx.ModelProto) and not isinstance(profile, Profile):
         metadata["inputs"] = {"model_sha256": _sha256(model),
                               "model_fingerprint": loaded.model.digest,
                               "profile_sha256": _sha256(profile)}
-    return Built(qgraph, compile_int8(qgraph, arch, options.backend, metadata, progress))
+    return Prepared(qgraph, options, metadata)
 
 
 def resolve_input_shapes(proto: onnx.ModelProto, profile: Profile,

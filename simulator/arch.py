@@ -7,6 +7,16 @@ expected. The compiler reads every size from here and hard-codes none.
 Energy figures (pJ per int8 MAC, per local-memory byte, per DRAM byte) follow M. Horowitz,
 "Computing's energy problem (and what we can do about it)", ISSCC 2014.
 
+Area figures (`[area]`: µm² per processing element, per local-memory byte, per vector lane)
+give the silicon an architecture takes (`Arch.area_um2`), for design-space sweeps that weigh
+cycles against area. They are 45 nm figures too: a PE is an 8-bit multiplier (282 µm²) and a
+32-bit adder (137 µm²) from the same Horowitz table; a vector lane a 32-bit multiplier (3495 µm²)
+and adder (137 µm²); a local-memory byte eight 6T cells of 0.346 µm² (Intel's 45 nm process,
+K. Mistry et al., IEDM 2007) over an array efficiency of one half (periphery: decoders, sense
+amplifiers; our assumption, not the paper's). Registers, wiring, the DMA engine and the host
+are not counted: the figure ranks designs, it is no floor plan. A file without `[area]` (an
+older preset or program header) gets `DEFAULT_AREA`.
+
 `[host]` describes the CPU that runs host segments (nodes kept in fp32, operators the
 accelerator lacks): `flops_per_cycle` is its sustained fp32 FLOPs per accelerator cycle, from
 which the compiler prices a segment (`Arch.host_cycles`). A file without `[host]` (an older
@@ -31,6 +41,9 @@ VECTOR_OPS = ("REQUANT", "ADD", "MUL", "MAXPOOL", "AVGPOOL", "LUT", "SOFTMAX", "
 # core cycle at peak) at about 2 GHz, sustaining a quarter of peak on the small, memory-bound
 # operators that fall back to the host: 32 * 2 GHz / 1 GHz * 0.25 = 16 per accelerator cycle.
 DEFAULT_HOST_FLOPS_PER_CYCLE = 16.0
+# 45 nm area in µm², derived in the module docstring (Horowitz ISSCC 2014; Mistry IEDM 2007).
+# PE: 282 + 137; SRAM byte: 8 * 0.346 / 0.5; vector lane: 3495 + 137.
+DEFAULT_AREA = {"pe_um2": 419.0, "sram_byte_um2": 5.536, "vector_lane_um2": 3632.0}
 # What the instructions can address: every byte of DRAM, every row of a local memory.
 _DRAM_BYTES_MAX = isa.LOAD.field("dram").range[1] + 1
 _LOCAL_ROWS_MAX = isa.LOAD.field("sram").range[1] + 1
@@ -75,6 +88,13 @@ class Vector:
 @dataclass(frozen=True)
 class Queues:
     token_depth: int
+
+
+@dataclass(frozen=True)
+class Area:
+    pe_um2: float  # one processing element of the array (an int8 MAC)
+    sram_byte_um2: float  # one byte of local memory (scratchpad or accumulator)
+    vector_lane_um2: float  # one lane of the vector unit (an int32 requantizer)
 
 
 @dataclass(frozen=True)
@@ -135,9 +155,15 @@ _SCHEMA = [
     ("energy.dram_byte_pj", _nonnegative_number, "a non-negative, finite number"),
     ("host.flops_per_cycle", lambda v: _nonnegative_number(v) and 0 < v < math.inf,
      "a positive, finite number"),
+    *((f"area.{key}", _nonnegative_number, "a non-negative, finite number")
+      for key in DEFAULT_AREA),
 ]
+# Each key's check and what it expects, by key: for files that name keys of this one
+# (`ember sweep`'s space files).
+KEYS = {key: (check, expected) for key, check, expected in _SCHEMA}
 # Keys a file may omit (added after the first presets): their values when missing.
-_DEFAULTS = {"host.flops_per_cycle": DEFAULT_HOST_FLOPS_PER_CYCLE}
+_DEFAULTS = {"host.flops_per_cycle": DEFAULT_HOST_FLOPS_PER_CYCLE,
+             **{f"area.{key}": value for key, value in DEFAULT_AREA.items()}}
 # Keys earlier files had that nothing modelled: an error that says so, not just "unknown".
 _REMOVED = {f"memory.{memory}.banks": "the machine does not model memory banks"
             for memory in ("scratchpad", "accumulator")}
@@ -156,6 +182,7 @@ class Arch:
     queues: Queues
     energy: Energy
     host: Host = Host(DEFAULT_HOST_FLOPS_PER_CYCLE)
+    area: Area = Area(**DEFAULT_AREA)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> "Arch":
@@ -213,7 +240,7 @@ class Arch:
             dram=Dram(**section("dram")), dma=Dma(**section("dma")),
             vector=Vector(lanes=values["vector.lanes"], ops=tuple(values["vector.ops"])),
             queues=Queues(**section("queues")), energy=Energy(**section("energy")),
-            host=Host(**section("host")))
+            host=Host(**section("host")), area=Area(**section("area")))
         arch._check_consistency(source)
         return arch
 
@@ -286,6 +313,17 @@ class Arch:
     def lanes(self) -> int:
         """Elements per local-memory row (int8 in the scratchpad, int32 in the accumulator)."""
         return self.array.cols
+
+    @property
+    def sram_bytes(self) -> int:
+        """Local memory: the scratchpad and the accumulator."""
+        return self.scratchpad.size_bytes + self.accumulator.size_bytes
+
+    @property
+    def area_um2(self) -> float:
+        """The silicon of the array, the local memories and the vector unit (`[area]`)."""
+        return (self.macs_per_cycle * self.area.pe_um2 + self.sram_bytes * self.area.sram_byte_um2
+                + self.vector.lanes * self.area.vector_lane_um2)
 
     @property
     def cycle_us(self) -> float:

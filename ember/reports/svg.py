@@ -278,3 +278,89 @@ def timeline(rows: Sequence[TimelineRow], total_cycles: int, lanes: Sequence[str
                  f'{total_cycles:,} cycles</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ScatterPoint:
+    label: str  # printed beside front points
+    x: float
+    y: float
+    on_front: bool
+    note: str = ""  # hover text
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten apart) that cover [lo, hi]."""
+    if hi <= lo:
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / count
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(lo / step) * step
+    return [first + i * step for i in range(int(math.ceil((hi - first) / step)) + 1)]
+
+
+def _tick_text(value: float) -> str:
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:g}M"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:g}k"
+    return f"{value:.4g}"
+
+
+def scatter(points: Sequence[ScatterPoint], x_label: str, y_label: str, title: str = "",
+            width_px: int = 640, height_px: int = 420) -> str:
+    """Every point as a grey dot (class "point"), the Pareto front's as larger coloured dots
+    (class "front") joined by the staircase that bounds what can be reached; linear axes from
+    zero-rounded ticks. Points are named on hover."""
+    xs = _nice_ticks(min(p.x for p in points), max(p.x for p in points))
+    ys = _nice_ticks(min(p.y for p in points), max(p.y for p in points))
+    left, right, top, bottom = 70, 20, 50, 45
+    plot_w, plot_h = width_px - left - right, height_px - top - bottom
+
+    def px(x: float) -> float:
+        return left + (x - xs[0]) / (xs[-1] - xs[0]) * plot_w
+
+    def py(y: float) -> float:
+        return top + plot_h - (y - ys[0]) / (ys[-1] - ys[0]) * plot_h
+
+    parts = _svg_open(width_px, height_px, title)
+    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
+                 f'stroke="#999"/>')
+    for x in xs:
+        parts.append(f'<line x1="{px(x):.1f}" y1="{top}" x2="{px(x):.1f}" y2="{top + plot_h}" '
+                     f'stroke="#eee"/><text x="{px(x):.1f}" y="{top + plot_h + 14}" '
+                     f'text-anchor="middle">{_tick_text(x)}</text>')
+    for y in ys:
+        parts.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + plot_w}" y2="{py(y):.1f}" '
+                     f'stroke="#eee"/><text x="{left - 4}" y="{py(y) + 4:.1f}" '
+                     f'text-anchor="end">{_tick_text(y)}</text>')
+    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height_px - 8}" text-anchor="middle">'
+                 f'{escape(x_label)}</text>')
+    parts.append(f'<text x="14" y="{top + plot_h / 2:.0f}" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {top + plot_h / 2:.0f})">{escape(y_label)}</text>')
+    front = sorted((p for p in points if p.on_front), key=lambda p: (p.x, p.y))
+    if len(front) > 1:  # the staircase: each front point holds until the next one is reached
+        steps = [(front[0].x, front[0].y)]
+        for p in front[1:]:
+            steps += [(p.x, steps[-1][1]), (p.x, p.y)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in steps)
+        parts.append(f'<polyline class="staircase" points="{path}" fill="none" '
+                     f'stroke="{_COLOURS[1]}" stroke-width="1.5"/>')
+    for p in sorted(points, key=lambda p: p.on_front):
+        tip = f"<title>{escape(p.label)}: {escape(p.note)}</title>"
+        if p.on_front:
+            parts.append(f'<circle class="front" cx="{px(p.x):.1f}" cy="{py(p.y):.1f}" r="5" '
+                         f'fill="{_COLOURS[1]}" stroke="#fff">{tip}</circle>')
+        else:
+            parts.append(f'<circle class="point" cx="{px(p.x):.1f}" cy="{py(p.y):.1f}" r="3.5" '
+                         f'fill="#999" fill-opacity="0.7">{tip}</circle>')
+    labels = _Labels((left, top, left + plot_w, top + plot_h))
+    for p in points:
+        labels.taken.append((px(p.x) - 5, py(p.y) - 5, px(p.x) + 5, py(p.y) + 5))
+    if len(front) <= 16:
+        for p in front:
+            parts += labels.place(p.label, px(p.x), py(p.y))
+    parts += _legend([("Pareto front", _COLOURS[1]), ("other points", "#999")], left + 4, 38)
+    parts.append("</svg>")
+    return "\n".join(parts)

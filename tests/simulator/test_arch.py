@@ -64,3 +64,21 @@ def test_unknown_preset_and_bad_toml(tmp_path):
         Arch.load(write(tmp_path, "name = "))
     with pytest.raises(SimulatorError, match="cannot read"):
         Arch.load(tmp_path / "missing.toml")
+
+
+def test_area_counts_pes_local_memory_and_lanes():
+    arch = Arch.load("default")
+    assert arch.sram_bytes == 256 * 1024 + 64 * 1024
+    assert arch.area_um2 == 256 * 419.0 + arch.sram_bytes * 5.536 + 16 * 3632.0
+    assert Arch.load("edge").area_um2 < arch.area_um2 < Arch.load("large").area_um2
+
+
+def test_a_file_without_area_gets_the_default_figures(tmp_path):
+    """Program headers written before [area] existed still load, with the presets' figures."""
+    from simulator.arch import DEFAULT_AREA
+    data = Arch.load("default").to_dict()
+    del data["area"]
+    assert Arch.from_dict(data) == Arch.load("default")
+    assert Arch.from_dict(data).area.pe_um2 == DEFAULT_AREA["pe_um2"]
+    with pytest.raises(SimulatorError, match="area.pe_um2 = -1: expected a non-negative"):
+        Arch.from_dict({**data, "area": {"pe_um2": -1}}, source="mine")
