@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from compiler.backend.progress import Progress, quiet
+from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph
+from compiler.graph.ops import OPS
 from ember.accuracy import Evaluation, measure
 from ember.errors import EmberError
 from ember.flow import quantize_model
@@ -227,7 +229,7 @@ class _Candidates:
             self.found.append(int16)
             return
         except QuantizeError as err:
-            why = str(err)
+            why = f"int16: {err}"
         if not self.allow_host:
             self.passed_over.append((tensor, why))
             return
@@ -235,8 +237,8 @@ class _Candidates:
         kept = Raised(tensor, "fp32", gain, tuple(sorted(nodes)))
         try:
             self.quantize(_options(self.base, [*self.found, kept]))
-        except QuantizeError as err:
-            self.passed_over.append((tensor, str(err)))
+        except QuantizeError as err:  # e.g. a node it keeps writes a tensor raised to int16
+            self.passed_over.append((tensor, f"{why}; fp32 on the host: {err}"))
             return
         self._kept_nodes |= nodes
         self.found.append(kept)
@@ -252,24 +254,36 @@ def _options(base: QuantOptions, raised: Sequence[Raised]) -> QuantOptions:
 
 def _nodes_around(graph: Graph, tensor: str) -> set[str]:
     """The nodes that keep `tensor` in fp32 when they run there: its producer (with the layer
-    before it when the producer is a one-input activation fused into that layer) and every
-    node that reads it."""
+    before it when the producer is a clamp fused into that layer) and every node that reads
+    it; and a clamp that alone reads a kept node's output, which would otherwise take the
+    node's unclamped range in int8 (a Conv kept without its ReLU6 loses 8 dB there)."""
     producers = graph.producers()
-    nodes = {node.name for node in graph.nodes if tensor in node.inputs}
+    by_name = {node.name: node for node in graph.nodes}
+
+    def readers(value: str) -> list:
+        return [node for node in graph.nodes if value in node.inputs]
+
+    def clamp(node) -> bool:
+        return OPS[node.op].quant is Quant.CLAMP
+
+    nodes = {node.name for node in readers(tensor)}
     producer = producers.get(tensor)
     if producer is not None:
         nodes.add(producer.name)
-        inputs = [name for name in producer.inputs if name]
-        if len(inputs) == 1 and inputs[0] in producers and \
-                not graph.values[inputs[0]].is_const:
-            readers = [n for n in graph.nodes if inputs[0] in n.inputs]
-            if len(readers) == 1:  # an activation alone after its layer: the pair
-                nodes.add(producers[inputs[0]].name)
+        source = producer.inputs[0]
+        if clamp(producer) and source in producers and len(readers(source)) == 1:
+            nodes.add(producers[source].name)
+    for name in list(nodes):
+        for out in by_name[name].outputs:
+            after = readers(out)
+            if len(after) == 1 and clamp(after[0]):
+                nodes.add(after[0].name)
     return nodes
 
 
-def _names(raised: Sequence[Raised]) -> str:
-    return ", ".join(f"{r.tensor} {r.how}" for r in raised)
+def _names(raised: Sequence[Raised], shown: int = 5) -> str:
+    names = ", ".join(f"{r.tensor} {r.how}" for r in raised[:shown])
+    return names + (f" and {len(raised) - shown} more" if len(raised) > shown else "")
 
 
 def _passed_over(candidates: _Candidates) -> str:

@@ -296,11 +296,15 @@ def _prepared(shared: cluster.Shared, work: Work) -> list:
 
 def pareto_front(points: Sequence[dict], x: str, y: str) -> list[dict]:
     """The points no other beats on both `x` and `y` (both minimized; a point beats another
-    when it is no worse on both and better on one), by increasing `x`."""
-    ordered = sorted(points, key=lambda p: (p[x], p[y], p["index"]))
+    when it is no worse on both and better on one), by increasing `x`. Of points equal on
+    both, one stays: the best on the other objectives (then the lowest index), so a front of
+    cycles against energy does not list every scratchpad size that changes neither."""
+    others = [o for o in OBJECTIVES if o not in (x, y)]
+    ordered = sorted(points, key=lambda p: (p[x], p[y], *(p.get(o, 0) for o in others),
+                                            p["index"]))
     front: list[dict] = []
     for p in ordered:
-        if not front or p[y] < front[-1][y] or (p[x], p[y]) == (front[-1][x], front[-1][y]):
+        if not front or p[y] < front[-1][y]:
             front.append(p)
     return front
 

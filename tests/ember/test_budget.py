@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import helper
 
+from ember import budget
+from ember.flow import optimized_graph
 from tests.cli import DIGITS, assert_one_line_error, invoke
 from tests.onnx_builder import model
 
@@ -98,6 +100,22 @@ def test_host_fp32_is_the_last_resort(tmp_path) -> None:
     hows = {r["tensor"]: r["how"] for r in spent["raised"]}
     assert hows.get("logits") == "fp32" and spent["chosen"]["outputs"][0]["sqnr_db"] >= 44
     assert json.loads(result.output)["host_segments"]
+
+
+def test_keeping_a_tensor_in_fp32_keeps_its_layer_and_clamp_together() -> None:
+    """A Conv kept in fp32 without the Relu after it would hand the Relu its unclamped range
+    in int8; a clamp's output kept in fp32 brings the layer it was fused into."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="c1"),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["r"], name="r1"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="c2")]
+    proto = model(nodes, {"x": [1, 2, 5, 5]}, {"y": [1, 2, 3, 3]},
+                  {"w1": rng.normal(size=(3, 2, 1, 1)).astype(np.float32),
+                   "w2": rng.normal(size=(2, 3, 3, 3)).astype(np.float32),
+                   "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)})
+    graph = optimized_graph(proto)
+    assert budget._nodes_around(graph, "x") == {"c1", "r1"}
+    assert budget._nodes_around(graph, "r") == {"c1", "r1", "c2"}
 
 
 def test_budget_usage_errors(bad) -> None:

@@ -178,7 +178,11 @@ def test_space_values_and_ranges():
         spaces.parse_space({"space": {"array": {"rows": [8]}}}, "s")
 
 
-def test_pareto_front_keeps_ties_and_drops_dominated():
+def test_pareto_front_drops_dominated_points_and_keeps_one_of_a_tie():
     points = [{"index": i, "a": a, "c": c}
               for i, (a, c) in enumerate([(1, 9), (2, 5), (2, 5), (3, 5), (4, 1), (5, 1)])]
-    assert [p["index"] for p in sweep.pareto_front(points, "a", "c")] == [0, 1, 2, 4]
+    assert [p["index"] for p in sweep.pareto_front(points, "a", "c")] == [0, 1, 4]
+    # of a tie on both, the one better on the third objective
+    tied = [{"index": 0, "cycles": 5, "energy_uj": 2, "area_mm2": 3.0},
+            {"index": 1, "cycles": 5, "energy_uj": 2, "area_mm2": 1.0}]
+    assert [p["index"] for p in sweep.pareto_front(tied, "energy_uj", "cycles")] == [1]
