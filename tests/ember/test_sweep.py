@@ -130,10 +130,11 @@ def test_bad_options_are_one_line_errors(tmp_path, digits_profile):
 LARGER = SPACE + '"dma.bytes_per_cycle" = [8, 16, 32]\n"vector.lanes" = [8, 16]\n'
 
 
-def test_two_processes_give_the_same_results(tmp_path, digits_profile):
+def test_two_processes_give_the_same_results(tmp_path, digits_profile, dask_scheduler):
     one = run(tmp_path, digits_profile, SPACE, "--cluster", "local")[1]
     two = run(tmp_path, digits_profile, SPACE, "--cluster", "local:2")[1]
     assert one == two and one["evaluated"] == 6
+    assert run(tmp_path, digits_profile, SPACE, "--cluster", dask_scheduler)[1] == one
     local = ("--search", "local", "--points", "12", "--seed", "5")
     one = run(tmp_path, digits_profile, LARGER, *local, "--cluster", "local")[1]
     two = run(tmp_path, digits_profile, LARGER, *local, "--cluster", "local:2")[1]
