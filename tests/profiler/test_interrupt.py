@@ -104,3 +104,41 @@ def test_ctrl_c_ends_a_parallel_run_at_once(tmp_path) -> None:
     # semaphores after ember has said it was interrupted (a known gap, issue 13).
     assert "ember: interrupted" in stderr.strip().splitlines(), stderr
     assert not output.exists() and list(tmp_path.iterdir()) == [model]
+
+
+def test_ctrl_c_cancels_a_dask_clusters_shards(tmp_path, dask_scheduler) -> None:
+    """On a cluster, Ctrl-C cancels the shards queued and running there: exit 130, no file,
+    and the scheduler has nothing left to process."""
+    from distributed import Client
+
+    model = tmp_path / "image.onnx"
+    onnx.save(_image_model(), str(model))
+    output = tmp_path / "profile.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    with Client(dask_scheduler, set_as_default=False) as client:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from ember.cli import main; main()", "quantize-profile",
+             str(model), "--random", "20000", "--batch", "1", "-o", str(output), "--cluster",
+             dask_scheduler],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, preexec_fn=_as_a_shell_starts_it)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(client.processing().values()):  # shards running on the workers
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "no shard ever ran"
+                time.sleep(0.1)
+            os.killpg(process.pid, signal.SIGINT)
+            _, stderr = process.communicate(timeout=_EXIT_SECONDS)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        assert process.returncode == 130, stderr
+        assert "ember: interrupted" in stderr and "Traceback" not in stderr, stderr
+        assert not output.exists()
+        deadline = time.monotonic() + 10
+        while any(client.processing().values()):  # cancelled, not left to run
+            assert time.monotonic() < deadline, client.processing()
+            time.sleep(0.1)
