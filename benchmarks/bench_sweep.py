@@ -113,7 +113,7 @@ def main() -> None:
             return
         print(f"space: {space.size:,} points; {args.points} drawn at random (seed {args.seed}); "
               f"workload: {', '.join(MODELS)}\n")
-        print("| --cluster | points | failed | excluded | seconds | points/min | speed-up |")
+        print("| --cluster | points | failed | excluded | seconds | points/min | speed, vs the first |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         first, first_s = None, None
         for processes in (int(n) for n in args.processes.split(",")):
