@@ -14,7 +14,7 @@ import math
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -485,7 +485,6 @@ class _Tallies:
     layer_acc: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
     first_difference: dict | None = None
     kept: list[tuple[dict, dict]] = dataclasses.field(default_factory=list)  # --sensitivity
-    error: str | None = None  # a user error's one line, naming the sample
 
     def merge(self, other: _Tallies) -> None:
         """Add `other`, a later shard's (dict order: the first shard's, as one process's)."""
@@ -522,51 +521,21 @@ def _evaluate(running: cluster.Cluster, shared: cluster.Shared, total: int | Non
 
     if job.in_process:
         return _evaluate_shard(shared, _Shard(shards.SampleRange(0, limit), advance))
-    planned = shards.plan(job.source.count(), limit, job.batch, running.workers)
-    ranges = planned or shards.open_ranges(job.batch, limit)
-    stop_drawing = False
-    asked: list[shards.SampleRange] = []  # by shard index
-
-    def drawn():
-        for sample_range in ranges:
-            if stop_drawing:
-                return
-            asked.append(sample_range)
-            yield _Shard(sample_range)
-
-    results: dict[int, _Tallies] = {}
-    failed: dict[int, str] = {}
-    with closing(running.run(_evaluate_shard, shared, drawn())) as finished:
-        for index, result in finished:
-            if result.error is not None:
-                failed[index] = result.error
-                stop_drawing = True
-            else:
-                results[index] = result
-                advance(result.samples)
-                if not planned and result.samples + result.dropped < asked[index].length:
-                    stop_drawing = True  # the source ran out
-            if failed and all(i in results or i in failed for i in range(min(failed))):
-                break
-    if failed:
-        raise EmberError(failed[min(failed)])
+    ranges = shards.plan(job.source.count(), limit, job.batch, running.workers) or \
+        shards.open_ranges(job.batch, limit)
+    done_shards, _ = shards.gather(running, _evaluate_shard, shared, ranges,
+                                   read=lambda t: t.samples + t.dropped,
+                                   on_result=lambda t: advance(t.samples), shard=_Shard)
     merged = _Tallies()
-    for index in sorted(results):
-        merged.merge(results[index])
+    for _, result in done_shards:
+        merged.merge(result)
     return merged
 
 
 def _evaluate_shard(shared: cluster.Shared, shard: _Shard) -> _Tallies:
-    """Measure the samples of one shard (in a worker: module level, pickled by reference). A
-    user error in a worker comes back as its one line; here, it raises as it always did."""
+    """Measure the samples of one shard (in a worker: module level, pickled by reference)."""
     job: _Job = shared.payload
-    setup = cluster.cached(shared, "setup", lambda: _set_up(job))
-    try:
-        return _measure_range(job, setup, shard)
-    except user_error_types() as err:
-        if job.in_process:
-            raise
-        return _Tallies(error=str(err))
+    return _measure_range(job, cluster.cached(shared, "setup", lambda: _set_up(job)), shard)
 
 
 def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:

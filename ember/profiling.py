@@ -29,7 +29,7 @@ def profile(cluster: Cluster, model: onnx.ModelProto, source: Source, specs: lis
         return run.profile(model, source, specs, options, on_samples)
     setup = run.prepare(model, source, specs, options)
     shared = Shared((setup, log_severity()))
-    measured: dict[int, run.Measured] = {}
+    measured: list[run.Measured] = []
     position, kept, ended = 0, 0, False
     # A --samples limit reads that many samples; samples skipped as non-finite are made up
     # from the ones after, in another round, as one process would have read on.
@@ -37,28 +37,19 @@ def profile(cluster: Cluster, model: onnx.ModelProto, source: Source, specs: lis
         need = None if options.samples is None else options.samples - kept
         ranges = shards.plan(source.count(), need, setup.batch, cluster.workers, position) \
             or shards.open_ranges(setup.batch, need, position)
-        asked: list[shards.SampleRange] = []
-
-        def drawn():
-            for sample_range in ranges:
-                if ended:
-                    return
-                asked.append(sample_range)
-                yield sample_range.start, sample_range.stop
-
-        for index, result in cluster.run(_profile_shard, shared, drawn()):
-            measured[asked[index].start] = result
-            on_samples(result.samples)
-            if asked[index].stop is None or result.read < asked[index].length:
-                ended = True  # the data ran out
-        kept = sum(m.samples for m in measured.values())
-        position = max(r.start for r in asked) + measured[max(r.start for r in asked)].read
-    shards_in_order = [measured[start] for start in sorted(measured) if measured[start].read]
+        done, ended = shards.gather(cluster, _profile_shard, shared, ranges,
+                                    read=lambda m: m.read,
+                                    on_result=lambda m: on_samples(m.samples),
+                                    shard=lambda r: (r.start, r.stop))
+        measured += [m for _, m in done]
+        kept = sum(m.samples for m in measured)
+        position = done[-1][0].start + done[-1][1].read
+    shards_in_order = [m for m in measured if m.read]
     if any(m.dropped for m in shards_in_order[:-1]):
         raise EmberError(f"the model's fixed batch of {setup.batch} and samples skipped as "
                          f"non-finite leave shards with partial batches; profile it with "
                          f"--cluster local")
-    return run.finish(model, setup, options, shards_in_order or [measured[0]])
+    return run.finish(model, setup, options, shards_in_order or measured[:1])
 
 
 def _profile_shard(shared: Shared, span: tuple[int, int]) -> run.Measured:

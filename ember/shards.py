@@ -10,8 +10,11 @@ would. `ember.profiling` and `ember.accuracy` plan their shards here.
 from __future__ import annotations
 
 import math
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
+
+from ember.errors import EmberError, user_error_types
 
 # Shards per worker: enough that a slow shard at the end leaves the other workers little idle
 # time (64 workers: 256 shards), few enough that each costs little to start (`bench_shards`).
@@ -61,3 +64,61 @@ def open_ranges(batch: int, limit: int | None, start: int = 0) -> Iterator[Sampl
     while end is None or start < end:
         yield SampleRange(start, start + step if end is None else min(start + step, end))
         start += step
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A shard's user error, returned rather than raised so that the run can name the first
+    failing sample, as one process would meet it."""
+
+    message: str
+
+
+def gather(running, function: Callable[[Any, Any], Any], shared, ranges: Iterable[SampleRange],
+           read: Callable[[Any], int], on_result: Callable[[Any], None] = lambda r: None,
+           shard: Callable[[SampleRange], Any] = lambda r: r
+           ) -> tuple[list[tuple[SampleRange, Any]], bool]:
+    """Run `function(shared, shard(range))` over `ranges` where `running` (an
+    `ember.cluster.Cluster`) runs shards, drawing ranges lazily: none after a shard that read
+    fewer samples than its range holds (`read(result)`: the data ran out) or one that failed.
+    Returns the (range, result) pairs in sample order and whether the data ran out; a user
+    error raises as the earliest failing shard's, once every shard before it is in."""
+    stop = False
+    asked: list[SampleRange] = []
+
+    def drawn():
+        for sample_range in ranges:
+            if stop:
+                return
+            asked.append(sample_range)
+            yield function, shard(sample_range)
+
+    results: dict[int, Any] = {}
+    failed: dict[int, str] = {}
+    ended = False
+    with closing(running.run(_guarded, shared, drawn())) as finished:
+        for index, result in finished:
+            if isinstance(result, Failed):
+                failed[index] = result.message
+                stop = True
+            else:
+                results[index] = result
+                on_result(result)
+                length = asked[index].length
+                if length is None or read(result) < length:
+                    stop = ended = True
+            if failed and all(i in results or i in failed for i in range(min(failed))):
+                break
+    if failed:
+        raise EmberError(failed[min(failed)])
+    return [(asked[i], results[i]) for i in sorted(results)], ended
+
+
+def _guarded(shared, item) -> Any:
+    """A shard on a worker (module level: pickled by reference): its result, or its user
+    error as a Failed."""
+    function, shard = item
+    try:
+        return function(shared, shard)
+    except user_error_types() as err:
+        return Failed(str(err))
