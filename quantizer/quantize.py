@@ -42,7 +42,7 @@ from quantizer.smooth import smooth_norms
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
                             norm_copies, wide_values)
 from quantizer.options import QuantOptions
-from quantizer.requant import RATIO_MIN, ratio, ratios
+from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.errors import listing
@@ -103,7 +103,7 @@ class _Rewriter:
         for name in self.opts.int16_tensors:  # narrowed to what the accumulators hold
             lo, hi = self.real_range(name)
             bits = accumulator_bits(self.g, name, max(-lo, hi), self.opts.per_channel,
-                                    self.opts.schema == "power2")
+                                    self.opts.schema == "power2", self.opts.bias_correction)
             if bits < MIN_ARRAY_BITS:
                 raise QuantizeError(f"int16 tensor {name!r}: its readers' weights leave only "
                                     f"{bits} bits of codes inside the int32 accumulator (at "
@@ -618,12 +618,6 @@ def normalize(r: _Rewriter, node: Node) -> None:
     r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), bias, table_name), (out,),
            {**node.attrs, "out_zero_point": int(out_params.zero_point[0]),
             "out_dtype": r.dtype_of(node.outputs[0])})
-
-
-# A channel's bias code stays within 2^24 (far inside int32, with room for the products): a
-# channel whose weights are near zero but whose bias is not (a dead channel that BatchNorm
-# folding left) gets its weight scale floored to |bias| / (s_x * 2^24) instead of failing.
-BIAS_CODE_LIMIT = 2.0**24
 
 
 def weight_floor(real_bias: np.ndarray | None, x_scale: float, out_scale: float) -> np.ndarray:

@@ -20,6 +20,11 @@ from simulator.errors import SimulatorError
 # The fixed-point range is [RATIO_MIN, RANGE_END); a ratio at or past its end is clamped to
 # RATIO_MAX, exactly representable, where every non-zero accumulator already saturates.
 RATIO_MIN, RATIO_MAX, RANGE_END = 2.0**-32, 2.0**30, 2.0**31
+# A channel's bias code stays within 2^24 (far inside int32, with room for the products): a
+# channel whose weights are near zero but whose bias is not (a dead channel that BatchNorm
+# folding left) gets its weight scale floored to |bias| / (s_x * 2^24) instead of failing
+# (`quantizer.quantize.weight_floor`).
+BIAS_CODE_LIMIT = 2.0**24
 
 
 def ratio(real: float, where: str) -> tuple[int, int]:

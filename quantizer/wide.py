@@ -15,10 +15,11 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-Gemm's or MatMul's output int16 (REQUANT wide=1) for readers that are Convs, Gemms or MatMuls
-by constant weights, which stream its two planes through the array (COMPUTE shift:
-`array_values`). Such a tensor's codes are narrowed to the bits its readers' int32
-accumulators allow (`accumulator_bits`).
+Gemm's or MatMul's output (REQUANT wide=1) or a residual Add's (ADD wide=1) int16 for readers
+that are Convs, Gemms or MatMuls by constant weights, which stream its two planes through the
+array (COMPUTE shift), and residual Adds, which read both planes (`array_values`). Such a
+tensor's codes are narrowed to the bits its array readers' int32 accumulators allow
+(`accumulator_bits`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, Quan
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram, weight_scales
 from quantizer.errors import QuantizeError
+from quantizer.requant import BIAS_CODE_LIMIT
 from simulator import numerics
 
 MODES = ("auto", "never", "always")
@@ -178,11 +180,11 @@ MIN_ARRAY_BITS = 9
 
 
 def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) -> list[str]:
-    """The activations `names` (`QuantOptions.int16_tensors`) checked: each a Conv's, Gemm's
-    or MatMul's output by a constant weight (or the Relu fused into its requantization:
-    `fused`, producer name -> clamp), read only by Convs, Gemms and MatMuls by constant
-    weights as their first input, none of them kept in fp32, not a model output. Raises
-    QuantizeError naming the first that is not."""
+    """The activations `names` (`QuantOptions.int16_tensors`) checked: each made by a Conv,
+    Gemm or MatMul by a constant weight (or the Relu fused into its requantization: `fused`,
+    producer name -> clamp) or by a residual Add, read only by such Convs, Gemms and MatMuls
+    as their first input and by residual Adds (`_residual_add`), none of them kept in fp32,
+    not a model output. Raises QuantizeError naming the first that is not."""
     producers, users = graph.producers(), graph.users()
     out = []
     for name in names:
@@ -202,21 +204,39 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
             raise QuantizeError(f"int16 tensor {name!r}: its {fused[producer.name].op} is fused "
                                 f"into {producer.name!r}; name the {fused[producer.name].op}'s "
                                 f"output {fused[producer.name].outputs[0]!r}")
-        if not _by_constant(graph, producer) or producer.name in keep:
+        if not (_by_constant(graph, producer) or _residual_add(graph, producers, producer)) or \
+                producer.name in keep:
             raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
                                 f"{producer.name!r}; only a Conv, Gemm or MatMul by a constant "
-                                f"weight (a Relu fused into it) writes int16 for the array")
+                                f"weight (a Relu fused into it) or an Add of two whole "
+                                f"tensors writes int16")
         readers = users.get(name, [])
         for reader in readers:
-            if not _by_constant(graph, reader) or reader.inputs[0] != name or \
-                    name in reader.inputs[1:] or reader.name in keep:
+            on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \
+                name not in reader.inputs[1:]
+            if not (on_array or _residual_add(graph, producers, reader)) or reader.name in keep:
                 raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
                                     f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
-                                    f"constant weight read int16 on the array")
+                                    f"constant weight (on the array) and Adds of two whole "
+                                    f"tensors read int16")
         if not readers:
             raise QuantizeError(f"int16 tensor {name!r}: read by no node")
         out.append(name)
     return out
+
+
+def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
+    """An Add of two activations of its output's shape, neither a view of another tensor: the
+    vector unit's ADD reads and writes int16 over such whole tensors (a_wide, b_wide, wide)."""
+    if node.op != ADD.name or len(node.inputs) != 2:
+        return False
+    shape = graph.type_of(node.outputs[0]).shape
+    for name in node.inputs:
+        value = graph.values[name]
+        if value.is_const or name in graph.inputs or graph.type_of(name).shape != shape or \
+                name not in producers or OPS[producers[name].op].view is not None:
+            return False
+    return True
 
 
 def _by_constant(graph: Graph, node: Node) -> bool:
@@ -226,18 +246,23 @@ def _by_constant(graph: Graph, node: Node) -> bool:
 
 
 def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
-                     power2: bool) -> int:
+                     power2: bool, bias_correction: bool = False) -> int:
     """The most bits b (<= 16) of symmetric int16 codes for tensor `name`, of real range
     [-amax, amax], such that no reader's int32 accumulator can overflow: for every output
-    channel c of every reader, 2^(b-1) (S_c + B_c) <= 2^31 - 2, where S_c = sum |w_q| over
-    the channel's int8 weight codes (its K terms) and B_c = |beta b_c| / (|alpha| amax s_w,c)
-    bounds its int32 bias code per input step (the code is rint(beta b_c / (alpha s_x s_w,c)),
-    s_x = amax / (2^(b-1) - 1)). A code is at most 2^(b-1) in magnitude (the producer clamps
-    to b bits: `numerics.wide_clamp`), so |sum w x + bias| < 2^31 and the two passes' int32
-    sum is exact. The weight scales are the quantizer's before any floor (a floor only
-    shrinks codes), so the bound holds for the codes it makes."""
-    worst = 0.0
+    channel c of every reader, 2^(b-1) S_c + min(2^(b-1) B_c + 1, 2^24 + 1) <= 2^31 - 1, where
+    S_c = sum |w_q| over the channel's int8 weight codes (its K terms) and B_c = |beta b_c| /
+    (|alpha| amax s_w,c) bounds its int32 bias code per input step (the code is rint(beta b_c
+    / (alpha s_x s_w,c)), s_x = amax / (2^(b-1) - 1)); the quantizer's floor keeps every bias
+    code within 2^24 (`BIAS_CODE_LIMIT`: a dead channel's tiny weights would otherwise make
+    B_c huge). With bias correction S_c gains K/2: the correction moves the bias by at most
+    half a weight step times the input's mean, K times. A code is at most 2^(b-1) in
+    magnitude (the producer clamps to b bits: `numerics.wide_clamp`), so |sum w x + bias| <
+    2^31 and the two passes' int32 sum is exact. The weight scales are the quantizer's before
+    any floor (a floor only shrinks codes), so the bound holds for the codes it makes."""
+    bits = 16
     for reader in graph.users().get(name, []):
+        if not _by_constant(graph, reader):
+            continue  # an Add: the vector unit's int16 operands have no accumulator bound
         row = OPS[reader.op]
         attrs = row.bind(reader.name, reader.attrs)
         w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)
@@ -247,8 +272,11 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
         scales = weight_scales(w, out_axis if per_channel else None, power2)
         q = numerics.quantize(w, scales, 0, -127, 127, axis=out_axis if per_channel else None,
                               arithmetic=np.float64)
-        s_c = np.abs(np.moveaxis(q.astype(np.int64), out_axis, 0)).reshape(
-            q.shape[out_axis], -1).sum(axis=1).astype(np.float64)
+        codes = np.abs(np.moveaxis(q.astype(np.int64), out_axis, 0)).reshape(q.shape[out_axis], -1)
+        s_c = codes.sum(axis=1).astype(np.float64)
+        if bias_correction:
+            s_c = s_c + codes.shape[1] / 2
+        b_c = np.zeros_like(s_c)
         has_bias = len(reader.inputs) > 2 and reader.inputs[2]
         if has_bias and amax > 0:
             bias = np.abs(np.asarray(graph.values[reader.inputs[2]].const, np.float64))
@@ -256,9 +284,8 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
             bias = np.full(channels, bias.max()) if bias.size == 1 or \
                 bias.size % channels else bias.reshape(-1, channels).max(axis=0)
             ratio = abs(float(attrs.get("beta", 1.0))) / abs(float(attrs.get("alpha", 1.0)))
-            s_c = s_c + ratio * bias / (amax * np.broadcast_to(np.asarray(scales), (channels,)))
-        worst = max(worst, float(s_c.max(initial=0.0)))
-    if worst <= 0:
-        return 16
-    bits = 1 + int(np.floor(np.log2((2**31 - 2) / worst)))
-    return min(16, bits)
+            b_c = ratio * bias / (amax * np.broadcast_to(np.asarray(scales), (channels,)))
+        while bits > 1 and np.any(2.0**(bits - 1) * s_c + np.minimum(
+                2.0**(bits - 1) * b_c + 1, BIAS_CODE_LIMIT + 1) > 2**31 - 1):
+            bits -= 1
+    return bits

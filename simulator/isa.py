@@ -79,9 +79,10 @@ store -> vector -> compute -> load.
   requantized by lane 2 (`numerics.hypot`: a spectrum's magnitude, its operands in one scale).
   The b rows are [b, b + rows), or the one row b for every row with b_once=1; with b_splat=1,
   lane 0 of each b row stands for every lane (as MUL's). With wide=1 (op add only) the sum is
-  int16 (the clamp its range; qmin, qmax unused), written as two planes
-  (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low bytes to
-  [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a LAYERNORM reads).
+  int16, clamped to [qmin * 256, qmax * 256 + 255] (`numerics.wide_clamp`, as REQUANT's),
+  written as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low
+  bytes to [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a
+  LAYERNORM, an Add or the array reads).
   With a_wide=1 (b_wide=1) operand a (b) is int16: its high plane's rows at a (b), its low
   plane's right after them; an add's operands then align at 2^12, not 2^20
   (`numerics.add_left_shift`); op add or hypot only, and each wide operand takes one more pass.

@@ -108,12 +108,13 @@ def add(state, insn) -> None:
         raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds or takes a "
                              f"magnitude; op {ADD_OPS[a['op']]!r} has no wide form")
     shift = numerics.add_left_shift(bool(wide_in))
-    if a["wide"]:  # an int16 sum (qmin, qmax unused): high plane at dst, low plane after it
+    if a["wide"]:  # an int16 sum, qmin and qmax its high byte's: high plane at dst, low after
         if ADD_OPS[a["op"]] != "add":
             raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
                                  f"has no wide form")
         total = numerics.add(x, y, a["a_offset"], a["b_offset"], multipliers, shifts,
-                             a["out_offset"], dtype="int16", left_shift=shift)
+                             a["out_offset"], *numerics.wide_clamp(a["qmin"], a["qmax"]),
+                             dtype="int16", left_shift=shift)
         sp[:, rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate(
             numerics.split_wide(total), axis=1)
         return

@@ -26,6 +26,7 @@ from compiler.backend.lower.data import axis_strides
 from compiler.backend.lower.resize import border_runs, lower_index_map
 from compiler.backend.lower.walk import INT8_CODES, Walk, requant_params, unsupported
 from simulator import isa, numerics
+from simulator.numerics import RANGES, wide_clamp
 
 
 INT8_MIN = -128
@@ -397,11 +398,17 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
     wide, a_wide, b_wide = (lw.g.type_of(n).dtype == "int16" for n in (y, x, z))
     any_wide = wide or a_wide or b_wide
+    if wide:  # the 8-bit clamp fields bound an int16 sum's high byte (`numerics.wide_clamp`)
+        lo, hi = (int(q) for q in (a.get("qclamp") or RANGES["int16"]))
+        qclamp = (lo >> 8, hi >> 8)
+        if wide_clamp(*qclamp) != (lo, hi):
+            raise unsupported(node, f"its int16 clamp [{lo}, {hi}] is not [qmin * 256, qmax * "
+                                    f"256 + 255] (a wide ADD clamps the high byte)")
     layer = AddLayer(
         node.name, ta, tb, ty, math.prod(lw.shape(y)) if any_wide else lw.tensors[ty].size_bytes
         if views is None else views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
-        int(a["out_zero_point"]), (-128, 127) if wide else qclamp, views, op, wide, a_wide,
+        int(a["out_zero_point"]), qclamp, views, op, wide, a_wide,
         b_wide)
     if any_wide and (pixelwise(layer) or op not in ("add", "hypot") or (wide and ty != y) or
                      (op == "hypot" and wide) or
