@@ -32,7 +32,8 @@ from ember import cluster, ort, preprocessing, shards
 from ember.errors import EmberError, user_error_types
 from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
-from ember.reports.accuracy import AccuracyReport, LayerAccuracy, OutputAccuracy
+from ember.reports.accuracy import (AccuracyReport, LayerAccuracy, OutputAccuracy,
+                                    WeightAccuracy)
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from ember.sensitivity import sensitivities
 from profiler import batching
@@ -376,16 +377,21 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("approx") if name in top1 else None)
         for name, stats in tallies.outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, setup.params)
+    weights, floats = _weights(graph, qgraph) if evaluation.per_layer else ((), {})
     if evaluation.sensitivity and layers:
         # Every sample in memory, in this process: kept by the shard that ran here, or read
         # again here when the shards ran elsewhere (the same samples, the same references).
         kept = tallies.kept if in_process else _kept_samples(job, setup)
         progress("tensor sensitivities", 0, None)
-        found = sensitivities(qgraph, [k[0] for k in kept], [k[1] for k in kept],
-                              lambda done, count: progress("tensor sensitivities", done, count))
+        found, by_weight = sensitivities(
+            qgraph, [k[0] for k in kept], [k[1] for k in kept],
+            lambda done, count: progress("tensor sensitivities", done, count), floats)
         layers = tuple(dataclasses.replace(layer, alone_sqnr_db=found[layer.name].alone_sqnr_db,
                                            gain_db=found[layer.name].gain_db)
                        if layer.name in found else layer for layer in layers)
+        weights = tuple(dataclasses.replace(w, alone_sqnr_db=by_weight[w.value].alone_sqnr_db,
+                                            gain_db=by_weight[w.value].gain_db)
+                        if w.value in by_weight else w for w in weights)
     if emit_onnx:
         if not Path(emit_onnx).parent.is_dir():
             raise EmberError(f"--emit-onnx {emit_onnx}: directory "
@@ -394,7 +400,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                    sqnr_by_value={layer.name: layer.accumulated_sqnr_db for layer in layers})
     first_difference = tallies.first_difference
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
-                          layers=layers,
+                          layers=layers, weights=weights,
                           options=_option_record(options, evaluation, profile_path),
                           notes=tuple(notes),
                           bit_exact=None if exactness is None else first_difference is None,
@@ -636,6 +642,32 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
                                     own[name].sqnr_db if name in own else stats.sqnr_db,
                                     stats.sqnr_db))
     return tuple(layers)
+
+
+def _weights(graph: Graph, qgraph: Graph) -> tuple[tuple[WeightAccuracy, ...],
+                                                    dict[str, np.ndarray]]:
+    """Each integer weight of a Conv, Gemm or MatMul (the first node that reads it), with its
+    own SQNR (its float values against its codes dequantized), and its float values by the
+    integer weight's name (for `sensitivities`)."""
+    rows, floats = [], {}
+    for node in qgraph.nodes:
+        row = OPS[node.op]
+        if row.weight is None or len(node.inputs) < 2 or node.inputs[1] in floats:
+            continue
+        value = qgraph.values[node.inputs[1]]
+        origin = graph.values.get(qgraph.origin.get(value.name, value.name))
+        quant = value.type.quant
+        if not value.is_const or quant is None or origin is None or origin.const is None or \
+                np.shape(origin.const) != np.shape(value.const):
+            continue
+        real = np.asarray(origin.const, np.float64)
+        error = ErrorStats()
+        error.add(real, numerics.dequantize(value.const, quant.scale, quant.zero_point,
+                                            axis=quant.axis, arithmetic=np.float64))
+        floats[value.name] = real
+        rows.append(WeightAccuracy(origin.name, value.name, node.name, node.op,
+                                   value.type.dtype, error.sqnr_db))
+    return tuple(rows), floats
 
 
 def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: str) -> dict:

@@ -46,11 +46,29 @@ class LayerAccuracy:
 
 
 @dataclass(frozen=True)
+class WeightAccuracy:
+    """One layer's constant weight: its ONNX name (`value`: the integer weight's), the node
+    that reads it, its own quantization SQNR (the float weight against its codes), and with
+    --sensitivity the model output's SQNR with only these weights quantized (alone_sqnr_db)
+    and the output SQNR gained by keeping them at full precision (gain_db)."""
+
+    name: str
+    value: str
+    node: str
+    op: str
+    precision: str
+    own_sqnr_db: float
+    alone_sqnr_db: float | None = None
+    gain_db: float | None = None
+
+
+@dataclass(frozen=True)
 class AccuracyReport:
     model: str
     samples: int
     outputs: tuple[OutputAccuracy, ...]
     layers: tuple[LayerAccuracy, ...] = ()
+    weights: tuple[WeightAccuracy, ...] = ()  # --per-layer: each layer's weights
     options: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     bit_exact: bool | None = None
@@ -71,6 +89,7 @@ class AccuracyReport:
             "max_abs_error": first.max_abs_error,
             "outputs": [asdict(o) for o in self.outputs],
             "layers": [asdict(layer) for layer in self.worst_layers()],
+            "weights": [asdict(w) for w in self.worst_weights()],
             "precision": self.precision_counts(),
             "options": self.options, "notes": list(self.notes),
         }
@@ -90,6 +109,12 @@ class AccuracyReport:
         if self.sensitivity:
             return sorted(self.layers, key=lambda layer: -(layer.gain_db or 0.0))
         return sorted(self.layers, key=lambda layer: layer.accumulated_sqnr_db)
+
+    def worst_weights(self) -> list[WeightAccuracy]:
+        """With sensitivities, the largest output gain first; else the lowest own SQNR."""
+        if any(w.gain_db is not None for w in self.weights):
+            return sorted(self.weights, key=lambda w: -(w.gain_db or 0.0))
+        return sorted(self.weights, key=lambda w: w.own_sqnr_db)
 
     def applicable_options(self) -> dict[str, Any]:
         """The recorded options that applied to this run, for people: the percentile only
@@ -131,6 +156,8 @@ class AccuracyReport:
                     cells += [_db(layer.alone_sqnr_db), _db(layer.gain_db, "+.2f")]
                 worst.add_row(*cells)
             console.print(worst)
+        if self.weights:
+            self._print_weights(console, max_layers)
         if self.bit_exact is not None:
             console.print("simulator vs integer reference: " + (
                 "[green]bit-exact[/]" if self.bit_exact else
@@ -141,6 +168,23 @@ class AccuracyReport:
         for note in self.notes:
             console.print(f"note: {note}")
 
+    def _print_weights(self, console: Console, max_rows: int) -> None:
+        sensitivity = any(w.gain_db is not None for w in self.weights)
+        order = "largest output gain first" if sensitivity else "worst first"
+        table = Table(title=f"weights, {order} ({min(max_rows, len(self.weights))} of "
+                            f"{len(self.weights)})")
+        columns = ["weight", "node", "precision", "own SQNR dB"]
+        if sensitivity:
+            columns += ["output SQNR dB, alone quantized", "output gain dB, full precision"]
+        for col in columns:
+            table.add_column(col, justify="left" if col in ("weight", "node") else "right")
+        for w in self.worst_weights()[:max_rows]:
+            cells = [w.name, w.node, w.precision, f"{w.own_sqnr_db:.2f}"]
+            if sensitivity:
+                cells += [_db(w.alone_sqnr_db), _db(w.gain_db, "+.2f")]
+            table.add_row(*cells)
+        console.print(table)
+
     def html(self) -> str:
         layers = self.worst_layers()
         chart = bar_chart(
@@ -149,7 +193,7 @@ class AccuracyReport:
              "accumulated": [layer.accumulated_sqnr_db for layer in self.layers]},
             unit="dB", title="SQNR per quantized tensor, in graph order") if self.layers else ""
         return render_page("accuracy.html.j2", report=self, doc=self.to_json(), layers=layers,
-                           chart=chart)
+                           weights=self.worst_weights(), chart=chart)
 
 
 def _db(value: float | None, fmt: str = ".2f") -> str:

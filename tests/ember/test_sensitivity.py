@@ -79,3 +79,42 @@ def test_sensitivity_without_per_layer_is_one_line(tmp_path) -> None:
                   tmp_path / "p.json").exit_code == 0
     assert_one_line_error(invoke("accuracy", path, "--profile", tmp_path / "p.json", "--data",
                                  tmp_path / "d.npz", "--sensitivity"), "--per-layer")
+
+
+def one_bad_weight():
+    """x → conv a → conv w → y, where each of w's output channels has one tap of 1.0 on a
+    channel of a that is all but zero, and its other taps are ~0.02: per-channel int8 fits its
+    step to the 1.0 and leaves the taps that make the output a code or two each."""
+    rng = np.random.default_rng(5)
+    wa = rng.normal(0, 0.3, (C, 3, 3, 3)).astype(np.float32)
+    wa[0] *= 1e-3
+    ww = rng.normal(0, 0.02, (C, C, 3, 3)).astype(np.float32)
+    ww[:, 0, 1, 1] = 1.0
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "ww"], ["y"], name="conv_w", pads=[1, 1, 1, 1])]
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, C, 8, 8]}, {"wa": wa, "ww": ww})
+
+
+def test_the_bad_weight_ranks_first_among_the_weights(tmp_path) -> None:
+    """--per-layer lists each layer's weights with their own SQNR; --sensitivity adds the
+    output SQNR each gains at full precision, in the JSON, the terminal table and the page."""
+    path = tmp_path / "m.onnx"
+    onnx.save(one_bad_weight(), path)
+    for name, count, seed in (("calib", 8, 0), ("eval", 4, 1)):
+        np.savez(tmp_path / f"{name}.npz", x=np.concatenate([s["x"] for s in samples(count, seed)]))
+    assert invoke("quantize-profile", path, "--data", tmp_path / "calib.npz", "-o",
+                  tmp_path / "p.json").exit_code == 0
+    args = ("accuracy", path, "--profile", tmp_path / "p.json", "--data", tmp_path / "eval.npz",
+            "--per-layer")
+    plain = json.loads(invoke(*args, "--json").stdout)["weights"]
+    assert [w["node"] for w in plain] == ["conv_w", "conv_a"]  # the worst own SQNR first
+    assert plain[0]["gain_db"] is None and plain[0]["own_sqnr_db"] < plain[1]["own_sqnr_db"]
+    result = invoke(*args, "--sensitivity", "--json", "--html", tmp_path / "a.html")
+    assert result.exit_code == 0, result.output
+    weights = json.loads(result.stdout)["weights"]
+    assert weights[0]["node"] == "conv_w" and weights[0]["name"] == "ww"
+    assert weights[0]["gain_db"] > 5 > abs(weights[1]["gain_db"])
+    assert weights[0]["alone_sqnr_db"] < weights[1]["alone_sqnr_db"]
+    assert "Weights, largest output gain first" in (tmp_path / "a.html").read_text()
+    table = invoke(*args, "--sensitivity").output
+    assert "weights, largest output gain first" in table and "conv_w" in table
