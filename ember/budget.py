@@ -40,10 +40,17 @@ MAX_EVALUATIONS = 16
 @dataclass(frozen=True)
 class Budget:
     """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
-    classifier output's top-1 accuracy at most `max_drop` points below fp32's."""
+    classifier output's top-1 accuracy at most `max_drop` points below fp32's; each classifier
+    output's top-1 agreeing with fp32's on at least `min_agreement` percent of the samples
+    (no labels needed: fp32's own answers are the reference)."""
 
     min_sqnr: float | None = None
     max_drop: float | None = None
+    min_agreement: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.min_sqnr, self.max_drop, self.min_agreement))
 
     def shortfall(self, report: AccuracyReport) -> str | None:
         """What the report misses, in words, or None when it meets the budget."""
@@ -55,6 +62,10 @@ class Budget:
                 if drop > self.max_drop:
                     return (f"output {output.name!r}: top-1 {drop:.2f} points below fp32 > "
                             f"{self.max_drop}")
+            if self.min_agreement is not None and output.top1_agreement is not None and \
+                    100 * output.top1_agreement < self.min_agreement:
+                return (f"output {output.name!r}: top-1 agrees with fp32 on "
+                        f"{100 * output.top1_agreement:.2f}% < {self.min_agreement}%")
         return None
 
     def margin(self, report: AccuracyReport) -> float:
@@ -66,6 +77,8 @@ class Budget:
                 margins.append(output.sqnr_db - self.min_sqnr)
             if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
                 margins.append(self.max_drop - drop_points(output))
+            if self.min_agreement is not None and output.top1_agreement is not None:
+                margins.append(100 * output.top1_agreement - self.min_agreement)
         return min(margins)
 
     def describe(self, report: AccuracyReport) -> str:
@@ -77,6 +90,9 @@ class Budget:
             if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
                 parts.append(f"{output.name} top-1 {100 * output.top1_accuracy_int8:.2f}% "
                              f"(fp32 {100 * output.top1_accuracy_fp32:.2f}%)")
+            if self.min_agreement is not None and output.top1_agreement is not None:
+                parts.append(f"{output.name} top-1 agreement "
+                             f"{100 * output.top1_agreement:.2f}%")
         return ", ".join(parts)
 
 
@@ -111,6 +127,7 @@ class Choice:
     met: bool
     evaluations: int
     passed_over: tuple[tuple[str, str], ...] = ()  # (tensor, why it could not be raised)
+    budget: Budget | None = None
 
 
 class BudgetMissed(EmberError):
@@ -127,8 +144,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
            progress: Progress = quiet) -> Choice:
     """The fewest ranked tensors to raise so that `budget` holds on `evaluation` (see the
     module docstring); raises BudgetMissed, carrying the best measured, when none does."""
-    if budget.min_sqnr is None and budget.max_drop is None:
-        raise EmberError("a budget needs --min-sqnr or --max-drop")
+    if not budget.given:
+        raise EmberError("a budget needs --min-sqnr, --max-drop or --min-agreement")
 
     def run(opts: QuantOptions, sensitivity: bool = False) -> AccuracyReport:
         with warnings.catch_warnings():  # the final compile says them once
@@ -144,17 +161,25 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                                                for o in baseline.outputs):
         raise EmberError(f"--max-drop needs labels for a classifier output: give --labels, or a "
                          f"'labels' array in --data {evaluation.data}")
+    if budget.min_agreement is not None and not any(o.top1_agreement is not None
+                                                    for o in baseline.outputs):
+        raise EmberError(f"--min-agreement needs a classifier output ([batch, classes] "
+                         f"scores); this model's outputs are "
+                         f"{', '.join(repr(o.name) for o in baseline.outputs)}: use --min-sqnr")
     if budget.shortfall(baseline) is None:
-        return Choice(options, (), baseline, baseline, True, 1)
+        return Choice(options, (), baseline, baseline, True, 1, budget=budget)
     progress("budget: ranking tensors by sensitivity", 0, None)
     ranked = [(layer.name, layer.gain_db) for layer in run(options, sensitivity=True).layers
               if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
     ranked.sort(key=lambda item: -item[1])
     profile = profile_format.load(profile_path)
-    graph = quantize_model(model_path, profile, options, input_shapes).graph
-    candidates = _Candidates(ranked, options, allow_host, graph,
-                             lambda opts: quantize_model(model_path, profile, opts,
-                                                         input_shapes))
+
+    def quantize(opts: QuantOptions):
+        with warnings.catch_warnings():  # the final compile says them once
+            warnings.simplefilter("ignore")
+            return quantize_model(model_path, profile, opts, input_shapes)
+
+    candidates = _Candidates(ranked, options, allow_host, quantize(options).graph, quantize)
     measured: dict[int, AccuracyReport] = {0: baseline}
 
     def meets(count: int) -> bool:
@@ -182,7 +207,7 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
     if high is None:
         best = max(measured, key=lambda n: budget.margin(measured[n]))
         choice = Choice(candidates.options(best), candidates.raised(best), baseline,
-                        measured[best], False, len(measured), candidates.passed_over)
+                        measured[best], False, len(measured), candidates.passed_over, budget)
         what = (f"{best} tensors raised ({_names(choice.raised)})" if best else
                 "nothing raised")
         also = "" if allow_host else "; --allow-host lets ember keep tensors in fp32 on the host"
@@ -190,7 +215,7 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                            f"best measured is {budget.describe(measured[best])} with {what}"
                            f"{_passed_over(candidates)}{also}", choice)
     return Choice(candidates.options(high), candidates.raised(high), baseline, measured[high],
-                  True, len(measured), candidates.passed_over)
+                  True, len(measured), candidates.passed_over, budget)
 
 
 class _Candidates:

@@ -55,7 +55,10 @@ from simulator.errors import listing
 @click.option("--max-drop", type=click.FloatRange(min=0), metavar="POINTS",
               help="Accuracy budget, as --min-sqnr: top-1 accuracy on --data's labels at most "
                    "POINTS below fp32's.")
-@data_options("--data", what="Evaluation data for --min-sqnr and --max-drop")
+@click.option("--min-agreement", type=click.FloatRange(0, 100), metavar="PERCENT",
+              help="Accuracy budget, as --min-sqnr: each classifier output's top-1 agrees "
+                   "with fp32's on at least PERCENT of --data's samples (no labels needed).")
+@data_options("--data", what="Evaluation data for --min-sqnr, --max-drop and --min-agreement")
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Labels for --max-drop (one class index per sample, or one-hot rows), when "
                    "--data holds none.")
@@ -63,7 +66,7 @@ from simulator.errors import listing
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
-             data: str | None, samples: int | None, labels_path: str | None,
+             min_agreement: float | None, data: str | None, samples: int | None, labels_path: str | None,
              input_shapes: tuple[str, ...], as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
@@ -78,9 +81,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     axis: a profile made at batch 1 serves a program for batch 8, which tiles the batch like
     any other axis. The header records the shape.
 
-    With --min-sqnr or --max-drop and evaluation --data, the fewest tensors are raised above
-    int8 until the budget holds (mixed precision); the summary lists them and what they cost
-    in cycles and DRAM bytes against the all-int8 program.
+    With --min-sqnr, --max-drop or --min-agreement and evaluation --data, the fewest tensors
+    are raised above int8 until the budget holds (mixed precision); the summary lists them and
+    what they cost in cycles and DRAM bytes against the all-int8 program.
 
     \b
     Examples:
@@ -92,13 +95,14 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
     images = image_options_from(quant_kwargs)
-    budget = Budget(min_sqnr, max_drop)
-    if data is None and (min_sqnr is not None or max_drop is not None):
-        raise click.UsageError("--min-sqnr and --max-drop are measured on evaluation samples: "
-                               "give --data")
-    if data is not None and min_sqnr is None and max_drop is None:
+    budget = Budget(min_sqnr, max_drop, min_agreement)
+    if data is None and budget.given:
+        raise click.UsageError("--min-sqnr, --max-drop and --min-agreement are measured on "
+                               "evaluation samples: give --data")
+    if data is not None and not budget.given:
         raise click.UsageError("--data on compile is the evaluation data of an accuracy "
-                               "budget: give --min-sqnr or --max-drop (or drop --data)")
+                               "budget: give --min-sqnr, --max-drop or --min-agreement (or "
+                               "drop --data)")
     if labels_path is not None and max_drop is None:
         raise click.UsageError("--labels is for --max-drop")
     options = CompileOptions(quant_options_from(quant_kwargs),
@@ -160,9 +164,11 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                 "dram_image_bytes": summary.dram_image_bytes,
                 "outputs": [{"name": o.name, "sqnr_db": o.sqnr_db,
                              "top1_accuracy": o.top1_accuracy_int8,
-                             "top1_accuracy_fp32": o.top1_accuracy_fp32}
+                             "top1_accuracy_fp32": o.top1_accuracy_fp32,
+                             "top1_agreement": o.top1_agreement}
                             for o in report.outputs]}
     return {"met": choice.met, "evaluations": choice.evaluations,
+            "budget": dataclasses.asdict(choice.budget) if choice.budget else None,
             "samples": choice.report.samples,
             "raised": [r.to_json() for r in choice.raised],
             "passed_over": [{"tensor": t, "why": why} for t, why in choice.passed_over],
@@ -180,6 +186,9 @@ def _print_budget(spent: dict) -> None:
     table.add_column("chosen", justify="right")
     for b, a in zip(before["outputs"], after["outputs"]):
         table.add_row(f"{b['name']} SQNR", f"{b['sqnr_db']:.2f} dB", f"{a['sqnr_db']:.2f} dB")
+        if b["top1_agreement"] is not None:
+            table.add_row(f"{b['name']} top-1 agreement with fp32",
+                          f"{100 * b['top1_agreement']:.2f}%", f"{100 * a['top1_agreement']:.2f}%")
         if b["top1_accuracy_fp32"] is not None:
             table.add_row(f"{b['name']} top-1 (fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",
                           f"{100 * b['top1_accuracy']:.2f}%", f"{100 * a['top1_accuracy']:.2f}%")

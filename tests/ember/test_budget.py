@@ -123,7 +123,27 @@ def test_budget_usage_errors(bad) -> None:
     result = invoke(*base, "--min-sqnr", 30)
     assert result.exit_code == 2 and "give --data" in result.output
     result = invoke(*base, "--data", bad / "eval.npz")
-    assert result.exit_code == 2 and "give --min-sqnr or --max-drop" in result.output
+    assert result.exit_code == 2 and "give --min-sqnr, --max-drop or --min-agreement" in \
+        result.output
     assert_one_line_error(_compile(bad, "--max-drop", 0.5), "--max-drop needs labels",
                           "eval.npz")
+    assert_one_line_error(_compile(bad, "--min-agreement", 99), "--min-agreement needs a "
+                          "classifier output", "'y'")
     assert not (bad / "x.ember").exists()
+
+
+def test_top1_agreement_with_fp32_is_a_budget_without_labels(tmp_path) -> None:
+    """--min-agreement: each classifier output's top-1 agrees with fp32's on at least PERCENT
+    of the samples, fp32's own answers the reference. The digits CNN in int8 agrees on at
+    least 95% of its evaluation images: nothing raised, the agreement in the summary."""
+    profile = tmp_path / "p.json"
+    assert invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
+                  "-o", profile).exit_code == 0
+    args = ("compile", DIGITS / "model.onnx", "--profile", profile, "--data",
+            DIGITS / "eval.npz", "-o", tmp_path / "m.ember", "--json")
+    spent = json.loads(invoke(*args, "--min-agreement", 95).output)["budget"]
+    agreement = spent["int8"]["outputs"][0]["top1_agreement"]
+    assert spent["met"] and spent["raised"] == [] and agreement >= 0.95
+    assert spent["budget"] == {"min_sqnr": None, "max_drop": None, "min_agreement": 95.0}
+    table = invoke(*args[:-1], "--min-agreement", 95).output
+    assert "top-1 agreement with fp32" in table
