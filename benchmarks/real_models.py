@@ -605,7 +605,8 @@ def count(samples: Samples) -> int:
 def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row,
               compare: tuple[str, ...] = (), program: bool = True,
-              quant: QuantOptions = QuantOptions(), min_sqnr: float | None = None) -> None:
+              quant: QuantOptions = QuantOptions(),
+              accuracy_budget: budget.Budget | None = None) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -627,9 +628,9 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                                       specs, RunOptions(channel_means=quant.bias_correction),
                                       shapes), profile_path)
     row.calibration = quant.calibration
-    if min_sqnr is not None:
+    if accuracy_budget is not None:
         quant = within_budget(model, path, profile_path, evaluation, folder, row, quant,
-                              min_sqnr, shapes)
+                              accuracy_budget, shapes)
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
         try:
@@ -678,7 +679,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
 
 
 def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: Samples,
-                  folder: Path, row: Row, quant: QuantOptions, min_sqnr: float,
+                  folder: Path, row: Row, quant: QuantOptions, wanted: budget.Budget,
                   shapes: dict) -> QuantOptions:
     """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
     evaluation samples: the options it chose (or, when missed, the best it measured), and in
@@ -686,15 +687,20 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     data = folder / f"{model.name}-eval.npz"
     np.savez(data, **{name: array if model.shape[0] == 1 else
                       array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()})
-    log(f"{model.name}: the fewest tensors raised for --min-sqnr {min_sqnr}")
+    log(f"{model.name}: the fewest tensors raised for {budget_words(wanted)}")
     started = time.perf_counter()
     try:
         choice = budget.choose(str(path), str(profile_path), Evaluation(str(data)), quant,
-                               budget.Budget(min_sqnr=min_sqnr), True, shapes)
+                               wanted, True, shapes)
     except budget.BudgetMissed as missed:
         choice = missed.best
     sqnr = lambda report: min(o.sqnr_db for o in report.outputs)  # noqa: E731
-    row.budget = {"min_sqnr": min_sqnr, "met": choice.met, "evaluations": choice.evaluations,
+    agreement = lambda report: min((o.top1_agreement for o in report.outputs  # noqa: E731
+                                    if o.top1_agreement is not None), default=None)
+    row.budget = {"budget": budget_words(wanted), "met": choice.met,
+                  "evaluations": choice.evaluations,
+                  "agreement_int8": agreement(choice.baseline),
+                  "agreement_chosen": agreement(choice.report),
                   "seconds": time.perf_counter() - started,
                   "raised": [[r.tensor, r.how] for r in choice.raised],
                   "passed_over": len(choice.passed_over),
@@ -785,7 +791,8 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
             quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
-            program: bool = True, peer: bool = True, min_sqnr: float | None = None) -> Row:
+            program: bool = True, peer: bool = True,
+            accuracy_budget: budget.Budget | None = None) -> Row:
     row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
@@ -807,7 +814,7 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
                 with time_box(box):
                     if run is ember_run:
                         run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
-                            program, quant, min_sqnr)
+                            program, quant, accuracy_budget)
                     else:
                         run(model, path, calib, evaluation, reference, Path(tmp), row)
             except Exception as err:  # a model that fails is a result, not a crash
@@ -853,28 +860,39 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
     print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
 
 
+def budget_words(wanted: budget.Budget) -> str:
+    """The budget as `ember compile` options."""
+    return " ".join(f"--{flag} {value:g}" for flag, value in (
+        ("min-sqnr", wanted.min_sqnr), ("max-drop", wanted.max_drop),
+        ("min-agreement", wanted.min_agreement)) if value is not None)
+
+
 def budget_table(rows: list[Row]) -> None:
     """What the accuracy budget raised on each model, and what it cost in cycles."""
     print()
-    print("Accuracy budget (`ember compile --data eval --min-sqnr DB --allow-host`): the fewest "
-          "tensors raised, SQNR of the worst output, cycles of the all-int8 program and of the "
-          "chosen one (bit-exact: the table above)")
+    print("Accuracy budget (`ember compile --data eval BUDGET --allow-host`): the fewest "
+          "tensors and weights raised, SQNR of the worst output and top-1 agreement with fp32 "
+          "(classifiers), cycles of the all-int8 program and of the chosen one (bit-exact: the "
+          "table above)")
     print()
-    print("| model | budget | met | raised (int16 / fp32) | SQNR int8 → chosen | cycles int8 → "
-          "chosen | configurations | search s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | budget | met | raised (int16 / int16 weights / fp32) | SQNR int8 → chosen | "
+          "agreement int8 → chosen | cycles int8 → chosen | configurations | search s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         b = r.budget
         if not b:
-            print(f"| {r.model} | | | {short(r.error)} | | | | |")
+            print(f"| {r.model} | | | {short(r.error)} | | | | | |")
             continue
-        int16 = sum(1 for _, how in b["raised"] if how == "int16")
+        hows = [how for _, how in b["raised"]]
         cycles = b["int8_cycles"]
         cost = (f"{cycles:,} → {r.cycles:,} ({r.cycles / cycles - 1:+.0%})"
                 if isinstance(cycles, int) and r.cycles else str(cycles))
-        print(f"| {r.model} | {b['min_sqnr']:g} dB | {'yes' if b['met'] else 'no'} | "
-              f"{int16} / {len(b['raised']) - int16} | {b['sqnr_int8']:.2f} → "
-              f"{b['sqnr_chosen']:.2f} | {cost} | {b['evaluations']} | {b['seconds']:.0f} |")
+        agree = "—" if b.get("agreement_int8") is None else \
+            f"{100 * b['agreement_int8']:.1f}% → {100 * b['agreement_chosen']:.1f}%"
+        print(f"| {r.model} | {b.get('budget', '')} | {'yes' if b['met'] else 'no'} | "
+              f"{hows.count('int16')} / {hows.count('int16 weights')} / {hows.count('fp32')} | "
+              f"{b['sqnr_int8']:.2f} → {b['sqnr_chosen']:.2f} | {agree} | {cost} | "
+              f"{b['evaluations']} | {b['seconds']:.0f} |")
 
 
 def program_table(rows: list[Row]) -> None:
@@ -944,6 +962,10 @@ def main() -> None:
                              "on the array, else fp32 on the host) for every output's SQNR >= DB "
                              "on the evaluation samples (`ember compile --min-sqnr DB "
                              "--allow-host`)")
+    parser.add_argument("--min-agreement", type=float, metavar="PERCENT",
+                        help="an accuracy budget, alone or with --min-sqnr: each classifier "
+                             "output's top-1 agrees with fp32's on at least PERCENT of the "
+                             "evaluation samples (`ember compile --min-agreement PERCENT`)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--table-from", type=Path, metavar="JSON",
                         help="print the table of a run saved with --json, measuring nothing")
@@ -962,6 +984,8 @@ def main() -> None:
     if set(compare) - set(calibrate.METHODS):
         parser.error(f"unknown calibration(s) {sorted(set(compare) - set(calibrate.METHODS))}; "
                      f"choose from {','.join(calibrate.METHODS)}")
+    wanted = budget.Budget(min_sqnr=args.min_sqnr, min_agreement=args.min_agreement) \
+        if args.min_sqnr is not None or args.min_agreement is not None else None
     onnxruntime.set_default_logger_severity(3)
     global CACHE
     CACHE = args.cache.expanduser()
@@ -972,7 +996,7 @@ def main() -> None:
                                                         per_channel=not args.per_tensor,
                                                         equalize=args.equalize,
                                                         bias_correction=args.bias_correction),
-                            compare, args.program, args.peer, args.min_sqnr))
+                            compare, args.program, args.peer, wanted))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
     print_table(rows, machine, args.program)
