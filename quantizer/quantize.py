@@ -104,6 +104,10 @@ class _Rewriter:
             lo, hi = self.real_range(name)
             bits = accumulator_bits(self.g, name, max(-lo, hi), self.opts.per_channel,
                                     self.opts.schema == "power2", self.opts.bias_correction)
+            if bits < 16 and name in self.g.inputs:
+                raise QuantizeError(f"int16 tensor {name!r}: a model input is quantized by the "
+                                    f"host to all 16 bits, and its readers' weights leave "
+                                    f"only {bits} inside the int32 accumulator")
             if bits < MIN_ARRAY_BITS:
                 raise QuantizeError(f"int16 tensor {name!r}: its readers' weights leave only "
                                     f"{bits} bits of codes inside the int32 accumulator (at "
@@ -325,7 +329,8 @@ class _Rewriter:
         params = self.params(name)
         source = self.floating[name]
         scale = self.const(f"{name}/q/scale", np.float32(params.scale[0]))
-        zero = self.const(f"{name}/q/zero_point", np.asarray(params.zero_point[0], self.dtype))
+        zero = self.const(f"{name}/q/zero_point",
+                          np.asarray(params.zero_point[0], self.dtype_of(name)))
         qname = self.activation(name, params)
         self.emit(QUANTIZE_LINEAR.name, f"{name}/{QUANTIZE_LINEAR.name}", (source, scale, zero),
                   (qname,), {})
@@ -338,7 +343,8 @@ class _Rewriter:
         qname = self.quantized[name]
         params = self.quant_of(qname)
         scale = self.const(f"{qname}/scale", np.float32(params.scale[0]))
-        zero = self.const(f"{qname}/zero_point", np.asarray(params.zero_point[0], self.dtype))
+        zero = self.const(f"{qname}/zero_point",
+                          np.asarray(params.zero_point[0], self.values[qname].type.dtype))
         fname = self.add_value(self._float_name(name),
                                Type("float32", self.g.type_of(name).shape),
                                origin=self.onnx_name(name))

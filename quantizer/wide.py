@@ -180,7 +180,8 @@ MIN_ARRAY_BITS = 9
 
 
 def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) -> list[str]:
-    """The activations `names` (`QuantOptions.int16_tensors`) checked: each made by a Conv,
+    """The activations `names` (`QuantOptions.int16_tensors`) checked: each a model input (the
+    host writes its two planes) or made by a Conv,
     Gemm or MatMul by a constant weight (or the Relu fused into its requantization: `fused`,
     producer name -> clamp) or by a residual Add, read only by such Convs, Gemms and MatMuls
     as their first input and by residual Adds (`_residual_add`), none of them kept in fp32,
@@ -189,12 +190,17 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
     out = []
     for name in names:
         value = graph.values.get(name)
-        if value is None or value.is_const or name in graph.inputs:
+        if value is None or value.is_const or \
+                (name in graph.inputs and not value.type.dtype.startswith("float")):
             raise QuantizeError(f"int16 tensor {name!r}: not an activation of the model "
-                                f"(a node's output)")
+                                f"(a model input or a node's output)")
         if name in graph.outputs:
             raise QuantizeError(f"int16 tensor {name!r}: a model output (the program's outputs "
                                 f"are int8)")
+        if name in graph.inputs:  # the host quantizes it to both planes (an int16 binding)
+            _check_readers(graph, producers, users, name, keep)
+            out.append(name)
+            continue
         producer = producers[name]
         clamp = None
         if OPS[producer.op].quant is Quant.CLAMP and producer.inputs[0] in producers and \
@@ -210,19 +216,24 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
                                 f"{producer.name!r}; only a Conv, Gemm or MatMul by a constant "
                                 f"weight (a Relu fused into it) or an Add of two whole "
                                 f"tensors writes int16")
-        readers = users.get(name, [])
-        for reader in readers:
-            on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \
-                name not in reader.inputs[1:]
-            if not (on_array or _residual_add(graph, producers, reader)) or reader.name in keep:
-                raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
-                                    f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
-                                    f"constant weight (on the array) and Adds of two whole "
-                                    f"tensors read int16")
-        if not readers:
-            raise QuantizeError(f"int16 tensor {name!r}: read by no node")
+        _check_readers(graph, producers, users, name, keep)
         out.append(name)
     return out
+
+
+def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
+                   name: str, keep: set[str]) -> None:
+    readers = users.get(name, [])
+    for reader in readers:
+        on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \
+            name not in reader.inputs[1:]
+        if not (on_array or _residual_add(graph, producers, reader)) or reader.name in keep:
+            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
+                                f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
+                                f"constant weight (on the array) and Adds of two whole "
+                                f"tensors read int16")
+    if not readers:
+        raise QuantizeError(f"int16 tensor {name!r}: read by no node")
 
 
 def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:

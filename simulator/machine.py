@@ -46,13 +46,13 @@ from typing import Callable
 
 import numpy as np
 
-from simulator import isa, plan
+from simulator import isa, numerics, plan
 from simulator.arch import Arch
 from simulator.errors import IndexRangeError, SimulatorError, listing
 from simulator.hazards import Hazards
 from simulator.program import IOBinding, Program, segment_bindings
 from simulator.stats import Stats, Timeline
-from simulator.units import dram_span, dram_view
+from simulator.units import dram_view
 
 NQ = len(isa.QUEUES)
 
@@ -101,11 +101,12 @@ class State:
             one.weights = self.weights[index:index + 1]
         return one
 
-    def _tensor(self, binding: IOBinding) -> np.ndarray:
-        item = np.dtype(binding.dtype).itemsize
+    def _tensor(self, binding: IOBinding, address: int | None = None) -> np.ndarray:
+        """The binding's bytes (of the plane at `address`, for an int16 value's)."""
+        item = binding.item_bytes
         try:
-            return dram_view(self.dram, binding.dram, binding.shape + (item,),
-                             binding.byte_strides + (1,))
+            return dram_view(self.dram, binding.dram if address is None else address,
+                             binding.shape + (item,), binding.byte_strides + (1,))
         except SimulatorError as err:
             raise SimulatorError(f"binding {binding.name!r}: {err}") from None
 
@@ -117,6 +118,13 @@ class State:
             given = values.shape if sample is not None else values.shape[1:]
             raise SimulatorError(f"input {binding.name!r}: expected {binding.dtype} of shape "
                                  f"{binding.shape}, got {values.dtype} of shape {given}")
+        if binding.dtype == "int16":  # two planes of int8 codes (`numerics.split_wide`)
+            for address, plane in zip(binding.planes(), numerics.split_wide(values)):
+                target = self._tensor(binding, address)
+                if sample is not None:
+                    target = target[sample]
+                target[...] = plane.view(np.uint8).reshape(target.shape)
+            return
         little = np.dtype(binding.dtype).newbyteorder("<")
         raw = np.ascontiguousarray(values, little).view(np.uint8)
         if binding.dtype == "uint8":  # the machine holds int8 codes: q - 128 (`IOBinding`)
@@ -128,6 +136,10 @@ class State:
 
     def read(self, binding: IOBinding) -> np.ndarray:
         """Each sample's value, samples first."""
+        if binding.dtype == "int16":
+            high, low = (np.ascontiguousarray(self._tensor(binding, address)).view(np.int8)
+                         .reshape((self.batch, *binding.shape)) for address in binding.planes())
+            return numerics.join_wide(high, low).astype(np.int16)
         little = np.dtype(binding.dtype).newbyteorder("<")
         raw = np.ascontiguousarray(self._tensor(binding))
         if binding.dtype == "uint8":
@@ -330,7 +342,7 @@ def dram_extent(program: Program, segments: tuple = ()) -> int:
     bindings = [*program.inputs, *program.outputs,
                 *(b for _, ins, outs in segments for b in (*ins, *outs))]
     for b in bindings:
-        lo, hi = dram_span(b.dram, b.shape, b.byte_strides, np.dtype(b.dtype).itemsize)
+        lo, hi = b.span()
         end = max(end, min(hi, size))
     for i, insn in enumerate(program.instructions):
         if insn.op.dram is None:

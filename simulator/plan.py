@@ -435,8 +435,7 @@ def dram_sharing(program: Program, segments: tuple, extent: int
     arch, insns = program.arch, program.instructions
 
     def binding_span(b) -> tuple[int, int]:
-        from simulator.units import dram_span
-        return dram_span(b.dram, b.shape, b.byte_strides, np.dtype(b.dtype).itemsize)
+        return b.span()
 
     written, readers = [binding_span(b) for b in program.inputs], []
     readers += [binding_span(b) for b in program.outputs]

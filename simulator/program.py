@@ -56,7 +56,10 @@ class IOBinding:
     an "int32" binding holds integer indices (a model's token ids, which the indexed DMA
     reads), never quantized: scale 1 and zero point 0. The machine's memories hold int8 codes, so a uint8 tensor is stored as the int8 code q - 128
     (its top bit flipped): the same real value with zero point zero_point - 128, as the compiler
-    lowers uint8 activations (`compiler.passes.offset_uint8`).
+    lowers uint8 activations (`compiler.passes.offset_uint8`). An "int16" binding (an input
+    the array reads at 16 bits: `quantizer.wide`) is stored as two planes of int8 codes
+    (`numerics.split_wide`), each at the strides given: the high bytes at `dram`, the low
+    bytes `plane` bytes after them.
     """
 
     name: str
@@ -66,18 +69,34 @@ class IOBinding:
     zero_point: int
     dtype: str = "int8"
     strides: tuple[int, ...] = ()
+    plane: int = 0  # int16: bytes from the high plane to the low one
+
+    @property
+    def item_bytes(self) -> int:
+        """Bytes an element takes in each plane: an int16 value's planes hold int8 codes."""
+        return 1 if self.dtype == "int16" else np.dtype(self.dtype).itemsize
 
     @property
     def byte_strides(self) -> tuple[int, ...]:
         if self.strides:
             return self.strides
         # Python integers: a forged shape must not wrap around int64 and pass the bounds check.
-        item = np.dtype(self.dtype).itemsize
+        item = self.item_bytes
         return tuple(item * math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
 
     @property
     def size_bytes(self) -> int:
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    def planes(self) -> tuple[int, ...]:
+        """The DRAM address of each plane: one, or an int16 value's high and low."""
+        return (self.dram, self.dram + self.plane) if self.dtype == "int16" else (self.dram,)
+
+    def span(self) -> tuple[int, int]:
+        """The DRAM bytes [lo, hi) the binding reaches, every plane's."""
+        spans = [dram_span(address, self.shape, self.byte_strides, self.item_bytes)
+                 for address in self.planes()]
+        return min(lo for lo, _ in spans), max(hi for _, hi in spans)
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """Host-side input quantization exactly as ONNX QuantizeLinear (and the quantizer's
@@ -113,17 +132,19 @@ class IOBinding:
     def to_dict(self) -> dict:
         return {"name": self.name, "dram": self.dram, "shape": list(self.shape),
                 "scale": self.scale, "zero_point": self.zero_point, "dtype": self.dtype,
-                "strides": list(self.strides)}
+                "strides": list(self.strides), **({"plane": self.plane} if self.plane else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "IOBinding":
         return cls(name=d["name"], dram=d["dram"], shape=tuple(d["shape"]), scale=d["scale"],
-                   zero_point=d["zero_point"], dtype=d["dtype"], strides=tuple(d["strides"]))
+                   zero_point=d["zero_point"], dtype=d["dtype"], strides=tuple(d["strides"]),
+                   plane=d.get("plane", 0))
 
 
-BINDING_DTYPES = ("int8", "uint8", "int32", "float32")
-# The codes each quantized dtype holds: a binding's zero point is one of them.
-_CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+BINDING_DTYPES = ("int8", "uint8", "int16", "int32", "float32")
+# The codes each quantized dtype holds: a binding's zero point is one of them (an int16
+# value's is 0: `quantizer.wide` makes them symmetric).
+_CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (0, 0)}
 _MAX_RANK = 32  # numpy's own limit on dimensions
 # Python floats: a forged scale may be an integer of any size, which numpy's float32 would
 # overflow (with a warning) to compare.
@@ -146,8 +167,8 @@ def binding_from_dict(d, kind: str) -> IOBinding:
         raise SimulatorError(f"a malformed {kind} binding: expected a record (a dict), got "
                              f"{type(d).__name__}")
     keys = set(IOBinding.__dataclass_fields__)
-    if set(d) != keys:
-        missing, unknown = sorted(keys - set(d)), sorted(set(d) - keys)
+    if set(d) | {"plane"} != keys:  # plane is written only for int16
+        missing, unknown = sorted(keys - set(d) - {"plane"}), sorted(set(d) - keys)
         raise SimulatorError(f"a malformed {kind} binding: " + (
             f"missing key {missing[0]!r}" if missing else f"unknown key {unknown[0]!r}"))
     if not isinstance(d["name"], str):
@@ -175,10 +196,13 @@ def binding_from_dict(d, kind: str) -> IOBinding:
          f"{_SCALE_RANGE[1]:.3g}]"),
         ("zero_point", _is_int(d["zero_point"]) and low <= d["zero_point"] <= high,
          f"an integer in [{low}, {high}]"),
+        # Both planes of an int16 value, apart: the low one after the high one's bytes.
+        ("plane", _is_int(d.get("plane", 0)) and (d.get("plane", 0) > 0) == (dtype == "int16"),
+         "a positive integer for an int16 binding, absent otherwise"),
     ]
     for key, ok, expected in checks:
         if not ok:
-            raise SimulatorError(f"{where}: {key} = {d[key]!r:.60}: expected {expected}")
+            raise SimulatorError(f"{where}: {key} = {d.get(key)!r:.60}: expected {expected}")
     return IOBinding.from_dict(d)
 
 
@@ -268,8 +292,7 @@ class Program:
         """Every byte the binding reaches, at both ends, inside DRAM: the machine builds strided
         views on it."""
         try:
-            lo, hi = dram_span(binding.dram, binding.shape, binding.byte_strides,
-                               np.dtype(binding.dtype).itemsize)
+            lo, hi = binding.span()
         except SimulatorError as err:
             raise SimulatorError(f"program: {what}: {err}") from None
         if binding.dram < 0 or lo < 0 or hi > self.arch.dram.size_bytes:

@@ -527,6 +527,7 @@ class Binding:
     dtype: str = "int8"
     offset: int = 0  # bytes from the tensor's start (an output that is a view of a buffer)
     perm: tuple[int, ...] | None = None  # the tensor is this binding's array transposed by perm
+    plane: int = 0  # int16: bytes from the tensor's high plane to its low one
 
 
 @dataclass(frozen=True, eq=False)

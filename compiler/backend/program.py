@@ -100,7 +100,7 @@ def bindings(lowered: Lowered, plan: DramPlan,
             return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8",
                              transpose_input_strides(perm, nchw))
         return IOBinding(b.name, plan.addresses[b.tensor] + b.offset, b.shape, b.scale,
-                         b.zero_point, b.dtype, b.strides)
+                         b.zero_point, b.dtype, b.strides, b.plane)
     return (tuple(binding(b) for b in lowered.inputs),
             tuple(binding(b) for b in lowered.outputs))
 

@@ -168,3 +168,49 @@ def test_an_add_that_broadcasts_cannot_take_int16() -> None:
         build(proto, QuantOptions(int16_tensors=("mid",)))
     with pytest.raises(QuantizeError, match="int16 tensor 'y': a model output"):
         build(proto, QuantOptions(int16_tensors=("y",)))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_an_int16_model_input_is_written_by_the_host_as_two_planes(preset) -> None:
+    """The model input int16 (the host quantizes it to 16 bits and writes both planes: an
+    int16 binding), read by the first Conv on the array: bit-exact, batched; the input's own
+    error 40 dB smaller."""
+    proto = residual()
+    built = build(proto, QuantOptions(int16_tensors=("x",)), preset)
+    program = built.compiled.program
+    (binding,) = program.inputs
+    assert binding.dtype == "int16" and binding.plane == 2 * 3 * 8 * 8
+    assert binding.to_dict()["plane"] == binding.plane
+    check_bit_exact(built.qgraph, built.compiled, samples(proto, 3, 1))
+    if preset == "default":
+        narrow = build(proto, QuantOptions()).qgraph
+        graph = optimized_graph(proto)
+        wide_q = next(n.outputs[0] for n in built.qgraph.nodes if n.op == "QuantizeLinear")
+        narrow_q = next(n.outputs[0] for n in narrow.nodes if n.op == "QuantizeLinear")
+        feeds = samples(proto, 4, 9)
+        assert built.qgraph.values[wide_q].type.dtype == "int16"
+
+        def own(qgraph, name):
+            params = qgraph.values[name].type.quant
+            codes = run_int8(qgraph, feeds[0], keep_all=True)[name]
+            got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
+                                      arithmetic=np.float64)
+            want = feeds[0]["x"].astype(np.float64)
+            return 10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
+        assert own(built.qgraph, wide_q) > own(narrow, narrow_q) + 40
+        assert output_sqnr_db(graph, built.qgraph, feeds, "y") > \
+            output_sqnr_db(graph, narrow, feeds, "y")
+
+
+def test_an_int16_binding_must_say_where_its_low_plane_is() -> None:
+    from simulator.errors import SimulatorError
+    from simulator.program import binding_from_dict
+    record = {"name": "x", "dram": 0, "shape": [1, 4], "scale": 0.1, "zero_point": 0,
+              "dtype": "int16", "strides": []}
+    with pytest.raises(SimulatorError, match="input 'x': plane = None: expected a positive"):
+        binding_from_dict(record, "input")
+    assert binding_from_dict({**record, "plane": 4}, "input").span() == (0, 8)
+    with pytest.raises(SimulatorError, match="plane = 4"):
+        binding_from_dict({**record, "dtype": "int8", "plane": 4}, "input")
+    with pytest.raises(SimulatorError, match="zero_point = 3"):
+        binding_from_dict({**record, "plane": 4, "zero_point": 3}, "input")

@@ -98,8 +98,12 @@ def lower_quantize(lw: Walk, node: Node) -> None:
     shape = lw.shape(y)
     layout = Layout.channels_last(shape)
     lw.new_tensor(y, layout)
+    # An int16 input (`quantizer.wide`) is two planes of the tensor, the high one first.
+    dtype = "int16" if lw.g.type_of(y).dtype == "int16" else "int8"
+    plane = lw.tensors[y].size_bytes // 2 if dtype == "int16" else 0
     lw.inputs.append(Binding(x, y, shape, float(params.scale[0]),
-                               int(params.zero_point[0]), layout.strides(shape)))
+                               int(params.zero_point[0]), layout.strides(shape),
+                               dtype=dtype, plane=plane))
 
 
 def lower_gather(lw: Walk, node: Node) -> None:
