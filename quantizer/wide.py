@@ -181,11 +181,11 @@ MIN_ARRAY_BITS = 9
 
 def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) -> list[str]:
     """The activations `names` (`QuantOptions.int16_tensors`) checked: each a model input (the
-    host writes its two planes) or made by a Conv,
+    host writes its two planes; likewise it reads a model output's) or made by a Conv,
     Gemm or MatMul by a constant weight (or the Relu fused into its requantization: `fused`,
     producer name -> clamp) or by a residual Add, read only by such Convs, Gemms and MatMuls
-    as their first input and by residual Adds (`_residual_add`), none of them kept in fp32,
-    not a model output. Raises QuantizeError naming the first that is not."""
+    as their first input and by residual Adds (`_residual_add`), none of them kept in fp32.
+    Raises QuantizeError naming the first that is not."""
     producers, users = graph.producers(), graph.users()
     out = []
     for name in names:
@@ -194,9 +194,6 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
                 (name in graph.inputs and not value.type.dtype.startswith("float")):
             raise QuantizeError(f"int16 tensor {name!r}: not an activation of the model "
                                 f"(a model input or a node's output)")
-        if name in graph.outputs:
-            raise QuantizeError(f"int16 tensor {name!r}: a model output (the program's outputs "
-                                f"are int8)")
         if name in graph.inputs:  # the host quantizes it to both planes (an int16 binding)
             _check_readers(graph, producers, users, name, keep)
             out.append(name)
@@ -232,7 +229,7 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
                                 f"constant weight (on the array) and Adds of two whole "
                                 f"tensors read int16")
-    if not readers:
+    if not readers and name not in graph.outputs:  # an output: the host reads it
         raise QuantizeError(f"int16 tensor {name!r}: read by no node")
 
 

@@ -94,8 +94,10 @@ def test_the_skip_path_in_int16_is_closer_to_fp32() -> None:
     assert output_sqnr_db(graph, wide, feeds, "y") > output_sqnr_db(graph, narrow, feeds, "y") + 1
 
 
-def _own_sqnr_db(graph, qgraph, name: str, feeds) -> float:
-    params, dtype = qgraph.values[name].type.quant, qgraph.values[name].type.dtype
+def _own_sqnr_db(graph, qgraph, name: str, feeds, coded: str | None = None) -> float:
+    """SQNR of fp32's value `name` in its integer value's (`coded`, or the same name) type."""
+    value = qgraph.values[coded or name]
+    params, dtype = value.type.quant, value.type.dtype
     signal = noise = 0.0
     for sample in feeds:
         want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
@@ -166,7 +168,7 @@ def test_an_add_that_broadcasts_cannot_take_int16() -> None:
                   {"w1": rng.normal(0, .3, (5, 3, 1, 1)).astype(np.float32)})
     with pytest.raises(QuantizeError, match="int16 tensor 'mid': read by GlobalAveragePool"):
         build(proto, QuantOptions(int16_tensors=("mid",)))
-    with pytest.raises(QuantizeError, match="int16 tensor 'y': a model output"):
+    with pytest.raises(QuantizeError, match="int16 tensor 'y': made by Add 'add'; only a Conv"):
         build(proto, QuantOptions(int16_tensors=("y",)))
 
 
@@ -214,3 +216,19 @@ def test_an_int16_binding_must_say_where_its_low_plane_is() -> None:
         binding_from_dict({**record, "dtype": "int8", "plane": 4}, "input")
     with pytest.raises(SimulatorError, match="zero_point = 3"):
         binding_from_dict({**record, "plane": 4, "zero_point": 3}, "input")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_an_int16_model_output_is_read_by_the_host_from_two_planes(preset) -> None:
+    """The model output int16 (its Conv's REQUANT wide=1; the host reads both planes and
+    dequantizes: an int16 binding): bit-exact, batched, and closer to fp32."""
+    proto = residual()
+    built = build(proto, QuantOptions(int16_tensors=("y",)), preset)
+    (binding,) = built.compiled.program.outputs
+    assert binding.dtype == "int16" and binding.plane == 2 * 10 * 8 * 8
+    check_bit_exact(built.qgraph, built.compiled, samples(proto, 3, 1))
+    if preset == "default":
+        graph, narrow = optimized_graph(proto), build(proto, QuantOptions()).qgraph
+        assert built.qgraph.values["y/q"].type.dtype == "int16"
+        assert _own_sqnr_db(graph, built.qgraph, "y", samples(proto, 8, 0), "y/q") > \
+            _own_sqnr_db(graph, narrow, "y", samples(proto, 8, 0), "y/q") + 30

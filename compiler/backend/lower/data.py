@@ -290,8 +290,15 @@ def lower_dequantize(lw: Walk, node: Node) -> None:
         raise unsupported(node, f"output {y!r} is a view of {tensor!r} whose byte order "
                                 f"no strided binding describes (a layout copy is not "
                                 f"implemented)")
+    plane = 0
+    if lw.g.type_of(x).dtype == "int16":  # two planes, the high one first (`quantizer.wide`)
+        if x in lw.views or tensor != x:
+            raise unsupported(node, f"its int16 input {x!r} is a view of another tensor (an "
+                                    f"int16 output binding reads its planes whole)")
+        plane = lw.tensors[tensor].size_bytes // 2
     lw.outputs.append(Binding(y, tensor, shape, float(params.scale[0]),
-                                int(params.zero_point[0]), strides, offset=offset))
+                                int(params.zero_point[0]), strides, offset=offset,
+                                dtype="int16" if plane else "int8", plane=plane))
 
 
 def lower_view(lw: Walk, node: Node) -> None:

@@ -95,10 +95,12 @@ class Walk:
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and \
                 OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT,
-                                           Lower.CONV, Lower.GEMM, Lower.MATMUL):
+                                           Lower.CONV, Lower.GEMM, Lower.MATMUL,
+                                           Lower.DEQUANTIZE):
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a "
-                                    f"LayerNormalization, a Hypot and a Conv, Gemm or MatMul "
-                                    f"by a constant weight read int16 values")
+                                    f"LayerNormalization, a Hypot, a Conv, Gemm or MatMul "
+                                    f"by a constant weight and a model output read int16 "
+                                    f"values")
         return self.buffer[name]
 
     def wide_input(self, node: Node, name: str) -> int:
