@@ -70,9 +70,17 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
         raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
                          "the one `ember compile` used")
     try:
-        return CompileOptions.from_header(program.metadata.get("options", {})).quant
+        options = CompileOptions.from_header(program.metadata.get("options", {})).quant
     except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
         raise EmberError(f"the program's recorded options are malformed: {err}") from None
+    rounding = program.metadata.get("inputs", {}).get("weight_rounding_sha256")
+    if options.weight_rounding and rounding and (
+            not Path(options.weight_rounding).is_file() or
+            rounding != hashlib.sha256(Path(options.weight_rounding).read_bytes()).hexdigest()):
+        raise EmberError(f"{options.weight_rounding}: the program was compiled with another "
+                         f"weight-rounding file (or this one is missing); give the one "
+                         f"`ember compile --weight-rounding` used")
+    return options
 
 
 def program_input_shapes(program: Program, path: str, given: Mapping[str, Sequence[int]]
@@ -677,6 +685,7 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "keep_fp32": list(options.keep_fp32), "wide_norm_inputs": options.wide_norm_inputs,
             "smooth_norms": options.smooth_norms,
             **({"int16_tensors": list(options.int16_tensors)} if options.int16_tensors else {}),
+            **({"weight_rounding": options.weight_rounding} if options.weight_rounding else {}),
             "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program}

@@ -21,6 +21,7 @@ COMMANDS = [
     ("examples", "examples"),
     ("profile", "quantize_profile"),
     ("profile", "profile"),
+    ("round_weights", "round_weights_"),
     ("disasm", "disasm"),
     ("simulate", "simulate"),
     ("report", "report"),
@@ -68,6 +69,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     \b
     The flow:
       ember quantize-profile model.onnx --data calib.npz -o model.profile.json
+      ember round-weights model.onnx --profile model.profile.json --data calib.npz  (optional)
       ember compile model.onnx --int8 --profile model.profile.json -o model.ember
       ember simulate model.ember -i input.npz --report perf.json --trace trace.json
       ember report model.ember -i input.npz --html perf.html

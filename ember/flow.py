@@ -56,8 +56,9 @@ class CompileOptions:
         """Every option by its field name, the quantizer's first (tuples as JSON lists)."""
         recorded = {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
                     for options in (self.quant, self.backend) for f in fields(options)}
-        if not self.quant.int16_tensors:  # a program without them has the header it had
-            del recorded["int16_tensors"]
+        for name in ("int16_tensors", "weight_rounding"):
+            if not getattr(self.quant, name):  # a program without them has the header it had
+                del recorded[name]
         if self.input_shapes:
             recorded["input_shapes"] = {name: list(dims)
                                         for name, dims in self.input_shapes.items()}
@@ -169,6 +170,8 @@ def _prepare(model: ModelSource, profile: ProfileSource, proto: onnx.ModelProto,
         metadata["inputs"] = {"model_sha256": _sha256(model),
                               "model_fingerprint": loaded.model.digest,
                               "profile_sha256": _sha256(profile)}
+        if options.quant.weight_rounding:
+            metadata["inputs"]["weight_rounding_sha256"] = _sha256(options.quant.weight_rounding)
     return Prepared(qgraph, options, metadata)
 
 

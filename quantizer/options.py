@@ -39,6 +39,9 @@ class QuantOptions:
     stream its two byte planes through the array (`quantizer.wide.array_values`); its codes
     take as many bits (up to 16) as its readers' int32 accumulators allow
     (`quantizer.wide.accumulator_bits`).
+    weight_rounding is a file of weight codes chosen for each layer's output on calibration
+    data (`ember round-weights`, `quantizer.rounding`); weights it holds at these options'
+    scales take its codes, the others their nearest.
     """
 
     calibration: str = "minmax"
@@ -53,6 +56,7 @@ class QuantOptions:
     equalize: str = "off"
     bias_correction: bool = False
     int16_tensors: tuple[str, ...] = ()
+    weight_rounding: str | None = None
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:

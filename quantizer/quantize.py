@@ -43,6 +43,7 @@ from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypo
                             norm_copies, wide_values)
 from quantizer.options import QuantOptions
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
+from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.errors import listing
@@ -90,6 +91,10 @@ class _Rewriter:
                             for name in node.inputs if name and graph.values[name].is_const}
         self.fused = self._plan_fusion(producers)
         self.absorbed = {clamp.name for clamp in self.fused.values()}
+        # --weight-rounding: each weight's chosen codes, by its name (`ember.rounding`)
+        self.rounding = load_rounding(options.weight_rounding) if options.weight_rounding \
+            else {}
+        self.rounded_elsewhere: list[str] = []  # weights the file rounded at other scales
 
     def run(self) -> Graph:
         """Each node in order through its kind's rule (or kept in fp32)."""
@@ -146,6 +151,12 @@ class _Rewriter:
                 rule(self, node)
         for name in self.g.outputs:
             self.float_input(name)
+        if self.rounded_elsewhere:
+            warnings.warn(QuantizeWarning(
+                f"--weight-rounding {self.opts.weight_rounding}: {len(self.rounded_elsewhere)} "
+                f"weight(s) were rounded there at other scales (other quantizer options, or "
+                f"int16 weights) and take their nearest codes: "
+                f"{listing(self.rounded_elsewhere)}"), stacklevel=2)
         if self.uncorrected:
             warnings.warn(QuantizeWarning(
                 f"--bias-correction left {len(self.uncorrected)} node(s) uncorrected, whose "
@@ -394,8 +405,10 @@ class _Rewriter:
             return self.weights[key]
         w = self.g.values[name].const.astype(np.float64)
         params = QuantParams(scales, (0,) * len(scales), axis)
-        q = numerics.quantize(w, scales, 0, -WEIGHT_QMAX, WEIGHT_QMAX, axis=axis,
-                              arithmetic=np.float64)
+        q = self._rounded(name, scales, axis)
+        if q is None:
+            q = numerics.quantize(w, scales, 0, -WEIGHT_QMAX, WEIGHT_QMAX, axis=axis,
+                                  arithmetic=np.float64)
         # The int8 weight keeps the initializer's name unless an fp32 node still reads the float
         # weight, or the same weight is quantized along another axis (or with other floors) for
         # another node.
@@ -405,6 +418,22 @@ class _Rewriter:
             qname, k = f"{name}/q{'' if axis is None else axis}_{k}", k + 1
         self.weights[key] = self.const(qname, q, params, name)
         return qname
+
+    def _rounded(self, name: str, scales: tuple[float, ...], axis: int | None
+                 ) -> np.ndarray | None:
+        """Weight `name`'s codes from the --weight-rounding file, when it rounded them at
+        these scales; None for nearest rounding."""
+        found = self.rounding.get(name)
+        if found is None:
+            return None
+        if found.digest != weight_digest(self.g.values[name].const):
+            raise QuantizeError(f"--weight-rounding {self.opts.weight_rounding}: weight "
+                                f"{name!r} was rounded for other values (another model, or "
+                                f"another --equalize): run `ember round-weights` again")
+        if found.axis != axis or not np.array_equal(found.scales, np.asarray(scales)):
+            self.rounded_elsewhere.append(name)
+            return None
+        return found.codes.astype(np.int8)
 
     def int32_bias(self, name: str, q: np.ndarray, scales: np.ndarray, where: str) -> str:
         """Integer bias codes as int32 (scale s_x * s_w per channel along the last axis, zero

@@ -224,7 +224,10 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
     for reader in readers:
         on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \
             name not in reader.inputs[1:]
-        if not (on_array or _residual_add(graph, producers, reader)) or reader.name in keep:
+        if reader.name in keep:
+            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} {reader.name!r}, "
+                                f"kept in fp32 (the host reads int8 codes)")
+        if not (on_array or _residual_add(graph, producers, reader)):
             raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
                                 f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
                                 f"constant weight (on the array) and Adds of two whole "

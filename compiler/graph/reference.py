@@ -87,13 +87,21 @@ def _axis(axis, rank):
 # --- linear algebra -------------------------------------------------------------------------
 
 
-def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
-         pads=None, strides=None):
-    kernel = tuple(w.shape[2:])
+def conv_windows(x, kernel, *, auto_pad="NOTSET", dilations=None, pads=None, strides=None):
+    """Each output position's input window of a convolution (zero padded), as a view:
+    (N, C, *out_spatial, *kernel)."""
     pads, out_spatial, strides, dilations = resolve_pads(
         x.shape[2:], kernel, strides, dilations, pads, auto_pad)
     xp = _pad_for_windows(x, pads, out_spatial, kernel, strides, dilations, 0.0)
-    win = _windows(xp, kernel, strides, dilations, out_spatial)   # N, C, *out, *k
+    return _windows(xp, kernel, strides, dilations, out_spatial)
+
+
+def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+         pads=None, strides=None):
+    kernel = tuple(w.shape[2:])
+    win = conv_windows(x, kernel, auto_pad=auto_pad, dilations=dilations, pads=pads,
+                       strides=strides)                               # N, C, *out, *k
+    out_spatial = win.shape[2:2 + len(kernel)]
     n_batch, channels = x.shape[:2]
     m = w.shape[0]
     cg, mg = channels // group, m // group

@@ -154,6 +154,11 @@ def quantization_options(command):
                           "layers read only by such layers) in int16: the array streams their "
                           "two byte planes in two passes (twice its time for their readers), "
                           "their codes as many bits as the readers' int32 accumulators allow."),
+        click.option("--weight-rounding", "weight_rounding", type=InputPath(dir_okay=False),
+                     metavar="FILE",
+                     help="Weight codes chosen for each layer's output on calibration data, "
+                          "from `ember round-weights` (error-compensated rounding: the same "
+                          "scales and cycles, less output error)."),
         click.option("--bias-correction", "bias_correction", is_flag=True,
                      help="Subtract from each Conv/Gemm/MatMul bias the mean error its int8 "
                           "weights bring on the calibration data: (W_int8 - W) times the "
@@ -176,7 +181,8 @@ QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "symmetric": "symmetric_activations", "schema": "schema",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
                 "smooth_norms": "smooth_norms", "equalize": "equalize",
-                "bias_correction": "bias_correction", "int16_tensors": "int16_tensors"}
+                "bias_correction": "bias_correction", "int16_tensors": "int16_tensors",
+                "weight_rounding": "weight_rounding"}
 
 
 def quant_options_from(kwargs: dict):

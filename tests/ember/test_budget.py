@@ -88,7 +88,9 @@ def test_a_budget_nothing_meets_is_exit_3_with_the_best_measured(bad) -> None:
     assert not (bad / "m.ember").exists()
 
 
-def test_host_fp32_is_the_last_resort(tmp_path) -> None:
+def test_int16_outputs_meet_a_budget_without_the_host(tmp_path) -> None:
+    """The digits CNN at 44 dB: its logits int16 (the host reads both planes) and relu1 int16
+    on the array, no host segment."""
     profile = tmp_path / "p.json"
     assert invoke("quantize-profile", DIGITS / "model.onnx", "--data", DIGITS / "calib.npz",
                   "-o", profile).exit_code == 0
@@ -98,8 +100,41 @@ def test_host_fp32_is_the_last_resort(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     spent = json.loads(result.output)["budget"]
     hows = {r["tensor"]: r["how"] for r in spent["raised"]}
-    assert hows.get("logits") == "fp32" and spent["chosen"]["outputs"][0]["sqnr_db"] >= 44
+    assert hows.get("logits") == "int16" and spent["chosen"]["outputs"][0]["sqnr_db"] >= 44
+    assert not json.loads(result.output)["host_segments"]
+
+
+def test_host_fp32_is_the_last_resort(tmp_path) -> None:
+    """The bad tensor read by a MaxPool, which does not read int16: with --allow-host its
+    producer and reader run in fp32 on the host, with the program bit-exact."""
+    proto = one_bad_tensor()
+    rng = np.random.default_rng(0)
+    proto = model([helper.make_node("Conv", ["x", "w1", "b1"], ["mid"], name="c1",
+                                    pads=[1, 1, 1, 1]),
+                   helper.make_node("MaxPool", ["mid"], ["pooled"], name="pool",
+                                    kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                   helper.make_node("Conv", ["pooled", "w2", "b2"], ["y"], name="c2",
+                                    pads=[1, 1, 1, 1])],
+                  {"x": [1, 3, 8, 8]}, {"y": [1, 8, 8, 8]},
+                  {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer})
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    for name, count in (("calib", 16), ("eval", 24)):
+        np.savez(tmp_path / f"{name}.npz",
+                 x=rng.standard_normal((count, 3, 8, 8)).astype(np.float32))
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
+                    tmp_path / "eval.npz", "--min-sqnr", 16, "--allow-host", "-o",
+                    tmp_path / "m.ember", "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.output)["budget"]
+    raised = {r["tensor"]: r for r in spent["raised"]}
+    assert raised["mid"]["how"] == "fp32" and set(raised["mid"]["nodes"]) >= {"c1", "pool"}
+    assert spent["chosen"]["outputs"][0]["sqnr_db"] >= 16
     assert json.loads(result.output)["host_segments"]
+    checked = invoke("accuracy", tmp_path / "m.onnx", tmp_path / "m.ember", "--profile",
+                     tmp_path / "p.json", "--data", tmp_path / "eval.npz", "--json")
+    assert json.loads(checked.output)["bit_exact"] is True
 
 
 def test_keeping_a_tensor_in_fp32_keeps_its_layer_and_clamp_together() -> None:

@@ -1,0 +1,80 @@
+"""`ember round-weights`: weight codes chosen for each layer's output on calibration data."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from compiler.frontend.onnx import parse_input_shapes
+from ember import console
+from ember.commands.options import (data_options, image_options_from, input_shape_option,
+                                    json_option, model_argument, quant_options_from,
+                                    quantization_options)
+from ember.errors import EmberError
+from ember.files import OutputPath
+from ember.progress import progress_bar
+from ember.rounding import round_weights
+
+
+@click.command("round-weights")
+@model_argument
+@quantization_options
+@data_options("--data", what="Calibration data (the inputs each layer's codes are chosen for)",
+              required=True)
+@click.option("-o", "--output",
+              type=OutputPath(dir_okay=False, beside=("model", ".rounding.npz")),
+              help="Rounding file to write.  [default: MODEL with .rounding.npz]")
+@input_shape_option
+@json_option
+def round_weights_(model: str, data: str, samples: int | None, output: str,
+                   input_shapes: tuple[str, ...], as_json: bool, **kwargs) -> None:
+    """Choose MODEL's int8 weight codes for each layer's output on calibration data.
+
+    Nearest rounding minimizes each weight's own error, not what the layer computes: this
+    runs the fp32 model over --data, takes each Conv's, Gemm's and MatMul's inputs X, and
+    rounds its weights one column at a time, pushing each rounding error onto the columns
+    not yet rounded through H = X X^T (error-compensated rounding, GPTQ; AdaRound's
+    objective). The scales stay the quantizer's for the same options, so programs keep their
+    arithmetic and cycles; `ember compile` and `ember accuracy` take the file with
+    --weight-rounding and the same quantizer options.
+
+    \b
+    Examples:
+      ember round-weights model.onnx --profile model.profile.json --data calib.npz
+      ember compile model.onnx --profile model.profile.json \\
+          --weight-rounding model.rounding.npz -o model.ember
+    """
+    profile_path = kwargs["profile_path"]
+    images = image_options_from(kwargs)
+    options = quant_options_from(kwargs)
+    if options.weight_rounding:
+        raise click.UsageError("--weight-rounding reads a rounding file; round-weights writes "
+                               "one (-o)")
+    with progress_bar() as progress:
+        done = round_weights(model, profile_path, data, options, output,
+                             parse_input_shapes(input_shapes), samples, images, progress)
+    if not done.layers:
+        raise EmberError(f"{model}: nothing rounded")
+    if as_json:
+        click.echo(json.dumps({
+            "model": model, "output": output, "samples": done.samples,
+            "seconds": done.seconds,
+            "layers": [{"weight": r.weight, "node": r.node, "groups": r.groups,
+                        "rows": r.rows, "columns": r.columns,
+                        "nearest_error": r.nearest_error, "chosen_error": r.chosen_error,
+                        "gain_db": r.gain_db} for r in done.layers]}, indent=1))
+        return
+    shown = sorted(done.layers, key=lambda r: -r.gain_db)
+    table = Table(title=f"ember round-weights → {output}: {len(done.layers)} weights on "
+                        f"{done.samples} samples in {done.seconds:.1f} s (largest gain first)")
+    for col in ("weight", "node", "groups x rows x columns", "output error, nearest",
+                "chosen", "gain dB"):
+        table.add_column(col, justify="left" if col in ("weight", "node") else "right")
+    for r in shown[:20]:
+        table.add_row(r.weight, r.node, f"{r.groups} x {r.rows} x {r.columns}",
+                      f"{r.nearest_error:.4g}", f"{r.chosen_error:.4g}", f"{r.gain_db:+.2f}")
+    console.results().print(table)
+    if len(shown) > 20:
+        click.echo(f"... and {len(shown) - 20} more (--json for all)")

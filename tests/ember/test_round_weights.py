@@ -1,0 +1,196 @@
+"""Error-compensated weight rounding (#16 part 4: AdaRound's objective, solved as GPTQ does):
+`ember round-weights` chooses each layer's int8 codes for its output on calibration data and
+writes them once; `--weight-rounding FILE` on compile and accuracy uses them. The codes are on
+the quantizer's own scales, so the program is as fast and as bit-exact as before, and closer to
+fp32."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from compiler.graph.ir import Node
+from compiler.graph.reference import conv
+from ember.rounding import _as_rows, _columns, _from_rows
+from quantizer.rounding import compensated_codes, output_error
+from tests.cli import assert_one_line_error, invoke
+from tests.onnx_builder import model
+
+
+def test_compensated_codes_shrink_the_output_error_on_correlated_inputs() -> None:
+    """Inputs with correlated columns: the chosen codes' output error is well under nearest
+    rounding's, every code within [-127, 127], each at most a few steps from the nearest."""
+    rng = np.random.default_rng(0)
+    mix = rng.normal(size=(24, 24))
+    x = mix @ rng.normal(size=(24, 400))
+    h = (x @ x.T)[None]
+    w = rng.normal(0, 0.1, (1, 16, 24))
+    s = np.abs(w).max(axis=2, keepdims=True) / 127
+    chosen = compensated_codes(w, h, s, 127)
+    nearest = np.clip(np.rint(w / s), -127, 127)
+    assert output_error(w, chosen, s, h) < 0.7 * output_error(w, nearest, s, h)
+    assert np.abs(chosen).max() <= 127
+    assert np.abs(chosen - nearest).max() <= 8
+
+
+def test_uncorrelated_inputs_of_equal_energy_leave_the_nearest_codes() -> None:
+    """H = I: no column's error can be absorbed by another, so the codes are the nearest."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(0, 0.1, (3, 5, 9))
+    s = np.full((3, 5, 1), 0.002)
+    chosen = compensated_codes(w, np.broadcast_to(np.eye(9), (3, 9, 9)), s, 127)
+    assert np.array_equal(chosen, np.clip(np.rint(w / s), -127, 127))
+
+
+@pytest.mark.parametrize("op, attrs, w_shape, x_shape", [
+    ("Conv", {"pads": [1, 1, 1, 1]}, (6, 4, 3, 3), (2, 4, 7, 7)),
+    ("Conv", {"group": 2, "strides": [2, 2], "pads": [0, 1, 1, 0]}, (6, 2, 3, 3), (1, 4, 8, 8)),
+    ("Conv", {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}, (4, 1, 3, 3),
+     (1, 4, 9, 9)),
+    ("Conv", {"strides": [2], "pads": [1, 1]}, (5, 3, 4), (2, 3, 11)),
+    ("Gemm", {"transB": 1}, (7, 5), (3, 5)),
+    ("Gemm", {}, (5, 7), (3, 5)),
+    ("MatMul", {}, (5, 7), (2, 3, 5)),
+])
+def test_the_rows_times_the_columns_are_the_layer(op, attrs, w_shape, x_shape) -> None:
+    """Each row of `_as_rows` times `_columns` is the layer's output channel: the rounding
+    problem is the layer's, for every convolution form, Gemm and MatMul; `_from_rows` puts
+    the codes back in the weight's shape."""
+    rng = np.random.default_rng(2)
+    w, x = rng.normal(size=w_shape), rng.normal(size=x_shape)
+    node = Node(op, "n", ("x", "w"), ("y",), attrs)
+    rows, _ = _as_rows(node, w, np.ones(1), None)
+    got = np.einsum("grk,gkm->grm", rows, _columns(node, w, x))
+    if op == "Conv":
+        want = conv(x, w, **attrs)
+        want = np.moveaxis(want, 1, 0).reshape(got.shape[0], got.shape[1], -1)
+    else:
+        matrix = w.T if attrs.get("transB") else w
+        want = (x.reshape(-1, x.shape[-1]) @ matrix).T[None]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    assert np.array_equal(_from_rows(node, rows, w.shape), w)
+
+
+def two_convs():
+    """x -> Conv 3x3 (12) -> ReLU -> Conv 3x3 (8) -> y, read with smooth images (neighbouring
+    inputs correlated, which error compensation exploits); each of the second Conv's channels
+    has one tap of 1.0 beside taps of ~0.03, so its per-channel int8 step is coarse for them."""
+    rng = np.random.default_rng(3)
+    w2 = rng.normal(0, .03, (8, 12, 3, 3))
+    w2[:, 0, 1, 1] = 1.0
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], name="c2", pads=[1, 1, 1, 1])]
+    inits = {"w1": rng.normal(0, .3, (12, 3, 3, 3)), "b1": rng.normal(0, .1, 12),
+             "w2": w2, "b2": rng.normal(0, .1, 8)}
+    return model(nodes, {"x": [1, 3, 10, 10]}, {"y": [1, 8, 10, 10]},
+                 {k: v.astype(np.float32) for k, v in inits.items()})
+
+
+def smooth_images(count: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(size=(count, 3, 12, 12))
+    blurred = sum(noise[:, :, i:i + 10, j:j + 10] for i in range(3) for j in range(3)) / 3
+    return blurred.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def rounded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rounding")
+    onnx.save(two_convs(), str(folder / "m.onnx"))
+    np.savez(folder / "calib.npz", x=smooth_images(32, 0))
+    np.savez(folder / "eval.npz", x=smooth_images(16, 1))
+    assert invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
+                  "-o", folder / "p.json").exit_code == 0
+    result = invoke("round-weights", folder / "m.onnx", "--profile", folder / "p.json",
+                    "--data", folder / "calib.npz", "-o", folder / "r.npz", "--json")
+    assert result.exit_code == 0, result.output
+    return folder, json.loads(result.stdout)
+
+
+def _accuracy(folder, *options):
+    result = invoke("accuracy", folder / "m.onnx", *options, "--profile", folder / "p.json",
+                    "--data", folder / "eval.npz", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_rounded_weights_bring_the_output_closer_and_the_program_stays_bit_exact(rounded):
+    folder, report = rounded
+    assert {layer["node"] for layer in report["layers"]} == {"c1", "c2"}
+    assert report["samples"] == 32
+    assert all(layer["chosen_error"] < layer["nearest_error"] for layer in report["layers"])
+    plain = _accuracy(folder)["sqnr_db"]
+    better = _accuracy(folder, "--weight-rounding", folder / "r.npz")["sqnr_db"]
+    assert better > plain + 1
+    for name, extra in (("plain", ()), ("rounded", ("--weight-rounding", folder / "r.npz"))):
+        result = invoke("compile", folder / "m.onnx", "--profile", folder / "p.json", *extra,
+                        "-o", folder / f"{name}.ember", "--json")
+        assert result.exit_code == 0, result.output
+    plain_cycles = json.loads(invoke("compile", folder / "m.onnx", "--profile",
+                                     folder / "p.json", "-o", folder / "plain.ember",
+                                     "--json").stdout)["cycles"]
+    rounded_run = invoke("compile", folder / "m.onnx", "--profile", folder / "p.json",
+                         "--weight-rounding", folder / "r.npz", "-o", folder / "rounded.ember",
+                         "--json")
+    assert json.loads(rounded_run.stdout)["cycles"] == plain_cycles  # the same arithmetic
+    checked = _accuracy(folder, folder / "rounded.ember")
+    assert checked["bit_exact"] is True
+    assert checked["sqnr_db"] == pytest.approx(better)
+    assert checked["options"]["weight_rounding"] == str(folder / "r.npz")
+
+
+def test_a_rounding_file_must_be_the_one_the_program_used(rounded, tmp_path) -> None:
+    folder, _ = rounded
+    assert invoke("compile", folder / "m.onnx", "--profile", folder / "p.json",
+                  "--weight-rounding", folder / "r.npz", "-o", tmp_path / "p.ember").exit_code == 0
+    copy = tmp_path / "r.npz"
+    copy.write_bytes((folder / "r.npz").read_bytes())
+    assert invoke("compile", folder / "m.onnx", "--profile", folder / "p.json",
+                  "--weight-rounding", copy, "-o", tmp_path / "c.ember").exit_code == 0
+    copy.write_bytes(b"not a rounding file")
+    assert_one_line_error(invoke("accuracy", folder / "m.onnx", tmp_path / "c.ember",
+                                 "--profile", folder / "p.json", "--data",
+                                 folder / "eval.npz"), "compiled with another weight-rounding")
+    assert_one_line_error(invoke("accuracy", folder / "m.onnx", "--profile", folder / "p.json",
+                                 "--data", folder / "eval.npz", "--weight-rounding", copy),
+                          "not a readable rounding file", str(copy))
+
+
+def test_a_rounding_file_for_other_weights_or_scales_is_caught(rounded, tmp_path) -> None:
+    """Other float weights (another model): an error naming the weight. Other scales (made
+    per channel, used per tensor): a warning, and those weights take their nearest codes."""
+    folder, _ = rounded
+    other = two_convs()
+    w1 = np.zeros((12, 3, 3, 3), np.float32) + 0.1
+    other.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w1, "w1"))
+    onnx.save(other, str(tmp_path / "other.onnx"))
+    assert invoke("quantize-profile", tmp_path / "other.onnx", "--data", folder / "calib.npz",
+                  "-o", tmp_path / "other.json").exit_code == 0
+    assert_one_line_error(invoke("accuracy", tmp_path / "other.onnx", "--profile",
+                                 tmp_path / "other.json", "--data", folder / "eval.npz",
+                                 "--weight-rounding", folder / "r.npz"),
+                          "weight 'w1' was rounded for other values")
+    result = invoke("accuracy", folder / "m.onnx", "--profile", folder / "p.json", "--data",
+                    folder / "eval.npz", "--per-tensor", "--weight-rounding", folder / "r.npz")
+    assert result.exit_code == 0, result.output
+    assert "2 weight(s) were rounded there at other scales" in result.output
+    plain = invoke("accuracy", folder / "m.onnx", "--profile", folder / "p.json", "--data",
+                   folder / "eval.npz", "--per-tensor", "--json")
+    fallback = invoke("accuracy", folder / "m.onnx", "--profile", folder / "p.json", "--data",
+                      folder / "eval.npz", "--per-tensor", "--weight-rounding",
+                      folder / "r.npz", "--json")
+    assert json.loads(plain.stdout)["sqnr_db"] == json.loads(fallback.stdout)["sqnr_db"]
+
+
+def test_round_weights_usage(rounded, tmp_path) -> None:
+    folder, _ = rounded
+    result = invoke("round-weights", folder / "m.onnx", "--profile", folder / "p.json",
+                    "--data", folder / "calib.npz", "--weight-rounding", folder / "r.npz")
+    assert result.exit_code == 2 and "round-weights writes one" in result.output
+    help_text = invoke("round-weights", "--help").output
+    assert "error-compensated" in help_text and "--weight-rounding" in help_text
