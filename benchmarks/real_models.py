@@ -72,7 +72,7 @@ from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
-from ember import budget
+from ember import budget, rounding
 from ember import ort as ember_ort
 from ember.accuracy import Evaluation
 from ember.accuracy import BitExactness
@@ -582,6 +582,7 @@ class Row:
     calibrations: dict = field(default_factory=dict)
     # --min-sqnr: what `ember compile --min-sqnr --allow-host` raised, and what it cost
     budget: dict = field(default_factory=dict)
+    rounding_s: float = 0.0  # --round-weights: `ember round-weights`'s time
 
 
 Samples = dict[str, np.ndarray]  # each input's samples by name, (n, *shape)
@@ -606,7 +607,8 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row,
               compare: tuple[str, ...] = (), program: bool = True,
               quant: QuantOptions = QuantOptions(),
-              accuracy_budget: budget.Budget | None = None) -> None:
+              accuracy_budget: budget.Budget | None = None,
+              round_weights: bool = False) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -628,6 +630,14 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                                       specs, RunOptions(channel_means=quant.bias_correction),
                                       shapes), profile_path)
     row.calibration = quant.calibration
+    if round_weights:
+        log(f"{model.name}: error-compensated weight rounding on the calibration samples")
+        started = time.perf_counter()
+        rounding_path = folder / f"{model.name}.rounding.npz"
+        rounding.round_weights(str(path), str(profile_path), str(data), quant,
+                               str(rounding_path), shapes)
+        row.rounding_s = time.perf_counter() - started
+        quant = replace(quant, weight_rounding=str(rounding_path))
     if accuracy_budget is not None:
         quant = within_budget(model, path, profile_path, evaluation, folder, row, quant,
                               accuracy_budget, shapes)
@@ -792,7 +802,7 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
             quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
             program: bool = True, peer: bool = True,
-            accuracy_budget: budget.Budget | None = None) -> Row:
+            accuracy_budget: budget.Budget | None = None, round_weights: bool = False) -> Row:
     row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
@@ -814,7 +824,7 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
                 with time_box(box):
                     if run is ember_run:
                         run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
-                            program, quant, accuracy_budget)
+                            program, quant, accuracy_budget, round_weights)
                     else:
                         run(model, path, calib, evaluation, reference, Path(tmp), row)
             except Exception as err:  # a model that fails is a result, not a crash
@@ -855,8 +865,10 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
             print(f"| {r.model} ({r.calib}/{r.samples}) | " + " | ".join(cells) + f" | {ort} |")
     print()
     for r in rows:
+        rounded = f"; weights rounded by `ember round-weights` in {r.rounding_s:.0f} s" \
+            if r.rounding_s else ""
         print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
-              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample")
+              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample{rounded}")
     print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
 
 
@@ -966,6 +978,10 @@ def main() -> None:
                         help="an accuracy budget, alone or with --min-sqnr: each classifier "
                              "output's top-1 agrees with fp32's on at least PERCENT of the "
                              "evaluation samples (`ember compile --min-agreement PERCENT`)")
+    parser.add_argument("--round-weights", action="store_true",
+                        help="ember's weights rounded for each layer's output on the "
+                             "calibration samples (`ember round-weights`, then "
+                             "--weight-rounding)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--table-from", type=Path, metavar="JSON",
                         help="print the table of a run saved with --json, measuring nothing")
@@ -996,7 +1012,8 @@ def main() -> None:
                                                         per_channel=not args.per_tensor,
                                                         equalize=args.equalize,
                                                         bias_correction=args.bias_correction),
-                            compare, args.program, args.peer, wanted))
+                            compare, args.program, args.peer, wanted,
+                            args.round_weights))
         log(json.dumps(asdict(rows[-1]), default=str))
     print(f"# real pretrained models: `{' '.join(sys.argv)}`\n")
     print_table(rows, machine, args.program)

@@ -161,7 +161,7 @@ def _layers(graph: Graph, qgraph: Graph) -> list[_Layer]:
         if OPS[node.op].lower not in (Lower.CONV, Lower.GEMM, Lower.MATMUL) or \
                 len(node.inputs) < 2:
             continue
-        if node.op == "Gemm" and node.attrs.get("transA", 0):
+        if OPS[node.op].lower is Lower.GEMM and node.attrs.get("transA", 0):
             continue
         value = qgraph.values[node.inputs[1]]
         quant = value.type.quant
@@ -178,11 +178,20 @@ def _layers(graph: Graph, qgraph: Graph) -> list[_Layer]:
     return found
 
 
+def _matrix(node: Node) -> bool:
+    """A Gemm or MatMul (rows of a matrix), not a convolution."""
+    return OPS[node.op].lower in (Lower.GEMM, Lower.MATMUL)
+
+
+def _transposed(node: Node) -> bool:
+    """A Gemm whose weight is stored as outputs x inputs (transB)."""
+    return OPS[node.op].lower is Lower.GEMM and bool(node.attrs.get("transB", 0))
+
+
 def _problem_shape(node: Node, weight: np.ndarray) -> tuple[int, int, int]:
     """(groups, rows per group, columns) of the layer's rounding problem."""
-    if node.op in ("Gemm", "MatMul"):
-        rows = weight.shape[0] if node.op == "Gemm" and node.attrs.get("transB", 0) \
-            else weight.shape[-1]
+    if _matrix(node):
+        rows = weight.shape[0] if _transposed(node) else weight.shape[-1]
         return 1, rows, weight.size // rows
     groups = int(node.attrs.get("group", 1))
     return groups, weight.shape[0] // groups, weight[0].size
@@ -193,9 +202,9 @@ def _as_rows(node: Node, weight: np.ndarray, scales: np.ndarray, axis: int | Non
     """The weight as groups x rows x columns (each row one output channel, its columns in the
     order `_hessian` lays out the inputs) and the scales as groups x rows x 1."""
     groups, rows, k = _problem_shape(node, weight)
-    if node.op == "Gemm" and node.attrs.get("transB", 0):
+    if _transposed(node):
         w = weight
-    elif node.op in ("Gemm", "MatMul"):
+    elif _matrix(node):
         w = weight.reshape(-1, weight.shape[-1]).T
     else:
         w = weight.reshape(weight.shape[0], -1)
@@ -206,9 +215,9 @@ def _as_rows(node: Node, weight: np.ndarray, scales: np.ndarray, axis: int | Non
 def _from_rows(node: Node, codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """`_as_rows`'s inverse for the codes."""
     flat = codes.reshape(-1, codes.shape[-1])
-    if node.op == "Gemm" and node.attrs.get("transB", 0):
+    if _transposed(node):
         return flat.reshape(shape)
-    if node.op in ("Gemm", "MatMul"):
+    if _matrix(node):
         return flat.T.reshape(shape)
     return flat.reshape(shape)
 
@@ -223,7 +232,7 @@ def _columns(node: Node, weight: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The inputs X each row of `_as_rows` multiplies, groups x columns x positions: the
     layer's output is W X per group (im2col windows for a convolution)."""
     x = np.asarray(x, np.float64)
-    if node.op in ("Gemm", "MatMul"):
+    if _matrix(node):
         return x.reshape(-1, x.shape[-1]).T[None]
     attrs = OPS[node.op].bind(node.name, node.attrs)
     kernel = tuple(np.shape(weight)[2:])
