@@ -56,8 +56,9 @@ class CompileOptions:
         """Every option by its field name, the quantizer's first (tuples as JSON lists)."""
         recorded = {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
                     for options in (self.quant, self.backend) for f in fields(options)}
-        if not self.quant.int16_tensors:  # a program without them has the header it had
-            del recorded["int16_tensors"]
+        for name in ("int16_tensors", "int16_weights"):
+            if not getattr(self.quant, name):  # a program without them has the header it had
+                del recorded[name]
         if self.input_shapes:
             recorded["input_shapes"] = {name: list(dims)
                                         for name, dims in self.input_shapes.items()}

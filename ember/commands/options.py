@@ -154,6 +154,12 @@ def quantization_options(command):
                           "layers read only by such layers) in int16: the array streams their "
                           "two byte planes in two passes (twice its time for their readers), "
                           "their codes as many bits as the readers' int32 accumulators allow."),
+        click.option("--int16-weights", "int16_weights", multiple=True, metavar="NODE[,NODE...]",
+                     callback=_names,
+                     help="Quantize the constant weights of these Conv, Gemm or MatMul nodes "
+                          "(node names) to int16 (9 to 15 bits, as many as their int32 "
+                          "accumulators allow): the array runs each weight tile as two int8 "
+                          "passes (twice its time for these nodes, twice their weight bytes)."),
         click.option("--bias-correction", "bias_correction", is_flag=True,
                      help="Subtract from each Conv/Gemm/MatMul bias the mean error its int8 "
                           "weights bring on the calibration data: (W_int8 - W) times the "
@@ -176,7 +182,8 @@ QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "symmetric": "symmetric_activations", "schema": "schema",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
                 "smooth_norms": "smooth_norms", "equalize": "equalize",
-                "bias_correction": "bias_correction", "int16_tensors": "int16_tensors"}
+                "bias_correction": "bias_correction", "int16_tensors": "int16_tensors",
+                "int16_weights": "int16_weights"}
 
 
 def quant_options_from(kwargs: dict):
