@@ -138,6 +138,24 @@ def test_every_convolution_form_is_bit_exact(kind, attrs, weight, out_hw) -> Non
         check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 1))
 
 
+@pytest.mark.parametrize("cin, cout, hw, whole, resident", [
+    (32, 48, 12, True, False), (64, 64, 8, False, False), (16, 256, 8, False, True)])
+def test_every_tiling_plan_is_bit_exact(cin, cout, hw, whole, resident) -> None:
+    """On edge's small scratchpad, the doubled weight rows pick each plan the tiler has: pixel
+    tiles outermost with weights streamed per visit; output-channel blocks outermost with a
+    K slice's weights at a time, or a block's resident."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="c", pads=[1, 1, 1, 1])]
+    proto = model(nodes, {"x": [1, cin, hw, hw]}, {"y": [1, cout, hw, hw]},
+                  {"w": rng.normal(0, .1, (cout, cin, 3, 3)).astype(np.float32)})
+    built = build(proto, _wide(["c"]), "edge")
+    layer = next(layer for layer in lower(optimize(built.qgraph, INT8_PASSES)).layers
+                 if layer.node == "c")
+    t = tile(layer, Arch.load("edge"))
+    assert (t.whole_layer, t.resident_weights) == (whole, resident)
+    check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 1))
+
+
 @pytest.mark.parametrize("options", [
     dict(activation_dtype="uint8"), dict(per_channel=False), dict(schema="power2"),
     dict(symmetric_activations=True)])
@@ -167,6 +185,19 @@ def test_bias_correction_with_int16_weights_is_bit_exact(tmp_path) -> None:
     assert not np.array_equal(built.qgraph.values["c2/bias"].const,
                               plain.qgraph.values["c2/bias"].const)
     check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 6))
+
+
+@pytest.mark.parametrize("kind, tensor, node", [("conv", "r", "c1"), ("gemm", "mid", "g1")])
+def test_a_node_with_int16_weights_writes_an_int16_tensor(kind, tensor, node) -> None:
+    """int16 weights and an int16 output on one node (`--int16` of its output): its int8 input
+    times int16 weights requantized to int16 planes (REQUANT wide), read by an int8-weight
+    reader in two plane passes; every preset."""
+    make, _ = MODELS[kind]
+    for preset in PRESETS:
+        built = build(make(), QuantOptions(int16_tensors=(tensor,), int16_weights=(node,)),
+                      preset)
+        assert built.qgraph.values[tensor].type.dtype == "int16"
+        check_bit_exact(built.qgraph, built.compiled, samples(make(), 2, 3))
 
 
 def _weight_sqnr_db(graph, qgraph, name: str) -> float:
@@ -279,6 +310,10 @@ def test_where_the_accumulators_bite_the_codes_narrow_and_stay_exact_at_the_extr
     largest = (x[0] - zero) @ codes  # the last: every accumulator at its least
     assert largest.min() < -2**30  # within a factor of two of the wrap
     check_bit_exact(qgraph, built.compiled, extreme)
+    for preset in ("edge", "large"):  # K in slices of other array sizes, streamed weights
+        with pytest.warns(QuantizeWarning, match=f"{bits}-bit codes"):
+            other = build(proto, _wide(["g"]), preset)
+        check_bit_exact(other.qgraph, other.compiled, extreme)
 
 
 def test_too_few_bits_are_refused() -> None:
