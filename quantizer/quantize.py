@@ -398,10 +398,10 @@ class _Rewriter:
     def weight_codes(self, name: str, axis: int | None, floor: np.ndarray | None,
                      bits: int = 8) -> tuple[QuantParams, np.ndarray, list[int]]:
         """`quant_weight`'s parameters and codes, made without declaring them, and the slices
-        raised to their floor: int8 codes in [-127, 127], or for `bits` > 8 int16 ones in
-        [-(2^(bits-1) - 1), 2^(bits-1) - 1] (`QuantOptions.int16_weights`)."""
+        raised to their floor: codes in [-(2^(bits-1) - 1), 2^(bits-1) - 1], int8 ones
+        ([-127, 127] at 8 bits) or, for `bits` > 8, int16 (`QuantOptions.int16_weights`)."""
         power2 = self.opts.schema == "power2"
-        qmax = WEIGHT_QMAX if bits <= 8 else (1 << (bits - 1)) - 1
+        qmax = (1 << (bits - 1)) - 1  # int8's WEIGHT_QMAX at 8 bits
         w = self.g.values[name].const.astype(np.float64)
         scales = calibrate.weight_scales(w, axis, power2, qmax)
         raised: list[int] = []
@@ -730,7 +730,7 @@ def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None
     weight, w_name = OPS[node.op].weight, node.inputs[1]
     px = r.quant_of(x)
     alpha = float(attrs.get("alpha", 1.0))
-    means = _channel_means(r, node, node.inputs[0], f"node {node.name!r} ({node.op})") \
+    means = _channel_means(r, node.inputs[0], f"node {node.name!r} ({node.op})") \
         if r.opts.bias_correction else None
 
     def candidate(bits: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -750,7 +750,7 @@ def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None
                        candidate)
 
 
-def _channel_means(r: _Rewriter, node: Node, x_name: str, where: str) -> np.ndarray | None:
+def _channel_means(r: _Rewriter, x_name: str, where: str) -> np.ndarray | None:
     """The per-channel means of activation `x_name` from the profile (bias correction), or
     None when a graph pass made it (the profile has no means of it); raises when the profile
     has none at all."""
@@ -778,7 +778,7 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
     means from the profile; None (with a warning) where those means do not fit the weight."""
     if node.op not in (CONV.name, GEMM.name, MATMUL.name):
         return None  # (a ConvTranspose's weight contracts another axis: not corrected)
-    means = _channel_means(r, node, x_name, where)
+    means = _channel_means(r, x_name, where)
     if means is None:
         r.uncorrected.append(node.name)  # its input is a graph pass's: no means of it
         return None
@@ -802,15 +802,14 @@ def _error_mean(node: Node, attrs: dict, x_shape, means: np.ndarray,
         per_group = error.shape[1]
         if per_group * groups != len(means):
             return None
-        else:
-            grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
-                                                        (error.shape[0] // groups)]
-            # A tap reads the channel's mean where it falls inside the input, and the zero
-            # padding elsewhere: weighted by the share of outputs where it falls inside.
-            inside = _taps_inside(x_shape[2:], error.shape[2:], attrs)
-            return np.einsum("ock,oc,k->o", error.reshape(*error.shape[:2], -1), grouped,
-                             inside.reshape(-1))
-    elif error.ndim == 2:
+        grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
+                                                    (error.shape[0] // groups)]
+        # A tap reads the channel's mean where it falls inside the input, and the zero
+        # padding elsewhere: weighted by the share of outputs where it falls inside.
+        inside = _taps_inside(x_shape[2:], error.shape[2:], attrs)
+        return np.einsum("ock,oc,k->o", error.reshape(*error.shape[:2], -1), grouped,
+                         inside.reshape(-1))
+    if error.ndim == 2:
         contract = 1 - OPS[node.op].weight.out_axis(2, attrs)
         if error.shape[contract] == len(means):
             return np.tensordot(means, error, axes=([0], [contract]))

@@ -93,11 +93,13 @@ def weight_bits(node: Node, attrs: Mapping[str, Any], code_range: tuple[int, int
     below MIN_WEIGHT_BITS."""
     weight = OPS[node.op].weight
     low_limit, high_limit = RANGES["int32"]
-    for bits in range(numerics.WIDE_WEIGHT_BITS, 1, -1):
+
+    def fits(bits: int) -> bool:
         codes, bias = candidate(bits)
         low, high = accumulator_extremes(weight, attrs, codes, code_range, zero, bias)
-        if low.min(initial=0) >= low_limit and high.max(initial=0) <= high_limit:
-            break
+        return low.min(initial=0) >= low_limit and high.max(initial=0) <= high_limit
+
+    bits = next((b for b in range(numerics.WIDE_WEIGHT_BITS, 1, -1) if fits(b)), 1)
     if bits < MIN_WEIGHT_BITS:
         raise QuantizeError(f"int16 weights of node {node.name!r} ({node.op}): its int32 "
                             f"accumulators hold only {bits}-bit weight codes for every input "

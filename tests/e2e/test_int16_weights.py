@@ -321,7 +321,7 @@ def test_too_few_bits_are_refused() -> None:
     fewer than 9 bits."""
     proto, _ = signed_gemm(2**17, bias=0.0)
     with pytest.raises(QuantizeError, match="int16 weights of node 'g' \\(Gemm\\): its int32 "
-                                            "accumulators hold only [2-8]-bit weight codes"):
+                                            "accumulators hold only 8-bit weight codes"):
         build(proto, _wide(["g"]))
 
 
