@@ -11,6 +11,11 @@ accumulator, sum (x - z) w + bias over a channel's K terms, stays inside int32 f
 code x (the zero point z folded into the bias; a padded tap is x = z): `weight_bits` takes the
 most bits for which it does, computed from the very codes and int32 biases the quantizer makes
 (the weight scale's floor and bias correction included), not from a bound.
+
+A node whose input is int16 too (`QuantOptions.int16_tensors`) is refused: its accumulator
+holds about 33 - log2(sum |w| / max |w|) bits of product between the two operands, so both
+widened would each get fewer bits than either widened alone, in four passes (shifts 15, 8, 7
+and 0) and with the two widths chosen jointly; widening one of them is the choice offered.
 """
 
 from __future__ import annotations
@@ -59,10 +64,10 @@ def weight_nodes(graph: Graph, names, keep: set[str], dtype_of: Callable[[str], 
                                 f"constant weight (its second input) has int16 weights")
         x = node.inputs[0]
         if dtype_of(x) == "int16":
-            raise QuantizeError(f"{where}: its input {x!r} is int16 too; the int32 "
-                                f"accumulator holds an int16 x int8 or an int8 x int16 "
-                                f"product, not both widened: choose --int16 {x} or "
-                                f"--int16-weights {name}")
+            raise QuantizeError(f"{where}: its input {x!r} is int16 too; both widened would "
+                                f"share the int32 accumulator's bits (four passes, each "
+                                f"operand narrower than widened alone): choose --int16 {x} "
+                                f"or --int16-weights {name}")
     return set(names)
 
 
