@@ -645,8 +645,13 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
     layers = []
     for name, stats in acc.items():
         node = producers.get(name)
+        precision = params[name][1] if name in params else "int8"
+        if node is not None and len(node.inputs) > 1 and node.inputs[1] and \
+                qgraph.values[node.inputs[1]].is_const and \
+                qgraph.type_of(node.inputs[1]).dtype == "int16":
+            precision += ", int16 weights"  # `QuantOptions.int16_weights`
         layers.append(LayerAccuracy(name, node.name if node else "", node.op if node else "",
-                                    params[name][1] if name in params else "int8",
+                                    precision,
                                     own[name].sqnr_db if name in own else stats.sqnr_db,
                                     stats.sqnr_db))
     return tuple(layers)
@@ -686,6 +691,7 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "smooth_norms": options.smooth_norms,
             **({"int16_tensors": list(options.int16_tensors)} if options.int16_tensors else {}),
             **({"weight_rounding": options.weight_rounding} if options.weight_rounding else {}),
+            **({"int16_weights": list(options.int16_weights)} if options.int16_weights else {}),
             "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program}

@@ -56,7 +56,7 @@ class CompileOptions:
         """Every option by its field name, the quantizer's first (tuples as JSON lists)."""
         recorded = {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
                     for options in (self.quant, self.backend) for f in fields(options)}
-        for name in ("int16_tensors", "weight_rounding"):
+        for name in ("int16_tensors", "int16_weights", "weight_rounding"):
             if not getattr(self.quant, name):  # a program without them has the header it had
                 del recorded[name]
         if self.input_shapes:

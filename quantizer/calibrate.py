@@ -278,8 +278,10 @@ def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool
     return QuantParams.per_tensor(scale, zero_point)
 
 
-def weight_scales(w: np.ndarray, axis: int | None, power2: bool = False) -> tuple[float, ...]:
-    """Symmetric int8 scales max|w| / 127, one per slice along `axis` (or one for all)."""
+def weight_scales(w: np.ndarray, axis: int | None, power2: bool = False,
+                  qmax: int = 127) -> tuple[float, ...]:
+    """Symmetric scales max|w| / qmax, one per slice along `axis` (or one for all): int8's
+    127, or 2^(b-1) - 1 for b-bit int16 weights (`QuantOptions.int16_weights`)."""
     if axis is None:
         amax = np.array([np.max(np.abs(w))]) if w.size else np.zeros(1)
     else:
@@ -287,7 +289,7 @@ def weight_scales(w: np.ndarray, axis: int | None, power2: bool = False) -> tupl
         amax = moved.max(axis=1) if moved.shape[1] else np.zeros(w.shape[axis])
     scales = []
     for a in amax.astype(np.float64):
-        scale = a / 127.0 if a > 0 else ZERO_RANGE_SCALE
+        scale = a / float(qmax) if a > 0 else ZERO_RANGE_SCALE
         scales.append(_pow2(scale) if power2 else _f32(scale))
     return tuple(scales)
 

@@ -42,6 +42,10 @@ class QuantOptions:
     weight_rounding is a file of weight codes chosen for each layer's output on calibration
     data (`ember round-weights`, `quantizer.rounding`); weights it holds at these options'
     scales take its codes, the others their nearest.
+    int16_weights names Conv, Gemm and MatMul nodes (by node name) whose constant weight is
+    quantized symmetric to as many bits as their int32 accumulators allow (9 to 15:
+    `quantizer.wide.weight_bits`) and stored int16; the array runs each weight tile as two
+    passes of int8 parts (`numerics.split_weight`). Their input must be 8-bit.
     """
 
     calibration: str = "minmax"
@@ -57,6 +61,7 @@ class QuantOptions:
     bias_correction: bool = False
     int16_tensors: tuple[str, ...] = ()
     weight_rounding: str | None = None
+    int16_weights: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.calibration not in calibrate.METHODS:
@@ -80,6 +85,7 @@ class QuantOptions:
             raise QuantizeError(f"schema {self.schema!r} is unknown; choose one of {SCHEMAS}")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
         object.__setattr__(self, "int16_tensors", tuple(self.int16_tensors))
+        object.__setattr__(self, "int16_weights", tuple(self.int16_weights))
         if self.int16_tensors and self.activation_dtype != "int8":
             raise QuantizeError(f"int16 tensors ({', '.join(self.int16_tensors)}) refine int8 "
                                 f"codes: not with activation_dtype {self.activation_dtype!r}")

@@ -19,7 +19,9 @@ How each integer semantics is expressed so that onnxruntime reproduces it:
   (lower bound at real 0, no upper bound) or a Clip at the clamp codes' exact real values,
   between the operator and its QuantizeLinear. Clamping the real value at code q's real value
   and then rounding gives exactly clamp(round(.), q), since rounding is monotone;
-- weights are int8 initializers with a DequantizeLinear (per channel along the type's axis);
+- weights are int8 initializers with a DequantizeLinear (per channel along the type's axis),
+  or int16 ones (`QuantOptions.int16_weights`: opset 21's DequantizeLinear reads int16, and
+  onnxruntime runs it; such a node's metadata says `weight_precision` int16);
   biases are int32 initializers at scale s_x * s_w with a DequantizeLinear. The quantizer
   folds an activation's zero point into the bias (bias - z_x * sum(w)); DequantizeLinear
   subtracts it from x already, so the export unfolds it (`zero_point_fold` again). Gemm's
@@ -331,6 +333,9 @@ class _Exporter:
         clamp = self._clamp_of(node)
         if clamp is not None:
             metadata["qclamp"] = list(clamp)
+        if OPS[node.op].weight is not None and len(node.inputs) > 1 and \
+                self.g.type_of(node.inputs[1]).dtype == "int16":
+            metadata["weight_precision"] = "int16"
         metadata.update(self.extra.get(node.name, {}))
         if _kind(node) is Quant.RESCALE:
             result = self._dequantize(node.inputs[0])
@@ -435,7 +440,7 @@ class _Exporter:
             return ""
         value = self.g.values[name]
         if value.is_const:
-            if value.type.quant is not None and value.type.dtype in ("int8", "uint8"):
+            if value.type.quant is not None and value.type.dtype in ("int8", "uint8", "int16"):
                 return self._dequantize_const(name)
             return self._const(name)
         if value.type.quant is not None:

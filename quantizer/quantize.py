@@ -42,6 +42,7 @@ from quantizer.smooth import smooth_norms
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
                             norm_copies, wide_values)
 from quantizer.options import QuantOptions
+from quantizer.wide_weights import weight_bits, weight_nodes
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
 from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
@@ -75,6 +76,7 @@ class _Rewriter:
         self.keep = set(options.keep_fp32)
         self.wide: set[str] = set()  # the int16 activations, chosen in `run`
         self.wide_bits: dict[str, int] = {}  # int16 tensors the array reads: their code bits
+        self.wide_weights: set[str] = set()  # nodes with int16 weights, checked in `run`
         self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
         self.uncorrected: list[str] = []  # nodes bias correction found no input means for
         self.values: dict[str, Value] = {}
@@ -83,7 +85,7 @@ class _Rewriter:
         self.quantized: dict[str, str] = {}  # fp32 activation → the name of its integer value
         self.floating: dict[str, str] = {}   # fp32 activation → the name of its float value
         self.ranges: dict[str, QuantParams] = {}
-        self.weights: dict[tuple[str, int | None, tuple[float, ...]], str] = {}
+        self.weights: dict[tuple[str, int | None, tuple[float, ...], int], str] = {}
         producers = graph.producers()
         self.float_primary = set(graph.inputs) | set(graph.outputs) | {
             out for node in graph.nodes if node.name in self.keep for out in node.outputs}
@@ -123,6 +125,8 @@ class _Rewriter:
                     f"accumulators cannot overflow"), stacklevel=2)
             self.wide_bits[name] = bits
             self.ranges[name] = self.params_over(lo, hi, "int16", bits)
+        self.wide_weights = weight_nodes(self.g, self.opts.int16_weights, self.keep,
+                                         self.dtype_of)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
@@ -382,33 +386,26 @@ class _Rewriter:
         return self.quant_const(name) if self.g.values[name].is_const else self.quant_input(name)
 
     def quant_weight(self, name: str, axis: int | None, floor: np.ndarray | None = None,
-                     where: str = "") -> str:
-        """A constant weight as symmetric int8, per slice along `axis` (None: per tensor), each
-        scale at least its `floor` (`weight_floor`): a slice raised to its floor is degenerate
-        (near-zero weights), and is said in a warning that names `where`."""
-        scales = calibrate.weight_scales(self.g.values[name].const.astype(np.float64), axis,
-                                         self.opts.schema == "power2")
-        if floor is not None:
-            floor = np.broadcast_to(np.max(floor) if axis is None else floor, len(scales))
-            raised = [i for i, (s, f) in enumerate(zip(scales, floor)) if s < f]
-            if raised:
-                warnings.warn(QuantizeWarning(
-                    f"{where}: weight {name!r} has {_count(raised, len(scales))} whose weights "
-                    f"are negligible beside their bias or output range; their scales are "
-                    f"floored so the "
-                    f"bias fits int32 and the requantization its fixed-point range (their "
-                    f"weights quantize to 0, their outputs are the bias)"), stacklevel=2)
-                scales = calibrate.weight_scales_floored(scales, floor,
-                                                         self.opts.schema == "power2")
-        key = (name, axis, scales)
+                     where: str = "", bits: int = 8) -> str:
+        """A constant weight as symmetric int8 (or `bits`-bit int16: `weight_codes`), per
+        slice along `axis` (None: per tensor), each scale at least its `floor`
+        (`weight_floor`): a slice raised to its floor is degenerate (near-zero weights), and
+        is said in a warning that names `where`."""
+        params, q, raised = self.weight_codes(name, axis, floor, bits)
+        if raised:
+            warnings.warn(QuantizeWarning(
+                f"{where}: weight {name!r} has {_count(raised, len(params.scale))} whose "
+                f"weights are negligible beside their bias or output range; their scales are "
+                f"floored so the "
+                f"bias fits int32 and the requantization its fixed-point range (their "
+                f"weights quantize to 0, their outputs are the bias)"), stacklevel=2)
+        key = (name, axis, params.scale, bits)
         if key in self.weights:
             return self.weights[key]
-        w = self.g.values[name].const.astype(np.float64)
-        params = QuantParams(scales, (0,) * len(scales), axis)
-        q = self._rounded(name, scales, axis)
-        if q is None:
-            q = numerics.quantize(w, scales, 0, -WEIGHT_QMAX, WEIGHT_QMAX, axis=axis,
-                                  arithmetic=np.float64)
+        if bits <= 8:  # int16 weights are not in a rounding file
+            rounded = self._rounded(name, params.scale, axis)
+            if rounded is not None:
+                q = rounded
         # The int8 weight keeps the initializer's name unless an fp32 node still reads the float
         # weight, or the same weight is quantized along another axis (or with other floors) for
         # another node.
@@ -434,6 +431,24 @@ class _Rewriter:
             self.rounded_elsewhere.append(name)
             return None
         return found.codes.astype(np.int8)
+    def weight_codes(self, name: str, axis: int | None, floor: np.ndarray | None,
+                     bits: int = 8) -> tuple[QuantParams, np.ndarray, list[int]]:
+        """`quant_weight`'s parameters and codes, made without declaring them, and the slices
+        raised to their floor: codes in [-(2^(bits-1) - 1), 2^(bits-1) - 1], int8 ones
+        ([-127, 127] at 8 bits) or, for `bits` > 8, int16 (`QuantOptions.int16_weights`)."""
+        power2 = self.opts.schema == "power2"
+        qmax = (1 << (bits - 1)) - 1  # int8's WEIGHT_QMAX at 8 bits
+        w = self.g.values[name].const.astype(np.float64)
+        scales = calibrate.weight_scales(w, axis, power2, qmax)
+        raised: list[int] = []
+        if floor is not None:
+            floor = np.broadcast_to(np.max(floor) if axis is None else floor, len(scales))
+            raised = [i for i, (s, f) in enumerate(zip(scales, floor)) if s < f]
+            if raised:
+                scales = calibrate.weight_scales_floored(scales, floor, power2)
+        q = numerics.quantize(w, scales, 0, -qmax, qmax, axis=axis, arithmetic=np.float64,
+                              dtype="int8" if bits <= 8 else "int16")
+        return QuantParams(scales, (0,) * len(scales), axis), q, raised
 
     def int32_bias(self, name: str, q: np.ndarray, scales: np.ndarray, where: str) -> str:
         """Integer bias codes as int32 (scale s_x * s_w per channel along the last axis, zero
@@ -677,9 +692,10 @@ def linear(r: _Rewriter, node: Node) -> None:
     """Conv, Gemm, MatMul: int8 operands, int32 bias at s_x * s_w, per-channel requant.
 
     The constant operand is the weight, symmetric int8, per output channel (the row's
-    `weight.out_axis`) unless per_channel is off. An activation operand's zero point is folded
-    into the bias (`zero_point_fold`) when the other operand is constant; two activation
-    operands keep both zero points.
+    `weight.out_axis`) unless per_channel is off; a node of `QuantOptions.int16_weights` has
+    int16 weight codes of as many bits as its accumulators hold (`_wide_weight`). An
+    activation operand's zero point is folded into the bias (`zero_point_fold`) when the other
+    operand is constant; two activation operands keep both zero points.
     """
     where = f"node {node.name!r} ({node.op})"
     weight = OPS[node.op].weight
@@ -702,7 +718,10 @@ def linear(r: _Rewriter, node: Node) -> None:
     else:
         a = r.quant_input(a_name)
         floor = weight_floor(real_bias, alpha * r.quant_of(a).scale[0], out_params.scale[0])
-        b = r.quant_weight(b_name, w_axis, floor, where) if b_const else r.quant_input(b_name)
+        bits = _wide_weight(r, node, attrs, a, w_axis, floor, real_bias) \
+            if node.name in r.wide_weights else 8
+        b = r.quant_weight(b_name, w_axis, floor, where, bits) if b_const else \
+            r.quant_input(b_name)
     pa, pb = r.quant_of(a), r.quant_of(b)
     if r.opts.bias_correction and b_const and not a_const:
         correction = _weight_error_mean(r, node, attrs, a_name, b_name, b, where)
@@ -717,17 +736,75 @@ def linear(r: _Rewriter, node: Node) -> None:
         new_attrs["a_zero_point"] = pa.zero_point[0]
         new_attrs["b_zero_point"] = pb.zero_point[0]
     inputs = [a, b]
-    activation = pb if a_const else pa
-    bias = (zero_point_fold(weight, attrs, r.values[a], r.values[b])
-            if activation.zero_point[0] else None)
-    if real_bias is not None:
-        q = np.rint(real_bias / acc_scales)
-        bias = q if bias is None else q + bias
+    bias = _bias_codes(weight, attrs, r.values[a], r.values[b], real_bias, acc_scales)
     if bias is not None:
         name = r.int32_bias(f"{node.name}/bias", bias, acc_scales, where)
         r.origin[name] = node.inputs[2] if has_bias else node.name
         inputs.append(name)
     r.emit(node.op, node.name, inputs, (out,), new_attrs)
+
+
+def _bias_codes(weight, attrs: dict, a: Value, b: Value, real_bias: np.ndarray | None,
+                acc_scales: np.ndarray) -> np.ndarray | None:
+    """The int32 bias codes (as float64 integers) of a linear node with operands `a`, `b`
+    (one constant): the real bias at the accumulator's scales, plus the folded zero point of
+    the activation operand (`zero_point_fold`); None when there is neither."""
+    activation = b.type.quant if a.is_const else a.type.quant
+    bias = (zero_point_fold(weight, attrs, a, b) if activation.zero_point[0] else None)
+    if real_bias is not None:
+        q = np.rint(real_bias / acc_scales)
+        bias = q if bias is None else q + bias
+    return bias
+
+
+def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None,
+                 floor: np.ndarray, real_bias: np.ndarray | None) -> int:
+    """The bits of the int16 weight codes of `node` (`QuantOptions.int16_weights`): the most,
+    up to 15, whose accumulators stay inside int32 for every code of its input `x`
+    (`wide_weights.weight_bits`), tried with the very codes, floors, bias correction and
+    folded zero point that `linear` then makes."""
+    weight, w_name = OPS[node.op].weight, node.inputs[1]
+    px = r.quant_of(x)
+    alpha = float(attrs.get("alpha", 1.0))
+    means = _channel_means(r, node.inputs[0], f"node {node.name!r} ({node.op})") \
+        if r.opts.bias_correction else None
+
+    def candidate(bits: int) -> tuple[np.ndarray, np.ndarray | None]:
+        params, codes, _ = r.weight_codes(w_name, axis, floor, bits)
+        real = real_bias
+        if means is not None:
+            w = r.g.values[w_name].const.astype(np.float64)
+            correction = _error_mean(node, attrs, r.g.type_of(node.inputs[0]).shape, means,
+                                     _weight_error(w, codes, params))
+            if correction is not None:
+                real = (0.0 if real is None else real) - alpha * correction
+        acc_scales = alpha * px.scale[0] * np.asarray(params.scale)
+        b = Value(w_name, Type("int16", codes.shape, params), codes)
+        return codes, _bias_codes(weight, attrs, r.values[x], b, real, acc_scales)
+
+    return weight_bits(node, attrs, RANGES[r.values[x].type.dtype], px.zero_point[0],
+                       candidate)
+
+
+def _channel_means(r: _Rewriter, x_name: str, where: str) -> np.ndarray | None:
+    """The per-channel means of activation `x_name` from the profile (bias correction), or
+    None when a graph pass made it (the profile has no means of it); raises when the profile
+    has none at all."""
+    stats = r.profile.tensors.get(r.onnx_name(x_name))
+    means = stats.channel_means() if stats is not None else None
+    if means is None and not any(t.channel_sum is not None for t in r.profile.tensors.values()):
+        raise QuantizeError(f"{where}: --bias-correction needs the per-channel means of "
+                            f"its input {r.onnx_name(x_name)!r}, which the profile lacks; "
+                            f"profile with `ember quantize-profile --channel-means`")
+    return means
+
+
+def _weight_error(w: np.ndarray, codes: np.ndarray, params: QuantParams) -> np.ndarray:
+    """W_q - W: the quantized weight's real values less the float ones."""
+    scale = np.asarray(params.scale, np.float64)
+    if params.axis is not None:
+        scale = scale.reshape([-1 if i == params.axis else 1 for i in range(w.ndim)])
+    return codes.astype(np.float64) * scale - w
 
 
 def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_name: str,
@@ -737,41 +814,41 @@ def _weight_error_mean(r: _Rewriter, node: Node, attrs: dict, x_name: str, w_nam
     means from the profile; None (with a warning) where those means do not fit the weight."""
     if node.op not in (CONV.name, GEMM.name, MATMUL.name):
         return None  # (a ConvTranspose's weight contracts another axis: not corrected)
-    stats = r.profile.tensors.get(r.onnx_name(x_name))
-    means = stats.channel_means() if stats is not None else None
+    means = _channel_means(r, x_name, where)
     if means is None:
-        if not any(t.channel_sum is not None for t in r.profile.tensors.values()):
-            raise QuantizeError(f"{where}: --bias-correction needs the per-channel means of "
-                                f"its input {r.onnx_name(x_name)!r}, which the profile lacks; "
-                                f"profile with `ember quantize-profile --channel-means`")
         r.uncorrected.append(node.name)  # its input is a graph pass's: no means of it
         return None
     w = r.g.values[w_name].const.astype(np.float64)
-    params = r.quant_of(qw_name)
-    scale = np.asarray(params.scale, np.float64)
-    if params.axis is not None:
-        scale = scale.reshape([-1 if i == params.axis else 1 for i in range(w.ndim)])
-    error = r.values[qw_name].const.astype(np.float64) * scale - w
+    error = _weight_error(w, r.values[qw_name].const, r.quant_of(qw_name))
+    correction = _error_mean(node, attrs, r.g.type_of(x_name).shape, means, error)
+    if correction is None:
+        warnings.warn(QuantizeWarning(f"{where}: no bias correction: its input's {len(means)} "
+                                      f"channel means do not match its weight {w_name!r} of "
+                                      f"shape {list(w.shape)}"), stacklevel=2)
+    return correction
+
+
+def _error_mean(node: Node, attrs: dict, x_shape, means: np.ndarray,
+                error: np.ndarray) -> np.ndarray | None:
+    """The weight error `error` (W_q - W) contracted with the input's channel `means` (a Conv's
+    taps weighed by the share of outputs at which they read the input), per output channel;
+    None when the means do not fit the weight."""
     if node.op == CONV.name:
         groups = int(attrs.get("group", 1))
         per_group = error.shape[1]
         if per_group * groups != len(means):
-            error = None
-        else:
-            grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
-                                                        (error.shape[0] // groups)]
-            # A tap reads the channel's mean where it falls inside the input, and the zero
-            # padding elsewhere: weighted by the share of outputs where it falls inside.
-            inside = _taps_inside(r.g.type_of(x_name).shape[2:], error.shape[2:], attrs)
-            return np.einsum("ock,oc,k->o", error.reshape(*error.shape[:2], -1), grouped,
-                             inside.reshape(-1))
-    elif w.ndim == 2:
+            return None
+        grouped = means.reshape(groups, per_group)[np.arange(error.shape[0]) //
+                                                    (error.shape[0] // groups)]
+        # A tap reads the channel's mean where it falls inside the input, and the zero
+        # padding elsewhere: weighted by the share of outputs where it falls inside.
+        inside = _taps_inside(x_shape[2:], error.shape[2:], attrs)
+        return np.einsum("ock,oc,k->o", error.reshape(*error.shape[:2], -1), grouped,
+                         inside.reshape(-1))
+    if error.ndim == 2:
         contract = 1 - OPS[node.op].weight.out_axis(2, attrs)
         if error.shape[contract] == len(means):
             return np.tensordot(means, error, axes=([0], [contract]))
-    warnings.warn(QuantizeWarning(f"{where}: no bias correction: its input's {len(means)} "
-                                  f"channel means do not match its weight {w_name!r} of shape "
-                                  f"{list(w.shape)}"), stacklevel=2)
     return None
 
 

@@ -60,8 +60,10 @@ store -> vector -> compute -> load.
   before it replaces or is added (`numerics.array_pass`): an int16 activation (`split_wide`)
   streams as two passes through the same tile into the same rows, its high plane with shift=8,
   its low plane with x_offset=-128 (the plane holds low byte - 128), each pass costing its
-  own cycles. The strides let one COMPUTE apply one
-  kernel tap of a strided convolution to a whole output tile. k <= the preloaded k, n <= L.
+  own cycles; an int16 weight (`numerics.split_weight`) is two tiles, each PRELOADed and
+  streamed in its own pass, its high part's with shift=7 and its low part's with shift=0.
+  The strides let one COMPUTE apply one kernel tap of a strided convolution to a whole
+  output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
   `numerics.requantize` per lane, with the parameter block at `param`, then + out_offset and the
   clamp [qmin, qmax] (qmin = the zero point fuses a ReLU). With bias=1 the parameter block has a

@@ -108,7 +108,9 @@ def int_matmul(a, b) -> np.ndarray:
     product is at most 2^15 * 2^7 = 2^22, so the same argument holds for K <= 2^31. The result
     is the int32 the array's two passes of its planes leave (high plane shifted by
     WIDE_HIGH_SHIFT, low plane less -WIDE_LOW_OFFSET: `array_pass`), since both are the exact
-    sum modulo 2^32.
+    sum modulo 2^32. Likewise int8 activation codes times int16 weights (`split_weight`: each
+    product at most 2^7 * 2^14 = 2^21): the result is the high tile's pass shifted by
+    WEIGHT_HIGH_SHIFT plus the low tile's.
     """
     a = np.asarray(a)
     b = np.asarray(b)
@@ -303,6 +305,28 @@ def wide_clamp(qmin: int, qmax: int) -> tuple[int, int]:
 def join_wide(high, low) -> np.ndarray:
     """The int16 values of two planes (`split_wide`'s inverse), as int64."""
     return (np.asarray(high, np.int64) << 8) + np.asarray(low, np.int64) + WIDE_LOW_OFFSET
+
+
+# An int16 weight (`QuantOptions.int16_weights`) in the array's int8 tiles: w = high * 2^7 +
+# low with high = w >> 7 and low = w & 127, both int8 codes as they are (high in [-128, 127]
+# for |w| <= 2^14, low in [0, 127]), so neither pass needs a weight offset. The array runs the
+# high tile's pass with COMPUTE shift=WEIGHT_HIGH_SHIFT and the low tile's with shift 0 into
+# the same accumulator rows; WIDE_WEIGHT_BITS-bit symmetric codes (|w| <= 2^14 - 1) split so.
+WEIGHT_HIGH_SHIFT = 7
+WIDE_WEIGHT_BITS = 15
+
+
+def split_weight(w) -> tuple[np.ndarray, np.ndarray]:
+    """int16 weight codes of at most WIDE_WEIGHT_BITS bits -> (high, low) int8 tiles:
+    w = high * 2^7 + low, low in [0, 127]. Exact for every w in [-2^14, 2^14 - 1]; a code
+    outside raises (its high part would not be an int8)."""
+    w = np.asarray(w, np.int64)
+    limit = 1 << (WIDE_WEIGHT_BITS - 1)
+    if w.size and (w.min() < -limit or w.max() >= limit):
+        raise SimulatorError(f"split_weight: codes must lie in [{-limit}, {limit - 1}], got "
+                             f"[{w.min()}, {w.max()}]")
+    low_mask = (1 << WEIGHT_HIGH_SHIFT) - 1
+    return (w >> WEIGHT_HIGH_SHIFT).astype(np.int8), (w & low_mask).astype(np.int8)
 
 
 def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None,

@@ -1,6 +1,6 @@
 """The accelerator's layers: what lowering produces and tiling, memory planning and codegen
 consume. Each layer reads and writes whole activation tensors in DRAM and carries every integer
-it needs (int8 weights, int32 bias, multipliers and shifts, tables).
+it needs (int8 or int16 weights, int32 bias, multipliers and shifts, tables).
 
 **Layout.** A feature map N x C x H x W is stored channels-last (N, H, W, C): one pixel's
 channels are contiguous, so one DMA element fills the lanes of one local row (`simulator.isa`).
@@ -225,7 +225,9 @@ class ConvLayer(_Windowed):
     dilations: tuple[int, int]
     pads: tuple[int, int, int, int]  # top, left, bottom, right
     x_zero_point: int
-    weights: np.ndarray  # (out, in, kh, kw) int8, dense (groups expanded block-diagonally)
+    # (out, in, kh, kw) int8, or int16 (`QuantOptions.int16_weights`: `weight_passes`),
+    # dense (groups expanded block-diagonally)
+    weights: np.ndarray
     bias: np.ndarray | None  # (out,) int32
     multiplier: np.ndarray  # (out,) int64
     shift: np.ndarray  # (out,) int64
@@ -244,6 +246,13 @@ class ConvLayer(_Windowed):
     # one first; each tap streams both through its weight tile, the high plane with COMPUTE
     # shift=8 and the low one with x_offset=-128 (`numerics.split_wide`); 0: int8.
     x_plane: int = 0
+
+    @property
+    def weight_passes(self) -> int:
+        """Weight tiles per tap and K slice: 2 for int16 weights, whose high and low int8
+        parts (`numerics.split_weight`) are each PRELOADed and streamed (COMPUTE shift=7 for
+        the high one), 1 for int8 weights."""
+        return 2 if self.weights.dtype == np.int16 else 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -207,7 +207,8 @@ def tile_conv(layer: ConvLayer, arch: Arch, packable: bool = False,
     in_block = min(arch.array.rows, layer.in_channels)
     out_block = min(arch.lanes, layer.out_channels)
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
-    taps = kh * kw
+    # weight tiles a tap: int16 weights are two (their int8 parts), twice the weight rows
+    taps = kh * kw * layer.weight_passes
     active = active_blocks(layer, in_block, out_block)
     n_in = ceil_div(layer.in_channels, in_block)
     dense = all(len(a) == n_in for a in active)
@@ -302,14 +303,15 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     time (`isa.LOAD.min_cycles` of its LOADs and their bytes: inputs and weights) and the array's
     (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
     `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
-    whole-layer plan. An int16 input is twice the bytes and two COMPUTEs a tap (its planes)."""
+    whole-layer plan. An int16 input is twice the bytes and two COMPUTEs a tap (its planes);
+    int16 weights are twice the weight bytes and two COMPUTEs a tap (their int8 parts)."""
     (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
     tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
     blocks = ceil_div(layer.out_channels, t.out_block)
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel, layer.strides, layer.dilations
     window = conv_input_extent(th, sh, kh, dh) * conv_input_extent(tw, sw, kw, dw)
     input_bytes = (2 if layer.x_plane else 1) * tiles * window * layer.in_channels * (1 if t.whole_layer else blocks)
-    weight_bytes = layer.weights.size * (1 if t.resident_weights else tiles)
+    weight_bytes = layer.weights.nbytes * (1 if t.resident_weights else tiles)
     loads = tiles * (slices if t.whole_layer else work)
     if t.whole_layer and not t.resident_weights:
         loads += tiles * blocks  # a weight block per tile and block
@@ -319,7 +321,8 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
 
 def conv_array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch) -> int:
     """The array's COMPUTE cycles of plan `t` in the cost model (`_conv_cost`): every tile as
-    large as the first, every pass of an int16 input's two planes counted."""
+    large as the first, every pass of an int16 input's two planes, or of int16 weights' two
+    parts, counted."""
     active = active_blocks(layer, t.in_block, t.out_block)
     chunks = ceil_div(layer.kernel[1], t.packed_taps)
     work = len(active) * chunks if t.packed_taps > 1 else sum(len(a) for a in active)
@@ -329,7 +332,7 @@ def conv_array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch) -> int:
 def _array_cycles(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int) -> int:
     (oh, ow), (th, tw), (kh, kw) = layer.out_hw, t.tile_hw, layer.kernel
     tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
-    planes = 2 if layer.x_plane else 1
+    planes = (2 if layer.x_plane else 1) * layer.weight_passes
     computes = planes * tiles * work * (kh * kw if t.packed_taps == 1 else kh)
     one = isa.COMPUTE(sp=0, acc=0, m_inner=min(th * tw, _MAX_FIELD), k=t.in_block, n=t.out_block,
                       accumulate=1)

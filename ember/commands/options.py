@@ -159,6 +159,12 @@ def quantization_options(command):
                      help="Weight codes chosen for each layer's output on calibration data, "
                           "from `ember round-weights` (error-compensated rounding: the same "
                           "scales and cycles, less output error)."),
+        click.option("--int16-weights", "int16_weights", multiple=True, metavar="NODE[,NODE...]",
+                     callback=_names,
+                     help="Quantize the constant weights of these Conv, Gemm or MatMul nodes "
+                          "(node names) to int16 (9 to 15 bits, as many as their int32 "
+                          "accumulators allow): the array runs each weight tile as two int8 "
+                          "passes (twice its time for these nodes, twice their weight bytes)."),
         click.option("--bias-correction", "bias_correction", is_flag=True,
                      help="Subtract from each Conv/Gemm/MatMul bias the mean error its int8 "
                           "weights bring on the calibration data: (W_int8 - W) times the "
@@ -182,7 +188,8 @@ QUANT_FIELDS = {"calibration": "calibration", "percentile": "percentile",
                 "keep_fp32": "keep_fp32", "wide_norm_inputs": "wide_norm_inputs",
                 "smooth_norms": "smooth_norms", "equalize": "equalize",
                 "bias_correction": "bias_correction", "int16_tensors": "int16_tensors",
-                "weight_rounding": "weight_rounding"}
+                "weight_rounding": "weight_rounding",
+                "int16_weights": "int16_weights"}
 
 
 def quant_options_from(kwargs: dict):

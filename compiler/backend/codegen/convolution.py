@@ -3,7 +3,9 @@
 A tile's input window is DMA'd once per K slice (input-channel block), channels-last, with the
 convolution's padding filled by the input zero point (`pad_value`); each kernel tap is one
 PRELOAD of a k x n weight tile plus one COMPUTE whose outer and inner strides walk the window at
-the convolution's stride and dilation. No im2col copy exists anywhere. The first COMPUTE of a
+the convolution's stride and dilation (int16 weights: two such pairs, the weight's high int8 part
+with COMPUTE shift=7, then its low part, `numerics.split_weight`; an int16 input: two COMPUTEs,
+its planes). No im2col copy exists anywhere. The first COMPUTE of a
 tile overwrites its accumulator rows, the others accumulate, and one REQUANT per tile adds the
 int32 bias (the third row of the parameter block, REQUANT bias=1: no DMA into every
 accumulator row) and applies the node's own per-channel multipliers and shifts, output zero
@@ -61,13 +63,23 @@ def padded_input(layer: ConvLayer, tiles: ConvTiles, image: ImageBuilder) -> Pad
 @dataclass(frozen=True)
 class _Chunk:
     """One K slice of a convolution: k lanes of input rows, and its weight tiles with the
-    (row, column) offset of the input window each tile's COMPUTE starts at."""
+    (row, column) offset of the input window each tile's COMPUTE starts at and the COMPUTE's
+    shift (int16 weights: each tap's high part, shift 7, then its low part, shift 0)."""
 
     key: int
     first_channel: int
     k: int
-    tiles: tuple[tuple[np.ndarray, int, int], ...]  # (k x n weights, dy, dx)
+    tiles: tuple[tuple[np.ndarray, int, int, int], ...]  # (k x n int8 weights, dy, dx, shift)
     first_tap: int = 0  # packed: the kernel column of lane block 0
+
+
+def _parts(weights: np.ndarray, dy: int, dx: int) -> tuple[tuple[np.ndarray, int, int, int], ...]:
+    """A tap's weight tile as the array runs it: int8 as it is; int16 as its high part (COMPUTE
+    shift=7) and its low part (`numerics.split_weight`)."""
+    if weights.dtype != np.int16:
+        return ((weights, dy, dx, 0),)
+    high, low = numerics.split_weight(weights)
+    return (high, dy, dx, numerics.WEIGHT_HIGH_SHIFT), (low, dy, dx, 0)
 
 
 def _chunks(layer: ConvLayer, tiles: ConvTiles, blocks: list[int], c0o: int,
@@ -82,9 +94,9 @@ def _chunks(layer: ConvLayer, tiles: ConvTiles, blocks: list[int], c0o: int,
         out = []
         for key, kx0 in enumerate(range(0, kw, g)):
             gk = min(g, kw - kx0)
-            tiles_ = tuple((np.ascontiguousarray(w[:, :, ty, kx0:kx0 + gk].transpose(2, 1, 0)
-                                                 .reshape(gk * cin, n)), ty * dh, 0)
-                           for ty in range(kh))
+            tiles_ = tuple(part for ty in range(kh) for part in _parts(
+                np.ascontiguousarray(w[:, :, ty, kx0:kx0 + gk].transpose(2, 1, 0)
+                                     .reshape(gk * cin, n)), ty * dh, 0))
             out.append(_Chunk(key, 0, gk * cin, tiles_, kx0))
         return out
     kb = tiles.in_block
@@ -92,8 +104,8 @@ def _chunks(layer: ConvLayer, tiles: ConvTiles, blocks: list[int], c0o: int,
     for ib in blocks:
         c0i = ib * kb
         k = min(kb, cin - c0i)
-        tiles_ = tuple((np.ascontiguousarray(w[:, c0i:c0i + k, ty, tx].T), ty * dh, tx * dw)
-                       for ty in range(kh) for tx in range(kw))
+        tiles_ = tuple(part for ty in range(kh) for tx in range(kw) for part in _parts(
+            np.ascontiguousarray(w[:, c0i:c0i + k, ty, tx].T), ty * dh, tx * dw))
         out.append(_Chunk(ib, c0i, k, tiles_))
     return out
 
@@ -149,7 +161,7 @@ class _Block:
 
     def weights(self) -> bytes:
         return b"".join(weights.astype(np.int8).tobytes()
-                        for chunk in self.chunks for weights, _, _ in chunk.tiles)
+                        for chunk in self.chunks for weights, _, _, _ in chunk.tiles)
 
 
 def _blocks(layer: ConvLayer, tiles: ConvTiles) -> list[_Block]:
@@ -280,7 +292,7 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                 k = chunk.k
                 w_row = piece_row + block.chunk_rows[chunk.key]
                 x_row = in_row + (chunk.key if slot is None else slot[chunk.key]) * slot_rows
-                for t, (_, dy, dx) in enumerate(chunk.tiles):
+                for t, (_, dy, dx, shift) in enumerate(chunk.tiles):
                     body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
                     tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
                     if layer.x_plane:  # the high plane weighs 2^8, the low one is byte - 128
@@ -290,9 +302,10 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row + low_gap,
                                                 acc=acc_row, k=k, n=n, accumulate=1,
                                                 x_offset=-numerics.WIDE_LOW_OFFSET, **stream))
-                    else:
+                    else:  # an int16 weight's high part weighs 2^7 (`split_weight`)
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row,
                                                 k=k, n=n, accumulate=0 if first else 1,
+                                                **({"shift": shift} if shift else {}),
                                                 **stream))
                     first = False
             if j == max(len(pieces), 1) - 1:

@@ -38,7 +38,7 @@ def lower_conv(lw: Walk, node: Node) -> None:
                                                  a["dilations"], a["pads"], a["auto_pad"])
     assert tuple(out) == (oh, ow)
     group = int(a["group"])
-    dense = _expand_groups(np.asarray(w, np.int8), group, cin)
+    dense = _expand_groups(_weight_codes(lw, node, w, x_plane), group, cin)
     bias = _bias(lw, node, 2, cout)
     wide = lw.g.type_of(y).dtype == "int16"  # a spectrum's part, into its magnitude
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)), not wide)
@@ -131,13 +131,25 @@ def _phase(r: int, size: int, out: int, kernel: int, stride: int, dilation: int,
     return r, taps, spacing, crop, (max(0, begin), max(0, end)), count
 
 
+def _weight_codes(lw: Walk, node: Node, w: np.ndarray, x_plane: int) -> np.ndarray:
+    """A constant weight's codes as the layer holds them: int8, or int16
+    (`QuantOptions.int16_weights`), which the array reads as two int8 parts; not against an
+    int16 input (the quantizer refuses both on one node)."""
+    if np.asarray(w).dtype != np.int16:
+        return np.asarray(w, np.int8)
+    if x_plane:
+        raise unsupported(node, f"its weight {node.inputs[1]!r} and its input "
+                                f"{node.inputs[0]!r} are both int16")
+    return np.asarray(w, np.int16)
+
+
 def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
     """Grouped weights (M, C/g, kh, kw) → dense (M, C, kh, kw), zero outside each group."""
     if group == 1:
         return w
     m, cg = w.shape[:2]
     mg = m // group
-    dense = np.zeros((m, cin) + w.shape[2:], np.int8)
+    dense = np.zeros((m, cin) + w.shape[2:], w.dtype)
     for g in range(group):
         dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
     return dense
@@ -152,7 +164,7 @@ def lower_gemm(lw: Walk, node: Node) -> None:
         raise unsupported(node, "transA=1 is not supported")
     if b is None:
         raise unsupported(node, "a constant A times an activation B")
-    weights = np.asarray(b if a["transB"] else b.T, np.int8)  # (N, K)
+    weights = b if a["transB"] else b.T  # (N, K)
     _matmul(lw, node, weights, bias_index=2)
 
 
@@ -164,7 +176,7 @@ def lower_matmul(lw: Walk, node: Node) -> None:
         raise unsupported(node, "only MatMul by a constant 2-D weight lowers")
     if a_zero := int(node.attrs.get("a_zero_point", 0)):
         raise unsupported(node, f"activation zero point {a_zero} is not folded")
-    _matmul(lw, node, np.asarray(b.T, np.int8), bias_index=2)
+    _matmul(lw, node, b.T, bias_index=2)
 
 
 def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (False, False)
@@ -246,6 +258,7 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     n_out = weights.shape[0]
     tensor = lw.source(node, x)
     x_plane = lw.wide_input(node, x)
+    weights = _weight_codes(lw, node, weights, x_plane)
     if x in lw.views:
         return _matmul_view(lw, node, weights, bias_index)
     order = lw.layouts[tensor].order().reshape(m, k)
