@@ -1,15 +1,18 @@
-"""Mixed precision under an accuracy budget: the fewest tensors raised above int8 until the
-model's output meets `--min-sqnr` or `--max-drop` on the evaluation data.
+"""Mixed precision under an accuracy budget: the fewest tensors and weights raised above int8
+until the model's output meets `--min-sqnr`, `--max-drop` or `--min-agreement` on the
+evaluation data.
 
 The order comes from the sensitivity analysis (`ember.sensitivity`): each quantized tensor's
 gain, the output SQNR won by keeping it at full precision in its range, which is what int16
-keeps. Down that ranking, a tensor is raised to int16 where the array can read it
-(`QuantOptions.int16_tensors`: a Conv/Gemm/MatMul output read only by such layers), else, with
-`allow_host`, kept in fp32 on the host with its producer and readers (the last resort: a host
-segment), else passed over with its reason. The search raises the first 1, 2, 4, ... tensors
-of that list, measuring each configuration with the integer reference on the evaluation data,
-then bisects between the last miss and the first hit: the fewest of the ranked tensors that
-meet the budget (the gains are estimates, so each step is measured, never assumed).
+keeps, and each layer's weights' gain, merged into one ranking. Down that ranking, a tensor is
+raised to int16 where the accelerator can hold it (`QuantOptions.int16_tensors`,
+`quantizer.wide`), a layer's weights to int16 on the array (`QuantOptions.int16_weights`);
+else, with `allow_host`, the tensor is kept in fp32 on the host with its producer and readers
+(or the layer, for its weights: the last resort, a host segment), else passed over with its
+reason. The search raises the first 1, 2, 4, ... of that list, measuring each configuration
+with the integer reference on the evaluation data, then bisects between the last miss and the
+first hit: the fewest of the ranked items that meet the budget (the gains are estimates, so
+each step is measured, never assumed).
 """
 
 from __future__ import annotations
@@ -103,11 +106,12 @@ def drop_points(output) -> float:
 
 @dataclass(frozen=True)
 class Raised:
-    """One tensor held above int8: how, what the sensitivity analysis expected it to gain,
-    and the nodes kept in fp32 for it (host)."""
+    """One tensor (or a layer's weights, by the weight's name) held above int8: how, what the
+    sensitivity analysis expected it to gain, and its nodes: those kept in fp32 for it
+    (host), or the layer whose weights are int16."""
 
     tensor: str
-    how: str  # "int16" or "fp32"
+    how: str  # "int16", "int16 weights" or "fp32"
     gain_db: float
     nodes: tuple[str, ...] = ()
 
@@ -168,9 +172,13 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                          f"{', '.join(repr(o.name) for o in baseline.outputs)}: use --min-sqnr")
     if budget.shortfall(baseline) is None:
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
-    progress("budget: ranking tensors by sensitivity", 0, None)
-    ranked = [(layer.name, layer.gain_db) for layer in run(options, sensitivity=True).layers
+    progress("budget: ranking tensors and weights by sensitivity", 0, None)
+    ranking = run(options, sensitivity=True)
+    # (name, gain, node): a tensor's (node None), or a layer's weights (the node reading them)
+    ranked = [(layer.name, layer.gain_db, None) for layer in ranking.layers
               if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
+    ranked += [(w.name, w.gain_db, w.node) for w in ranking.weights
+               if w.gain_db is not None and w.gain_db >= MIN_GAIN_DB and w.precision == "int8"]
     ranked.sort(key=lambda item: -item[1])
     profile = profile_format.load(profile_path)
 
@@ -222,7 +230,7 @@ class _Candidates:
     """The ranked tensors that can be raised, each checked against those before it (int16
     first; fp32 on the host with `allow_host`), found only as far as the search asks."""
 
-    def __init__(self, ranked: list[tuple[str, float]], options: QuantOptions,
+    def __init__(self, ranked: list[tuple[str, float, str | None]], options: QuantOptions,
                  allow_host: bool, graph: Graph, quantize: Callable[[QuantOptions], object]):
         self.ranked, self.base, self.allow_host = iter(ranked), options, allow_host
         self.graph, self.quantize = graph, quantize
@@ -245,7 +253,9 @@ class _Candidates:
     def raised(self, count: int) -> tuple[Raised, ...]:
         return tuple(self.found[:count])
 
-    def _consider(self, tensor: str, gain: float) -> None:
+    def _consider(self, tensor: str, gain: float, node: str | None) -> None:
+        if node is not None:
+            return self._consider_weights(tensor, gain, node)
         if any(tensor in r.nodes or tensor == r.tensor for r in self.found):
             return
         int16 = Raised(tensor, "int16", gain)
@@ -268,12 +278,51 @@ class _Candidates:
         self._kept_nodes |= nodes
         self.found.append(kept)
 
+    def _consider_weights(self, weight: str, gain: float, node: str) -> None:
+        """A layer's weights: int16 on the array, else (with --allow-host) the layer in fp32
+        on the host with the clamp fused into it."""
+        if node in self._kept_nodes:
+            return  # its weights are fp32 already
+        int16 = Raised(weight, "int16 weights", gain, (node,))
+        try:
+            self.quantize(_options(self.base, [*self.found, int16]))
+            self.found.append(int16)
+            return
+        except QuantizeError as err:
+            why = f"int16 weights: {err}"
+        if not self.allow_host:
+            self.passed_over.append((weight, why))
+            return
+        nodes = _layer_with_clamp(self.graph, node) - self._kept_nodes
+        kept = Raised(weight, "fp32", gain, tuple(sorted(nodes)))
+        try:
+            self.quantize(_options(self.base, [*self.found, kept]))
+        except QuantizeError as err:
+            self.passed_over.append((weight, f"{why}; fp32 on the host: {err}"))
+            return
+        self._kept_nodes |= nodes
+        self.found.append(kept)
+
+
+def _layer_with_clamp(graph: Graph, node: str) -> set[str]:
+    """Node `node` and a clamp that alone reads its output (kept together: see
+    `_nodes_around`)."""
+    by_name = {n.name: n for n in graph.nodes}
+    nodes = {node}
+    for out in by_name[node].outputs:
+        after = [n for n in graph.nodes if out in n.inputs]
+        if len(after) == 1 and OPS[after[0].op].quant is Quant.CLAMP:
+            nodes.add(after[0].name)
+    return nodes
+
 
 def _options(base: QuantOptions, raised: Sequence[Raised]) -> QuantOptions:
     int16 = tuple(r.tensor for r in raised if r.how == "int16")
+    weights = tuple(node for r in raised if r.how == "int16 weights" for node in r.nodes)
     kept = tuple(node for r in raised if r.how == "fp32" for node in r.nodes)
     return dataclasses.replace(
         base, int16_tensors=tuple(dict.fromkeys((*base.int16_tensors, *int16))),
+        int16_weights=tuple(dict.fromkeys((*base.int16_weights, *weights))),
         keep_fp32=tuple(dict.fromkeys((*base.keep_fp32, *kept))))
 
 

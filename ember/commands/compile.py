@@ -198,6 +198,7 @@ def _print_budget(spent: dict) -> None:
         table.add_row(label, f"{before[key]:,}", f"{after[key]:,} ({change:+.1%})")
     for raised in spent["raised"]:
         how = "int16" if raised["how"] == "int16" else \
+            f"int16 weights ({raised['nodes'][0]})" if raised["how"] == "int16 weights" else \
             f"fp32 on the host ({', '.join(raised['nodes'])})"
         table.add_row(f"raised {raised['tensor']}", f"+{raised['gain_db']:.2f} dB expected", how)
     console.results().print(table)

@@ -182,3 +182,33 @@ def test_top1_agreement_with_fp32_is_a_budget_without_labels(tmp_path) -> None:
     assert spent["budget"] == {"min_sqnr": None, "max_drop": None, "min_agreement": 95.0}
     table = invoke(*args[:-1], "--min-agreement", 95).output
     assert "top-1 agreement with fp32" in table
+
+
+def test_a_layer_whose_weights_are_the_error_gets_int16_weights(tmp_path) -> None:
+    """A Conv whose per-channel int8 step is coarse for most of its taps (one tap of 1.0 on an
+    all-but-silent channel beside taps of ~0.02): no activation raised helps much; its weights
+    int16 on the array lift the output 19 -> 30 dB, the program bit-exact."""
+    from tests.ember.test_sensitivity import one_bad_weight, samples
+    onnx.save(one_bad_weight(), str(tmp_path / "m.onnx"))
+    for name, count, seed in (("calib", 8, 0), ("eval", 16, 1)):
+        np.savez(tmp_path / f"{name}.npz",
+                 x=np.concatenate([s["x"] for s in samples(count, seed)]))
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
+                    tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember",
+                    "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.output)["budget"]
+    assert [(r["tensor"], r["how"], r["nodes"]) for r in spent["raised"]] == \
+        [("ww", "int16 weights", ["conv_w"])]
+    assert spent["int8"]["outputs"][0]["sqnr_db"] < 20 <= 28 <= \
+        spent["chosen"]["outputs"][0]["sqnr_db"]
+    assert spent["chosen"]["cycles"] > spent["int8"]["cycles"]  # two passes of its tiles
+    checked = invoke("accuracy", tmp_path / "m.onnx", tmp_path / "m.ember", "--profile",
+                     tmp_path / "p.json", "--data", tmp_path / "eval.npz", "--json")
+    report = json.loads(checked.output)
+    assert report["bit_exact"] is True and report["options"]["int16_weights"] == ["conv_w"]
+    table = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
+                   tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember").output
+    assert "int16 weights (conv_w)" in table
