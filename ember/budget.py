@@ -253,52 +253,34 @@ class _Candidates:
     def raised(self, count: int) -> tuple[Raised, ...]:
         return tuple(self.found[:count])
 
-    def _consider(self, tensor: str, gain: float, node: str | None) -> None:
+    def _consider(self, name: str, gain: float, node: str | None) -> None:
+        """A tensor (`node` None) or the weights `name` of layer `node`: int16 where the
+        accelerator can hold them, else (with --allow-host) fp32 on the host, with the
+        nodes that keep them so, else passed over with the reasons."""
         if node is not None:
-            return self._consider_weights(tensor, gain, node)
-        if any(tensor in r.nodes or tensor == r.tensor for r in self.found):
-            return
-        int16 = Raised(tensor, "int16", gain)
+            if node in self._kept_nodes:
+                return  # its weights are fp32 already
+            self._raise(Raised(name, "int16 weights", gain, (node,)),
+                        lambda: _layer_with_clamp(self.graph, node))
+        elif not any(name in r.nodes or name == r.tensor for r in self.found):
+            self._raise(Raised(name, "int16", gain), lambda: _nodes_around(self.graph, name))
+
+    def _raise(self, int16: Raised, host_nodes: Callable[[], set[str]]) -> None:
         try:
             self.quantize(_options(self.base, [*self.found, int16]))
             self.found.append(int16)
             return
         except QuantizeError as err:
-            why = f"int16: {err}"
+            why = f"{int16.how}: {err}"
         if not self.allow_host:
-            self.passed_over.append((tensor, why))
+            self.passed_over.append((int16.tensor, why))
             return
-        nodes = _nodes_around(self.graph, tensor) - self._kept_nodes
-        kept = Raised(tensor, "fp32", gain, tuple(sorted(nodes)))
+        nodes = host_nodes() - self._kept_nodes
+        kept = Raised(int16.tensor, "fp32", int16.gain_db, tuple(sorted(nodes)))
         try:
             self.quantize(_options(self.base, [*self.found, kept]))
         except QuantizeError as err:  # e.g. a node it keeps writes a tensor raised to int16
-            self.passed_over.append((tensor, f"{why}; fp32 on the host: {err}"))
-            return
-        self._kept_nodes |= nodes
-        self.found.append(kept)
-
-    def _consider_weights(self, weight: str, gain: float, node: str) -> None:
-        """A layer's weights: int16 on the array, else (with --allow-host) the layer in fp32
-        on the host with the clamp fused into it."""
-        if node in self._kept_nodes:
-            return  # its weights are fp32 already
-        int16 = Raised(weight, "int16 weights", gain, (node,))
-        try:
-            self.quantize(_options(self.base, [*self.found, int16]))
-            self.found.append(int16)
-            return
-        except QuantizeError as err:
-            why = f"int16 weights: {err}"
-        if not self.allow_host:
-            self.passed_over.append((weight, why))
-            return
-        nodes = _layer_with_clamp(self.graph, node) - self._kept_nodes
-        kept = Raised(weight, "fp32", gain, tuple(sorted(nodes)))
-        try:
-            self.quantize(_options(self.base, [*self.found, kept]))
-        except QuantizeError as err:
-            self.passed_over.append((weight, f"{why}; fp32 on the host: {err}"))
+            self.passed_over.append((int16.tensor, f"{why}; fp32 on the host: {err}"))
             return
         self._kept_nodes |= nodes
         self.found.append(kept)

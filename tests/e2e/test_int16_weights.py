@@ -25,6 +25,7 @@ from quantizer.reference import run_int8
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
 from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.e2e.test_int16_array import gemm_gemm, matmul_matmul
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -41,27 +42,6 @@ def conv_conv():
              "w2": rng.normal(0, .1, (24, 20, 3, 3)), "b2": rng.normal(0, .1, 24)}
     return model(nodes, {"x": [2, 3, 10, 10]}, {"y": [2, 24, 10, 10]},
                  {k: v.astype(np.float32) for k, v in inits.items()})
-
-
-def gemm_gemm():
-    """x -> Gemm (transB, 40 outputs) -> mid -> Gemm (30 outputs, not transB) -> y."""
-    rng = np.random.default_rng(1)
-    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["mid"], name="g1", transB=1),
-             helper.make_node("Gemm", ["mid", "w2", "b2"], ["y"], name="g2")]
-    inits = {"w1": rng.normal(0, .3, (40, 24)), "b1": rng.normal(0, .1, 40),
-             "w2": rng.normal(0, .1, (40, 30)), "b2": rng.normal(0, .1, 30)}
-    return model(nodes, {"x": [5, 24]}, {"y": [5, 30]},
-                 {k: v.astype(np.float32) for k, v in inits.items()})
-
-
-def matmul_matmul():
-    """x [2, 5, 24] -> MatMul (40 outputs) -> mid [2, 5, 40] -> MatMul (30 outputs) -> y."""
-    rng = np.random.default_rng(6)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["mid"], name="m1"),
-             helper.make_node("MatMul", ["mid", "w2"], ["y"], name="m2")]
-    return model(nodes, {"x": [2, 5, 24]}, {"y": [2, 5, 30]},
-                 {"w1": rng.normal(0, .3, (24, 40)).astype(np.float32),
-                  "w2": rng.normal(0, .1, (40, 30)).astype(np.float32)})
 
 
 MODELS = {"conv": (conv_conv, ("c1", "c2")), "gemm": (gemm_gemm, ("g1", "g2")),
