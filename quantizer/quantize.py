@@ -403,9 +403,7 @@ class _Rewriter:
         if key in self.weights:
             return self.weights[key]
         if bits <= 8:  # int16 weights are not in a rounding file
-            rounded = self._rounded(name, params.scale, axis)
-            if rounded is not None:
-                q = rounded
+            q = self._rounded(name, params.scale, axis, q)
         # The int8 weight keeps the initializer's name unless an fp32 node still reads the float
         # weight, or the same weight is quantized along another axis (or with other floors) for
         # another node.
@@ -416,21 +414,35 @@ class _Rewriter:
         self.weights[key] = self.const(qname, q, params, name)
         return qname
 
-    def _rounded(self, name: str, scales: tuple[float, ...], axis: int | None
-                 ) -> np.ndarray | None:
-        """Weight `name`'s codes from the --weight-rounding file, when it rounded them at
-        these scales; None for nearest rounding."""
+    def _rounded(self, name: str, scales: tuple[float, ...], axis: int | None,
+                 nearest: np.ndarray) -> np.ndarray:
+        """Weight `name`'s codes: the --weight-rounding file's for every output channel it
+        rounded at the scale these options give it (each channel's codes were chosen on their
+        own), the `nearest` codes for the others (a dead channel whose floor moved with its
+        input's scale, say: its codes are 0 either way). A file that rounded none of them at
+        these scales (other options) is said in one warning for all such weights."""
         found = self.rounding.get(name)
         if found is None:
-            return None
+            return nearest
         if found.digest != weight_digest(self.g.values[name].const):
             raise QuantizeError(f"--weight-rounding {self.opts.weight_rounding}: weight "
                                 f"{name!r} was rounded for other values (another model, or "
                                 f"another --equalize): run `ember round-weights` again")
-        if found.axis != axis or not np.array_equal(found.scales, np.asarray(scales)):
+        stored, given = np.asarray(found.scales), np.asarray(scales)
+        if found.axis != axis or stored.shape != given.shape or \
+                found.codes.shape != nearest.shape:
             self.rounded_elsewhere.append(name)
-            return None
-        return found.codes.astype(np.int8)
+            return nearest
+        same = stored == given
+        if not same.any():
+            self.rounded_elsewhere.append(name)
+            return nearest
+        if axis is None:
+            return found.codes.astype(nearest.dtype)
+        shape = [1] * nearest.ndim
+        shape[axis] = len(same)
+        return np.where(same.reshape(shape), found.codes, nearest).astype(nearest.dtype)
+
     def weight_codes(self, name: str, axis: int | None, floor: np.ndarray | None,
                      bits: int = 8) -> tuple[QuantParams, np.ndarray, list[int]]:
         """`quant_weight`'s parameters and codes, made without declaring them, and the slices
