@@ -4,8 +4,13 @@
 The fp32 model (the quantizer's optimized graph: BatchNorm folded, equalized if asked) runs on
 the calibration samples; for every Conv, Gemm and MatMul by a constant weight, the inputs it
 reads give H = X X^T (im2col windows for a convolution, per group), and the codes are chosen
-at the quantizer's own scales for the same options. Layers are taken in chunks whose H fit in
-`MEMORY_BYTES`, the model run again for each chunk, so that memory stays bounded on any model.
+at the quantizer's own scales for the same options. Compensation fits the inputs it is shown:
+with few samples and many input dimensions (a Gemm of 1,280 inputs read once per image, 8
+images) it fits those samples and can raise the error on others. So H is accumulated in two
+halves (alternate batches): codes chosen on one half are kept only if they cut the layer's
+error on the other, and then chosen again on both; a layer that fails the check keeps its
+nearest codes. Layers are taken in chunks whose H fit in `MEMORY_BYTES`, the model run again
+for each chunk, so that memory stays bounded on any model.
 
 The file holds, per weight (by its name in the optimized graph): its codes, the scales they
 are on, and the sha256 of its float values, so that a file made for another model, or with
@@ -55,6 +60,9 @@ class LayerRounding:
     columns: int
     nearest_error: float
     chosen_error: float
+    # whether codes chosen on half the samples also cut the error on the other half (else
+    # the layer keeps its nearest codes: too few samples for its inputs' dimensions)
+    compensated: bool = True
 
     @property
     def gain_db(self) -> float:
@@ -80,8 +88,9 @@ class _Layer:
     axis: int | None
 
     def hessian_bytes(self, graph: Graph) -> int:
+        """Two halves' H, in float64."""
         groups, _, k = _problem_shape(self.node, graph.values[self.weight].const)
-        return 8 * groups * k * k
+        return 2 * 8 * groups * k * k
 
 
 def round_weights(model_path: str, profile_path: str, data: str, options: QuantOptions,
@@ -116,27 +125,32 @@ def round_weights(model_path: str, profile_path: str, data: str, options: QuantO
         hessians: dict[str, np.ndarray] = {}
         tally = batching.Tally()
         source = open_data(data, specs, images)
-        for feeds in batching.stream(source, specs, batch, False, samples, False, tally):
+        for k, feeds in enumerate(batching.stream(source, specs, batch, False, samples, False,
+                                                  tally)):
             progress(f"inputs of the layers (pass {number + 1} of {len(chunks)})",
                      tally.samples, samples)
             env = evaluate(graph, feeds, keep_all=True)
-            for layer in chunk:
+            for layer in chunk:  # alternate batches in two halves: one chooses, one checks
                 h = _hessian(layer.node, graph.values[layer.weight].const, env[layer.x])
-                hessians[layer.weight] = hessians[layer.weight] + h \
-                    if layer.weight in hessians else h
+                key = (layer.weight, k % 2)
+                hessians[key] = hessians[key] + h if key in hessians else h
         seen = tally.samples
-        if seen == 0:
-            raise EmberError(f"--data {data}: no samples")
+        if seen < 2 * batch:
+            raise EmberError(f"--data {data}: {seen} sample(s); rounding needs two batches at "
+                             f"least (one to choose the codes on, one to check them)")
         for done, layer in enumerate(chunk):
             progress("rounding weights", len(found) + done, len(layers))
             weight = np.asarray(graph.values[layer.weight].const, np.float64)
             w, s = _as_rows(layer.node, weight, layer.scales, layer.axis)
-            h = hessians.pop(layer.weight)
-            chosen = compensated_codes(w, h, s, WEIGHT_QMAX)
+            choose, check = hessians.pop((layer.weight, 0)), hessians.pop((layer.weight, 1))
             nearest = np.clip(np.rint(w / s), -WEIGHT_QMAX, WEIGHT_QMAX)
+            trial = compensated_codes(w, choose, s, WEIGHT_QMAX)
+            kept = output_error(w, trial, s, check) < output_error(w, nearest, s, check)
+            whole = choose + check
+            chosen = compensated_codes(w, whole, s, WEIGHT_QMAX) if kept else nearest
             found.append(LayerRounding(layer.weight, layer.node.name, *w.shape,
-                                       output_error(w, nearest, s, h),
-                                       output_error(w, chosen, s, h)))
+                                       output_error(w, nearest, s, whole),
+                                       output_error(w, chosen, s, whole), kept))
             codes[layer.weight] = _from_rows(layer.node, chosen, weight.shape)
         del hessians
     _write(output, graph, layers, codes, model_path, seen)

@@ -36,9 +36,11 @@ def round_weights_(model: str, data: str, samples: int | None, output: str,
     runs the fp32 model over --data, takes each Conv's, Gemm's and MatMul's inputs X, and
     rounds its weights one column at a time, pushing each rounding error onto the columns
     not yet rounded through H = X X^T (error-compensated rounding, GPTQ; AdaRound's
-    objective). The scales stay the quantizer's for the same options, so programs keep their
-    arithmetic and cycles; `ember compile` and `ember accuracy` take the file with
-    --weight-rounding and the same quantizer options.
+    objective). A layer keeps such codes only when codes chosen on half the samples also cut
+    its error on the other half (else its inputs have more dimensions than the samples show,
+    and it keeps its nearest codes). The scales stay the quantizer's for the same options, so
+    programs keep their arithmetic and cycles; `ember compile` and `ember accuracy` take the
+    file with --weight-rounding and the same quantizer options.
 
     \b
     Examples:
@@ -64,17 +66,21 @@ def round_weights_(model: str, data: str, samples: int | None, output: str,
             "layers": [{"weight": r.weight, "node": r.node, "groups": r.groups,
                         "rows": r.rows, "columns": r.columns,
                         "nearest_error": r.nearest_error, "chosen_error": r.chosen_error,
-                        "gain_db": r.gain_db} for r in done.layers]}, indent=1))
+                        "gain_db": r.gain_db, "compensated": r.compensated}
+                       for r in done.layers]}, indent=1))
         return
     shown = sorted(done.layers, key=lambda r: -r.gain_db)
-    table = Table(title=f"ember round-weights → {output}: {len(done.layers)} weights on "
-                        f"{done.samples} samples in {done.seconds:.1f} s (largest gain first)")
+    compensated = sum(r.compensated for r in done.layers)
+    table = Table(title=f"ember round-weights → {output}: {compensated} of {len(done.layers)} "
+                        f"weights compensated, on {done.samples} samples in {done.seconds:.1f} "
+                        f"s (largest gain on the samples first)")
     for col in ("weight", "node", "groups x rows x columns", "output error, nearest",
                 "chosen", "gain dB"):
         table.add_column(col, justify="left" if col in ("weight", "node") else "right")
     for r in shown[:20]:
         table.add_row(r.weight, r.node, f"{r.groups} x {r.rows} x {r.columns}",
-                      f"{r.nearest_error:.4g}", f"{r.chosen_error:.4g}", f"{r.gain_db:+.2f}")
+                      f"{r.nearest_error:.4g}", f"{r.chosen_error:.4g}",
+                      f"{r.gain_db:+.2f}" if r.compensated else "nearest (check failed)")
     console.results().print(table)
     if len(shown) > 20:
         click.echo(f"... and {len(shown) - 20} more (--json for all)")

@@ -194,3 +194,33 @@ def test_round_weights_usage(rounded, tmp_path) -> None:
     assert result.exit_code == 2 and "round-weights writes one" in result.output
     help_text = invoke("round-weights", "--help").output
     assert "error-compensated" in help_text and "--weight-rounding" in help_text
+
+
+def test_a_layer_the_samples_cannot_pin_down_keeps_its_nearest_codes(tmp_path) -> None:
+    """A Gemm of 96 inputs read by 4 samples: codes chosen on two of them fit those two and
+    fail on the other two, so the layer keeps its nearest codes (the output as without the
+    file); a single sample cannot be checked at all, which is an error."""
+    rng = np.random.default_rng(5)
+    proto = model([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)],
+                  {"x": [1, 96]}, {"y": [1, 10]},
+                  {"w": rng.normal(0, .1, (10, 96)).astype(np.float32)})
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "calib.npz", x=rng.normal(size=(4, 96)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(size=(8, 96)).astype(np.float32))
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("round-weights", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
+                    "--data", tmp_path / "calib.npz", "-o", tmp_path / "r.npz", "--json")
+    assert result.exit_code == 0, result.output
+    (layer,) = json.loads(result.stdout)["layers"]
+    assert layer["compensated"] is False and layer["chosen_error"] == layer["nearest_error"]
+    plain = invoke("accuracy", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
+                   tmp_path / "eval.npz", "--json")
+    rounded = invoke("accuracy", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
+                     "--data", tmp_path / "eval.npz", "--weight-rounding", tmp_path / "r.npz",
+                     "--json")
+    assert json.loads(plain.stdout)["sqnr_db"] == json.loads(rounded.stdout)["sqnr_db"]
+    assert_one_line_error(invoke("round-weights", tmp_path / "m.onnx", "--profile",
+                                 tmp_path / "p.json", "--data", tmp_path / "calib.npz",
+                                 "--samples", 1, "-o", tmp_path / "one.npz"),
+                          "1 sample(s); rounding needs two batches")
