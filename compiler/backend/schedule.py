@@ -197,9 +197,9 @@ class _Tokens:
         never overflows a FIFO, so the machine can always follow it and never deadlocks."""
         p = self.queue_of(pusher)
         pops = self.pops[p, entry.queue]
-        if len(pops) - bisect.bisect_right(pops, pusher) >= self.depth:
+        if not self._fits(pops, pusher):
             pusher = self.latest(p)
-            if len(pops) - bisect.bisect_right(pops, pusher) >= self.depth:
+            if not self._fits(pops, pusher):
                 pusher = self.append_sync(_Entry(p, entry.source), self.queue_clock(p))
         push, pop = ((isa.PUSH_NEXT, isa.POP_PREV) if entry.queue > p else
                      (isa.PUSH_PREV, isa.POP_NEXT))
@@ -210,6 +210,11 @@ class _Tokens:
         self.deps[pusher] = pusher_deps | push
         entry.deps |= pop
         clock[:] = map(max, clock, self.clock(pusher, p))
+
+    def _fits(self, pops: list[int], pusher: int) -> bool:
+        """Whether a token pushed at `pusher` fits its channel's FIFO: fewer than `depth` of
+        the channel's pops (keys, in program order) come after it."""
+        return len(pops) < self.depth or pops[-self.depth] <= pusher
 
     def make_after(self, entry: _Entry, clock: list[int], need: dict[int, int]) -> None:
         """Ensure `entry` (not yet appended) starts after instruction need[p] of each queue p,
