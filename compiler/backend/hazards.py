@@ -32,25 +32,25 @@ def distinct(insns: list[isa.Insn]) -> tuple[list[isa.Insn], np.ndarray]:
     """The distinct instructions of a program order (ops share their Insns, `Op.insn`: a tiled
     layer repeats the same few) and each op's index among them."""
     ids = np.fromiter(map(id, insns), np.int64, len(insns))
-    _, first, kind = np.unique(ids, return_index=True, return_inverse=True)
-    return [insns[i] for i in first.tolist()], kind
+    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
+    return [insns[i] for i in first.tolist()], which
 
 
-def waits(kinds: list[isa.Insn], kind: np.ndarray, drams: list[tuple], queues: np.ndarray,
+def waits(unique: list[isa.Insn], which: np.ndarray, drams: list[tuple], queues: np.ndarray,
           arch: Arch) -> np.ndarray:
     """wait[i, p]: the index of the latest op of queue p before op i that op i must follow;
     -1 for none, and always for its own queue (a queue runs in order). Per op, in program
-    order: its instruction without flags, kinds[kind[i]] (`distinct`), its DRAM accesses
+    order: its instruction without flags, unique[which[i]] (`distinct`), its DRAM accesses
     (`Op.dram`) and its queue's index."""
-    wait = _local_waits(kinds, kind, queues, arch)
+    wait = _local_waits(unique, which, queues, arch)
     _add_dram_waits(drams, queues, wait)
-    wait[np.arange(len(kind)), queues] = -1
+    wait[np.arange(len(which)), queues] = -1
     return wait
 
 
 # -- local memories --
 
-def _signatures(kinds: list[isa.Insn], arch: Arch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _signatures(unique: list[isa.Insn], arch: Arch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each instruction's signature (the id of its set of local accesses), each signature's
     access ids (padded with -1), and each access id's (mem, start, stop, write). An access is
     clipped to its memory's rows: the part past them is no row."""
@@ -58,7 +58,7 @@ def _signatures(kinds: list[isa.Insn], arch: Arch) -> tuple[np.ndarray, np.ndarr
     signatures: dict[tuple, int] = {}
     rows = [memory.rows for memory in arch.memories]
     signature = []
-    for insn in kinds:
+    for insn in unique:
         ids = []
         for mem, start, stop, write in insn.op.access(arch, insn):
             stop = min(stop, rows[mem])
@@ -73,17 +73,17 @@ def _signatures(kinds: list[isa.Insn], arch: Arch) -> tuple[np.ndarray, np.ndarr
             np.array(list(accesses) or [(0, 0, 0, 0)], np.int64))
 
 
-def _local_waits(kinds: list[isa.Insn], kind: np.ndarray, queues: np.ndarray,
+def _local_waits(unique: list[isa.Insn], which: np.ndarray, queues: np.ndarray,
                  arch: Arch) -> np.ndarray:
-    signature, members, accesses = _signatures(kinds, arch)
-    signature = signature[kind]
-    wait = np.full((len(kind), NQ), -1, np.int64)
+    signature, members, accesses = _signatures(unique, arch)
+    signature = signature[which]
+    wait = np.full((len(which), NQ), -1, np.int64)
     # Per memory row, the last op of each queue that wrote it, then that accessed it at all:
     # what the chunks searched so far leave to the next. One more row, never written, lets a
     # reduction over an access end at the memory's last row (`_carried`).
     tables = [np.full((memory.rows + 1, 2 * NQ), -1, np.int64) for memory in arch.memories]
-    for first in range(0, len(kind), _CHUNK):
-        chunk = slice(first, min(first + _CHUNK, len(kind)))
+    for first in range(0, len(which), _CHUNK):
+        chunk = slice(first, min(first + _CHUNK, len(which)))
         wait[chunk] = _chunk_waits(first, signature[chunk], queues[chunk], members, accesses,
                                    tables)
     return wait
@@ -100,10 +100,10 @@ def _chunk_waits(first: int, signature: np.ndarray, queues: np.ndarray, members:
     and a running maximum down the table carries it to every later one. An op waits for the
     latest of the columns it conflicts with (same memory, overlapping rows, one of the two a
     write), and for what the tables say of the ops before the chunk."""
-    kinds, kind = np.unique(signature, return_inverse=True)  # the chunk's signatures
-    slots = members[kinds]
-    pair_op, pair_slot = np.nonzero(slots[kind] >= 0)  # each (op, access) of the chunk
-    pair_access = slots[kind[pair_op], pair_slot]
+    present, of_op = np.unique(signature, return_inverse=True)  # the chunk's signatures
+    slots = members[present]
+    pair_op, pair_slot = np.nonzero(slots[of_op] >= 0)  # each (op, access) of the chunk
+    pair_access = slots[of_op[pair_op], pair_slot]
     columns, pair_column = np.unique(pair_access * NQ + queues[pair_op], return_inverse=True)
     column_access, column_queue = columns // NQ, columns % NQ
     pair_index = first + pair_op
@@ -118,7 +118,7 @@ def _chunk_waits(first: int, signature: np.ndarray, queues: np.ndarray, members:
     slot_used = np.searchsorted(used, slots)  # each slot's access among `used`; padding: past
     slot_used[slots < 0] = len(used)
     conflict = _conflicts(accesses[used], accesses[column_access])[slot_used].any(axis=1)
-    wait = _carried(tables, accesses[used])[slot_used].max(axis=1)[kind]
+    wait = _carried(tables, accesses[used])[slot_used].max(axis=1)[of_op]
     for p in range(NQ):
         on_p = column_queue == p
         asking = np.flatnonzero(queues != p)
@@ -129,7 +129,7 @@ def _chunk_waits(first: int, signature: np.ndarray, queues: np.ndarray, members:
         np.maximum.at(last, (np.searchsorted(asking, pair_op[pairs]),
                              (np.cumsum(on_p) - 1)[pair_column[pairs]]), pair_index[pairs])
         np.maximum.accumulate(last, axis=0, out=last)
-        hits = conflict[:, on_p][kind[asking]]
+        hits = conflict[:, on_p][of_op[asking]]
         wait[asking, p] = np.maximum(wait[asking, p],
                                      np.where(hits, last[:-1], -1).max(axis=1))
     _record(tables, accesses, column_access, column_queue, pair_column, pair_index)

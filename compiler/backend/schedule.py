@@ -285,9 +285,9 @@ def schedule(layers: list[list[Step]], arch: Arch, double_buffer: bool = True,
     progress("scheduling instructions", 0, len(ops))
     insns = list(map(attrgetter("insn"), ops))
     sources = list(map(attrgetter("source"), ops))
-    kinds, kind = hazards.distinct(insns)
-    queues = np.array([_queue_index(insn.op) for insn in kinds], np.int64)[kind]
-    wait = hazards.waits(kinds, kind, list(map(attrgetter("dram"), ops)), queues, arch)
+    unique, which = hazards.distinct(insns)
+    queues = np.array([_queue_index(insn.op) for insn in unique], np.int64)[which]
+    wait = hazards.waits(unique, which, list(map(attrgetter("dram"), ops)), queues, arch)
     need = np.where(wait >= 0, (wait << _SLOT_BITS) | _OP_SLOT, -1)
     may_wait = _may_wait(need, queues)
     tokens = _Tokens(arch, queues.tolist())
