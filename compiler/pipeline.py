@@ -167,8 +167,11 @@ def _compile_int8(qgraph: Graph, arch: Arch, options: BackendOptions, metadata: 
     scheduled = schedule(steps, arch, options.double_buffer, progress)
     # A target's vector unit may implement only some operations: a program that needs another
     # is refused here, naming the node, not when it runs.
-    lacking = next(((insn, node) for insn, node in zip(scheduled.instructions, scheduled.source)
-                    if arch.vector_lacks(insn)), None)
+    # (Whether it lacks an instruction depends on its row: looked for only when one lacks.)
+    rows = {insn.op: insn for insn in scheduled.instructions}
+    lacking = any(map(arch.vector_lacks, rows.values())) and next(
+        (insn, node) for insn, node in zip(scheduled.instructions, scheduled.source)
+        if arch.vector_lacks(insn))
     if lacking:
         insn, node = lacking
         raise CompileError(f"{qgraph.name}: node {node!r} needs the vector unit's "

@@ -9,29 +9,36 @@ the DRAM blocks they read (a DMA's access is the elements it touches,
 `compiler.backend.codegen.emit.relocate`), so a layer may start on rows its predecessor has already
 stored; its first loads of constants may come before the previous layer's last work (`order`).
 
-Tokens are then derived, not written by hand. Walking the program in order, every instruction's
-local-memory accesses (`InsnDef.access`, the function the machine's race check uses) and every
-activation DRAM access are compared with the last writer and readers of the same rows or bytes
-on the other queues: read-after-write, write-after-read and write-after-write each require the
-earlier instruction to finish first. A vector clock per queue (as in `simulator.hazards`) says
-which requirements already hold through earlier tokens and in-order queues; each one that does
-not gets one token, from the producer itself when the queues are neighbours, or relayed by a SYNC
-on each queue in between (load -> compute -> vector -> store). An instruction pops at most one
-token per side: when it needs queues beyond its neighbour, the token comes from the neighbour's
-latest instruction if that one already follows all of them, else from a relay SYNC placed there
-just before the instruction and made to follow them all (`_Tokens.make_after`). Because every
-dependency points backwards in program order, and no token FIFO ever holds more than
-`arch.queues.token_depth` tokens when the program runs in program order, program order is always
-a valid execution: no deadlock, and every pushed token is popped.
+Tokens are then derived, not written by hand, in two passes. First the hazards: every
+instruction's local-memory accesses (`InsnDef.access`, the function the machine's race check
+uses) and every activation DRAM access are compared with the last writer and readers of the same
+rows or bytes on the other queues: read-after-write, write-after-read and write-after-write each
+require the earlier instruction to finish first (`compiler.backend.hazards`, array operations
+over the whole program). Then the tokens, walking the program in order: a vector clock per queue
+(as in `simulator.hazards`) says which requirements already hold through earlier tokens and
+in-order queues; each one that does not gets one token, from the producer itself when the queues
+are neighbours, or relayed by a SYNC on each queue in between (load -> compute -> vector ->
+store). An instruction pops at most one token per side: when it needs queues beyond its
+neighbour, the token comes from the neighbour's latest instruction if that one already follows
+all of them, else from a relay SYNC placed there just before the instruction and made to follow
+them all (`_Tokens.make_after`). Only the instructions whose requirements some earlier
+instruction of their queue did not already have are walked (`_may_wait`): a queue's clock covers
+what its earlier instructions waited for. Because every dependency points backwards in program
+order, and no token FIFO ever holds more than `arch.queues.token_depth` tokens when the program
+runs in program order, program order is always a valid execution: no deadlock, and every pushed
+token is popped.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
+from compiler.backend import hazards
 from compiler.backend.progress import Progress, quiet
 from compiler.backend.steps import Op, Step
 from compiler.errors import CompileError
@@ -39,9 +46,7 @@ from simulator import isa
 from simulator.arch import Arch
 
 NQ = len(isa.QUEUES)
-_DRAM_BLOCK_BYTES = 16  # the DRAM hazard table's granularity (activations are 64-B aligned)
-_DRAM_MAX_BLOCKS = 1 << 22
-_PROGRESS_EVERY = 1024  # instructions between progress reports: a report costs a lock
+_PROGRESS_EVERY = 1024  # ops placed between progress reports: a report costs a lock
 
 
 @dataclass(frozen=True)
@@ -79,25 +84,6 @@ def order(layers: list[list[Step]], double_buffer: bool, arch: Arch | None = Non
     return ops
 
 
-def _dram_blocks(start: int, stop: int, pattern, base: int, g: int):
-    """The blocks of g bytes from `base` holding bytes [start, stop), or only those of the
-    strided elements of `pattern` (y_size, x_size, elem_bytes, x_stride, y_stride) from start."""
-    whole = slice((start - base) // g, (stop - 1 - base) // g + 1)
-    if not pattern:
-        return whole
-    (y, x, eb, xs, ys), = pattern
-    if (xs == eb or x == 1) and (ys == x * eb or y == 1) or max(xs, ys) <= g:
-        return whole  # contiguous, or gaps too small for a block
-    first = (start - base + np.add.outer(np.arange(y) * ys, np.arange(x) * xs)).ravel()
-    lo, hi = first // g, (first + eb - 1) // g
-    width = int((hi - lo).max()) + 1
-    blocks = (lo[:, None] + np.arange(width)).ravel()
-    # Repeated blocks are harmless (a maximum over them, or the same index written to each
-    # again): no sort to make them unique.
-    return blocks[blocks <= (stop - 1 - base) // g]
-
-
-
 def _first_constant_loads(layers: list[list[Step]], body: tuple[Op, ...], arch: Arch,
                           hoisted: set[int]) -> list[Op]:
     """The leading loads of the next layer's first loading step that touch no activation DRAM
@@ -118,93 +104,86 @@ def _first_constant_loads(layers: list[list[Step]], body: tuple[Op, ...], arch: 
     return moved
 
 
+# Each op's place in the program is a key, (i << _SLOT_BITS) | _OP_SLOT for op i; the relay
+# SYNCs placed just before op i take the slots below. Keys order the program as its indices
+# would, without renumbering every later instruction when a SYNC is inserted.
+_SLOT_BITS = 4
+_OP_SLOT = (1 << _SLOT_BITS) - 1
+_QUEUE_INDEX = {name: i for i, name in enumerate(isa.QUEUES)}
+
+
 @dataclass
 class _Entry:
-    row: isa.InsnDef
-    args: dict
-    source: str
+    """An instruction being placed (an op that needs tokens, or a relay SYNC): its queue, the
+    node it serves, and the pop flags it takes (`isa.POP_PREV`, `isa.POP_NEXT` bits)."""
+
     queue: int
-    flags: set = field(default_factory=set)
-    clock: tuple[int, ...] = ()
-    insn: isa.Insn | None = None  # built without flags; reused when no flag is added
-
-
-_QUEUE_INDEX = {name: i for i, name in enumerate(isa.QUEUES)}
-_max_rows = np.maximum.reduce  # a table's column maxima over a slice of its rows
+    source: str
+    deps: int = 0
 
 
 class _Tokens:
-    """Builds the program, adding push/pop flags and relay SYNCs as hazards require."""
+    """Adds push/pop flags and relay SYNCs as the hazards (`compiler.backend.hazards.waits`)
+    require, for the ops whose requirements their queue's clock may not meet yet.
 
-    def __init__(self, arch: Arch, dram_span: tuple[int, int] = (0, 0)):
-        self.arch = arch
-        self.entries: list[_Entry] = []
-        self.latest = [-1] * NQ  # program index of each queue's latest instruction
-        # Per local memory row: last writer per queue, then last access of any kind per queue
-        # (what a read waits for, and what a write waits for: one reduction either way).
-        self.local = [np.full((memory.rows, 2 * NQ), -1, np.int64) for memory in arch.memories]
-        # Per DRAM block of `dram_block` bytes from dram_base: last writer per queue, then last
-        # reader per queue (a block is conservative: accesses sharing one are ordered). Blocks
-        # grow past _DRAM_BLOCK_BYTES only for a span too large for the table.
-        self.dram_base = dram_span[0]
-        self.dram_block = _DRAM_BLOCK_BYTES
-        while (dram_span[1] - dram_span[0]) // self.dram_block > _DRAM_MAX_BLOCKS:
-            self.dram_block *= 2
-        blocks = -(-(dram_span[1] - dram_span[0]) // self.dram_block)
-        self.dram = np.full((max(blocks, 1), 2 * NQ), -1, np.int64)
-        self.syncs = 0
-        self.pops: dict[tuple[int, int], list[int]] = {}  # (from, to) queue → popper indices
-        self._accesses: dict[int, tuple] = {}  # id(Insn) → its local accesses
-        self._strided: dict[tuple, np.ndarray] = {}  # a strided DRAM access → its blocks
+    An instruction's clock says, per queue, the latest instruction known to finish before it
+    starts (through earlier tokens and in-order queues). Only an op that pops a token or a
+    SYNC changes its queue's clock beyond its own place, so each queue keeps its clock from
+    each such instruction on (an epoch), and any instruction's clock is its queue's epoch."""
+
+    def __init__(self, arch: Arch, queues: list[int]):
+        self.depth = arch.queues.token_depth
+        self.queues = queues  # each op's queue
+        self.now = 0  # the op being placed
+        self.slot = 0  # the slot of the next SYNC placed before it
+        self.last_ops: list[int] = [-1] * NQ  # each queue's last op before it (its key)
+        self.last_syncs = [-1] * NQ  # each queue's last SYNC (its key)
+        self.epochs: list[tuple[list[int], list[tuple[int, ...]]]] = [([], []) for _ in range(NQ)]
+        self.deps: dict[int, int] = {}  # key → its flags
+        self.pops: dict[tuple[int, int], list[int]] = defaultdict(list)  # (from, to) queue →
+        #                                                                   popper keys
+        self.syncs: list[tuple[int, _Entry]] = []  # (key, entry), in program order
+        self.sync_queues: dict[int, int] = {}
+
+    def latest(self, q: int) -> int:
+        """The key of queue q's latest instruction (-1: none yet)."""
+        return max(self.last_ops[q], self.last_syncs[q])
+
+    def queue_of(self, key: int) -> int:
+        if key & _OP_SLOT == _OP_SLOT:
+            return self.queues[key >> _SLOT_BITS]
+        return self.sync_queues[key]
+
+    def clock(self, key: int, q: int) -> list[int]:
+        """The clock of the instruction at `key`, of queue q."""
+        starts, clocks = self.epochs[q]
+        epoch = bisect.bisect_right(starts, key) - 1
+        clock = list(clocks[epoch]) if epoch >= 0 else [-1] * NQ
+        clock[q] = key
+        return clock
 
     def queue_clock(self, q: int) -> list[int]:
-        j = self.latest[q]
-        return list(self.entries[j].clock) if j >= 0 else [-1] * NQ
+        """The clock of queue q's latest instruction: its epoch is the last."""
+        clocks = self.epochs[q][1]
+        clock = list(clocks[-1]) if clocks else [-1] * NQ
+        clock[q] = self.latest(q)
+        return clock
 
-    # -- hazards --
-
-    def needs(self, op: Op, q: int, accesses) -> list[int]:
-        """Per queue, the latest of its instructions this op must wait for (-1: none; its own
-        queue's entry means nothing: a queue is in order)."""
-        need = None
-        for mem, start, stop, write in accesses:
-            table = self.local[mem]
-            if start >= min(stop, table.shape[0]):
-                continue
-            # a read waits for the rows' writers; a write for every access to them
-            last = _max_rows(table[start:stop, NQ:] if write
-                             else table[start:stop, :NQ]).tolist()
-            need = last if need is None else list(map(max, need, last))
-        for start, stop, write, *pattern in op.dram:
-            if stop <= start:
-                continue
-            last = _max_rows(self.dram[self._blocks(start, stop, pattern)]).tolist()
-            last = list(map(max, last[:NQ], last[NQ:])) if write else last[:NQ]
-            need = last if need is None else list(map(max, need, last))
-        return [-1] * NQ if need is None else need
-
-    def record(self, op: Op, q: int, index: int, accesses) -> None:
-        for mem, start, stop, write in accesses:
-            table = self.local[mem]
-            if write:
-                table[start:stop, q] = index
-            table[start:stop, NQ + q] = index
-        for start, stop, write, *pattern in op.dram:
-            if stop > start:
-                self.dram[self._blocks(start, stop, pattern), q if write else NQ + q] = index
-
-    def _blocks(self, start: int, stop: int, pattern=()):
-        if not pattern:
-            return _dram_blocks(start, stop, pattern, self.dram_base, self.dram_block)
-        # A strided tile's blocks: the same tile is loaded again for each block of outputs.
-        key = (start, stop, *pattern)
-        blocks = self._strided.get(key)
-        if blocks is None:
-            blocks = self._strided[key] = _dram_blocks(start, stop, pattern, self.dram_base,
-                                                       self.dram_block)
-        return blocks
-
-    # -- tokens --
+    def add(self, i: int, need: list[int], last_ops: list[int], source: str) -> None:
+        """Place op i, which must follow instruction need[p] of each queue p (a key, or -1),
+        after the ops before it: the key of each queue's last one in `last_ops`."""
+        self.now, self.slot, self.last_ops = i, 0, last_ops
+        q = self.queues[i]
+        clock = self.queue_clock(q)
+        unmet = [p for p in range(NQ) if need[p] > clock[p]]  # (never its own queue)
+        if not unmet:
+            return
+        entry = _Entry(q, source)
+        if len(unmet) == 1 and abs(unmet[0] - q) == 1:  # most often: a neighbour's producer
+            self._token(need[unmet[0]], entry, clock)
+        else:
+            self.make_after(entry, clock, {p: need[p] for p in unmet})
+        self.append(entry, clock, (i << _SLOT_BITS) | _OP_SLOT)
 
     def _token(self, pusher: int, entry: _Entry, clock: list[int]) -> None:
         """A token from `pusher` (or a later instruction of its queue) to `entry`, between
@@ -216,28 +195,26 @@ class _Tokens:
         unpopped there would overflow it, a later instruction of the same queue pushes
         instead (the latest, or a SYNC placed just before `entry`): the program order then
         never overflows a FIFO, so the machine can always follow it and never deadlocks."""
-        p = self.entries[pusher].queue
-        channel = (p, entry.queue)
-        pops = self.pops.setdefault(channel, [])
-        depth = self.arch.queues.token_depth
-        for candidate in (pusher, self.latest[p]):
-            if len(pops) - bisect.bisect_right(pops, candidate) < depth:
-                pusher = candidate
-                break
-        else:
-            sync = _Entry(isa.SYNC, {"queue": isa.QUEUES[p]}, entry.source, p)
-            pusher = self.append(sync, self.queue_clock(p))
-            self.syncs += 1
-        src = self.entries[pusher]
-        toward_next = entry.queue > src.queue
-        push = "push_next" if toward_next else "push_prev"
-        pop = "pop_prev" if toward_next else "pop_next"
-        if push in src.flags or pop in entry.flags:
+        p = self.queue_of(pusher)
+        pops = self.pops[p, entry.queue]
+        if not self._fits(pops, pusher):
+            pusher = self.latest(p)
+            if not self._fits(pops, pusher):
+                pusher = self.append_sync(_Entry(p, entry.source), self.queue_clock(p))
+        push, pop = ((isa.PUSH_NEXT, isa.POP_PREV) if entry.queue > p else
+                     (isa.PUSH_PREV, isa.POP_NEXT))
+        pusher_deps = self.deps.get(pusher, 0)
+        if pusher_deps & push or entry.deps & pop:
             raise AssertionError(f"scheduler: token slot taken between instruction {pusher} and "
                                  f"a {isa.QUEUES[entry.queue]} instruction")
-        src.flags.add(push)
-        entry.flags.add(pop)
-        clock[:] = map(max, clock, src.clock)
+        self.deps[pusher] = pusher_deps | push
+        entry.deps |= pop
+        clock[:] = map(max, clock, self.clock(pusher, p))
+
+    def _fits(self, pops: list[int], pusher: int) -> bool:
+        """Whether a token pushed at `pusher` fits its channel's FIFO: fewer than `depth` of
+        the channel's pops (keys, in program order) come after it."""
+        return len(pops) < self.depth or pops[-self.depth] <= pusher
 
     def make_after(self, entry: _Entry, clock: list[int], need: dict[int, int]) -> None:
         """Ensure `entry` (not yet appended) starts after instruction need[p] of each queue p,
@@ -250,76 +227,124 @@ class _Tokens:
             if not pending:
                 continue
             r = q + side
-            if list(pending) == [r]:  # the neighbour alone: its producing instruction pushes
+            if len(pending) == 1 and r in pending:  # the neighbour alone: its producer pushes
                 self._token(pending[r], entry, clock)
                 continue
-            y = self.latest[r]
-            if y < 0 or any(self.entries[y].clock[p] < j for p, j in pending.items()):
-                sync = _Entry(isa.SYNC, {"queue": isa.QUEUES[r]}, entry.source, r)
+            y = self.latest(r)
+            if y < 0 or any(self.clock(y, r)[p] < j for p, j in pending.items()):
+                sync = _Entry(r, entry.source)
                 sync_clock = self.queue_clock(r)
                 self.make_after(sync, sync_clock, {p: j for p, j in pending.items() if p != r})
-                y = self.append(sync, sync_clock)
-                self.syncs += 1
+                y = self.append_sync(sync, sync_clock)
             self._token(y, entry, clock)
 
-    def append(self, entry: _Entry, clock: list[int]) -> int:
-        index = len(self.entries)
-        clock[entry.queue] = index
-        entry.clock = tuple(clock)
-        self.entries.append(entry)
-        self.latest[entry.queue] = index
-        if entry.flags:  # most instructions take no token
-            for flag, side in (("pop_prev", -1), ("pop_next", 1)):
-                if flag in entry.flags:
-                    self.pops.setdefault((entry.queue + side, entry.queue), []).append(index)
-        return index
+    def append_sync(self, entry: _Entry, clock: list[int]) -> int:
+        """Place a relay SYNC just before the op being placed; its key."""
+        if self.slot == _OP_SLOT:
+            raise AssertionError(f"scheduler: more than {_OP_SLOT} SYNCs before one instruction")
+        key = (self.now << _SLOT_BITS) | self.slot
+        self.slot += 1
+        self.sync_queues[key] = entry.queue
+        self.last_syncs[entry.queue] = key
+        self.syncs.append((key, entry))
+        self.append(entry, clock, key)
+        return key
 
-    def add(self, op: Op) -> None:
-        q = _QUEUE_INDEX[op.row.queue]
-        insn = op.insn
-        entry = _Entry(op.row, op.args, op.source, q, insn=insn)
-        j = self.latest[q]  # (queue_clock, inline: this runs once per instruction)
-        clock = list(self.entries[j].clock) if j >= 0 else [-1] * NQ
-        accesses = self._accesses.get(id(insn))
-        if accesses is None:  # Insns are shared (`Op.insn`) and live as long as the program
-            accesses = self._accesses[id(insn)] = op.row.access(self.arch, insn)
-        need = self.needs(op, q, accesses)
-        # (never true of its own queue: nothing recorded there is later than its latest)
-        if any(map(int.__gt__, need, clock)):
-            self.make_after(entry, clock, {p: j for p, j in enumerate(need)
-                                           if p != q and j >= 0})
-        index = self.append(entry, clock)
-        self.record(op, q, index, accesses)
+    def append(self, entry: _Entry, clock: list[int], key: int) -> None:
+        q = entry.queue
+        clock[q] = key
+        starts, clocks = self.epochs[q]
+        starts.append(key)
+        clocks.append(tuple(clock))
+        self.deps[key] = entry.deps
+        if entry.deps & isa.POP_PREV:
+            self.pops[q - 1, q].append(key)
+        if entry.deps & isa.POP_NEXT:
+            self.pops[q + 1, q].append(key)
 
 
-def _flagged(insn: isa.Insn, flags: set) -> isa.Insn:
-    """A checked instruction with dependency flags added (the scheduler adds only flags toward
-    a neighbouring queue, which `isa` accepts): no need to check every field again."""
-    deps = insn.deps
-    for flag in flags:
-        deps |= _FLAG_BITS[flag]
-    return isa.Insn(insn.op, insn.args, deps)
-
-
-_FLAG_BITS = {"pop_prev": isa.POP_PREV, "pop_next": isa.POP_NEXT, "push_prev": isa.PUSH_PREV,
-              "push_next": isa.PUSH_NEXT}
+def _may_wait(need: np.ndarray, queues: np.ndarray) -> np.ndarray:
+    """The ops whose requirements their queue may not meet yet: an op requiring no later
+    instruction of any queue than some earlier op of its queue already followed needs no
+    token (a queue's clock only grows, and after an op it covers the op's requirements)."""
+    may = np.zeros(len(need), bool)
+    for q in range(NQ):
+        mine = np.flatnonzero(queues == q)
+        if len(mine):
+            rows = need[mine]
+            may[mine[0]] = (rows[0] >= 0).any()
+            may[mine[1:]] = (rows[1:] > np.maximum.accumulate(rows, axis=0)[:-1]).any(axis=1)
+    return np.flatnonzero(may)
 
 
 def schedule(layers: list[list[Step]], arch: Arch, double_buffer: bool = True,
              progress: Progress = quiet) -> Scheduled:
-    """The instruction stream with its tokens, ending in END."""
+    """The instruction stream with its tokens, ending in END. Progress is reported as the
+    tokens are placed, every _PROGRESS_EVERY ops, from the first."""
     ops = order(layers, double_buffer, arch)
-    spans = [(access[0], access[1]) for op in ops for access in op.dram]
-    tokens = _Tokens(arch, (min(s for s, _ in spans), max(s for _, s in spans)) if spans
-                     else (0, 0))
-    for done, op in enumerate(ops):
-        if done % _PROGRESS_EVERY == 0:
-            progress("scheduling instructions", done, len(ops))
-        if op.row.queue not in isa.QUEUES:
-            raise CompileError(f"internal: {op.row.mnemonic} has no fixed queue")
-        tokens.add(op)
-    insns = [e.insn if e.insn is not None and not e.flags
-             else e.row(**e.args, **{flag: True for flag in e.flags}) if e.insn is None
-             else _flagged(e.insn, e.flags) for e in tokens.entries]
-    source = [e.source for e in tokens.entries]
-    return Scheduled(tuple(insns) + (isa.END(),), tuple(source) + ("",), tokens.syncs)
+    progress("scheduling instructions", 0, len(ops))
+    insns = list(map(attrgetter("insn"), ops))
+    sources = list(map(attrgetter("source"), ops))
+    unique, which = hazards.distinct(insns)
+    queues = np.array([_queue_index(insn.op) for insn in unique], np.int64)[which]
+    wait = hazards.waits(unique, which, list(map(attrgetter("dram"), ops)), queues, arch)
+    need = np.where(wait >= 0, (wait << _SLOT_BITS) | _OP_SLOT, -1)
+    may_wait = _may_wait(need, queues)
+    tokens = _Tokens(arch, queues.tolist())
+    reported = 0
+    for i, op_need, last_ops in zip(may_wait.tolist(), need[may_wait].tolist(),
+                                    _last_ops(queues, may_wait).tolist()):
+        if i - reported >= _PROGRESS_EVERY:
+            reported = i - i % _PROGRESS_EVERY
+            progress("scheduling instructions", reported, len(ops))
+        tokens.add(i, op_need, last_ops, sources[i])
+    return _program(insns, sources, tokens)
+
+
+def _last_ops(queues: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per op index in `at`, the key of each queue's last op before it (-1: none)."""
+    last = np.full((len(at), NQ), -1, np.int64)
+    for q in range(NQ):
+        mine = np.flatnonzero(queues == q)
+        before = np.searchsorted(mine, at) - 1
+        found = before >= 0
+        last[found, q] = (mine[before[found]] << _SLOT_BITS) | _OP_SLOT
+    return last
+
+
+def _queue_index(row: isa.InsnDef) -> int:
+    if row.queue not in isa.QUEUES:
+        raise CompileError(f"internal: {row.mnemonic} has no fixed queue")
+    return _QUEUE_INDEX[row.queue]
+
+
+def _program(insns: list[isa.Insn], sources: list[str], tokens: _Tokens) -> Scheduled:
+    """The ops' instructions with their flags, the relay SYNCs before the ops they precede,
+    and END. Equal instructions with equal flags share one Insn, as without flags."""
+    flagged: dict[tuple[int, int], isa.Insn] = {}
+    for key, deps in tokens.deps.items():
+        if deps and key & _OP_SLOT == _OP_SLOT:
+            insn = insns[key >> _SLOT_BITS]
+            shared = flagged.get((id(insn), deps))
+            if shared is None:
+                # (only flags toward a neighbouring queue, which `isa` accepts: the fields
+                # are checked already)
+                shared = flagged[id(insn), deps] = isa.Insn(insn.op, insn.args, insn.deps | deps)
+            insns[key >> _SLOT_BITS] = shared
+    program, source, placed = [], [], 0
+    for key, entry in tokens.syncs:
+        i = key >> _SLOT_BITS
+        program += insns[placed:i]
+        source += sources[placed:i]
+        deps = tokens.deps[key]
+        program.append(isa.SYNC(queue=isa.QUEUES[entry.queue],
+                                **{flag: True for flag, bit in _FLAG_BITS.items() if deps & bit}))
+        source.append(entry.source)
+        placed = i
+    program += insns[placed:]
+    source += sources[placed:]
+    return Scheduled(tuple(program) + (isa.END(),), tuple(source) + ("",), len(tokens.syncs))
+
+
+_FLAG_BITS = {"pop_prev": isa.POP_PREV, "pop_next": isa.POP_NEXT, "push_prev": isa.PUSH_PREV,
+              "push_next": isa.PUSH_NEXT}

@@ -30,7 +30,8 @@ class Op:
         on each first read, 0.6 s of ResNet-18's 783k instructions on edge.)"""
         insn = self.__dict__.get("_insn")
         if insn is None:
-            key = (self.row, *self.args.items())
+            # the names, then the values: a flat tuple, no (name, value) pair built for it
+            key = (self.row, *self.args, *self.args.values())
             insn = _INSNS.get(key)
             if insn is None:
                 if len(_INSNS) >= _INSN_CACHE_SIZE:
