@@ -432,18 +432,20 @@ class _Rewriter:
         name = self.activation(final, params)
         return name, params, qclamp
 
-    def qclamp(self, clamp: Node, params: QuantParams, final: str | None = None
-               ) -> tuple[int, int]:
+    def qclamp(self, clamp: Node, params: QuantParams, final: str | None = None,
+               table: bool = False) -> tuple[int, int]:
         """A clamp's real bounds (its row's `clamp_bounds`) as integer codes in `params` (of
         fp32 activation `final`'s type: an int16 one's bounds must be what a wide REQUANT
-        clamps to, `numerics.wide_clamp`, as a ReLU's [0, max] is)."""
+        clamps to, `numerics.wide_clamp`, as a ReLU's [0, max] is; any, with `table`, which
+        a table form's entries hold)."""
         dtype = self.dtype if final is None else self.dtype_of(final)
         qmin, qmax = RANGES[self.dtype] if final is None else self.code_range(final)
         lo, hi = OPS[clamp.op].clamp_bounds(*self.const_params(clamp))
         # The nearest code to each bound: a clamp then errs by at most half a step.
         q_lo = qmin if lo is None else max(qmin, int(_quantize_array(lo, params, dtype)))
         q_hi = qmax if hi is None else min(qmax, int(_quantize_array(hi, params, dtype)))
-        if dtype == "int16" and numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
+        if dtype == "int16" and not table and \
+                numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
                 (q_lo, max(q_lo, q_hi)):
             raise QuantizeError(f"int16 tensor {final!r}: {clamp.op} {clamp.name!r} clamps to "
                                 f"codes [{q_lo}, {q_hi}], which a wide REQUANT cannot (it "
@@ -627,8 +629,11 @@ def table_form(r: _Rewriter, node: Node) -> None:
     final = r._final_output(node)
     out = r.activation(final, r.params(final))
     inputs = [x if i == index else r.copy_const(name) for i, name in enumerate(node.inputs)]
+    # The fused clamp, in the table already, as codes for the QDQ export's fp32 form.
+    fused = {} if clamp is None else \
+        {"qclamp": r.qclamp(clamp, r.params(final), final, table=True)}
     r.emit(node.op, node.name, (*inputs, r.const(f"{node.name}/table", table)), (out,),
-           {**node.attrs, "table_of": index, "out_dtype": r.dtype_of(final)})
+           {**node.attrs, **fused, "table_of": index, "out_dtype": r.dtype_of(final)})
 
 
 def channel_lookup(r: _Rewriter, node: Node) -> None:
