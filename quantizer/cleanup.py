@@ -51,8 +51,8 @@ def _rewrite_one(graph: Graph) -> Graph | None:
         kind = OPS[producer.op].quant
         if kind is Quant.RESCALE:
             return _replace(graph, producer, [_merged(graph, producer, node)], {}, drop=node)
-        if kind is not None and kind.requantizes:
-            return _fold_into(graph, producer, node)
+        if kind is not None and kind.requantizes and "table_of" not in producer.attrs:
+            return _fold_into(graph, producer, node)  # not a table (`int8.tabled`)
         if kind is Quant.QUANTIZE:
             return _fold_into_quantize(graph, producer, node)
     return None

@@ -343,7 +343,7 @@ class _Exporter:
             self._quantize(result, node.outputs[0], node.name, metadata)
             return
         op, inputs, attrs = self._float_form(node)
-        if _kind(node) is Quant.CLAMP:
+        if _kind(node) is Quant.CLAMP and "table_of" not in node.attrs:  # its bounds: codes
             op, inputs, attrs = self._clamp_form(node, inputs[0])
             clamp = None
         results = [self._unique(f"{out}/float") for out in node.outputs]

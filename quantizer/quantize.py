@@ -26,6 +26,7 @@ from compiler.graph.int8 import (
     layer_norm_params,
     lookup_table,
     reciprocal_range,
+    wide_table,
     zero_point_fold,
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
@@ -40,7 +41,7 @@ from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
 from quantizer.smooth import smooth_norms
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
-                            norm_copies, wide_values)
+                            norm_copies, table_input, wide_values)
 from quantizer.options import QuantOptions
 from quantizer.wide_weights import weight_bits, weight_nodes
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
@@ -147,7 +148,7 @@ class _Rewriter:
             if node.name in self.absorbed:
                 continue
             rule = keep_float if node.name in self.keep or integer_node(self.g, node) else \
-                RULES[OPS[node.op].quant]
+                table_form if self.tabled(node) else RULES[OPS[node.op].quant]
             with warnings.catch_warnings():
                 if self._final_output(node) in masks:
                     # A mask saturates by design: its requantization ratio may be clamped.
@@ -487,18 +488,20 @@ class _Rewriter:
         name = self.activation(final, params)
         return name, params, qclamp
 
-    def qclamp(self, clamp: Node, params: QuantParams, final: str | None = None
-               ) -> tuple[int, int]:
+    def qclamp(self, clamp: Node, params: QuantParams, final: str | None = None,
+               table: bool = False) -> tuple[int, int]:
         """A clamp's real bounds (its row's `clamp_bounds`) as integer codes in `params` (of
         fp32 activation `final`'s type: an int16 one's bounds must be what a wide REQUANT
-        clamps to, `numerics.wide_clamp`, as a ReLU's [0, max] is)."""
+        clamps to, `numerics.wide_clamp`, as a ReLU's [0, max] is; any, with `table`, which
+        a table form's entries hold)."""
         dtype = self.dtype if final is None else self.dtype_of(final)
         qmin, qmax = RANGES[self.dtype] if final is None else self.code_range(final)
         lo, hi = OPS[clamp.op].clamp_bounds(*self.const_params(clamp))
         # The nearest code to each bound: a clamp then errs by at most half a step.
         q_lo = qmin if lo is None else max(qmin, int(_quantize_array(lo, params, dtype)))
         q_hi = qmax if hi is None else min(qmax, int(_quantize_array(hi, params, dtype)))
-        if dtype == "int16" and numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
+        if dtype == "int16" and not table and \
+                numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
                 (q_lo, max(q_lo, q_hi)):
             raise QuantizeError(f"int16 tensor {final!r}: {clamp.op} {clamp.name!r} clamps to "
                                 f"codes [{q_lo}, {q_hi}], which a wide REQUANT cannot (it "
@@ -512,6 +515,29 @@ class _Rewriter:
         return {"multiplier": tuple(int(m) for m in multipliers),
                 "shift": tuple(int(s) for s in shifts), "out_zero_point": kind.quant.zero_point[0],
                 "qclamp": tuple(int(q) for q in qclamp), "out_dtype": kind.dtype}
+
+    def tabled(self, node: Node) -> bool:
+        """Whether `node` is an Add, Sub, Max, Min, Mul or Div by a scalar constant, or a
+        Relu or Clip, that maps one activation with int16 codes in or out (`table_form`; the
+        table ops' own rules build their int16 tables)."""
+        if OPS[node.op].quant not in (Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.CLAMP):
+            return False
+        index = table_input(self.g, node)
+        return index is not None and (node.inputs[index] in self.wide
+                                      or self._final_output(node) in self.wide)
+
+    def wide_table(self, node: Node, x: str, fp32, attrs) -> np.ndarray | None:
+        """The int16 table of table op `node` (its input's integer value `x`, its function
+        `fp32` with `attrs`) when its input or output is int16 (`int8.wide_table`), else
+        None: the output's own codes bound the entries (a b-bit tensor's)."""
+        y = self._final_output(node)
+        in_dtype, out_dtype = self.values[x].type.dtype, self.dtype_of(y)
+        if "int16" not in (in_dtype, out_dtype):
+            return None
+        source, out_params = self.quant_of(x), self.params(y)
+        return wide_table(fp32, attrs, source.scale[0], source.zero_point[0], in_dtype,
+                          out_params.scale[0], out_params.zero_point[0], out_dtype,
+                          self.code_range(y))
 
     def rescale(self, name: str, x: str, params: QuantParams, reader: str) -> str:
         """A Rescale of integer value x (of activation `name`) to `params`, for node `reader`."""
@@ -601,7 +627,10 @@ def rescale_inputs(r: _Rewriter, node: Node) -> None:
 
 def lookup(r: _Rewriter, node: Node) -> None:
     """A 256-entry table of the fp32 reference at every input code, as an extra input; the
-    constant inputs after the first (Pow's exponent) are bound into it and kept before it."""
+    constant inputs after the first (Pow's exponent) are bound into it and kept before it.
+    With int16 codes in or out (`quantizer.wide`), an int16 table (`int8.wide_table`: the 256
+    codes' int16 outputs, or 257 knots an int16 input interpolates between) and the output's
+    type as `out_dtype`."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
@@ -612,19 +641,61 @@ def lookup(r: _Rewriter, node: Node) -> None:
             raise QuantizeError(f"node {node.name!r} ({node.op}): its constant {name!r} of "
                                 f"shape {list(np.shape(value))} is not one value, so no one "
                                 "table maps the input; keep the node in fp32")
-    table = lookup_table(lambda v, **attrs: op.fp32(v, *consts, **attrs),
-                         op.bind(node.name, node.attrs), source.scale[0],
-                         source.zero_point[0], out_params.scale[0],
-                         out_params.zero_point[0], r.dtype)
+
+    def fp32(v, **attrs):
+        return op.fp32(v, *consts, **attrs)
+
+    attrs = op.bind(node.name, node.attrs)
+    wide = r.wide_table(node, x, fp32, attrs)
+    table = wide if wide is not None else lookup_table(
+        fp32, attrs, source.scale[0], source.zero_point[0], out_params.scale[0],
+        out_params.zero_point[0], r.dtype)
     table_name = r.const(f"{node.name}/table", table)
     out = r.activation(node.outputs[0], out_params)
     r.emit(node.op, node.name, (x, *map(r.copy_const, node.inputs[1:]), table_name), (out,),
-           node.attrs)
+           node.attrs if wide is None else {**node.attrs,
+                                            "out_dtype": r.dtype_of(node.outputs[0])})
+
+
+def table_form(r: _Rewriter, node: Node) -> None:
+    """An elementwise map of one activation that the vector unit runs as a LUT (an Add, Sub,
+    Max, Min, Mul or Div by a scalar constant, with the clamp fused into it; a Relu or Clip)
+    with int16 codes in or out (`_Rewriter.tabled`): a table op of its own fp32 form, its
+    constants bound into an int16 table (`int8.wide_table`) as `lookup` builds one. The node
+    keeps its inputs, the activation's integer value among its float constants, the table
+    after them, and `table_of` names the activation's input (`int8.tabled`)."""
+    index = table_input(r.g, node)
+    op = OPS[node.op]
+    x = r.quant_input(node.inputs[index])
+    attrs = op.bind(node.name, node.attrs)
+    consts = [None if i == index or not name else np.asarray(r.g.values[name].const, np.float32)
+              for i, name in enumerate(node.inputs)]
+    clamp = r.fused.get(node.name)
+
+    def fp32(v):
+        y = op.fp32(*[v if i == index else c for i, c in enumerate(consts)], **attrs)
+        if clamp is None:
+            return y
+        row = OPS[clamp.op]
+        bounds = [np.asarray(r.g.values[name].const, np.float32) if name else None
+                  for name in clamp.inputs[1:]]
+        return row.fp32(y, *bounds, **row.bind(clamp.name, clamp.attrs))
+
+    table = r.wide_table(node, x, fp32, {})
+    final = r._final_output(node)
+    out = r.activation(final, r.params(final))
+    inputs = [x if i == index else r.copy_const(name) for i, name in enumerate(node.inputs)]
+    # The fused clamp, in the table already, as codes for the QDQ export's fp32 form.
+    fused = {} if clamp is None else \
+        {"qclamp": r.qclamp(clamp, r.params(final), final, table=True)}
+    r.emit(node.op, node.name, (*inputs, r.const(f"{node.name}/table", table)), (out,),
+           {**node.attrs, **fused, "table_of": index, "out_dtype": r.dtype_of(final)})
 
 
 def channel_lookup(r: _Rewriter, node: Node) -> None:
     """PRelu: a 256-entry table of the fp32 reference per channel (one when the slope is a
-    scalar), with that channel's slope, as an extra (C, 256) input."""
+    scalar), with that channel's slope, as an extra (C, 256) input; one slope with int16
+    codes in or out, `lookup`'s int16 table as (1, entries)."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
@@ -635,13 +706,17 @@ def channel_lookup(r: _Rewriter, node: Node) -> None:
                             f"varies along an axis other than the channels (axis 1); keep "
                             f"the node in fp32")
     fp32 = OPS[node.op].fp32
-    tables = np.stack([lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {},
-                                    source.scale[0], source.zero_point[0], out_params.scale[0],
-                                    out_params.zero_point[0], r.dtype) for k in slopes])
+    wide = r.wide_table(node, x, lambda v: fp32(v, np.float32(slopes[0])), {}) \
+        if len(slopes) == 1 else None
+    tables = wide[None] if wide is not None else np.stack([
+        lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {}, source.scale[0],
+                     source.zero_point[0], out_params.scale[0], out_params.zero_point[0],
+                     r.dtype) for k in slopes])
     table_name = r.const(f"{node.name}/tables", tables)
     out = r.activation(node.outputs[0], out_params)
     r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), table_name), (out,),
-           node.attrs)
+           node.attrs if wide is None else {**node.attrs,
+                                            "out_dtype": r.dtype_of(node.outputs[0])})
 
 
 def fixed_output(r: _Rewriter, node: Node) -> None:

@@ -15,11 +15,13 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-Gemm's or MatMul's output (REQUANT wide=1) or a residual Add's (ADD wide=1) int16 for readers
-that are Convs, Gemms or MatMuls by constant weights, which stream its two planes through the
-array (COMPUTE shift), and residual Adds, which read both planes (`array_values`). Such a
-tensor's codes are narrowed to the bits its array readers' int32 accumulators allow
-(`accumulator_bits`).
+Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1) or a table op's
+(Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) int16 for readers that are
+Convs, Gemms or MatMuls by constant weights, which stream its two planes through the array
+(COMPUTE shift), residual Adds, which read both planes, and table ops, which interpolate
+between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
+codes (`array_values`). Such a tensor's codes are narrowed to the bits its array readers'
+int32 accumulators allow (`accumulator_bits`).
 """
 
 from __future__ import annotations
@@ -183,9 +185,10 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
     """The activations `names` (`QuantOptions.int16_tensors`) checked: each a model input (the
     host writes its two planes; likewise it reads a model output's) or made by a Conv,
     Gemm or MatMul by a constant weight (or the Relu fused into its requantization: `fused`,
-    producer name -> clamp) or by a residual Add, read only by such Convs, Gemms and MatMuls
-    as their first input and by residual Adds (`_residual_add`), none of them kept in fp32.
-    Raises QuantizeError naming the first that is not."""
+    producer name -> clamp), by a residual Add or by a table op (`_table`), read only by such
+    Convs, Gemms and MatMuls as their first input, by residual Adds (`_residual_add`) and by
+    table ops, none of them kept in fp32. Raises QuantizeError naming the first that is
+    not."""
     producers, users = graph.producers(), graph.users()
     out = []
     for name in names:
@@ -207,12 +210,17 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) ->
             raise QuantizeError(f"int16 tensor {name!r}: its {fused[producer.name].op} is fused "
                                 f"into {producer.name!r}; name the {fused[producer.name].op}'s "
                                 f"output {fused[producer.name].outputs[0]!r}")
-        if not (_by_constant(graph, producer) or _residual_add(graph, producers, producer)) or \
-                producer.name in keep:
+        if _table(graph, producer) is False:
+            raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
+                                f"{producer.name!r} with a slope per channel; only one table "
+                                f"(a single slope) writes int16")
+        if not (_by_constant(graph, producer) or _residual_add(graph, producers, producer)
+                or _table(graph, producer)) or producer.name in keep:
             raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
                                 f"{producer.name!r}; only a Conv, Gemm or MatMul by a constant "
-                                f"weight (a Relu fused into it) or an Add of two whole "
-                                f"tensors writes int16")
+                                f"weight (a Relu fused into it), an Add of two whole tensors "
+                                f"or a table op (Sigmoid, HardSwish, ..., and an Add or "
+                                f"Mul by a scalar) writes int16")
         _check_readers(graph, producers, users, name, keep)
         out.append(name)
     return out
@@ -227,11 +235,19 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
         if reader.name in keep:
             raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} {reader.name!r}, "
                                 f"kept in fp32 (the host reads int8 codes)")
-        if not (on_array or _residual_add(graph, producers, reader)):
+        table = _table(graph, reader)
+        if table and reader.inputs[table_input(graph, reader)] != name:
+            table = None
+        if table is False:
+            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
+                                f"{reader.name!r} with a slope per channel; only one table "
+                                f"(a single slope) reads int16")
+        if not (on_array or _residual_add(graph, producers, reader) or table):
             raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
                                 f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
-                                f"constant weight (on the array) and Adds of two whole "
-                                f"tensors read int16")
+                                f"constant weight (on the array), Adds of two whole "
+                                f"tensors and table ops (Sigmoid, HardSwish, ..., and Adds "
+                                f"or Muls by a scalar) read int16")
     if not readers and name not in graph.outputs:  # an output: the host reads it
         raise QuantizeError(f"int16 tensor {name!r}: read by no node")
 
@@ -248,6 +264,48 @@ def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
                 name not in producers or OPS[producers[name].op].view is not None:
             return False
     return True
+
+
+# The kinds whose op runs as a LUT of its one activation when every other operand is a scalar
+# constant (`compiler.backend.lower.vector`: Add, Sub, Max, Min, Mul, Div by a scalar), or
+# always (a clamp not fused into its producer; a table op).
+_SCALAR_OPERAND = (Quant.ADD, Quant.MUL, Quant.DIVIDE)
+_MAPS = (Quant.LOOKUP, Quant.CLAMP)
+
+
+def table_input(graph: Graph, node: Node) -> int | None:
+    """The input index of the one activation that `node` maps elementwise through a table of
+    the vector unit (LUT): a table op's (Quant.LOOKUP: Sigmoid, HardSwish, Pow by a constant,
+    ...; PRelu of one slope), a Relu's or Clip's (by constant bounds), or an Add's, Sub's,
+    Max's, Min's, Mul's or Div's whose other operand is a one-element constant, the output of
+    its shape; None for any other node. With int16 codes in or out it is a LUT of an int16
+    table (`numerics.lookup_wide`, `numerics.interpolate`)."""
+    row = OPS[node.op]
+    active = [i for i, name in enumerate(node.inputs)
+              if name and not graph.values[name].is_const]
+    if len(active) != 1 or graph.type_of(node.inputs[active[0]]).shape != \
+            graph.type_of(node.outputs[0]).shape:
+        return None
+    if row.quant in _MAPS or (row.quant is Quant.CHANNEL_LOOKUP and _one_slope(graph, node)):
+        return active[0] if active[0] == 0 else None
+    if row.quant in _SCALAR_OPERAND and all(
+            np.size(graph.values[name].const) == 1 for i, name in enumerate(node.inputs)
+            if name and i != active[0]):
+        return active[0]
+    return None
+
+
+def _one_slope(graph: Graph, node: Node) -> bool:
+    """Whether a PRelu has one slope: one table (a slope per channel is a table per lane)."""
+    return np.size(graph.values[node.inputs[1]].const) == 1
+
+
+def _table(graph: Graph, node: Node) -> bool | None:
+    """Whether `node` maps one activation through a table (`table_input`); False for a PRelu
+    with a slope per channel (a table per lane, int8 only), None for any other node."""
+    if OPS[node.op].quant is Quant.CHANNEL_LOOKUP and not _one_slope(graph, node):
+        return False
+    return True if table_input(graph, node) is not None else None
 
 
 def _by_constant(graph: Graph, node: Node) -> bool:
@@ -273,7 +331,7 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
     bits = 16
     for reader in graph.users().get(name, []):
         if not _by_constant(graph, reader):
-            continue  # an Add: the vector unit's int16 operands have no accumulator bound
+            continue  # an Add or a table op: the vector unit's int16 operands have no such bound
         row = OPS[reader.op]
         attrs = row.bind(reader.name, reader.attrs)
         w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)

@@ -102,7 +102,19 @@ store -> vector -> compute -> load.
 - LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
   table stored in the ceil(256 / L) scratchpad rows from `table`. With per_lane=1 each lane has
   its own table (a channel's: PRelu with a slope per channel), in the 256 rows from `table`:
-  lane j of row x + 128 is lane j's entry for x (`numerics.lookup_lanes`).
+  lane j of row x + 128 is lane j's entry for x (`numerics.lookup_lanes`). With wide=1 or
+  in_wide=1 the entries are 16-bit, stored as two blocks of rows from `table`: their high
+  bytes, then their low bytes - 128 (`numerics.split_wide`), each block ceil(E / L) rows for
+  E entries (`lut_table_rows`). wide=1 alone: E = 256 int16 codes, x -> table[x + 128]
+  (`numerics.lookup_wide`), an int16 output written as two planes, the high bytes to
+  [dst, dst + rows), the low bytes to [dst + rows, dst + 2 rows). in_wide=1: the input is
+  int16, its high plane at [src, src + rows) and its low plane at [src + rows, src + 2 rows);
+  E = 257 knots (`numerics.KNOTS`), entry k the function at code (k - 128) * 256, indexed by
+  the high byte and weighed by the low byte (`numerics.interpolate`); the output is int8
+  (the entries in Q8 of its codes) or, with wide=1 too, int16 (the entries its codes), two
+  planes as above. Each of the int16 output's second plane, the int16 input's low plane and
+  its second knot takes one more pass (`vector.lut_cycles`: int8 -> int16 two, int16 -> int8
+  three, int16 -> int16 four). per_lane=1 takes neither flag.
 - SOFTMAX: for each r < rows, a row of C = (blocks - 1) * L + n int8 channels: lanes [0, L)
   of scratchpad rows src + b * stride + r for channel blocks b < blocks - 1 and lanes [0, n) of
   row src + (blocks - 1) * stride + r (the layout's one region per channel block; stride 0 with
@@ -252,7 +264,8 @@ class InsnDef:
     # batch's DRAM holds the program's extent, `machine.dram_extent`); None: it touches none.
     dram: Callable | None = None
     # Entries of the lookup table the instruction reads from the scratchpad (LUT: one int8
-    # entry per int8 code); 0 for an instruction that reads none.
+    # entry per int8 code; its int16 forms' in `lut_entries`); 0 for an instruction that reads
+    # none.
     table_entries: int = 0
 
     def field(self, name: str) -> F:
@@ -323,7 +336,8 @@ def _check_deps(insn: Insn) -> None:
 
 _MEM = F("mem", 2, names=MEMORIES)
 ParamBlock = vector.ParamBlock  # what REQUANT, ADD, MUL and AVGPOOL read at `param`
-lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane or not)
+lut_table_rows = vector.lut_table_rows  # the rows a LUT's table takes (per_lane, 16-bit or not)
+lut_entries = vector.lut_entries  # the entries of a LUT's table (257 knots with in_wide)
 softmax_table_rows = vector.softmax_table_rows  # the accumulator rows a SOFTMAX's table takes
 layernorm_table_rows = vector.layernorm_table_rows  # likewise a LAYERNORM's parameters
 _ROW = 20  # local row addresses: up to 2^20 rows per memory
@@ -384,8 +398,9 @@ AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
                   access=vector.pool_access)
 LUT = InsnDef("LUT", 0x09, "vector",
               (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW),
-               F("per_lane", 1, default=0)),
-              run=vector.lut, cycles=vector.row_cycles, work=vector.lut_work,
+               F("per_lane", 1, default=0), F("wide", 1, default=0),
+               F("in_wide", 1, default=0)),
+              run=vector.lut, cycles=vector.lut_cycles, work=vector.lut_work,
               access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
 SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
                   (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),

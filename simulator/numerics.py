@@ -410,6 +410,45 @@ def lookup_lanes(x, tables) -> np.ndarray:
     return np.asarray(tables, np.int8)[x + 128, np.arange(x.shape[-1])]
 
 
+def lookup_wide(x, table) -> np.ndarray:
+    """table[x + 128] for int8 x and a 256-entry int16 table: a table op whose output is
+    int16 (each entry an int16 code, written as two planes, `split_wide`)."""
+    return np.asarray(table, np.int16)[np.asarray(x, np.int64) + 128]
+
+
+# A table op reading int16 codes: a table of KNOTS 16-bit entries, entry k the function at
+# the code (k - 128) * 256 (k = 256 one past the largest code), indexed by the code's high
+# byte and interpolated linearly by its low byte, in 256ths.
+KNOTS = 257
+KNOT_BITS = 8  # the codes between two knots: 2^8, the low byte's
+# The entries of a table whose output is int8 are that output's codes in Q7 (each code 128
+# fine steps): a knot's own rounding is 1/256 of an output step, and the int16 entries hold
+# twice the output's range, so that a knot just past it (saturated at the range's end) would
+# not bend the interpolation towards it. An int16 output's entries are its codes.
+KNOT_FRACTION_BITS = {"int8": 7, "int16": 0}
+
+
+def interpolate(x, table, dtype: str = "int8") -> np.ndarray:
+    """An int16 code x (`join_wide` of its planes) through a table of KNOTS int16 entries:
+    with h = x >> 8 (the high byte, -128..127) and f = x & 255 (the low byte + 128, 0..255),
+    the knots T0 = table[h + 128] and T1 = table[h + 129] are weighed as T0 (256 - f) + T1 f =
+    256 T0 + (T1 - T0) f, exact in int64 (|.| < 2^24), and rounded once, half away from zero,
+    to `dtype` codes: a right shift by 8 plus the entries' fraction bits (KNOT_FRACTION_BITS:
+    7 for int8, whose entries are Q7, 0 for int16), then saturated. The result lies between
+    the two knots' values, so entries inside a range keep it inside."""
+    x = np.asarray(x, np.int64)
+    table = np.asarray(table, np.int64)
+    if table.shape[0] != KNOTS:
+        raise SimulatorError(f"interpolate: a table of {table.shape[0]} entries; expected "
+                             f"{KNOTS} (one per high byte, and one past the last)")
+    index = (x >> KNOT_BITS) + 128
+    fraction = x & ((1 << KNOT_BITS) - 1)
+    first = table[index]
+    fine = (first << KNOT_BITS) + (table[index + 1] - first) * fraction
+    out = rounding_shift(fine, KNOT_BITS + KNOT_FRACTION_BITS[dtype])
+    return np.clip(out, *RANGES[dtype]).astype(dtype)
+
+
 def quantize_multiplier(real_scale: float) -> tuple[int, int]:
     """A positive real ratio -> (multiplier, shift) with real ~= multiplier * 2^-(31 + shift).
 

@@ -389,7 +389,8 @@ class MulLayer(_BinaryOperands):
 
 @dataclass(frozen=True, eq=False)
 class LutLayer:
-    """y = table[x + 128] elementwise: any int8 → int8 map of one input."""
+    """y = table[x + 128] elementwise: any int8 → int8 map of one input (and a table op's
+    int16 forms: `wide`, `in_wide`)."""
 
     node: str
     x: str
@@ -399,6 +400,11 @@ class LutLayer:
     # views are set, and the layer runs pixel by pixel with one channel block per row.
     table: np.ndarray
     views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
+    # int16 codes (`quantizer.wide`), over flat bytes only: an int16 y is two planes of `size`
+    # bytes, the high one first (LUT wide=1); an int16 x likewise (LUT in_wide=1). The table
+    # is then of int16 entries: 256 codes' outputs, or 257 knots for an int16 x.
+    wide: bool = False
+    in_wide: bool = False
 
     @property
     def per_channel(self) -> bool:

@@ -157,7 +157,7 @@ def zero_point_fold(weight: Weight, attrs: Mapping[str, Any], a: Value, b: Value
 # The attributes the quantizer adds to nodes beside their ONNX ones (the binder must accept them
 # on quantized nodes; the fp32 reference never sees them).
 INT8_ATTRS = frozenset({"x_zero_point", "a_zero_point", "b_zero_point", "multiplier", "shift",
-                        "out_zero_point", "qclamp", "out_dtype", "counts"})
+                        "out_zero_point", "qclamp", "out_dtype", "counts", "table_of"})
 
 # Softmax: the output is a probability in int8 of scale 2^-8 (zero point -128; 0 for uint8).
 SOFTMAX_OUT_SCALE = 2.0**-numerics.SOFTMAX_OUT_BITS
@@ -357,22 +357,52 @@ def clip_bounds(lo=None, hi=None) -> tuple[float | None, float | None]:
     return tuple(None if b is None else float(b) for b in (lo, hi))
 
 
-def lookup_int8(x, table, **_baked):
-    """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table."""
+def table_map(x, table, out_dtype: str | None = None) -> np.ndarray:
+    """A table op's codes: an int8 (uint8) code's entry (`lookup_any`), an int16 one's
+    (`numerics.lookup_wide`) when the table's entries are int16 (the output is), or an int16
+    input's knots interpolated by its low byte into `out_dtype` codes
+    (`numerics.interpolate`)."""
+    x = np.asarray(x)
+    if x.dtype == np.int16:
+        return numerics.interpolate(x, table, out_dtype or "int8")
+    if np.asarray(table).dtype == np.int16:
+        return numerics.lookup_wide(x, table)
     return lookup_any(x, table)
 
 
-def power_int8(x, exponent, table, **_baked):
+def tabled(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, or, for a node whose attribute `table_of` names its one activation input, a
+    table op: `table_map` of that input through the node's last input, its int16 table. An
+    elementwise map of one activation that the vector unit runs as a LUT (an Add, Sub, Mul,
+    Div, Max or Min by a scalar constant; a Relu or Clip not fused into its producer) takes
+    that form when its input or output is int16 (`quantizer.quantize.table_form`): its
+    constants stay float, bound into the table."""
+    def run(*args, table_of: int | None = None, **attrs):
+        if table_of is None:
+            return kernel(*args, **attrs)
+        return table_map(args[table_of], args[-1], attrs.get("out_dtype"))
+    run.__name__, run.__doc__ = kernel.__name__, kernel.__doc__
+    return run
+
+
+def lookup_int8(x, table, *, out_dtype=None, **_baked):
+    """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table
+    (`table_map`: int16 in or out, `wide_table`)."""
+    return table_map(x, table, out_dtype)
+
+
+def power_int8(x, exponent, table, *, out_dtype=None, **_baked):
     """Pow by a constant exponent: the exponent is in the table."""
-    return lookup_any(x, table)
+    return table_map(x, table, out_dtype)
 
 
-def channel_lookup_int8(x, slope, tables, **_baked):
+def channel_lookup_int8(x, slope, tables, *, out_dtype=None, **_baked):
     """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
-    built from the fp32 reference with channel c's slope (`channel_slopes`)."""
+    built from the fp32 reference with channel c's slope (`channel_slopes`). int16 codes in
+    or out take the one table only (`table_map`)."""
     tables = np.asarray(tables)
     if tables.shape[0] == 1:
-        return lookup_any(x, tables[0])
+        return table_map(x, tables[0], out_dtype)
     if x.dtype != np.int8:  # uint8 codes index the tables directly (as lookup_any)
         return tables[np.arange(x.shape[1]).reshape((-1,) + (1,) * (x.ndim - 2)),
                       np.asarray(x, np.int64)]
@@ -408,6 +438,30 @@ def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: f
                              posinf=np.inf, neginf=-np.inf)
     return numerics.quantize(real_out, out_scale, out_zero_point, dtype=dtype,
                              arithmetic=np.float64)
+
+
+def wide_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,
+               in_zero_point: int, in_dtype: str, out_scale: float, out_zero_point: int,
+               out_dtype: str, out_codes: tuple[int, int]) -> np.ndarray:
+    """The int16 table of a table op with int16 codes in or out (compile time), for
+    `table_map`: for int8 codes in, the output's int16 code at each of the 256 (`out_codes`
+    bounds them: a b-bit tensor's); for int16 codes in, the function at the 257 knots (code
+    (k - 128) * 256 for entry k, `numerics.interpolate`), as int16 codes bounded by
+    `out_codes` or, for an int8 output, as its codes in Q(KNOT_FRACTION_BITS), saturated only
+    at the int16 entries' bounds (twice the output's range: an interpolation towards a knot
+    past the range still reaches the range's end where the function does)."""
+    if in_dtype == "int16":
+        codes = (np.arange(numerics.KNOTS, dtype=np.int64) - 128) << numerics.KNOT_BITS
+    else:
+        lo, hi = RANGES[in_dtype]
+        codes = np.arange(lo, hi + 1, dtype=np.int64)
+    real_in = numerics.dequantize(codes, in_scale, in_zero_point, arithmetic=np.float64)
+    real_out = np.nan_to_num(fp32(real_in.astype(np.float32), **attrs), nan=0.0,
+                             posinf=np.inf, neginf=-np.inf)
+    fine = 2 ** numerics.KNOT_FRACTION_BITS[out_dtype] if in_dtype == "int16" else 1
+    lo, hi = out_codes if fine == 1 else RANGES["int16"]
+    return numerics.quantize(real_out, out_scale / fine, out_zero_point * fine, lo, hi,
+                             dtype="int16", arithmetic=np.float64)
 
 
 def softmax_table(in_scale: float) -> np.ndarray:

@@ -509,6 +509,9 @@ def _average_more_pads(attrs: Mapping[str, Any], pads: list[int]) -> dict | None
     return None if more is None else {**more, "count_include_pad": 1}
 
 
+# The kernel of an elementwise op the vector unit runs as a LUT of one activation (a scalar
+# constant operand, a clamp), which also runs as a table with int16 codes (`int8.tabled`).
+_tabled = int8.tabled
 Q = Quant  # the quant column's kinds, short for the rows below
 L = Lower  # likewise the lower column's
 V = ViewKind  # and the view column's
@@ -541,10 +544,11 @@ _ROWS = (
           folds_into_producer=True, channel_affine=batchnorm_affine),
     # Elementwise: the vector unit's work. Clamps fuse into the producer's requantization;
     # nonlinearities become 256-entry tables (an int8 `table` input).
-    OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP, int8=int8.clamp_int8,
-          clamp_bounds=lambda *params: (0.0, None), lower=L.LUT, scale_invariant=True),
-    OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip,
-          quant=Q.CLAMP, int8=int8.clamp_int8, clamp_bounds=int8.clip_bounds, lower=L.LUT),
+    OpDef("Relu", ("X",), {}, same_shape, ref.relu, quant=Q.CLAMP,
+          int8=_tabled(int8.clamp_int8), clamp_bounds=lambda *params: (0.0, None),
+          lower=L.LUT, scale_invariant=True),
+    OpDef("Clip", ("input", "min?", "max?"), {}, same_shape, ref.clip, quant=Q.CLAMP,
+          int8=_tabled(int8.clamp_int8), clamp_bounds=int8.clip_bounds, lower=L.LUT),
     OpDef("LeakyRelu", ("X",), {"alpha": 0.01}, same_shape, ref.leaky_relu,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT, scale_invariant=True),
     OpDef("PRelu", ("X", "slope"), {}, prelu_shape, ref.prelu, quant=Q.CHANNEL_LOOKUP,
@@ -588,26 +592,26 @@ _ROWS = (
           int8=int8.lookup_int8, lower=L.LUT),
     OpDef("Selu", ("X",), {"alpha": 1.6732632423543772, "gamma": 1.0507009873554805},
           same_shape, ref.selu, quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT),
-    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD, int8=int8.add_int8,
-          lower=L.ADD, channel_affine=add_affine),
-    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD, int8=int8.sub_int8,
-          lower=L.SUB, channel_affine=sub_affine),
+    OpDef("Add", ("A", "B"), {}, broadcast, ref.add, quant=Q.ADD,
+          int8=_tabled(int8.add_int8), lower=L.ADD, channel_affine=add_affine),
+    OpDef("Sub", ("A", "B"), {}, broadcast, ref.sub, quant=Q.ADD,
+          int8=_tabled(int8.sub_int8), lower=L.SUB, channel_affine=sub_affine),
     # Variadic in ONNX: two operands here, as Add's (the vector unit's ADD with op max or
     # min); other counts are expanded on import into a chain of them.
     OpDef("Max", ("data_0", "data_1"), {}, broadcast, ref.maximum, quant=Q.ADD,
-          int8=int8.max_int8, lower=L.MAX, expand=expansions.expand_variadic),
+          int8=_tabled(int8.max_int8), lower=L.MAX, expand=expansions.expand_variadic),
     OpDef("Min", ("data_0", "data_1"), {}, broadcast, ref.minimum, quant=Q.ADD,
-          int8=int8.min_int8, lower=L.MIN, expand=expansions.expand_variadic),
+          int8=_tabled(int8.min_int8), lower=L.MIN, expand=expansions.expand_variadic),
     # ember's: sqrt(A^2 + B^2), a complex spectrum's magnitude written as Pow/Mul, Add and
     # Sqrt (`fuse_hypot`), so its power never rounds to 8 bits (the vector unit's ADD op hypot).
     OpDef("Hypot", ("A", "B"), {}, broadcast, ref.hypot, quant=Q.HYPOT, int8=int8.hypot_int8,
           lower=L.HYPOT, fused_only=True),
-    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL, int8=int8.mul_int8,
-          lower=L.MUL, channel_affine=mul_affine),
+    OpDef("Mul", ("A", "B"), {}, broadcast, ref.mul, quant=Q.MUL,
+          int8=_tabled(int8.mul_int8), lower=L.MUL, channel_affine=mul_affine),
     # Div by a constant becomes a Mul (or a depthwise Conv); by an activation, a Mul by a
     # table of the divisor's reciprocal (an int8 `table` input).
-    OpDef("Div", ("A", "B"), {}, broadcast, ref.div, quant=Q.DIVIDE, int8=int8.div_int8,
-          lower=L.DIVIDE, channel_affine=div_affine),
+    OpDef("Div", ("A", "B"), {}, broadcast, ref.div, quant=Q.DIVIDE,
+          int8=_tabled(int8.div_int8), lower=L.DIVIDE, channel_affine=div_affine),
     OpDef("Reciprocal", ("X",), {}, same_shape, ref.reciprocal, quant=Q.LOOKUP,
           int8=int8.lookup_int8, lower=L.LUT),
     # Softmax and LogSoftmax: an int32 exp table (LogSoftmax's with a log table after it) and
@@ -856,9 +860,10 @@ def infer_from(node: Node, inputs: Sequence[Value | None]) -> list[Type] | None:
     if types is None:
         return None
     if op.quant is not Quant.RESCALE and "out_dtype" in node.attrs and \
-            types[0].dtype in ("int8", "uint8", "int16"):
-        # A quantized kernel's output type is its out_dtype (an int16 residual stream), which
-        # no shape rule sees (the attribute is the quantizer's).
+            (types[0].dtype in ("int8", "uint8", "int16") or "table_of" in node.attrs):
+        # A quantized kernel's output type is its out_dtype (an int16 residual stream; a
+        # table's, whose first input may be a float constant, `int8.tabled`), which no shape
+        # rule sees (the attribute is the quantizer's).
         types = [Type(node.attrs["out_dtype"], types[0].shape), *types[1:]]
     if len(node.outputs) > len(types):
         raise CompileError(f"node {node.name!r} ({node.op}) has {len(node.outputs)} outputs; "

@@ -151,9 +151,12 @@ def quantization_options(command):
         click.option("--int16", "int16_tensors", multiple=True, metavar="NAME[,NAME...]",
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm or MatMul "
-                          "layers read only by such layers) in int16: the array streams their "
-                          "two byte planes in two passes (twice its time for their readers), "
-                          "their codes as many bits as the readers' int32 accumulators allow."),
+                          "layers, residual Adds or table ops such as HardSwish and Sigmoid, "
+                          "read only by such layers) in int16: the array streams their two "
+                          "byte planes in two passes (twice its time for their readers), a "
+                          "table op writes int16 codes or interpolates between 257 knots by "
+                          "the low byte; their codes as many bits as the readers' int32 "
+                          "accumulators allow."),
         click.option("--weight-rounding", "weight_rounding", type=InputPath(dir_okay=False),
                      metavar="FILE",
                      help="Weight codes chosen for each layer's output on calibration data, "

@@ -186,10 +186,20 @@ def avgpool(state, insn) -> None:
                                                 a["qmin"], a["qmax"]))
 
 
-def lut_table_rows(lanes: int, per_lane: int) -> int:
+def lut_entries(in_wide: int = 0) -> int:
+    """Entries of a LUT's table: one per int8 code, or with in_wide one per high byte of an
+    int16 code and one past the last (`numerics.KNOTS`)."""
+    return numerics.KNOTS if in_wide else LUT_ENTRIES
+
+
+def lut_table_rows(lanes: int, per_lane: int, wide: int = 0, in_wide: int = 0) -> int:
     """Scratchpad rows of a LUT's table: the 256 entries in rows of `lanes`, or with per_lane
-    one row per entry (lane j of row i: entry i of lane j's table)."""
-    return LUT_ENTRIES if per_lane else ceil_div(LUT_ENTRIES, lanes)
+    one row per entry (lane j of row i: entry i of lane j's table). A table of 16-bit entries
+    (wide or in_wide: `lut_entries` of them) is two such blocks, the entries' high bytes and
+    then their low bytes - 128 (`numerics.split_wide`)."""
+    entries = lut_entries(in_wide)
+    block = entries if per_lane else ceil_div(entries, lanes)
+    return 2 * block if wide or in_wide else block
 
 
 def _each_sample(state, insn, run) -> None:
@@ -201,16 +211,34 @@ def _each_sample(state, insn, run) -> None:
 def lut(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    table = shared(sp[:, rows(sp, a["table"], lut_table_rows(sp.shape[2], a["per_lane"]),
-                              "scratchpad (table)")])
+    wide, in_wide = a["wide"], a["in_wide"]
+    table = shared(sp[:, rows(sp, a["table"], lut_table_rows(sp.shape[2], a["per_lane"], wide,
+                                                             in_wide), "scratchpad (table)")])
     if table is None:
         return _each_sample(state, insn, lut)
-    src = sp[:, rows(sp, a["src"], a["rows"], "scratchpad")]
-    dst = rows(sp, a["dst"], a["rows"], "scratchpad")
+    if not (wide or in_wide):
+        src = sp[:, rows(sp, a["src"], a["rows"], "scratchpad")]
+        dst = rows(sp, a["dst"], a["rows"], "scratchpad")
+        if a["per_lane"]:
+            sp[:, dst] = numerics.lookup_lanes(src, table)
+        else:
+            sp[:, dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
+        return
     if a["per_lane"]:
-        sp[:, dst] = numerics.lookup_lanes(src, table)
+        raise SimulatorError("LUT: per_lane tables are of int8 entries; wide and in_wide "
+                             "have no per-lane form")
+    # 16-bit entries: the high bytes' block, then the low bytes' (`lut_table_rows`).
+    half = len(table) // 2
+    entries = numerics.join_wide(table[:half].ravel(), table[half:].ravel())
+    entries = entries[:lut_entries(in_wide)]
+    src = sp[:, rows(sp, a["src"], (1 + in_wide) * a["rows"], "scratchpad")]
+    if in_wide:  # an int16 input: its high plane at src, its low plane after it
+        y = numerics.interpolate(numerics.join_wide(src[:, :a["rows"]], src[:, a["rows"]:]),
+                                 entries, "int16" if wide else "int8")
     else:
-        sp[:, dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
+        y = numerics.lookup_wide(src, entries)
+    dst = rows(sp, a["dst"], (1 + wide) * a["rows"], "scratchpad")
+    sp[:, dst] = np.concatenate(numerics.split_wide(y), axis=1) if wide else y
 
 
 def softmax_table_rows(lanes: int, log: int) -> int:
@@ -358,7 +386,7 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD, MUL, LUT: one element per lane of each row; each int16 plane (a wide
+    """REQUANT, ADD, MUL: one element per lane of each row; each int16 plane (a wide
     output's, a wide operand's) one more pass."""
     a = insn.args
     planes = 1 + a.get("wide", 0) + a.get("a_wide", 0) + a.get("b_wide", 0)
@@ -420,11 +448,25 @@ def pool_work(arch, insn) -> Work:
                 scratchpad_end=a["dst"] + pixels if pixels else 0)
 
 
+def lut_cycles(arch, insn) -> int:
+    """One element per lane of each row, a pass for each: the lookup (an int8 code's entry,
+    or an int16 code's first knot), and one more for each of an int16 output's second plane
+    (wide), an int16 input's low plane read with the weighing of the knots, and its second
+    knot's lookup (in_wide, two): int8 -> int16 twice an int8 LUT's time, int16 -> int8
+    three times, int16 -> int16 four."""
+    a = insn.args
+    passes = 1 + a["wide"] + 2 * a["in_wide"]
+    return passes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
+
+
 def lut_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=(2 * a["rows"] * arch.scratchpad.row_bytes
-                             + LUT_ENTRIES * (arch.lanes if a["per_lane"] else 1)),
-                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+    wide, in_wide = a["wide"], a["in_wide"]
+    written = (1 + wide) * a["rows"]
+    entry_bytes = 2 if wide or in_wide else 1
+    return Work(local_bytes=((1 + in_wide) * a["rows"] + written) * arch.scratchpad.row_bytes
+                + lut_entries(in_wide) * entry_bytes * (arch.lanes if a["per_lane"] else 1),
+                scratchpad_end=a["dst"] + written if a["rows"] else 0)
 
 
 def softmax_work(arch, insn) -> Work:
@@ -483,10 +525,10 @@ def pool_access(arch, insn) -> tuple[Access, ...]:
 
 def lut_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    return (Access(SCRATCHPAD, a["src"], a["src"] + a["rows"], False),
-            Access(SCRATCHPAD, a["table"], a["table"] + lut_table_rows(arch.lanes, a["per_lane"]),
-                   False),
-            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+    table = lut_table_rows(arch.lanes, a["per_lane"], a["wide"], a["in_wide"])
+    return (Access(SCRATCHPAD, a["src"], a["src"] + (1 + a["in_wide"]) * a["rows"], False),
+            Access(SCRATCHPAD, a["table"], a["table"] + table, False),
+            Access(SCRATCHPAD, a["dst"], a["dst"] + (1 + a["wide"]) * a["rows"], True))
 
 
 def softmax_access(arch, insn) -> tuple[Access, ...]:

@@ -313,3 +313,92 @@ def test_reduce_rows_max_min_exact_and_l2_within_a_step(row, offset, ratio):
     got = numerics.reduce_rows(x, "l2", offset, m, s, -128, dtype="int16")[0]
     real = np.sqrt(sum((v - offset) ** 2 for v in row)) * ratio - 128
     assert abs(got - real) <= 0.5 + ratio / 2**8 + 1e-6
+
+
+@CI
+@given(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=numerics.KNOTS,
+                max_size=numerics.KNOTS),
+       st.integers(-(2**15), 2**15 - 1), st.sampled_from(["int8", "int16"]))
+def test_interpolate_is_its_definition_rounded_once(knots, x, dtype):
+    """(256 - f) T[h] + f T[h + 1] over 2^(8 + fraction bits), rounded half away from zero and
+    saturated, for h the high byte and f the low byte + 128."""
+    h, f = (x >> 8) + 128, x & 0xFF
+    fine = Fraction((256 - f) * knots[h] + f * knots[h + 1],
+                    2 ** (8 + numerics.KNOT_FRACTION_BITS[dtype]))
+    lo, hi = numerics.RANGES[dtype]
+    got = numerics.interpolate(np.array([x]), np.array(knots), dtype)
+    assert got.dtype == np.dtype(dtype)
+    assert int(got[0]) == min(max(round_half_away(fine), lo), hi)
+
+
+def _knot_table(fn, s_in: float, s_out: float, zero: int, dtype: str) -> np.ndarray:
+    """The knots as the quantizer computes them (`int8.wide_table`): fn at code (k - 128) * 256
+    in output codes with the entries' fraction bits, saturated to int16."""
+    fine = 2 ** numerics.KNOT_FRACTION_BITS[dtype]
+    x = (np.arange(numerics.KNOTS) - 128) * 256 * s_in
+    return numerics.quantize(fn(x), s_out / fine, zero * fine, dtype="int16",
+                             arithmetic=np.float64)
+
+
+def _gelu(x):
+    from math import erf
+    return np.array([v * (1 + erf(v / np.sqrt(2))) / 2 for v in x])
+
+
+@pytest.mark.parametrize("name, fn, amax, lo, hi", [
+    ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), 8.0, 0.0, 1.0),
+    ("tanh", np.tanh, 4.0, -1.0, 1.0),
+    ("silu", lambda x: x / (1 + np.exp(-x)), 6.0, -0.28, 6.0),
+    ("gelu", _gelu, 6.0, -0.17, 6.0),
+])
+def test_interpolation_stays_within_its_error_bound(name, fn, amax, lo, hi) -> None:
+    """Every int16 code of a symmetric input of range amax, through the 257 knots of a smooth
+    function: an int8 output (asymmetric, over [lo, hi]) is within 0.5 + 1/256 + h^2 M / (8
+    s_out) of its steps of the exact value, h = 256 s_in the knots' spacing and M the largest
+    |f''| (the final rounding, the Q7 knots' own, linear interpolation's); here under 0.52
+    steps, so never a code from the correctly rounded one, which it is for almost every code.
+    An int16 output over [-max(|lo|, |hi|), max(|lo|, |hi|)] is within 1 + h^2 M / (8 s_out)
+    of its steps (knots rounded to its codes)."""
+    s_in = amax / 32767
+    codes = np.arange(-(2**15), 2**15)
+    x = codes * s_in
+    exact = fn(x)
+    grid = np.linspace(-amax - 1, amax + 1, 200001)
+    d = grid[1] - grid[0]
+    values = fn(grid)
+    curvature = np.abs(values[2:] - 2 * values[1:-1] + values[:-2]).max() / d ** 2
+    h = 256 * s_in
+    s8 = (hi - lo) / 255
+    z8 = int(round(-128 - lo / s8))
+    y8 = numerics.interpolate(codes, _knot_table(fn, s_in, s8, z8, "int8"), "int8")
+    bound8 = 0.5 + 1 / 256 + h ** 2 * curvature / (8 * s8)
+    error8 = np.abs(y8 - (exact / s8 + z8))
+    assert bound8 < 0.52 and error8.max() <= bound8 + 1e-9, (error8.max(), bound8)
+    rounded = np.clip(np.round(exact / s8 + z8), -128, 127)
+    assert np.abs(y8 - rounded).max() <= 1 and np.mean(y8 == rounded) > 0.99
+    s16 = max(abs(lo), abs(hi)) / 32767
+    y16 = numerics.interpolate(codes, _knot_table(fn, s_in, s16, 0, "int16"), "int16")
+    bound16 = 1 + h ** 2 * curvature / (8 * s16)
+    error16 = np.abs(y16 - exact / s16)
+    assert error16.max() <= bound16 + 1e-6, (name, error16.max(), bound16)
+
+
+def test_a_kink_at_a_knot_interpolates_exactly() -> None:
+    """LeakyRelu's kink at 0 is a knot (int16 codes are symmetric): every int16 code's int16
+    output is within the knots' and the final rounding, a step, of the exact value."""
+    s = 4.0 / 32767
+    codes = np.arange(-(2**15), 2**15)
+
+    def leaky(x):
+        return np.where(x > 0, x, 0.1 * x)
+    table = _knot_table(leaky, s, s, 0, "int16")
+    got = numerics.interpolate(codes, table, "int16")
+    assert np.abs(got - leaky(codes * s) / s).max() <= 1.0
+
+
+def test_lookup_wide_is_the_int16_entry() -> None:
+    table = np.arange(256, dtype=np.int16) * 100 - 12800
+    codes = np.arange(-128, 128, dtype=np.int8)
+    got = numerics.lookup_wide(codes, table)
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got, table)

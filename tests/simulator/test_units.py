@@ -354,6 +354,58 @@ def test_lut_per_lane_tables():
     assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1256, False)  # all 256 table rows
 
 
+def _wide_table(state, entries: np.ndarray, at: int) -> None:
+    """A 16-bit table as LUT wide/in_wide read it: the high bytes' rows, then the low bytes'."""
+    block = -(-entries.size // L)
+    for plane, values in enumerate(numerics.split_wide(entries)):
+        rows = np.zeros(block * L, np.int8)
+        rows[:entries.size] = values
+        state.scratchpad[0][at + plane * block:at + (plane + 1) * block] = rows.reshape(-1, L)
+
+
+def test_lut_wide_writes_int16_entries_as_two_planes():
+    state = fresh()
+    table = rng.integers(-(2**15), 2**15, 256).astype(np.int16)
+    _wide_table(state, table, 1000)
+    src = state.scratchpad[0][0:3].astype(np.int64)
+    insn = isa.LUT(src=0, dst=40, rows=3, table=1000, wide=1)
+    run(state, insn)
+    high, low = numerics.split_wide(table[src + 128])
+    np.testing.assert_array_equal(state.scratchpad[0][40:43], high)
+    np.testing.assert_array_equal(state.scratchpad[0][43:46], low)
+    assert isa.LUT.access(ARCH, insn) == ((0, 0, 3, False), (0, 1000, 1000 + 2 * 256 // L, False),
+                                          (0, 40, 46, True))
+
+
+@pytest.mark.parametrize("wide", [0, 1])
+def test_lut_in_wide_interpolates_an_int16_input(wide):
+    state = fresh()
+    knots = rng.integers(-(2**15), 2**15, numerics.KNOTS).astype(np.int16)
+    _wide_table(state, knots, 1000)
+    codes = numerics.join_wide(state.scratchpad[0][0:4], state.scratchpad[0][4:8])
+    insn = isa.LUT(src=0, dst=40, rows=4, table=1000, in_wide=1, wide=wide)
+    run(state, insn)
+    want = numerics.interpolate(codes, knots, "int16" if wide else "int8")
+    got = numerics.join_wide(state.scratchpad[0][40:44], state.scratchpad[0][44:48]) if wide \
+        else state.scratchpad[0][40:44]
+    np.testing.assert_array_equal(got, want)
+    block = -(-numerics.KNOTS // L)
+    assert isa.LUT.access(ARCH, insn) == ((0, 0, 8, False), (0, 1000, 1000 + 2 * block, False),
+                                          (0, 40, 44 + 4 * wide, True))
+
+
+def test_lut_passes_and_per_lane_int16_refused():
+    """int8 -> int8 one pass, int8 -> int16 two, int16 -> int8 three, int16 -> int16 four;
+    per-lane tables are of int8 entries only."""
+    base = isa.LUT.cycles(ARCH, isa.LUT(src=0, dst=40, rows=5, table=1000))
+    assert base == 5 * L // ARCH.vector.lanes
+    for (wide, in_wide), passes in {(1, 0): 2, (0, 1): 3, (1, 1): 4}.items():
+        insn = isa.LUT(src=0, dst=40, rows=5, table=1000, wide=wide, in_wide=in_wide)
+        assert isa.LUT.cycles(ARCH, insn) == passes * base
+    with pytest.raises(SimulatorError, match="no per-lane form"):
+        run(fresh(), isa.LUT(src=0, dst=300, rows=2, table=1000, per_lane=1, wide=1))
+
+
 def _softmax_tables(log: bool):
     """An exp table of input scale 0.05 and, for log, the log table after it (as the quantizer
     builds them), packed into the accumulator rows SOFTMAX reads."""

@@ -6,7 +6,9 @@
   one transfer and a last partial row in another; over Views pixel by pixel (one channel block
   per row) when an operand is strided or, for Mul, broadcast: a gate of one value per channel
   is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
-  (b_splat=1).
+  (b_splat=1). An int16 operand, sum or table output is two planes of the tensor, the low one
+  `size` bytes after the high one, each moved by its own transfers into rows after the high
+  plane's; an int16 table loads as its high bytes' rows, then its low bytes'.
 - **Softmax**: a tile of pixels, each pixel's channel blocks loaded into one region per block
   (the SOFTMAX stride), one SOFTMAX over all of them, one STORE per block; the int32 table loads
   into the accumulator once.
@@ -26,7 +28,7 @@ from compiler.backend.memory import ImageBuilder
 from compiler.backend.steps import Op, Step
 from compiler.backend.tiling import (ElementwiseTiles, PoolTiles, SoftmaxTiles, ceil_div,
                                      conv_input_extent)
-from simulator import isa
+from simulator import isa, numerics
 
 # --- pooling --------------------------------------------------------------------------------
 
@@ -108,7 +110,8 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
     if isinstance(layer, LutLayer):
         return instruction(layer.node, isa.LUT, src=src, dst=dst, rows=rows,
                            table=tiles.table.base if table is None else table,
-                           per_lane=int(layer.per_channel))
+                           per_lane=int(layer.per_channel), wide=int(layer.wide),
+                           in_wide=int(layer.in_wide))
     qmin, qmax = layer.qclamp
     common = dict(a=src, b=b, dst=dst, rows=rows, param=tiles.params.base,
                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
@@ -140,10 +143,8 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         pending.append(load_acc_rows(node, arch, tiles.params.base, addr,
                                      isa.ParamBlock.rows()))
     elif not layer.per_channel:  # a table per channel block loads in _pixel_steps
-        table_rows = ceil_div(isa.LUT.table_entries, lanes)
-        table = np.zeros(table_rows * lanes, np.int8)
-        table[:isa.LUT.table_entries] = layer.table
-        addr = image.add(table.tobytes())
+        table_rows = tiles.table.rows
+        addr = image.add(_table_bytes(layer, lanes))
         pending.append(instruction(node, isa.LOAD, mem="scratchpad", sram=tiles.table.base, dram=addr,
                            y_size=table_rows, x_size=1, elem_bytes=lanes, x_stride=lanes,
                            y_stride=lanes))
@@ -157,7 +158,8 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         x = layer.x if isinstance(layer, LutLayer) else layer.a
         loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False,
                                      views[0])
-        if getattr(layer, "a_wide", False):  # an int16 operand's low plane, after its high one
+        x_wide = layer.in_wide if isinstance(layer, LutLayer) else getattr(layer, "a_wide", False)
+        if x_wide:  # an int16 operand's low plane, after its high one
             loads += _flat_rows(node, ctx, isa.LOAD, x, a_row + rows, r0, rows, layer.size,
                                 False, views[0], plane=layer.size)
         pending = []
@@ -177,6 +179,19 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
                                  layer.size, True, views[-1], plane=layer.size)
         steps.append(Step(tuple(loads), (work, *stores)))
     return steps
+
+
+def _table_bytes(layer: LutLayer, lanes: int) -> bytes:
+    """A LUT's one table as its scratchpad rows: the int8 entries, or an int16 table's two
+    blocks, the entries' high bytes and then their low bytes - 128 (`isa.lut_table_rows`)."""
+    wide = layer.wide or layer.in_wide
+    entries = isa.lut_entries(int(layer.in_wide))
+    block = ceil_div(entries, lanes) * lanes
+    planes = numerics.split_wide(layer.table) if wide else (layer.table,)
+    table = np.zeros((len(planes), block), np.int8)
+    for row, plane in zip(table, planes):
+        row[:entries] = plane
+    return table.tobytes()
 
 
 def _channel_tables(layer: LutLayer, ctx: Context, image: ImageBuilder) -> list[int]:

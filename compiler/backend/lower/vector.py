@@ -6,7 +6,8 @@ Sub, Max or Min operand, and a mask over attention's row-major scores), Div by a
 reciprocal table and MUL), Softmax and LogSoftmax along the channels (SOFTMAX; along another
 axis through element copies); every single-input elementwise integer map (Relu, Clip, Rescale,
 Sigmoid, Tanh, ..., and Add/Sub/Mul with a scalar constant operand) is a 256-entry LUT built by
-running the node's own int8 kernel on all 256 codes, so it is bit-exact by construction."""
+running the node's own int8 kernel on all 256 codes, so it is bit-exact by construction; a table
+op with int16 codes in or out is a LUT of the node's own int16 table (`_wide_lut`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from compiler.backend.layers import (NHWC, AddLayer, ConvLayer, Layout, LutLayer
                                      block_shape, pixelwise)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, REDUCE_L2, REDUCE_MAX, REDUCE_MIN, int8_attrs
-from compiler.graph.int8 import reduce_axes
+from compiler.graph.int8 import Quant, reduce_axes
 from compiler.graph.reference import resolve_pads
 from compiler.backend.lower.data import axis_strides
 from compiler.backend.lower.resize import border_runs, lower_index_map
@@ -526,6 +527,9 @@ def lower_lut(lw: Walk, node: Node) -> None:
         raise unsupported(node, "it has no single activation input")
     index = activations[0]
     x, y = node.inputs[index], node.outputs[0]
+    x_wide, y_wide = (lw.g.type_of(n).dtype == "int16" for n in (x, y))
+    if x_wide or y_wide:
+        return _wide_lut(lw, node, x, y, x_wide, y_wide)
     if lw.g.type_of(x).dtype != "int8":
         raise unsupported(node, "its input is not int8")
     args = [INT8_CODES if i == index else (lw.g.values[n].const if n else None)
@@ -548,12 +552,41 @@ def lower_lut(lw: Walk, node: Node) -> None:
                                 views))
 
 
+def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) -> None:
+    """A table op with int16 codes in or out (`quantizer.wide`; an Add, Mul, ... by a scalar
+    or a clamp too, in its table form, `int8.tabled`): one LUT layer over flat bytes with the
+    node's own int16 table (its last input: the 256 codes' int16 outputs, LUT
+    wide=1, or 257 knots an int16 input interpolates between, LUT in_wide=1), x and y each a
+    whole tensor of its own (an int16 one two planes, the high one first); an int8 x that is
+    a part of a buffer is copied out first."""
+    table = lw.g.values[node.inputs[-1]].const
+    entries = isa.lut_entries(int(x_wide))
+    tabled = OPS[node.op].quant in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP) or \
+        "table_of" in node.attrs  # an Add by a scalar, a clamp, ... as a table (`int8.tabled`)
+    if not tabled or table is None or np.asarray(table).dtype != np.int16 or \
+            np.size(table) != entries:
+        raise unsupported(node, "its input or output is int16; only a table op of one table "
+                                "(Sigmoid, HardSwish, an Add by a scalar, ...) reads or writes "
+                                "int16 codes")
+    tensor = lw.source(node, x)
+    if x_wide and (x in lw.views or tensor != x):
+        raise unsupported(node, f"its int16 input {x!r} is a view of another tensor (a LUT "
+                                f"reads an int16 value's planes whole)")
+    if x in lw.views:  # an int8 part of a buffer: a dense copy of its own
+        tensor = lw.own_copy(node, x)
+    ty, _ = lw.output(y, lw.layouts[tensor], in_place=False)
+    lw.layers.append(LutLayer(node.name, tensor, ty, math.prod(lw.shape(y)),
+                              np.asarray(table, np.int16).reshape(entries), None,
+                              wide=y_wide, in_wide=x_wide))
+
+
 def lower_channel_lut(lw: Walk, node: Node) -> None:
     """PRelu: one table (a scalar slope) is a LUT; a table per channel is a LUT with a table
     per lane (per_lane=1), pixel by pixel over channel blocks."""
-    tables = np.asarray(lw.g.values[node.inputs[2]].const, np.int8)
+    tables = np.asarray(lw.g.values[node.inputs[2]].const)
     if tables.shape[0] == 1:
         return lower_lut(lw, node)
+    tables = tables.astype(np.int8)
     x, y = node.inputs[0], node.outputs[0]
     rank = len(lw.shape(x))
     if lw.g.type_of(x).dtype != "int8":

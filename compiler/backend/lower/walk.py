@@ -93,14 +93,14 @@ class Walk:
             value = self.g.values[name]
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
-        if self.g.type_of(name).dtype == "int16" and \
+        if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
                 OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT,
                                            Lower.CONV, Lower.GEMM, Lower.MATMUL,
-                                           Lower.DEQUANTIZE):
+                                           Lower.DEQUANTIZE, Lower.LUT, Lower.CHANNEL_LUT):
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a "
                                     f"LayerNormalization, a Hypot, a Conv, Gemm or MatMul "
-                                    f"by a constant weight and a model output read int16 "
-                                    f"values")
+                                    f"by a constant weight, a table op and a model output "
+                                    f"read int16 values")
         return self.buffer[name]
 
     def wide_input(self, node: Node, name: str) -> int:

@@ -1,0 +1,358 @@
+"""int16 activations through the vector unit's table operators (HardSwish, HardSigmoid,
+Sigmoid, SiLU, Tanh, LeakyRelu, a PRelu of one slope, ...): a tensor named in
+`QuantOptions.int16_tensors` may be a table op's output, its 256 entries int16 codes written as
+two planes (LUT wide=1), or a table op's input, its high byte indexing 257 knots and its low
+byte interpolating between two (LUT in_wide=1, `numerics.interpolate`), or both. Bit-exact
+against the integer reference on every preset, batched; each int16 tensor's own error over 30
+dB below int8's and the model's output closer to fp32; the LUT's vector time two, three or four
+times an int8 LUT's, as its cycle formula says; what has no int16 form refused in one line."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from compiler.graph.evaluate import evaluate
+from ember.flow import CompileOptions, compile_model, optimized_graph
+from quantizer.errors import QuantizeError, QuantizeWarning
+from quantizer.options import QuantOptions
+from quantizer.reference import run_int8
+from simulator import isa, machine, numerics
+from simulator.arch import Arch
+from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.onnx_builder import model
+from tests.quantizer.util import profile_of
+
+PRESETS = ("default", "edge", "large")
+# The table op's input int16 and its output int8, its output int16 from int8, and both.
+CASES = {"int16->int8": ("pre",), "int8->int16": ("act",), "int16->int16": ("pre", "act")}
+# (LUT in_wide, wide) of each case.
+FLAGS = {"int16->int8": (1, 0), "int8->int16": (0, 1), "int16->int16": (1, 1)}
+OPSETS = {"Mish": 18, "Gelu": 20}
+
+
+def _table_op(op: str, x: str, y: str) -> list:
+    """The nodes computing y = OP(x): SiLU as exporters write it, x * Sigmoid(x) (fused into
+    Swish), a PRelu of one slope, else the ONNX op itself."""
+    if op == "SiLU":
+        return [helper.make_node("Sigmoid", [x], ["gate"], name="gate"),
+                helper.make_node("Mul", [x, "gate"], [y], name="act")]
+    if op == "PRelu":
+        return [helper.make_node("PRelu", [x, "slope"], [y], name="act")]
+    return [helper.make_node(op, [x], [y], name="act")]
+
+
+def conv_table_conv(op: str):
+    """x -> Conv 3x3 (20 channels) -> pre -> OP -> act -> Conv 3x3 (12 channels) -> y, 9x9
+    pixels: a batch's bytes end in a partial row on every preset."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["pre"], name="c1", pads=[1, 1, 1, 1]),
+             *_table_op(op, "pre", "act"),
+             helper.make_node("Conv", ["act", "w2", "b2"], ["y"], name="c2", pads=[1, 1, 1, 1])]
+    inits = {"w1": rng.normal(0, .5, (20, 3, 3, 3)), "b1": rng.normal(0, .2, 20),
+             "w2": rng.normal(0, .1, (12, 20, 3, 3)), "b2": rng.normal(0, .1, 12),
+             "slope": np.array(0.25)}
+    return model(nodes, {"x": [2, 3, 9, 9]}, {"y": [2, 12, 9, 9]},
+                 {k: v.astype(np.float32) for k, v in inits.items()
+                  if op == "PRelu" or k != "slope"}, opset=OPSETS.get(op, 17))
+
+
+def shared_reader():
+    """x -> Conv -> mid; mid -> HardSwish -> Conv -> y1 and mid -> Conv -> y2: 'mid' read by a
+    table op and by the array at once."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["mid"], ["act"], name="act"),
+             helper.make_node("Conv", ["act", "w2"], ["y1"], name="c2"),
+             helper.make_node("Conv", ["mid", "w3"], ["y2"], name="c3", pads=[1, 1, 1, 1])]
+    inits = {"w1": rng.normal(0, .5, (16, 3, 3, 3)), "b1": rng.normal(0, .2, 16),
+             "w2": rng.normal(0, .2, (8, 16, 1, 1)), "w3": rng.normal(0, .1, (6, 16, 3, 3))}
+    return model(nodes, {"x": [2, 3, 7, 7]}, {"y1": [2, 8, 7, 7], "y2": [2, 6, 7, 7]},
+                 {k: v.astype(np.float32) for k, v in inits.items()})
+
+
+def learnable_affine():
+    """PP-OCRv4's backbone (PPLCNetV3) as exported: every Conv and HardSwish followed by a
+    scalar affine map, x -> Conv -> Mul k1 -> Add b1 -> HardSwish -> Mul k2 -> Add b2 -> Conv,
+    the constants first in the Muls; then a Sub from a scalar and a Relu fused into it, and a
+    Clip. Each Mul, Add and Sub by a scalar is a LUT of its own (a table when int16)."""
+    rng = np.random.default_rng(2)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             n("Mul", ["k1", "c1"], ["m1"], name="mul1"),
+             n("Add", ["m1", "o1"], ["a1"], name="add1"),
+             n("HardSwish", ["a1"], ["h"], name="hswish"),
+             n("Mul", ["k2", "h"], ["m2"], name="mul2"),
+             n("Add", ["m2", "o2"], ["a2"], name="add2"),
+             n("Conv", ["a2", "w2", "b2"], ["c2"], name="conv2"),
+             n("Sub", ["o3", "c2"], ["s"], name="sub"),
+             n("Relu", ["s"], ["r"], name="relu"),
+             n("Clip", ["r", "lo", "hi"], ["q"], name="clip"),
+             n("Conv", ["q", "w3"], ["y"], name="conv3")]
+    inits = {"w1": rng.normal(0, .5, (16, 3, 3, 3)), "b1": rng.normal(0, .2, 16),
+             "k1": np.array(1.3), "o1": np.array(0.4), "k2": np.array(0.8),
+             "o2": np.array(-0.1), "w2": rng.normal(0, .2, (12, 16, 1, 1)),
+             "b2": rng.normal(0, .2, 12), "o3": np.array(0.3), "lo": np.array(0.0),
+             "hi": np.array(1.5), "w3": rng.normal(0, .2, (8, 12, 1, 1))}
+    return model(nodes, {"x": [2, 3, 7, 9]}, {"y": [2, 8, 7, 9]},
+                 {k: v.astype(np.float32) for k, v in inits.items()})
+
+
+def split_parts():
+    """x -> Conv -> Split into a and b; HardSwish(a) -> Conv -> y1 and Sigmoid(b) -> y2: the
+    table ops read parts of one buffer, and y2 is a model output."""
+    rng = np.random.default_rng(4)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["c"], name="c1", pads=[1, 1, 1, 1]),
+             n("Split", ["c", "split"], ["a", "b"], name="split", axis=1),
+             n("HardSwish", ["a"], ["act"], name="act"),
+             n("Conv", ["act", "w2"], ["y1"], name="c2"),
+             n("Sigmoid", ["b"], ["y2"], name="sig")]
+    inits = {"w1": rng.normal(0, .5, (20, 3, 3, 3)).astype(np.float32),
+             "w2": rng.normal(0, .2, (6, 12, 1, 1)).astype(np.float32),
+             "split": np.array([12, 8], np.int64)}
+    return model(nodes, {"x": [2, 3, 6, 6]}, {"y1": [2, 6, 6, 6], "y2": [2, 8, 6, 6]}, inits,
+                 opset=14)
+
+
+def samples(proto, count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    shape = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    return [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(count)]
+
+
+@functools.lru_cache(maxsize=None)
+def _model(op: str):
+    proto = {"shared": shared_reader, "affine": learnable_affine,
+             "split": split_parts}.get(op, lambda: conv_table_conv(op))()
+    return proto, profile_of(proto, samples(proto, 8, 0), optimized_graph(proto))
+
+
+def build(op: str, names: tuple[str, ...], preset: str = "default"):
+    proto, profile = _model(op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QuantizeWarning)
+        return compile_model(proto, profile,
+                             CompileOptions(quant=QuantOptions(int16_tensors=names)), preset)
+
+
+def _luts(program, node: str = "act") -> list:
+    return [i for i, source in zip(program.instructions, program.source)
+            if i.op is isa.LUT and source == node]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("op", ["HardSwish", "HardSigmoid", "Sigmoid", "SiLU"])
+def test_a_table_op_with_int16_codes_runs_bit_exactly(op: str, case: str, preset: str) -> None:
+    """Three samples in one batch, then the last alone (`check_bit_exact`); every LUT of the
+    table op has the case's flags."""
+    built = build(op, CASES[case], preset)
+    for name in CASES[case]:
+        assert built.qgraph.values[name].type.dtype == "int16"
+    luts = _luts(built.compiled.program)
+    assert luts and all((i.args["in_wide"], i.args["wide"]) == FLAGS[case] for i in luts)
+    check_bit_exact(built.qgraph, built.compiled, samples(_model(op)[0], 3, 1))
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("op", ["Tanh", "LeakyRelu", "PRelu", "Mish", "Gelu"])
+def test_other_table_ops_take_the_same_path(op: str, case: str) -> None:
+    """Every table op of the operator table (Quant.LOOKUP, and PRelu with one slope) builds
+    its int16 table from its own fp32 reference: the same LUT, bit-exact."""
+    built = build(op, CASES[case])
+    assert all((i.args["in_wide"], i.args["wide"]) == FLAGS[case]
+               for i in _luts(built.compiled.program))
+    check_bit_exact(built.qgraph, built.compiled, samples(_model(op)[0], 2, 1))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_tensor_read_by_a_table_op_and_the_array_at_once(preset: str) -> None:
+    """'mid' is read by HardSwish (interpolated) and by a Conv (two passes through the
+    array); with HardSwish's output int16 too, read by the other Conv."""
+    for names in (("mid",), ("mid", "act")):
+        built = build("shared", names, preset)
+        assert all(i.args["in_wide"] for i in _luts(built.compiled.program))
+        computes = [i for i, source in zip(built.compiled.program.instructions,
+                                           built.compiled.program.source)
+                    if i.op is isa.COMPUTE and source == "c3"]
+        assert any(i.args["shift"] == numerics.WIDE_HIGH_SHIFT for i in computes)
+        check_bit_exact(built.qgraph, built.compiled, samples(_model("shared")[0], 3, 1))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_part_of_a_buffer_is_copied_out_and_an_int16_output_bound(preset: str) -> None:
+    """HardSwish of an int8 Split part writing int16: the part is copied into a tensor of its
+    own first (an int8 LUT), then the wide LUT runs over flat bytes; Sigmoid's int16 output is
+    a model output, which the host reads from both planes."""
+    built = build("split", ("act", "y2"), preset)
+    assert [b.dtype for b in built.compiled.program.outputs if b.name == "y2"] == ["int16"]
+    check_bit_exact(built.qgraph, built.compiled, samples(_model("split")[0], 3, 1))
+
+
+AFFINE = ("c1", "m1", "a1", "h", "m2", "a2", "c2", "r", "q")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("names", [AFFINE, ("a1",), ("h",), ("m1", "m2"), ("r",), ("q",)])
+def test_scalar_maps_and_clamps_are_tables_of_int16_codes(names, preset: str) -> None:
+    """An Add, Mul or Sub by a scalar (a ReLU fused into it) and a Clip run as a LUT of one
+    activation: with int16 codes in or out, a table of the op's own fp32 form (`table_of`),
+    bit-exact, the whole chain between the Convs int16 or any tensor of it alone."""
+    built = build("affine", names, preset)
+    for name in names:
+        assert built.qgraph.values[name].type.dtype == "int16"
+    tabled = {node.name for node in built.qgraph.nodes if "table_of" in node.attrs}
+    assert tabled and tabled <= {"mul1", "add1", "mul2", "add2", "sub", "clip"}
+    check_bit_exact(built.qgraph, built.compiled, samples(_model("affine")[0], 3, 1))
+
+
+def test_the_chain_in_int16_brings_the_output_closer_to_fp32() -> None:
+    proto = _model("affine")[0]
+    wide, narrow = build("affine", AFFINE).qgraph, build("affine", ()).qgraph
+    graph, feeds = optimized_graph(proto), samples(proto, 4, 9)
+    assert output_sqnr_db(graph, wide, feeds, "y") > output_sqnr_db(graph, narrow, feeds, "y") + 3
+
+
+def _sqnr_db(op: str, qgraph, name: str, stored: bool) -> float:
+    """SQNR against fp32 of value `name`: with `stored`, of fp32's own values quantized in the
+    value's parameters and back over the calibration samples (what its type alone loses); else
+    of the integer reference's codes, dequantized, over other samples (all the error before)."""
+    proto = _model(op)[0]
+    graph, params = optimized_graph(proto), qgraph.values[name].type.quant
+    dtype = qgraph.values[name].type.dtype
+    signal = noise = 0.0
+    for sample in (samples(proto, 8, 0) if stored else samples(proto, 4, 9)):
+        want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
+        codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
+                                  arithmetic=np.float64) if stored else \
+            run_int8(qgraph, sample, keep_all=True)[name]
+        got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
+                                  arithmetic=np.float64)
+        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
+    return 10 * np.log10(signal / noise)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("op", ["HardSwish", "Sigmoid", "SiLU"])
+def test_int16_codes_are_far_closer_to_fp32_and_so_is_the_output(op: str, case: str) -> None:
+    """Each int16 tensor's own error is over 30 dB below its int8 one's; the integer
+    reference's table output improves (the int8 input and weights before it still err), and so
+    does the model's output."""
+    wide, narrow = build(op, CASES[case]).qgraph, build(op, ()).qgraph
+    for name in CASES[case]:
+        assert _sqnr_db(op, wide, name, True) >= _sqnr_db(op, narrow, name, True) + 30
+    assert _sqnr_db(op, wide, "act", False) > _sqnr_db(op, narrow, "act", False)
+    proto = _model(op)[0]
+    graph, feeds = optimized_graph(proto), samples(proto, 4, 9)
+    assert output_sqnr_db(graph, wide, feeds, "y") > output_sqnr_db(graph, narrow, feeds, "y")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("case, passes", [("int8->int16", 2), ("int16->int8", 3),
+                                          ("int16->int16", 4)])
+def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset) -> None:
+    """An int16 output's second plane, an int16 input's low plane and its second knot each
+    take one more pass: the LUTs' cycles are 2, 3 or 4 times the int8 program's (the same
+    rows), and the simulator's busy time on the vector unit is the instructions' own."""
+    wide, narrow = build("HardSwish", CASES[case], preset), build("HardSwish", (), preset)
+    arch = Arch.load(preset)
+
+    def cycles(program) -> int:
+        return sum(isa.LUT.cycles(arch, i) for i in _luts(program))
+    assert sum(i.args["rows"] for i in _luts(wide.compiled.program)) == \
+        sum(i.args["rows"] for i in _luts(narrow.compiled.program))
+    assert cycles(wide.compiled.program) == passes * cycles(narrow.compiled.program)
+    program = wide.compiled.program
+    result = machine.run(program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
+    busy = next(layer for layer in result.stats.layers if layer.name == "act").busy
+    own = sum(i.op.cycles(arch, i) for i, source in zip(program.instructions, program.source)
+              if source == "act" and i.queue == "vector")
+    assert busy["vector"] == own
+
+
+@pytest.mark.parametrize("name, nodes, inits, why", [
+    ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
+             helper.make_node("Sigmoid", ["pre"], ["act"], name="s"),
+             helper.make_node("MaxPool", ["act"], ["y"], name="pool", kernel_shape=[1, 1])],
+     {"w": (3, 3, 1, 1)}, "read by MaxPool 'pool'"),
+    ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
+             helper.make_node("Sigmoid", ["pre"], ["act"], name="s"),
+             helper.make_node("GlobalAveragePool", ["act"], ["g"], name="gap"),
+             helper.make_node("Mul", ["pre", "g"], ["y"], name="scale")],
+     {"w": (3, 3, 1, 1)}, "read by GlobalAveragePool 'gap'"),
+    ("pre", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
+             helper.make_node("PRelu", ["pre", "slope"], ["y"], name="p")],
+     {"w": (3, 3, 1, 1), "slope": (3, 1, 1)}, "read by PRelu 'p' with a slope per channel"),
+    ("y", [helper.make_node("PRelu", ["x", "slope"], ["y"], name="p")],
+     {"slope": (3, 1, 1)}, "made by PRelu 'p' with a slope per channel"),
+    ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
+             helper.make_node("HardSigmoid", ["pre"], ["act"], name="gate"),
+             helper.make_node("Mul", ["pre", "act"], ["y"], name="se")],
+     {"w": (3, 3, 1, 1)}, "read by Mul 'se'"),
+])
+def test_what_has_no_int16_table_form_is_refused_in_one_line(name, nodes, inits, why) -> None:
+    """A table per channel (PRelu's slopes) and the vector unit's other operators but the Add
+    neither read nor write int16 codes (a pool, a product of two activations: a
+    squeeze-and-excitation gate): a one-line error names the tensor and the node."""
+    rng = np.random.default_rng(3)
+    arrays = {k: (rng.normal(0, .3, v) if isinstance(v, tuple) else np.asarray(v))
+              .astype(np.float32) for k, v in inits.items()}
+    proto = model(nodes, {"x": [1, 3, 5, 5]}, {"y": [1, 3, 5, 5]}, arrays)
+    profile = profile_of(proto, samples(proto, 4, 0), optimized_graph(proto))
+    with pytest.raises(QuantizeError) as caught:
+        compile_model(proto, profile, CompileOptions(quant=QuantOptions(int16_tensors=(name,))))
+    message = str(caught.value)
+    assert f"int16 tensor {name!r}: {why}" in message and "\n" not in message
+
+
+def test_the_command_line_raises_a_table_tensor_end_to_end(tmp_path) -> None:
+    """`ember compile --int16 pre,act` on Conv -> HardSwish -> Conv: the header records the
+    names, and `ember accuracy` finds the program bit-exact against the integer reference."""
+    import json
+
+    import onnx
+
+    from simulator.program import Program
+    from tests.cli import invoke
+    proto = conv_table_conv("HardSwish")
+    onnx.save(proto, tmp_path / "m.onnx")
+    np.savez(tmp_path / "data.npz", x=np.concatenate([s["x"] for s in samples(proto, 4, 0)]))
+    profile = tmp_path / "m.profile.json"
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "data.npz",
+                  "-o", profile).exit_code == 0
+    result = invoke("compile", tmp_path / "m.onnx", "--int8", "--profile", profile,
+                    "--int16", "pre,act", "-o", tmp_path / "m.ember")
+    assert result.exit_code == 0, result.output
+    program = Program.load(tmp_path / "m.ember")
+    assert program.metadata["options"]["int16_tensors"] == ["pre", "act"]
+    assert any(i.op is isa.LUT and i.args["in_wide"] and i.args["wide"]
+               for i in program.instructions)
+    result = invoke("accuracy", tmp_path / "m.onnx", tmp_path / "m.ember", "--profile",
+                    profile, "--data", tmp_path / "data.npz", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["bit_exact"] is True, report["first_difference"]
+
+
+def test_the_qdq_export_of_int16_tables_runs_in_onnxruntime() -> None:
+    """The table forms export as their fp32 operators between int16 QuantizeLinear and
+    DequantizeLinear nodes (a fused Relu as its clamp): onnxruntime's output is as close to
+    fp32 as the integer reference's, within 0.5 dB."""
+    import onnxruntime as ort
+
+    from quantizer.qdq import export_qdq
+    proto = _model("affine")[0]
+    qgraph = build("affine", AFFINE).qgraph
+    session = ort.InferenceSession(export_qdq(qgraph).SerializeToString())
+    graph = optimized_graph(proto)
+    for sample in samples(proto, 2, 5):
+        want = evaluate(graph, sample)["y"].astype(np.float64)
+        qdq, reference = (10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
+                          for got in (session.run(None, sample)[0],
+                                      run_int8(qgraph, sample)["y"]))
+        assert reference > 33 and abs(qdq - reference) < 0.5
