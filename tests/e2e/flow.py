@@ -15,7 +15,8 @@ from ember.accuracy import BitExactness
 from ember.flow import CompileOptions, compile_model, optimized_graph, quantize_model
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
-from simulator import machine
+from compiler.graph.evaluate import evaluate
+from simulator import isa, machine, numerics
 from tests.quantizer.util import profile_of
 
 
@@ -92,3 +93,31 @@ def compile_and_check(proto: onnx.ModelProto, preset: str, count: int = 2, seed:
                           preset)
     return built.compiled, check_bit_exact(built.qgraph, built.compiled,
                                            model_samples(proto, count, seed + 1))
+
+
+def value_sqnr_db(graph: Graph, qgraph: Graph, name: str, feeds: Sequence[Mapping],
+                  stored: bool = True, coded: str | None = None) -> float:
+    """SQNR against fp32 of value `name` over `feeds`: with `stored`, of fp32's own values
+    quantized in its integer value's parameters (`coded`, or the same name) and back (what
+    its type alone loses: rounding, and clipping outside the calibrated range); else of the
+    integer reference's codes, dequantized (what the whole integer model before it loses
+    too)."""
+    value = qgraph.values[coded or name]
+    params, dtype = value.type.quant, value.type.dtype
+    signal = noise = 0.0
+    for sample in feeds:
+        want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
+        codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
+                                  arithmetic=np.float64) if stored else \
+            run_int8(qgraph, sample, keep_all=True)[coded or name]
+        got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
+                                  arithmetic=np.float64)
+        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
+    return 10 * np.log10(signal / noise)
+
+
+def compute_cycles(program, node: str) -> int:
+    """The array cycles of node `node`'s COMPUTE instructions."""
+    arch = program.arch
+    return sum(isa.COMPUTE.cycles(arch, i) for i, source in
+               zip(program.instructions, program.source) if i.op is isa.COMPUTE and source == node)

@@ -16,7 +16,6 @@ from onnx import helper
 
 from compiler.backend.lower import lower
 from compiler.backend.tiling import conv_array_cycles, tile
-from compiler.graph.evaluate import evaluate
 from compiler.pipeline import INT8_PASSES, optimize
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.errors import QuantizeError, QuantizeWarning
@@ -25,7 +24,7 @@ from quantizer.reference import run_int8
 from quantizer.wide import accumulator_bits
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.e2e.flow import check_bit_exact, compute_cycles, output_sqnr_db, value_sqnr_db
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -96,22 +95,9 @@ def test_an_int16_tensor_read_by_the_array_runs_bit_exactly(kind: str, preset: s
 
 
 def _sqnr_db(proto, qgraph, name: str, stored: bool) -> float:
-    """SQNR against fp32 of value `name`: with `stored`, of fp32's own values quantized in the
-    value's parameters and back, over the calibration samples (what its type alone loses,
-    rounding, not clipping beyond the calibrated range); else of the integer reference's codes,
-    dequantized, over other samples (what the whole int8 model before it loses too)."""
-    graph, params = optimized_graph(proto), qgraph.values[name].type.quant
-    dtype = qgraph.values[name].type.dtype
-    signal = noise = 0.0
-    for sample in (samples(proto, 8, 0) if stored else samples(proto, 4, 9)):
-        want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
-        codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
-                                  arithmetic=np.float64) if stored else \
-            run_int8(qgraph, sample, keep_all=True)[name]
-        got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
-                                  arithmetic=np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+    """`value_sqnr_db` over the calibration samples (stored) or other samples."""
+    return value_sqnr_db(optimized_graph(proto), qgraph, name,
+                         samples(proto, 8, 0) if stored else samples(proto, 4, 9), stored)
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -127,12 +113,6 @@ def test_the_int16_tensor_is_far_closer_to_fp32_than_int8(kind: str) -> None:
     assert output_sqnr_db(graph, wide, feeds, "y") > output_sqnr_db(graph, narrow, feeds, "y")
 
 
-def _compute_cycles(program, node: str) -> int:
-    arch = program.arch
-    return sum(isa.COMPUTE.cycles(arch, i) for i, source in
-               zip(program.instructions, program.source) if i.op is isa.COMPUTE and source == node)
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("kind, reader", [("conv", "c2"), ("gemm", "g2"), ("matmul", "m2")])
 def test_the_reader_takes_twice_the_array_time_as_the_cost_model_says(kind, reader, preset):
@@ -142,8 +122,8 @@ def test_the_reader_takes_twice_the_array_time_as_the_cost_model_says(kind, read
     proto = MODELS[kind]()
     wide, narrow = build(proto, preset=preset), build(proto, QuantOptions(), preset)
     arch = Arch.load(preset)
-    cycles = _compute_cycles(wide.compiled.program, reader)
-    assert cycles == 2 * _compute_cycles(narrow.compiled.program, reader)
+    cycles = compute_cycles(wide.compiled.program, reader)
+    assert cycles == 2 * compute_cycles(narrow.compiled.program, reader)
     lowered = lower(optimize(wide.qgraph, INT8_PASSES))
     layer = next(layer for layer in lowered.layers if layer.node == reader)
     assert layer.x_plane

@@ -13,14 +13,13 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from compiler.graph.evaluate import evaluate
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from quantizer.wide import accumulator_bits
 from simulator import isa, numerics
-from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.e2e.flow import check_bit_exact, output_sqnr_db, value_sqnr_db
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -95,18 +94,7 @@ def test_the_skip_path_in_int16_is_closer_to_fp32() -> None:
 
 
 def _own_sqnr_db(graph, qgraph, name: str, feeds, coded: str | None = None) -> float:
-    """SQNR of fp32's value `name` in its integer value's (`coded`, or the same name) type."""
-    value = qgraph.values[coded or name]
-    params, dtype = value.type.quant, value.type.dtype
-    signal = noise = 0.0
-    for sample in feeds:
-        want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
-        codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
-                                  arithmetic=np.float64)
-        got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
-                                  arithmetic=np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+    return value_sqnr_db(graph, qgraph, name, feeds, True, coded)
 
 
 def test_an_add_whose_int16_sum_the_array_reads_clamps_to_its_bits() -> None:

@@ -23,7 +23,7 @@ from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.e2e.flow import check_bit_exact, output_sqnr_db, value_sqnr_db
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -219,22 +219,10 @@ def test_the_chain_in_int16_brings_the_output_closer_to_fp32() -> None:
 
 
 def _sqnr_db(op: str, qgraph, name: str, stored: bool) -> float:
-    """SQNR against fp32 of value `name`: with `stored`, of fp32's own values quantized in the
-    value's parameters and back over the calibration samples (what its type alone loses); else
-    of the integer reference's codes, dequantized, over other samples (all the error before)."""
+    """`value_sqnr_db` of op's model over the calibration samples (stored) or other samples."""
     proto = _model(op)[0]
-    graph, params = optimized_graph(proto), qgraph.values[name].type.quant
-    dtype = qgraph.values[name].type.dtype
-    signal = noise = 0.0
-    for sample in (samples(proto, 8, 0) if stored else samples(proto, 4, 9)):
-        want = evaluate(graph, sample, keep_all=True)[name].astype(np.float64)
-        codes = numerics.quantize(want, params.scale[0], params.zero_point[0], dtype=dtype,
-                                  arithmetic=np.float64) if stored else \
-            run_int8(qgraph, sample, keep_all=True)[name]
-        got = numerics.dequantize(codes, params.scale[0], params.zero_point[0],
-                                  arithmetic=np.float64)
-        signal, noise = signal + (want ** 2).sum(), noise + ((want - got) ** 2).sum()
-    return 10 * np.log10(signal / noise)
+    return value_sqnr_db(optimized_graph(proto), qgraph, name,
+                         samples(proto, 8, 0) if stored else samples(proto, 4, 9), stored)
 
 
 @pytest.mark.parametrize("case", CASES)

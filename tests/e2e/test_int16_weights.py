@@ -24,7 +24,7 @@ from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, output_sqnr_db
+from tests.e2e.flow import check_bit_exact, compute_cycles, output_sqnr_db
 from tests.e2e.test_int16_array import gemm_gemm, matmul_matmul
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
@@ -208,12 +208,6 @@ def test_the_weights_are_far_closer_to_fp32_and_so_is_the_output(kind: str) -> N
     assert output_sqnr_db(graph, wide, feeds, "y") > output_sqnr_db(graph, narrow, feeds, "y")
 
 
-def _compute_cycles(program, node: str) -> int:
-    arch = program.arch
-    return sum(isa.COMPUTE.cycles(arch, i) for i, source in
-               zip(program.instructions, program.source) if i.op is isa.COMPUTE and source == node)
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("kind, node", [("conv", "c2"), ("gemm", "g2"), ("matmul", "m2")])
 def test_the_node_takes_twice_the_array_time_as_the_cost_model_says(kind, node, preset):
@@ -225,8 +219,8 @@ def test_the_node_takes_twice_the_array_time_as_the_cost_model_says(kind, node, 
     proto = make()
     wide, narrow = build(proto, _wide([node]), preset), build(proto, QuantOptions(), preset)
     arch = Arch.load(preset)
-    cycles = _compute_cycles(wide.compiled.program, node)
-    assert cycles == 2 * _compute_cycles(narrow.compiled.program, node)
+    cycles = compute_cycles(wide.compiled.program, node)
+    assert cycles == 2 * compute_cycles(narrow.compiled.program, node)
     lowered = lower(optimize(wide.qgraph, INT8_PASSES))
     layer = next(layer for layer in lowered.layers if layer.node == node)
     assert layer.weight_passes == 2
