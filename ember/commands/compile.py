@@ -48,10 +48,11 @@ from simulator.errors import listing
 @click.option("-o", "--output", type=OutputPath(dir_okay=False, beside=("model", ".ember")),
               help="Program to write.  [default: MODEL with .ember]")
 @click.option("--min-sqnr", type=float, metavar="DB",
-              help="Accuracy budget: raise the fewest tensors above int8 (int16 on the array; "
-                   "with --allow-host, fp32 on the host as a last resort), in the order the "
-                   "sensitivity analysis ranks them, until every output's SQNR on --data is "
-                   "at least DB; exit 3 if no configuration gets there.")
+              help="Accuracy budget: raise the fewest tensors and layers' weights above int8 "
+                   "(int16 on the accelerator; with --allow-host, fp32 on the host as a last "
+                   "resort), in the order the sensitivity analysis ranks them, until every "
+                   "output's SQNR on --data is at least DB; exit 3 if no configuration gets "
+                   "there.")
 @click.option("--max-drop", type=click.FloatRange(min=0), metavar="POINTS",
               help="Accuracy budget, as --min-sqnr: top-1 accuracy on --data's labels at most "
                    "POINTS below fp32's.")
@@ -82,8 +83,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     any other axis. The header records the shape.
 
     With --min-sqnr, --max-drop or --min-agreement and evaluation --data, the fewest tensors
-    are raised above int8 until the budget holds (mixed precision); the summary lists them and
-    what they cost in cycles and DRAM bytes against the all-int8 program.
+    and layers' weights are raised above int8 until the budget holds (mixed precision); the
+    summary lists them and what they cost in cycles and DRAM bytes against the all-int8
+    program.
 
     \b
     Examples:
