@@ -34,8 +34,11 @@ from profiler import format as profile_format
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
 
-# Tensors whose estimated gain is below this are not worth raising (and the ranking stops).
-MIN_GAIN_DB = 0.01
+# Tensors whose estimated gain is below this are not raised. Each gain is measured alone, and
+# on a detector no tensor gains more than 2 dB while all of them together gain 11 (PP-OCRv4's
+# DB detector): so every tensor that does not lose is ranked, the search's doubling reaching
+# the end of a long list in a few more configurations.
+MIN_GAIN_DB = 0.0
 # The most configurations measured in one search (each runs every evaluation sample).
 MAX_EVALUATIONS = 16
 
