@@ -193,17 +193,15 @@ def test_inputs_checked():
 
 
 @pytest.mark.slow
-def test_resnet18_sized_program_runs_within_ten_seconds():
-    """The synthetic ResNet-18 that benchmarks/bench_sim_speed.py times: legal tokens, and fast."""
-    import time
-
+def test_resnet18_sized_program_runs():
+    """The synthetic ResNet-18 that benchmarks/bench_sim_speed.py times: legal tokens, a
+    layer per convolution. Its speed is the benchmark's to measure (a timed test failed under
+    other jobs' load even in CPU seconds: 12-18 s against 8 on a quiet machine)."""
     from examples.synthetic_program import resnet18_program
 
     prog = resnet18_program(ARCH)
     assert 10**4 <= len(prog.instructions) <= 10**6
-    t0 = time.process_time()  # CPU time: other jobs on a shared machine must not fail this
     stats = machine.run(prog).stats
-    assert time.process_time() - t0 < 10
     assert stats.bound_cycles <= stats.cycles
     assert len(stats.layers) == 22  # params + 20 convolutions + fc
 
