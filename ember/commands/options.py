@@ -152,7 +152,8 @@ def quantization_options(command):
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm or MatMul "
                           "layers, residual Adds or table ops such as HardSwish and Sigmoid, "
-                          "read only by such layers) in int16: the array streams their two "
+                          "read only by such layers; model inputs and outputs too) in int16: "
+                          "the array streams their two "
                           "byte planes in two passes (twice its time for their readers), a "
                           "table op writes int16 codes or interpolates between 257 knots by "
                           "the low byte; their codes as many bits as the readers' int32 "
