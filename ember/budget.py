@@ -292,13 +292,7 @@ class _Candidates:
 def _layer_with_clamp(graph: Graph, node: str) -> set[str]:
     """Node `node` and a clamp that alone reads its output (kept together: see
     `_nodes_around`)."""
-    by_name = {n.name: n for n in graph.nodes}
-    nodes = {node}
-    for out in by_name[node].outputs:
-        after = [n for n in graph.nodes if out in n.inputs]
-        if len(after) == 1 and OPS[after[0].op].quant is Quant.CLAMP:
-            nodes.add(after[0].name)
-    return nodes
+    return _with_clamps_after(graph, {node})
 
 
 def _options(base: QuantOptions, raised: Sequence[Raised]) -> QuantOptions:
@@ -317,7 +311,6 @@ def _nodes_around(graph: Graph, tensor: str) -> set[str]:
     it; and a clamp that alone reads a kept node's output, which would otherwise take the
     node's unclamped range in int8 (a Conv kept without its ReLU6 loses 8 dB there)."""
     producers = graph.producers()
-    by_name = {node.name: node for node in graph.nodes}
 
     def readers(value: str) -> list:
         return [node for node in graph.nodes if value in node.inputs]
@@ -332,12 +325,20 @@ def _nodes_around(graph: Graph, tensor: str) -> set[str]:
         source = producer.inputs[0]
         if clamp(producer) and source in producers and len(readers(source)) == 1:
             nodes.add(producers[source].name)
-    for name in list(nodes):
+    return _with_clamps_after(graph, nodes)
+
+
+def _with_clamps_after(graph: Graph, nodes: set[str]) -> set[str]:
+    """`nodes` and each clamp that alone reads one of their outputs: kept in fp32 without
+    it, a layer would hand the clamp its unclamped range in int8."""
+    by_name = {node.name: node for node in graph.nodes}
+    found = set(nodes)
+    for name in nodes:
         for out in by_name[name].outputs:
-            after = readers(out)
-            if len(after) == 1 and clamp(after[0]):
-                nodes.add(after[0].name)
-    return nodes
+            after = [node for node in graph.nodes if out in node.inputs]
+            if len(after) == 1 and OPS[after[0].op].quant is Quant.CLAMP:
+                found.add(after[0].name)
+    return found
 
 
 def _names(raised: Sequence[Raised], shown: int = 5) -> str:

@@ -19,6 +19,7 @@ other options, is caught (`quantizer.quantize` checks both).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -41,11 +42,11 @@ from profiler.model_inputs import input_specs
 from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
 from quantizer.options import QuantOptions
+from quantizer.quantize import WEIGHT_QMAX
 from quantizer.rounding import (RoundedWeight, compensated_codes, output_error,
                                 save_rounding, weight_digest)
 
 MEMORY_BYTES = 512 << 20  # H of the layers accumulated in one run of the model
-WEIGHT_QMAX = 127
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def round_weights(model_path: str, profile_path: str, data: str, options: QuantO
     started = time.perf_counter()
     progress("quantizing", 0, None)
     quantized = quantize_model(model_path, profile_format.load(profile_path),
-                               QuantOptions(**{**vars(options), "weight_rounding": None}),
+                               dataclasses.replace(options, weight_rounding=None),
                                input_shapes)
     graph, qgraph = quantized.graph, quantized.qgraph
     layers = _layers(graph, qgraph)
