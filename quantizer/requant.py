@@ -48,14 +48,13 @@ def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[i
             f"{where}: {what} outside the fixed-point range [2^-32, 2^31); clamped to it (below "
             f"it every product rounds to zero either way, above it every non-zero one "
             f"saturates either way)"), stacklevel=2)
-    pairs = []
-    for real in clamped:
-        try:
-            pairs.append(numerics.quantize_multiplier(real))
-        except SimulatorError:
-            raise QuantizeError(f"{where}: cannot requantize by the ratio {_fmt(real)} of its "
-                                f"scales: a ratio must be a positive finite number") from None
-    return tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
+    try:
+        multipliers, shifts = numerics.quantize_multipliers(clamped)
+    except SimulatorError:
+        raise QuantizeError(f"{where}: cannot requantize by the ratio "
+                            f"{_fmt(next(r for r in clamped if not (math.isfinite(r) and r > 0)))}"
+                            f" of its scales: a ratio must be a positive finite number") from None
+    return tuple(multipliers.tolist()), tuple(shifts.tolist())
 
 
 def _fmt(value: float) -> str:

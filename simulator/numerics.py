@@ -24,7 +24,6 @@ chosen once:
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -460,16 +459,31 @@ def quantize_multiplier(real_scale: float) -> tuple[int, int]:
     if not (isinstance(real_scale, (int, float)) and math.isfinite(real_scale) and real_scale > 0):
         raise SimulatorError(f"quantize_multiplier: scale must be a positive finite number, "
                              f"got {real_scale!r}")
+    (multiplier,), (shift,) = quantize_multipliers([real_scale])
+    return int(multiplier), int(shift)
+
+
+def quantize_multipliers(real_scales) -> tuple[np.ndarray, np.ndarray]:
+    """`quantize_multiplier` of each of the positive finite `real_scales` at once (a per-channel
+    requantization has thousands): (multipliers, shifts), int64. mantissa * 2^31 is exact in
+    float64 (a power-of-two scaling of a 53-bit mantissa), and rint rounds it half to even as
+    the exact rational would be."""
+    reals = np.asarray(real_scales, np.float64).reshape(-1)
+    bad = ~(np.isfinite(reals) & (reals > 0))
+    if bad.any():
+        raise SimulatorError(f"quantize_multiplier: scale must be a positive finite number, "
+                             f"got {reals[bad][0]!r}")
     # real = mantissa * 2^exponent with mantissa in [0.5, 1)
-    mantissa, exponent = math.frexp(real_scale)
-    multiplier = round(Fraction(mantissa) * 2**31)
-    if multiplier == 2**31:
-        multiplier, exponent = 2**30, exponent + 1
-    shift = -exponent
-    if not SHIFT_MIN <= shift <= SHIFT_MAX:
-        raise SimulatorError(f"quantize_multiplier: scale {real_scale!r} is outside the "
-                             f"representable range [2^-32, 2^31)")
-    return multiplier, shift
+    mantissa, exponent = np.frexp(reals)
+    multipliers = np.rint(mantissa * 2.0**31).astype(np.int64)
+    carried = multipliers == 2**31
+    multipliers[carried] = 2**30
+    shifts = -(exponent.astype(np.int64) + carried)
+    outside = (shifts < SHIFT_MIN) | (shifts > SHIFT_MAX)
+    if outside.any():
+        raise SimulatorError(f"quantize_multiplier: scale {float(reals[outside][0])!r} is "
+                             f"outside the representable range [2^-32, 2^31)")
+    return multipliers, shifts
 
 
 # Softmax: the exp table's entries carry this many fraction bits (its entry for the row's maximum

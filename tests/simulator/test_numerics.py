@@ -1,5 +1,6 @@
 """numerics against exact Fraction arithmetic over the whole int32 range (hypothesis)."""
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -63,6 +64,21 @@ def test_quantize_multiplier_error_bound(real):
     assert 2**30 <= m < 2**31 and numerics.SHIFT_MIN <= s <= numerics.SHIFT_MAX
     approx = Fraction(m, 2 ** (31 + s)) if 31 + s >= 0 else Fraction(m * 2 ** -(31 + s))
     assert abs(approx / Fraction(real) - 1) <= Fraction(1, 2**31)
+
+
+@CI
+@given(st.lists(st.floats(2.0**-32, 2.0**31 - 1), min_size=1, max_size=50))
+def test_quantize_multipliers_round_as_the_exact_rational(reals):
+    """The vectorized form rounds mantissa * 2^31 half to even in float64, which must be the
+    exact rational's rounding; ties (mantissas with a bit below 2^-31) included."""
+    reals = reals + [0.5 + 2.0**-32, 0.5 + 3 * 2.0**-32, 1 - 2.0**-33]
+    multipliers, shifts = numerics.quantize_multipliers(reals)
+    for real, m, s in zip(reals, multipliers.tolist(), shifts.tolist()):
+        mantissa, exponent = math.frexp(real)
+        exact = round(Fraction(mantissa) * 2**31)
+        if exact == 2**31:
+            exact, exponent = 2**30, exponent + 1
+        assert (m, s) == (exact, -exponent)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), 2.0**-40, 2.0**32])
