@@ -28,9 +28,8 @@ from compiler.graph.ir import Graph
 from compiler.graph.ops import OPS
 from ember.accuracy import Evaluation, measure
 from ember.errors import EmberError
-from ember.flow import quantize_model
+from ember.flow import Quantizer
 from ember.reports.accuracy import AccuracyReport
-from profiler import format as profile_format
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
 
@@ -159,7 +158,7 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
             warnings.simplefilter("ignore")
             return measure(model_path, profile_path,
                            dataclasses.replace(evaluation, per_layer=sensitivity,
-                                               sensitivity=sensitivity),
+                                               sensitivity=sensitivity, alone=False),
                            opts, input_shapes, progress)
 
     progress("budget: measuring int8", 0, None)
@@ -183,17 +182,18 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
     ranked += [(w.name, w.gain_db, w.node) for w in ranking.weights
                if w.gain_db is not None and w.gain_db >= MIN_GAIN_DB and w.precision == "int8"]
     ranked.sort(key=lambda item: -item[1])
-    profile = profile_format.load(profile_path)
+    quantizer = Quantizer(model_path, profile_path, input_shapes, options.equalize)
 
     def quantize(opts: QuantOptions):
         with warnings.catch_warnings():  # the final compile says them once
             warnings.simplefilter("ignore")
-            return quantize_model(model_path, profile, opts, input_shapes)
+            return quantizer(opts)
 
     candidates = _Candidates(ranked, options, allow_host, quantize(options).graph, quantize)
     measured: dict[int, AccuracyReport] = {0: baseline}
 
     def meets(count: int) -> bool:
+        count = candidates.verify(count)
         if count not in measured:
             progress(f"budget: {count} tensors raised", len(measured), None)
             measured[count] = run(candidates.options(count))
@@ -231,24 +231,54 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
 
 class _Candidates:
     """The ranked tensors that can be raised, each checked against those before it (int16
-    first; fp32 on the host with `allow_host`), found only as far as the search asks."""
+    first; fp32 on the host with `allow_host`), found only as far as the search asks.
+
+    Checking means quantizing with it (the quantizer's gates say what the accelerator holds),
+    a second or more on a real model, and a ranking runs to hundreds: so the next items are
+    checked together, and only a group that fails is split in halves, down to the items that
+    fail alone (group testing: a few failures cost a few quantizations each). A prefix that
+    ends inside a group that passed was not checked itself: `verify` checks one before it is
+    measured and, should it fail (a tensor needing one raised after it), checks that group
+    again one item at a time."""
 
     def __init__(self, ranked: list[tuple[str, float, str | None]], options: QuantOptions,
                  allow_host: bool, graph: Graph, quantize: Callable[[QuantOptions], object]):
         self.ranked, self.base, self.allow_host = iter(ranked), options, allow_host
         self.graph, self.quantize = graph, quantize
         self.found: list[Raised] = []
+        self.checked = {0}  # the counts of `found` quantized as they stand
         self.passed_over: list[tuple[str, str]] = []
         self._kept_nodes = set(options.keep_fp32)
+        self._host_nodes: dict[Raised, Callable[[], set[str]]] = {}
 
     def available(self, count: int) -> int:
         """How many of the first `count` exist (fewer when the ranking runs out)."""
         while len(self.found) < count:
-            item = next(self.ranked, None)
-            if item is None:
+            items = [next(self.ranked, None) for _ in range(count - len(self.found))]
+            items = [self._int16(*item) for item in items if item is not None]
+            if not items:
                 break
-            self._consider(*item)
+            self._check(items)
         return min(count, len(self.found))
+
+    def verify(self, count: int) -> int:
+        """`count`, once the first `count` found are known to quantize (see the class)."""
+        if count in self.checked:
+            return count
+        try:
+            self.quantize(self.options(count))
+            self.checked.add(count)
+            return count
+        except QuantizeError:
+            start = max(c for c in self.checked if c < count)
+            redo, self.found = self.found[start:], self.found[:start]
+            self.checked = {c for c in self.checked if c <= start}
+            for raised in redo:
+                if raised.how == "fp32":
+                    self._kept_nodes -= set(raised.nodes)
+            for raised in redo:
+                self._check([self._original(raised)])
+            return self.available(count)
 
     def options(self, count: int) -> QuantOptions:
         return _options(self.base, self.found[:count])
@@ -256,29 +286,59 @@ class _Candidates:
     def raised(self, count: int) -> tuple[Raised, ...]:
         return tuple(self.found[:count])
 
-    def _consider(self, name: str, gain: float, node: str | None) -> None:
-        """A tensor (`node` None) or the weights `name` of layer `node`: int16 where the
-        accelerator can hold them, else (with --allow-host) fp32 on the host, with the
-        nodes that keep them so, else passed over with the reasons."""
-        if node is not None:
-            if node in self._kept_nodes:
-                return  # its weights are fp32 already
-            self._raise(Raised(name, "int16 weights", gain, (node,)),
-                        lambda: _layer_with_clamp(self.graph, node))
-        elif not any(name in r.nodes or name == r.tensor for r in self.found):
-            self._raise(Raised(name, "int16", gain), lambda: _nodes_around(self.graph, name))
+    def _int16(self, name: str, gain: float, node: str | None) -> Raised:
+        """A tensor (`node` None) at int16, or the weights `name` of layer `node` at int16
+        weights; the nodes the host would keep instead, should the accelerator refuse."""
+        if node is None:
+            raised = Raised(name, "int16", gain)
+            self._host_nodes[raised] = lambda: _nodes_around(self.graph, name)
+        else:
+            raised = Raised(name, "int16 weights", gain, (node,))
+            self._host_nodes[raised] = lambda: _layer_with_clamp(self.graph, node)
+        return raised
 
-    def _raise(self, int16: Raised, host_nodes: Callable[[], set[str]]) -> None:
+    def _original(self, raised: Raised) -> Raised:
+        """The int16 item a found one was made from (an fp32 one is its host fallback)."""
+        if raised.how != "fp32":
+            return raised
+        return next(r for r in self._host_nodes if r.tensor == raised.tensor)
+
+    def _wanted(self, raised: Raised) -> bool:
+        """Not already covered: a layer kept in fp32 has its weights so, and a tensor a host
+        segment holds (or raised already) needs nothing more."""
+        if raised.how == "int16 weights":
+            return raised.nodes[0] not in self._kept_nodes
+        return not any(raised.tensor in r.nodes or raised.tensor == r.tensor for r in self.found)
+
+    def _check(self, group: list[Raised]) -> None:
+        group = [r for r in group if self._wanted(r)]
+        if len(group) == 1:
+            self._raise(group[0])
+        elif group:
+            try:
+                self.quantize(_options(self.base, [*self.found, *group]))
+            except QuantizeError:
+                middle = len(group) // 2
+                self._check(group[:middle])
+                self._check(group[middle:])
+                return
+            self.found += group
+            self.checked.add(len(self.found))
+
+    def _raise(self, int16: Raised) -> None:
+        """One item: int16 where the accelerator can hold it, else (with --allow-host) fp32
+        on the host, with the nodes that keep it so, else passed over with the reasons."""
         try:
             self.quantize(_options(self.base, [*self.found, int16]))
             self.found.append(int16)
+            self.checked.add(len(self.found))
             return
         except QuantizeError as err:
             why = f"{int16.how}: {err}"
         if not self.allow_host:
             self.passed_over.append((int16.tensor, why))
             return
-        nodes = host_nodes() - self._kept_nodes
+        nodes = self._host_nodes[int16]() - self._kept_nodes
         kept = Raised(int16.tensor, "fp32", int16.gain_db, tuple(sorted(nodes)))
         try:
             self.quantize(_options(self.base, [*self.found, kept]))
@@ -287,6 +347,7 @@ class _Candidates:
             return
         self._kept_nodes |= nodes
         self.found.append(kept)
+        self.checked.add(len(self.found))
 
 
 def _layer_with_clamp(graph: Graph, node: str) -> set[str]:

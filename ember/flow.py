@@ -103,10 +103,30 @@ def quantize_model(model: ModelSource, profile: ProfileSource,
     """Import `model` (its dynamic inputs fixed by `input_shapes`, else at the shapes the
     profile was made at), run the fp32 graph passes and quantize it with `profile`, which must
     have been made for this model."""
-    proto, loaded = _load(model, profile, options.equalize)
-    label = _label(model)
-    shapes = resolve_input_shapes(proto, loaded, input_shapes or {}, label)
-    return _quantize(proto, loaded, options, shapes, label)
+    return Quantizer(model, profile, input_shapes, options.equalize)(options)
+
+
+class Quantizer:
+    """A model imported once and quantized under any number of options: a budget's search
+    checks hundreds of configurations, and the import and fp32 passes (half of a
+    quantization's time on a CRNN) do not depend on them. The quantizer leaves its fp32 graph
+    as it found it."""
+
+    def __init__(self, model: ModelSource, profile: ProfileSource,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 equalize: str = "off"):
+        proto, self.profile = _load(model, profile, equalize)
+        label = _label(model)
+        shapes = resolve_input_shapes(proto, self.profile, input_shapes or {}, label)
+        self.model = fix_input_shapes(proto, shapes, label)
+        self.graph = optimized_graph(self.model, label=label)
+        self.equalize = equalize
+
+    def __call__(self, options: QuantOptions) -> Quantized:
+        if options.equalize != self.equalize:
+            raise ValueError(f"imported with equalize={self.equalize!r}, asked to quantize "
+                             f"with {options.equalize!r}")
+        return Quantized(self.model, self.graph, quantize(self.graph, self.profile, options))
 
 
 def compile_model(model: ModelSource, profile: ProfileSource,
@@ -238,13 +258,6 @@ def _load(model: ModelSource, profile: ProfileSource, mode: str = "off"
                                  f"--equalize {other} here too") from None
         raise err
     return proto, loaded
-
-
-def _quantize(proto: onnx.ModelProto, profile: Profile, options: QuantOptions,
-              input_shapes: Mapping[str, Sequence[int]], label: str) -> Quantized:
-    proto = fix_input_shapes(proto, input_shapes, label)
-    graph = optimized_graph(proto, label=label)
-    return Quantized(proto, graph, quantize(graph, profile, options))
 
 
 def _label(model: ModelSource) -> str:

@@ -212,3 +212,54 @@ def test_a_layer_whose_weights_are_the_error_gets_int16_weights(tmp_path) -> Non
     table = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
                    tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember").output
     assert "int16 weights (conv_w)" in table
+
+
+class _Gate:
+    """A stand-in for the quantizer's int16 gate: `refused` tensors fail alone, a tensor in
+    `needs` fails unless its partner is raised too; counts the quantizations."""
+
+    def __init__(self, refused=(), needs=None):
+        self.refused, self.needs, self.calls = set(refused), dict(needs or {}), 0
+
+    def __call__(self, options):
+        self.calls += 1
+        raised = set(options.int16_tensors)
+        for name in raised:
+            if name in self.refused or (name in self.needs and self.needs[name] not in raised):
+                raise budget.QuantizeError(f"int16 tensor {name!r}: refused")
+
+
+def _ranked(count: int):
+    return [(f"t{i}", float(count - i), None) for i in range(count)]
+
+
+def _candidates(gate, count: int):
+    return budget._Candidates(_ranked(count), budget.QuantOptions(), False, None, gate)
+
+
+def test_candidates_are_checked_in_groups_and_only_failing_groups_split() -> None:
+    """300 ranked tensors, two of which the accelerator refuses: far fewer quantizations than
+    one per tensor, and the same tensors found (in ranking order) as one by one."""
+    gate = _Gate(refused={"t5", "t200"})
+    candidates = _candidates(gate, 300)
+    assert candidates.available(512) == 298
+    assert [r.tensor for r in candidates.found] == [f"t{i}" for i in range(300)
+                                                     if i not in (5, 200)]
+    assert [t for t, _ in candidates.passed_over] == ["t5", "t200"]
+    assert "refused" in candidates.passed_over[0][1]
+    assert gate.calls < 40, gate.calls
+
+
+def test_a_prefix_inside_a_passed_group_is_verified_before_it_is_measured() -> None:
+    """t3 is int16 only with t6 (ranked after it): the group t2..t9 passes as a whole, but the
+    first four alone do not quantize; `verify` checks the group again item by item, t3 passed
+    over, and the count still holds as many items."""
+    gate = _Gate(needs={"t3": "t6"})
+    candidates = _candidates(gate, 20)
+    assert candidates.available(10) == 10
+    assert "t3" in [r.tensor for r in candidates.found]
+    assert candidates.verify(4) == 4
+    assert [r.tensor for r in candidates.found[:4]] == ["t0", "t1", "t2", "t4"]
+    assert [t for t, _ in candidates.passed_over] == ["t3"]
+    for count in range(len(candidates.found) + 1):  # every prefix now quantizes
+        gate(candidates.options(count))

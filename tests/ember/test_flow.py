@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
 
 from compiler.backend.program import BackendOptions
 from ember.cli import cli
-from ember.flow import CompileOptions, compile_model, quantize_model
+from ember.flow import CompileOptions, Quantizer, compile_model, quantize_model
 from profiler import format as profile_format
 from profiler.errors import ProfileError
 from quantizer.options import QuantOptions
@@ -56,3 +57,27 @@ def test_an_in_memory_model_records_no_file_digests(digits_profile) -> None:
 def test_a_profile_of_another_model_is_refused(digits_profile) -> None:
     with pytest.raises(ProfileError, match="does not match the model"):
         quantize_model(conv_bn_relu(), digits_profile)
+
+
+def _fingerprint(graph) -> tuple:
+    """Everything a graph holds: its nodes in order and every value with its data."""
+    nodes = tuple((n.op, n.name, n.inputs, n.outputs, repr(sorted(n.attrs.items())))
+                  for n in graph.nodes)
+    values = tuple((name, str(v.type), None if v.const is None else np.asarray(v.const).tobytes())
+                   for name, v in sorted(graph.values.items()))
+    return graph.inputs, graph.outputs, nodes, values
+
+
+def test_a_quantizer_reused_across_options_gives_what_fresh_ones_give(digits_profile) -> None:
+    """The budget imports a model once and quantizes it hundreds of times: the quantizer must
+    leave the shared fp32 graph as it found it."""
+    quantizer = Quantizer(DIGITS / "model.onnx", digits_profile)
+    before = _fingerprint(quantizer.graph)
+    options = [QuantOptions(), OPTIONS.quant, QuantOptions(calibration="mse", int16_tensors=("input",))]
+    reused = [_fingerprint(quantizer(o).qgraph) for o in options + options[:1]]
+    assert _fingerprint(quantizer.graph) == before
+    fresh = [_fingerprint(quantize_model(DIGITS / "model.onnx", digits_profile, o).qgraph)
+             for o in options]
+    assert reused == fresh + fresh[:1]
+    with pytest.raises(ValueError, match="equalize"):
+        quantizer(QuantOptions(equalize="exact"))
