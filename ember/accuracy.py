@@ -56,8 +56,10 @@ class Evaluation:
     samples: int | None = None
     per_layer: bool = False
     # With per_layer: each tensor's effect on the output, kept at full precision and alone
-    # quantized (`ember.sensitivity`).
+    # quantized (`ember.sensitivity`); without `alone`, only the gains (what a budget ranks by:
+    # half the runs).
     sensitivity: bool = False
+    alone: bool = True
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
     batch: int | None = None  # samples the simulator runs at once (None: `Machine.batch`)
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
@@ -393,7 +395,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         progress("tensor sensitivities", 0, None)
         found, by_weight = sensitivities(
             qgraph, [k[0] for k in kept], [k[1] for k in kept],
-            lambda done, count: progress("tensor sensitivities", done, count), floats)
+            lambda done, count: progress("tensor sensitivities", done, count), floats,
+            evaluation.alone)
         layers = tuple(dataclasses.replace(layer, alone_sqnr_db=found[layer.name].alone_sqnr_db,
                                            gain_db=found[layer.name].gain_db)
                        if layer.name in found else layer for layer in layers)

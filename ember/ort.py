@@ -12,13 +12,17 @@ from ember.errors import EmberError
 
 
 def session(model: onnx.ModelProto | str, threads: int = 0,
-            name: str | None = None, optimize: bool = True) -> ort.InferenceSession:
+            name: str | None = None, optimize: bool = True,
+            prepack: bool = True) -> ort.InferenceSession:
     """A CPU session at the basic optimization level (no contrib ops, no layout changes), or
     with `optimize` False at none (a QDQ model's fp32 arithmetic as written, no Q/DQ pair
     removed); it logs at the default logger's severity, which `ember --debug` raises (ember
     says itself what failed). `name` (the model's file, by default `model` when it is a path)
-    for the error."""
+    for the error. With `prepack` False, constant weights are not repacked for the kernels,
+    so a weight given as a constant sums in the same order as one computed at run time."""
     options = ort.SessionOptions()
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimize \
         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:

@@ -41,18 +41,19 @@ from quantizer.qdq import export_qdq
 
 @dataclass(frozen=True)
 class Sensitivity:
-    alone_sqnr_db: float  # the output's SQNR with this tensor alone quantized
+    alone_sqnr_db: float | None  # the output's SQNR with this tensor alone quantized
     gain_db: float  # the output SQNR gained by keeping this tensor at full precision
 
 
 def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
                   references: Sequence[Mapping[str, np.ndarray]],
                   on_group: Callable[[int, int], None] = lambda done, total: None,
-                  weights: Mapping[str, np.ndarray] | None = None
+                  weights: Mapping[str, np.ndarray] | None = None, alone: bool = True
                   ) -> tuple[dict[str, Sensitivity], dict[str, Sensitivity]]:
     """Each quantized tensor's Sensitivity, by its ONNX name, over `samples` against the fp32
     outputs `references` (one mapping of output name to array per sample); and each weight's
-    in `weights` (an integer weight of `qgraph` by name -> its float values), by that name.
+    in `weights` (an integer weight of `qgraph` by name -> its float values), by that name;
+    without `alone`, the gains only (alone_sqnr_db None: half the runs).
     One onnxruntime session serves every run: each group's DequantizeLinear outputs are
     chosen at run time between the codes and the full-precision value by a boolean input of
     the group's."""
@@ -64,8 +65,9 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
                if name not in groups}
     groups.update({name: {name} for name in weights})
     names = list(groups)
-    switched = _switchable(model, [groups[name] for name in names], floats, weights)
-    session = ort.session(switched, name="the QDQ export", optimize=False)
+    switched = _constants_dequantized(
+        _switchable(model, [groups[name] for name in names], floats, weights))
+    session = ort.session(switched, name="the QDQ export", optimize=False, prepack=False)
     inputs = {i.name for i in model.graph.input}
     outputs = [o.name for o in model.graph.output]
 
@@ -83,7 +85,8 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
     tensors, by_weight = {}, {}
     for k, name in enumerate(names):
         found = tensors if name not in weights else by_weight
-        found[name] = Sensitivity(score(everything - {k}), score({k}) - base)
+        found[name] = Sensitivity(score(everything - {k}) if alone else None,
+                                  score({k}) - base)
         on_group(k + 1, len(names))
     return tensors, by_weight
 
@@ -162,3 +165,39 @@ def _switchable(model: onnx.ModelProto, groups: list[set[str]], floats: Mapping[
         changed.graph.input.append(helper.make_tensor_value_info(_flag(k), TensorProto.BOOL, []))
     return changed
 
+
+
+def _constants_dequantized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each DequantizeLinear of constants replaced by the float constant it
+    computes. onnxruntime's constant folding leaves Q/DQ nodes alone, so it dequantized every
+    weight on every run: 80% of the time of a CRNN's export (its unrolled LSTM's weights), run
+    hundreds of times here. The same float32 arithmetic as the operator, (x - z) * scale with
+    the scale along `axis`; run without prepacking (`ort.session`), a constant weight sums
+    in the order a computed one did, so the outputs do not change (a test holds them bit for
+    bit)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes, folded = [], []
+    for node in model.graph.node:
+        if node.op_type != DEQUANTIZE_LINEAR.name or \
+                not all(name in inits for name in node.input if name):
+            nodes.append(node)
+            continue
+        x, scale, *zero = (numpy_helper.to_array(inits[name]) for name in node.input if name)
+        zero_point = zero[0].astype(np.int64) if zero else np.int64(0)
+        if scale.ndim:  # per axis: along `axis` of x
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % x.ndim
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            scale, zero_point = scale.reshape(shape), np.reshape(zero_point, shape) \
+                if np.ndim(zero_point) else zero_point
+        value = (x.astype(np.int64) - zero_point).astype(np.float32) * scale.astype(np.float32)
+        folded.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+    used = {name for node in nodes for name in node.input} | \
+        {o.name for o in model.graph.output}
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    del changed.graph.node[:], changed.graph.initializer[:]
+    changed.graph.node.extend(nodes)
+    changed.graph.initializer.extend(i for i in [*model.graph.initializer, *folded]
+                                     if i.name in used)
+    return changed
