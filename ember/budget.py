@@ -40,6 +40,10 @@ from quantizer.options import QuantOptions
 MIN_GAIN_DB = 0.0
 # The most configurations measured in one search (each runs every evaluation sample).
 MAX_EVALUATIONS = 16
+# The ranking runs the model twice per tensor and sample (a CRNN: 517 tensors), and its gains
+# are estimates that each configuration's measurement checks: it reads at most this many of the
+# evaluation samples, which a task-metric budget may want by the hundred.
+RANKING_SAMPLES = 32
 
 
 @dataclass(frozen=True)
@@ -154,11 +158,12 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
         raise EmberError("a budget needs --min-sqnr, --max-drop or --min-agreement")
 
     def run(opts: QuantOptions, sensitivity: bool = False) -> AccuracyReport:
+        ranking = dataclasses.replace(evaluation, per_layer=True, sensitivity=True, alone=False,
+                                      samples=min(evaluation.samples or RANKING_SAMPLES,
+                                                  RANKING_SAMPLES))
         with warnings.catch_warnings():  # the final compile says them once
             warnings.simplefilter("ignore")
-            return measure(model_path, profile_path,
-                           dataclasses.replace(evaluation, per_layer=sensitivity,
-                                               sensitivity=sensitivity, alone=False),
+            return measure(model_path, profile_path, ranking if sensitivity else evaluation,
                            opts, input_shapes, progress)
 
     progress("budget: measuring int8", 0, None)

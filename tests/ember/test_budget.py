@@ -263,3 +263,24 @@ def test_a_prefix_inside_a_passed_group_is_verified_before_it_is_measured() -> N
     assert [t for t, _ in candidates.passed_over] == ["t3"]
     for count in range(len(candidates.found) + 1):  # every prefix now quantizes
         gate(candidates.options(count))
+
+
+def test_the_ranking_reads_at_most_ranking_samples_and_no_alone_runs(bad, monkeypatch) -> None:
+    """The ranking is an estimate each measured configuration checks: it reads at most
+    RANKING_SAMPLES of the evaluation samples and only the gains; every configuration reads
+    them all."""
+    seen = []
+    measure = budget.measure
+
+    def recorded(model_path, profile_path, evaluation, *args, **kwargs):
+        seen.append((evaluation.sensitivity, evaluation.samples, evaluation.alone))
+        return measure(model_path, profile_path, evaluation, *args, **kwargs)
+
+    monkeypatch.setattr(budget, "measure", recorded)
+    monkeypatch.setattr(budget, "RANKING_SAMPLES", 5)
+    choice = budget.choose(str(bad / "m.onnx"), str(bad / "p.json"),
+                           budget.Evaluation(str(bad / "eval.npz")), budget.QuantOptions(),
+                           budget.Budget(min_sqnr=18), allow_host=False)
+    assert choice.met
+    assert (True, 5, False) in seen
+    assert all(samples is None for sensitivity, samples, _ in seen if not sensitivity)
