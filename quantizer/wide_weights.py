@@ -48,6 +48,7 @@ from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower
 from quantizer.calibrate import weight_scales
 from quantizer.errors import QuantizeError, QuantizeWarning
+from quantizer.wide import MIN_ARRAY_BITS
 from simulator import numerics
 from simulator.errors import listing
 from simulator.numerics import RANGES
@@ -155,14 +156,19 @@ def input_bits(graph: Graph, name: str, readers: list[Node], most: int, amax: fl
     to `most` (what its other readers allow), for which each reader's weights keep at least
     MIN_WEIGHT_BITS by `pass_bound` (estimated here from the fp32 weights at the quantizer's
     scales, without floors or bias correction; `weight_bits` then decides exactly). `fixed`
-    (a model input, which the host quantizes to all 16 bits): `most`, whatever it leaves."""
+    (a model input, which the host quantizes to all 16 bits): `most`, whatever it leaves.
+    Raises QuantizeError naming the tensor and its readers when even MIN_ARRAY_BITS leave
+    them too few."""
     if fixed or not readers:
         return most
-    for bits in range(most, 1, -1):
+    for bits in range(most, MIN_ARRAY_BITS - 1, -1):
         if all(_weight_bits_left(graph, node, amax, bits, per_channel, power2) >=
                MIN_WEIGHT_BITS for node in readers):
             return bits
-    return 1
+    raise QuantizeError(f"int16 tensor {name!r} and the int16 weights of "
+                        f"{listing([node.name for node in readers], quote=True)}: their int32 "
+                        f"accumulators hold fewer than {MIN_ARRAY_BITS} bits of input codes "
+                        f"times {MIN_WEIGHT_BITS} of weight codes; widen only one of the two")
 
 
 def _weight_bits_left(graph: Graph, node: Node, amax: float, x_bits: int, per_channel: bool,
