@@ -8,6 +8,7 @@ worst-case codes; where the bound leaves too few bits, a one-line refusal."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -71,12 +72,19 @@ def test_both_int16_run_bit_exactly(kind: str, preset: str) -> None:
 
 
 def test_the_node_whose_input_is_int16_takes_int16_weights_too() -> None:
-    """What was refused (`--int16 r --int16-weights c2`) runs: 'r' keeps 16 bits, c2's weights
-    the most bits the four passes' bound leaves (a warning says how many)."""
+    """What was refused (`--int16 r --int16-weights c2`) runs: 'r' and c2's weights share the
+    accumulator's bits, as equally as it allows (`wide_weights.input_bits`), each warning how
+    many it has."""
     make, _ = MODELS["conv"]
-    with pytest.warns(QuantizeWarning, match="int16 weights of node 'c2' \\(Conv\\): "
-                                             "[0-9]+-bit codes against its 16-bit int16 input"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         built = build(make(), QuantOptions(int16_tensors=("r",), int16_weights=("c2",)))
+    said = " / ".join(str(w.message) for w in caught if isinstance(w.message, QuantizeWarning))
+    found = re.search(r"int16 tensor 'r': ([0-9]+)-bit codes.*int16 weights of node 'c2' "
+                      r"\(Conv\): ([0-9]+)-bit codes against its ([0-9]+)-bit int16 input", said)
+    assert found, said
+    x_bits, w_bits, against = (int(g) for g in found.groups())
+    assert x_bits == against and abs(x_bits - w_bits) <= 1 and w_bits >= 9
     assert built.qgraph.values["r"].type.dtype == "int16"
     check_bit_exact(built.qgraph, built.compiled, samples(make(), 2, 2))
 
@@ -276,11 +284,11 @@ def test_worst_case_codes_leave_no_partial_sum_outside_int32(monkeypatch) -> Non
     check_bit_exact(qgraph, built.compiled, extreme)
 
 
-def test_an_inner_tensor_gives_up_bits_so_that_its_reader_keeps_nine() -> None:
+def test_an_inner_tensor_shares_the_bits_with_its_readers_weights() -> None:
     """K = 4096 weights of +-0.01 behind an inner int16 tensor: at 16 bits its reader's
-    weights would keep fewer than 9 bits, so the joint choice narrows the tensor (a warning
-    says how far) and the weights take what is left; inputs far past the calibrated range
-    (every code at the clamp) still run bit-exactly."""
+    weights would keep fewer than 9 bits; the joint choice gives the two as equal bits as the
+    accumulator holds (warnings say how many) and the weights take what is left exactly;
+    inputs far past the calibrated range (every code at the clamp) still run bit-exactly."""
     proto = wide_gemm(4096)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -292,7 +300,7 @@ def test_an_inner_tensor_gives_up_bits_so_that_its_reader_keeps_nine() -> None:
     x_bits = int(np.log2(-producer.attrs["qclamp"][0])) + 1
     codes = qgraph.values["w2"].const
     w_bits = int(np.log2(np.abs(codes).max() + 1)) + 1
-    assert 9 <= x_bits < 16 and w_bits >= 9
+    assert 9 <= x_bits < 16 and w_bits >= 9 and abs(x_bits - w_bits) <= 1
     extreme = [{"x": s["x"] * 1000} for s in samples(proto, 2, 3)]
     mid = run_int8(qgraph, extreme[0], keep_all=True)["mid"]
     assert mid.min() == -2**(x_bits - 1) and mid.max() == 2**(x_bits - 1) - 1
