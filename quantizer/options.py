@@ -45,8 +45,10 @@ class QuantOptions:
     scales take its codes, the others their nearest.
     int16_weights names Conv, Gemm and MatMul nodes (by node name) whose constant weight is
     quantized symmetric to as many bits as their int32 accumulators allow (9 to 15:
-    `quantizer.wide.weight_bits`) and stored int16; the array runs each weight tile as two
-    passes of int8 parts (`numerics.split_weight`). Their input must be 8-bit.
+    `quantizer.wide_weights.weight_bits`) and stored int16; the array runs each weight tile
+    as two passes of int8 parts (`numerics.split_weight`), four when the node's input is int16
+    too (`numerics.wide_passes`), the two widths then chosen jointly
+    (`quantizer.wide_weights.input_bits`).
     """
 
     calibration: str = "minmax"

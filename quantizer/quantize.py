@@ -43,7 +43,7 @@ from quantizer.smooth import smooth_norms
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
                             norm_copies, table_input, wide_values)
 from quantizer.options import QuantOptions
-from quantizer.wide_weights import weight_bits, weight_nodes
+from quantizer.wide_weights import input_bits, weight_bits, weight_nodes
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
 from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
@@ -108,10 +108,18 @@ class _Rewriter:
                                 self.real_range)
         self.g, self.wide = norm_copies(self.g, self.wide)
         self.wide |= set(array_values(self.g, self.opts.int16_tensors, self.keep, self.fused))
+        self.wide_weights = weight_nodes(self.g, self.opts.int16_weights, self.keep)
+        users = self.g.users()
         for name in self.opts.int16_tensors:  # narrowed to what the accumulators hold
             lo, hi = self.real_range(name)
+            # Readers with int16 weights share the accumulator with it: the two widths are
+            # chosen jointly (`wide_weights.input_bits`), the others bound it alone.
+            joint = [node for node in users.get(name, []) if node.name in self.wide_weights]
             bits = accumulator_bits(self.g, name, max(-lo, hi), self.opts.per_channel,
-                                    self.opts.schema == "power2", self.opts.bias_correction)
+                                    self.opts.schema == "power2", self.opts.bias_correction,
+                                    skip={node.name for node in joint})
+            bits = input_bits(self.g, name, joint, bits, max(-lo, hi), self.opts.per_channel,
+                              self.opts.schema == "power2", fixed=name in self.g.inputs)
             if bits < 16 and name in self.g.inputs:
                 raise QuantizeError(f"int16 tensor {name!r}: a model input is quantized by the "
                                     f"host to all 16 bits, and its readers' weights leave "
@@ -126,8 +134,6 @@ class _Rewriter:
                     f"accumulators cannot overflow"), stacklevel=2)
             self.wide_bits[name] = bits
             self.ranges[name] = self.params_over(lo, hi, "int16", bits)
-        self.wide_weights = weight_nodes(self.g, self.opts.int16_weights, self.keep,
-                                         self.dtype_of)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
@@ -869,8 +875,9 @@ def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None
         b = Value(w_name, Type("int16", codes.shape, params), codes)
         return codes, _bias_codes(weight, attrs, r.values[x], b, real, acc_scales)
 
-    return weight_bits(node, attrs, RANGES[r.values[x].type.dtype], px.zero_point[0],
-                       candidate)
+    wide_input = r.values[x].type.dtype == "int16"  # four passes (`wide_weights`)
+    return weight_bits(node, attrs, r.code_range(node.inputs[0]) if wide_input else
+                       RANGES[r.values[x].type.dtype], px.zero_point[0], candidate, wide_input)
 
 
 def _channel_means(r: _Rewriter, x_name: str, where: str) -> np.ndarray | None:

@@ -315,7 +315,8 @@ def _by_constant(graph: Graph, node: Node) -> bool:
 
 
 def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
-                     power2: bool, bias_correction: bool = False) -> int:
+                     power2: bool, bias_correction: bool = False,
+                     skip: frozenset[str] | set[str] = frozenset()) -> int:
     """The most bits b (<= 16) of symmetric int16 codes for tensor `name`, of real range
     [-amax, amax], such that no reader's int32 accumulator can overflow: for every output
     channel c of every reader, 2^(b-1) S_c + min(2^(b-1) B_c + 1, 2^24 + 1) <= 2^31 - 1, where
@@ -327,10 +328,11 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
     half a weight step times the input's mean, K times. A code is at most 2^(b-1) in
     magnitude (the producer clamps to b bits: `numerics.wide_clamp`), so |sum w x + bias| <
     2^31 and the two passes' int32 sum is exact. The weight scales are the quantizer's before
-    any floor (a floor only shrinks codes), so the bound holds for the codes it makes."""
+    any floor (a floor only shrinks codes), so the bound holds for the codes it makes.
+    Readers in `skip` (int16 weights: `wide_weights.input_bits`) are not counted."""
     bits = 16
     for reader in graph.users().get(name, []):
-        if not _by_constant(graph, reader):
+        if not _by_constant(graph, reader) or reader.name in skip:
             continue  # an Add or a table op: the vector unit's int16 operands have no such bound
         row = OPS[reader.op]
         attrs = row.bind(reader.name, reader.attrs)

@@ -12,10 +12,29 @@ code x (the zero point z folded into the bias; a padded tap is x = z): `weight_b
 most bits for which it does, computed from the very codes and int32 biases the quantizer makes
 (the weight scale's floor and bias correction included), not from a bound.
 
-A node whose input is int16 too (`QuantOptions.int16_tensors`) is refused: its accumulator
-holds about 33 - log2(sum |w| / max |w|) bits of product between the two operands, so both
-widened would each get fewer bits than either widened alone, in four passes (shifts 15, 8, 7
-and 0) and with the two widths chosen jointly; widening one of them is the choice offered.
+A node whose input is int16 too (`QuantOptions.int16_tensors`: a model input such as an image
+a stem Conv reads, or a b_x-bit tensor) runs four passes per weight tile, one per input plane
+and weight part (`numerics.wide_passes`: shifts 15, 7, 8 and 0, in that order each tap), and
+the two operands share the accumulator's bits: about b_x + b_w <= 33 - log2(sum |w| / max |w|).
+The widths are chosen jointly (`input_bits`): a model input keeps all 16 bits (the host
+quantizes it so); any other int16 tensor and its readers' weights get bits as equal as the
+accumulator allows, an odd bit to the weights (measured best on EfficientNet-Lite0's stem); each
+weight then takes the most bits left against the tensor's (`weight_bits`).
+
+Why the four passes are exact, and no partial sum overflows. Each pass adds to the int32
+accumulator, modulo 2^32, one of the terms 2^15 x_h w_h, 2^7 x_l w_h, 2^8 x_h w_l, x_l w_l of
+each product x w (x = 2^8 x_h + x_l, x_l in [0, 255]; w = 2^7 w_h + w_l, w_l in [0, 127]); the
+bias is added once more by REQUANT. Whatever the order (taps, K slices, the plan's fused chains,
+BLAS's blocking), every partial sum the machine or the reference forms is a sum of a subset of
+those terms and the bias, so its magnitude is at most sum_k P(x_k) P(w_k) + |bias|, where P is
+`numerics.pass_magnitude` (|high| 2^s + low: the four terms' magnitudes of one product sum to
+P(x) P(w) exactly). `weight_bits` takes b_w such that, with A = max P(x) over the input's codes
+(2^(b_x - 1) + 255 for b_x-bit codes), A sum_k P(w_k) + |bias| <= 2^31 - 1 for every output
+channel: then no partial sum ever leaves int32, and since |x| <= P(x) and |w| <= P(w) neither does
+the true sum, which the accumulator therefore holds exactly. (The int16 input's zero point is 0,
+so the bias carries no folded term, and a padded tap is a code of 0.) The bound is a little
+stricter than the true sum's extremes (P(w) exceeds |w| by twice the low part for a negative w):
+the price of an order the compiler and the machine may change freely.
 """
 
 from __future__ import annotations
@@ -28,7 +47,10 @@ import numpy as np
 from compiler.graph.int8 import Weight
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower
+from quantizer.calibrate import weight_scales
 from quantizer.errors import QuantizeError, QuantizeWarning
+from quantizer.requant import BIAS_CODE_LIMIT
+from quantizer.wide import MIN_ARRAY_BITS
 from simulator import numerics
 from simulator.errors import listing
 from simulator.numerics import RANGES
@@ -38,11 +60,10 @@ MIN_WEIGHT_BITS = 9
 _ARRAY = (Lower.CONV, Lower.GEMM, Lower.MATMUL)
 
 
-def weight_nodes(graph: Graph, names, keep: set[str], dtype_of: Callable[[str], str]
-                 ) -> set[str]:
+def weight_nodes(graph: Graph, names, keep: set[str]) -> set[str]:
     """The nodes `names` checked: each a Conv, Gemm (not transA) or MatMul of an activation
-    by a constant weight (input 1), not kept in fp32, its input 8-bit (`dtype_of` an fp32
-    activation: its integer type). Raises QuantizeError naming the first that is not."""
+    by a constant weight (input 1), not kept in fp32 (its input 8-bit or int16). Raises
+    QuantizeError naming the first that is not."""
     nodes = {node.name: node for node in graph.nodes}
     unknown = [name for name in names if name not in nodes]
     if unknown:
@@ -62,12 +83,6 @@ def weight_nodes(graph: Graph, names, keep: set[str], dtype_of: Callable[[str], 
                 graph.values[node.inputs[0]].is_const:
             raise QuantizeError(f"{where}: only a Conv, Gemm or MatMul of an activation by a "
                                 f"constant weight (its second input) has int16 weights")
-        x = node.inputs[0]
-        if dtype_of(x) == "int16":
-            raise QuantizeError(f"{where}: its input {x!r} is int16 too; both widened would "
-                                f"share the int32 accumulator's bits (four passes, each "
-                                f"operand narrower than widened alone): choose --int16 {x} "
-                                f"or --int16-weights {name}")
     return set(names)
 
 
@@ -89,29 +104,109 @@ def accumulator_extremes(weight: Weight, attrs: Mapping[str, Any], codes: np.nda
     return low, high
 
 
+def pass_bound(weight: Weight, attrs: Mapping[str, Any], codes: np.ndarray,
+               code_range: tuple[int, int], bias: np.ndarray | None) -> np.ndarray:
+    """The bound on every partial sum of an int16 input's and int16 weights' four passes
+    (module docstring), per output: A sum_k P(w_k) + |bias|, A the largest
+    `numerics.pass_magnitude` of the input's codes in `code_range` (zero point 0). Exact in
+    int64, shaped like the bias."""
+    lo, hi = code_range
+    largest = int(numerics.pass_magnitude(np.arange(lo, hi + 1), weights=False).max())
+    bound = largest * weight.b_sum(numerics.pass_magnitude(codes, weights=True), attrs)
+    return bound if bias is None else bound + np.abs(np.asarray(bias, np.int64))
+
+
 def weight_bits(node: Node, attrs: Mapping[str, Any], code_range: tuple[int, int], zero: int,
-                candidate: Callable[[int], tuple[np.ndarray, np.ndarray | None]]) -> int:
+                candidate: Callable[[int], tuple[np.ndarray, np.ndarray | None]],
+                wide_input: bool = False) -> int:
     """The most bits b (at most `numerics.WIDE_WEIGHT_BITS`) of node's int16 weight codes such
     that no accumulator leaves int32 for any input: `candidate(b)` gives the b-bit weight
     codes and the int32 bias codes (zero point folded, bias correction applied) the quantizer
-    would make. Warns (QuantizeWarning) below the most; raises QuantizeError naming the node
-    below MIN_WEIGHT_BITS."""
+    would make. Against an int16 input (`wide_input`, its codes in `code_range`, zero point 0)
+    no partial sum of the four passes may either (`pass_bound`). Warns (QuantizeWarning) below
+    the most; raises QuantizeError naming the node below MIN_WEIGHT_BITS."""
     weight = OPS[node.op].weight
     low_limit, high_limit = RANGES["int32"]
 
     def fits(bits: int) -> bool:
         codes, bias = candidate(bits)
+        if wide_input:
+            return pass_bound(weight, attrs, codes, code_range, bias).max(initial=0) <= \
+                high_limit
         low, high = accumulator_extremes(weight, attrs, codes, code_range, zero, bias)
         return low.min(initial=0) >= low_limit and high.max(initial=0) <= high_limit
 
+    against = f" against its {code_range[1].bit_length() + 1}-bit int16 input" \
+        if wide_input else ""
     bits = next((b for b in range(numerics.WIDE_WEIGHT_BITS, 1, -1) if fits(b)), 1)
     if bits < MIN_WEIGHT_BITS:
         raise QuantizeError(f"int16 weights of node {node.name!r} ({node.op}): its int32 "
-                            f"accumulators hold only {bits}-bit weight codes for every input "
-                            f"(at least {MIN_WEIGHT_BITS} make int16 weights worth their "
-                            f"second pass)")
+                            f"accumulators hold only {bits}-bit weight codes{against} for "
+                            f"every input (at least {MIN_WEIGHT_BITS} make int16 weights worth "
+                            f"their second pass)")
     if bits < numerics.WIDE_WEIGHT_BITS:
         warnings.warn(QuantizeWarning(
-            f"int16 weights of node {node.name!r} ({node.op}): {bits}-bit codes, so that its "
-            f"int32 accumulators cannot overflow"), stacklevel=3)
+            f"int16 weights of node {node.name!r} ({node.op}): {bits}-bit codes{against}, so "
+            f"that its int32 accumulators cannot overflow"), stacklevel=3)
     return bits
+
+
+def input_bits(graph: Graph, name: str, readers: list[Node], most: int, amax: float,
+               per_channel: bool, power2: bool, fixed: bool = False) -> int:
+    """The bits b_x of int16 tensor `name`, of real range [-amax, amax], chosen jointly with
+    the bits b_w its readers with int16 weights (`readers`) then have: b_x at most `most`
+    (what its other readers allow) and at least MIN_ARRAY_BITS, b_w at least MIN_WEIGHT_BITS,
+    the two as equal as the accumulator allows, an odd bit to the weights: the greatest
+    (min(b_x, b_w), b_w). The weights' bits for each b_x are estimated here from the fp32
+    weights at the quantizer's scales by `pass_bound` (bias codes at most BIAS_CODE_LIMIT, as
+    its floors keep them; no bias correction), and decided exactly by `weight_bits`. On
+    EfficientNet-Lite0's stem this rule's (14, 15) made the stem's output 68.7 dB against fp32
+    where (15, 14) made 64.6 and (16, 13), all to the input, 61.5. `fixed` (a model input,
+    which the host quantizes to all 16 bits): `most`, whatever it leaves the weights. Raises
+    QuantizeError naming the tensor and its readers when no pair reaches both minimums."""
+    if fixed or not readers:
+        return most
+    best = None
+    for bits in range(most, MIN_ARRAY_BITS - 1, -1):
+        left = min(_weight_bits_left(graph, node, amax, bits, per_channel, power2)
+                   for node in readers)
+        if left >= MIN_WEIGHT_BITS and (best is None or (min(bits, left), left) >
+                                        (min(best[0], best[1]), best[1])):
+            best = (bits, left)
+        if left == numerics.WIDE_WEIGHT_BITS:  # fewer input bits leave the weights no more
+            break
+    if best is None:
+        raise QuantizeError(f"int16 tensor {name!r} and the int16 weights of "
+                            f"{listing([node.name for node in readers], quote=True)}: their "
+                            f"int32 accumulators hold fewer than {MIN_ARRAY_BITS} bits of input "
+                            f"codes times {MIN_WEIGHT_BITS} of weight codes; widen only one of "
+                            f"the two")
+    return best[0]
+
+
+def _weight_bits_left(graph: Graph, node: Node, amax: float, x_bits: int, per_channel: bool,
+                      power2: bool) -> int:
+    """The most weight bits (<= WIDE_WEIGHT_BITS) `pass_bound` allows node against x_bits-bit
+    input codes of range [-amax, amax], from its fp32 weights and bias; 1 if none."""
+    row = OPS[node.op]
+    attrs = row.bind(node.name, node.attrs)
+    w = np.asarray(graph.values[node.inputs[1]].const, np.float64)
+    axis = row.weight.out_axis(w.ndim, attrs) if per_channel else None
+    real_bias = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        real_bias = np.asarray(graph.values[node.inputs[2]].const, np.float64) * \
+            float(attrs.get("beta", 1.0))
+    x_scale = amax / ((1 << (x_bits - 1)) - 1) if amax > 0 else 1.0
+    code_range = (-(1 << (x_bits - 1)), (1 << (x_bits - 1)) - 1)
+    for bits in range(numerics.WIDE_WEIGHT_BITS, 1, -1):
+        qmax = (1 << (bits - 1)) - 1
+        scales = np.asarray(weight_scales(w, axis, power2, qmax))
+        codes = numerics.quantize(w, scales, 0, -qmax, qmax, axis=axis, arithmetic=np.float64,
+                                  dtype="int16")
+        # The quantizer floors a weight scale so that no bias code exceeds BIAS_CODE_LIMIT.
+        bias = None if real_bias is None else np.minimum(BIAS_CODE_LIMIT, np.abs(
+            np.rint(real_bias / (float(attrs.get("alpha", 1.0)) * x_scale * scales))))
+        if pass_bound(row.weight, attrs, codes, code_range, bias).max(initial=0) <= \
+                RANGES["int32"][1]:
+            return bits
+    return 1

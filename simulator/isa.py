@@ -61,7 +61,9 @@ store -> vector -> compute -> load.
   streams as two passes through the same tile into the same rows, its high plane with shift=8,
   its low plane with x_offset=-128 (the plane holds low byte - 128), each pass costing its
   own cycles; an int16 weight (`numerics.split_weight`) is two tiles, each PRELOADed and
-  streamed in its own pass, its high part's with shift=7 and its low part's with shift=0.
+  streamed in its own pass, its high part's with shift=7 and its low part's with shift=0;
+  an int16 activation through int16 weights is four passes, the shifts added
+  (`numerics.wide_passes`: 15, 7, 8 and 0).
   The strides let one COMPUTE apply one kernel tap of a strided convolution to a whole
   output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by

@@ -66,6 +66,7 @@ def oversize(shape, dtype) -> str | None:
 # float64 represents every integer of magnitude <= 2^53 exactly. See `int_matmul`.
 _EXACT_TERMS = 2**39
 _WIDE_EXACT_TERMS = 2**31  # int16 x int8 products: |product| <= 2^22
+_BOTH_WIDE_EXACT_TERMS = 2**23  # int16 x int16 products: |product| <= 2^30
 
 
 def saturate(x, dtype: str) -> np.ndarray:
@@ -109,12 +110,15 @@ def int_matmul(a, b) -> np.ndarray:
     WIDE_HIGH_SHIFT, low plane less -WIDE_LOW_OFFSET: `array_pass`), since both are the exact
     sum modulo 2^32. Likewise int8 activation codes times int16 weights (`split_weight`: each
     product at most 2^7 * 2^14 = 2^21): the result is the high tile's pass shifted by
-    WEIGHT_HIGH_SHIFT plus the low tile's.
+    WEIGHT_HIGH_SHIFT plus the low tile's. Both int16 (an int16 activation times int16
+    weights: each product at most 2^15 * 2^15 = 2^30), the same argument holds for K <= 2^23,
+    and the result is the four passes' (`wide_passes`).
     """
     a = np.asarray(a)
     b = np.asarray(b)
-    wide = a.dtype == np.int16 or b.dtype == np.int16
-    bound, text = (_WIDE_EXACT_TERMS, "2^31") if wide else (_EXACT_TERMS, "2^39")
+    wide = (a.dtype == np.int16) + (b.dtype == np.int16)
+    bound, text = ((_BOTH_WIDE_EXACT_TERMS, "2^23") if wide == 2 else
+                   (_WIDE_EXACT_TERMS, "2^31") if wide else (_EXACT_TERMS, "2^39"))
     if a.shape[-1] > bound:
         raise SimulatorError(f"int_matmul: K = {a.shape[-1]} exceeds the exact bound {text}")
     product = np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -326,6 +330,30 @@ def split_weight(w) -> tuple[np.ndarray, np.ndarray]:
                              f"[{w.min()}, {w.max()}]")
     low_mask = (1 << WEIGHT_HIGH_SHIFT) - 1
     return (w >> WEIGHT_HIGH_SHIFT).astype(np.int8), (w & low_mask).astype(np.int8)
+
+
+# An int16 activation (`split_wide`) times int16 weights (`split_weight`): four array passes,
+# one per (input plane, weight part), each shifted by the sum of its two weights' shifts.
+def wide_passes() -> tuple[tuple[int, int, int], ...]:
+    """The array passes of an int16 input times int16 weights, in the order the compiler
+    emits them for each tap: (input plane, weight part, COMPUTE shift), plane and part 0 the
+    high one. x = 2^8 x_h + x_l (x_l = low byte + 128, in [0, 255]) and w = 2^7 w_h + w_l
+    (w_l in [0, 127]), so x w = 2^15 x_h w_h + 2^7 x_l w_h + 2^8 x_h w_l + x_l w_l: the shifts
+    15, 7, 8 and 0, the largest COMPUTE's 4-bit field holds (ARRAY_SHIFT_MAX)."""
+    return ((0, 0, WIDE_HIGH_SHIFT + WEIGHT_HIGH_SHIFT), (1, 0, WEIGHT_HIGH_SHIFT),
+            (0, 1, WIDE_HIGH_SHIFT), (1, 1, 0))
+
+
+def pass_magnitude(codes, weights: bool) -> np.ndarray:
+    """|high| 2^s + low of each code as the array's passes see it (int64): int16 weight codes
+    (`weights`, `split_weight`: s = 7, low in [0, 127]) or int16 activation codes
+    (`split_wide`: s = 8, low the byte in [0, 255]). It bounds |code| (equal for codes >= 0),
+    and over an input's and a weight's passes the magnitudes of the four terms of a product
+    (`wide_passes`) sum to exactly pass_magnitude(x) * pass_magnitude(w): any partial sum of
+    the passes' terms, in any order, is at most the sum of these products."""
+    codes = np.asarray(codes, np.int64)
+    shift = WEIGHT_HIGH_SHIFT if weights else WIDE_HIGH_SHIFT
+    return (np.abs(codes >> shift) << shift) + (codes & ((1 << shift) - 1))
 
 
 def extremum(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None,

@@ -244,7 +244,8 @@ class ConvLayer(_Windowed):
     y_plane: int = 0
     # An int16 input (`QuantOptions.int16_tensors`): x is two planes of x_plane bytes, the high
     # one first; each tap streams both through its weight tile, the high plane with COMPUTE
-    # shift=8 and the low one with x_offset=-128 (`numerics.split_wide`); 0: int8.
+    # shift=8 and the low one with x_offset=-128 (`numerics.split_wide`); through int16
+    # weights, four passes a tap, the shifts added (`numerics.wide_passes`); 0: int8.
     x_plane: int = 0
 
     @property

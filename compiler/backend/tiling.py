@@ -304,7 +304,8 @@ def _conv_cost(layer: ConvLayer, t: ConvTiles, arch: Arch, work: int, slices: in
     (`simulator.units.array`'s COMPUTE time, whose skew or weight shift-in small tiles feel).
     `work` counts the K slices computed per pixel tile, `slices` those loaded per tile by a
     whole-layer plan. An int16 input is twice the bytes and two COMPUTEs a tap (its planes);
-    int16 weights are twice the weight bytes and two COMPUTEs a tap (their int8 parts)."""
+    int16 weights are twice the weight bytes and two COMPUTEs a tap (their int8 parts); both
+    are four COMPUTEs a tap (`numerics.wide_passes`), each operand's bytes twice."""
     (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
     tiles = layer.batch * ceil_div(oh, th) * ceil_div(ow, tw)
     blocks = ceil_div(layer.out_channels, t.out_block)

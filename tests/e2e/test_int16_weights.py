@@ -305,8 +305,6 @@ def test_too_few_bits_are_refused() -> None:
                     "an activation by a constant weight"),
     (("c2",), {"keep_fp32": ("c2",)}, "int16 weights of node 'c2' \\(Conv\\): the node is "
                                       "kept in fp32"),
-    (("c2",), {"int16_tensors": ("r",)}, "int16 weights of node 'c2' \\(Conv\\): its input 'r' "
-                                         "is int16 too"),
 ])
 def test_a_node_that_cannot_have_int16_weights_is_named(names, options, message) -> None:
     with pytest.raises(QuantizeError, match=message):

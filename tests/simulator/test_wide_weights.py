@@ -104,3 +104,54 @@ def test_an_assembled_two_tile_gemm_of_int16_weights_batches_exactly():
             insn.op.run(plain, insn)
         np.testing.assert_array_equal(plain.read(program.outputs[0])[0], want)
     assert got[0, 0, 0] == 16 * 128 * (LIMIT - 1)
+
+
+# An int16 input times int16 weights: four passes (`numerics.wide_passes`).
+PLANE_OFFSETS = (0, -numerics.WIDE_LOW_OFFSET)  # the low plane holds byte - 128
+
+
+def test_the_four_passes_weigh_each_plane_and_part_by_their_shifts():
+    """x w = 2^15 x_h w_h + 2^7 x_l w_h + 2^8 x_h w_l + x_l w_l for every int16 x (x_l the low
+    byte) and 15-bit w; the shifts fit COMPUTE's field; the magnitudes of the four terms sum to
+    pass_magnitude(x) * pass_magnitude(w), which bounds |x w|."""
+    assert [s for _, _, s in numerics.wide_passes()] == [15, 7, 8, 0]
+    assert max(s for _, _, s in numerics.wide_passes()) <= numerics.ARRAY_SHIFT_MAX
+    x = np.arange(-2**15, 2**15, dtype=np.int64)[:, None]
+    w = np.array([-LIMIT, -LIMIT + 1, -129, -128, -127, -1, 0, 1, 127, 128, LIMIT - 1])[None, :]
+    planes = [np.asarray(p, np.int64) - offset
+              for p, offset in zip(numerics.split_wide(x), PLANE_OFFSETS)]
+    parts = [np.asarray(p, np.int64) for p in numerics.split_weight(w)]
+    terms = [(planes[i] * parts[j]) << s for i, j, s in numerics.wide_passes()]
+    np.testing.assert_array_equal(sum(terms), x * w)
+    np.testing.assert_array_equal(sum(np.abs(t) for t in terms),
+                                  numerics.pass_magnitude(x, weights=False) *
+                                  numerics.pass_magnitude(w, weights=True))
+    assert (numerics.pass_magnitude(x, weights=False) >= np.abs(x)).all()
+    assert (numerics.pass_magnitude(w, weights=True) >= np.abs(w)).all()
+    assert numerics.pass_magnitude(x, weights=False).max() == 2**15 + 255
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 700))
+def test_four_passes_equal_the_int16_by_int16_product(seed, k):
+    """Each plane (less its offset) through each weight part, `array_pass` by `wide_passes`:
+    the integer reference's `int_matmul` of the int16 codes by the int16 weights, wrapping
+    alike (full-range codes: the true sum may leave int32 here)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**15, 2**15, (6, k)).astype(np.int16)
+    w = rng.integers(-LIMIT, LIMIT, (k, 5)).astype(np.int16)
+    planes = [numerics.centre(p, offset) for p, offset in zip(numerics.split_wide(x),
+                                                              PLANE_OFFSETS)]
+    parts = numerics.split_weight(w)
+    acc = None
+    for plane, part, shift in numerics.wide_passes():
+        acc = numerics.array_pass(acc, planes[plane], parts[part], shift)
+    exact = x.astype(np.int64) @ w.astype(np.int64)
+    np.testing.assert_array_equal(acc, numerics.wrap32(exact))
+    np.testing.assert_array_equal(numerics.int_matmul(x, w), acc)
+
+
+def test_int16_by_int16_products_are_exact_to_2_23_terms():
+    with pytest.raises(SimulatorError, match="exceeds the exact bound 2\\^23"):
+        numerics.int_matmul(np.zeros((1, 2**23 + 1), np.int16),
+                            np.zeros((2**23 + 1, 1), np.int16))

@@ -5,7 +5,7 @@ convolution's padding filled by the input zero point (`pad_value`); each kernel 
 PRELOAD of a k x n weight tile plus one COMPUTE whose outer and inner strides walk the window at
 the convolution's stride and dilation (int16 weights: two such pairs, the weight's high int8 part
 with COMPUTE shift=7, then its low part, `numerics.split_weight`; an int16 input: two COMPUTEs,
-its planes). No im2col copy exists anywhere. The first COMPUTE of a
+its planes; both: four, `numerics.wide_passes`). No im2col copy exists anywhere. The first COMPUTE of a
 tile overwrites its accumulator rows, the others accumulate, and one REQUANT per tile adds the
 int32 bias (the third row of the parameter block, REQUANT bias=1: no DMA into every
 accumulator row) and applies the node's own per-channel multipliers and shifts, output zero
@@ -296,12 +296,16 @@ def conv_steps(layer: ConvLayer, tiles: ConvTiles, ctx: Context, image: ImageBui
                     body.append(instruction(node, isa.PRELOAD, sp=w_row + t * k, k=k))
                     tap_row = x_row if tiles.blocked_input else x_row + dy * iw + dx
                     if layer.x_plane:  # the high plane weighs 2^8, the low one is byte - 128
+                        # (times an int16 weight part's own 2^7 or 1: `numerics.wide_passes`)
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row,
                                                 k=k, n=n, accumulate=0 if first else 1,
-                                                shift=numerics.WIDE_HIGH_SHIFT, **stream))
+                                                shift=numerics.WIDE_HIGH_SHIFT + shift,
+                                                **stream))
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row + low_gap,
                                                 acc=acc_row, k=k, n=n, accumulate=1,
-                                                x_offset=-numerics.WIDE_LOW_OFFSET, **stream))
+                                                x_offset=-numerics.WIDE_LOW_OFFSET,
+                                                **({"shift": shift} if shift else {}),
+                                                **stream))
                     else:  # an int16 weight's high part weighs 2^7 (`split_weight`)
                         body.append(instruction(node, isa.COMPUTE, sp=tap_row, acc=acc_row,
                                                 k=k, n=n, accumulate=0 if first else 1,

@@ -38,7 +38,7 @@ def lower_conv(lw: Walk, node: Node) -> None:
                                                  a["dilations"], a["pads"], a["auto_pad"])
     assert tuple(out) == (oh, ow)
     group = int(a["group"])
-    dense = _expand_groups(_weight_codes(lw, node, w, x_plane), group, cin)
+    dense = _expand_groups(_weight_codes(w), group, cin)
     bias = _bias(lw, node, 2, cout)
     wide = lw.g.type_of(y).dtype == "int16"  # a spectrum's part, into its magnitude
     y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)), not wide)
@@ -131,16 +131,11 @@ def _phase(r: int, size: int, out: int, kernel: int, stride: int, dilation: int,
     return r, taps, spacing, crop, (max(0, begin), max(0, end)), count
 
 
-def _weight_codes(lw: Walk, node: Node, w: np.ndarray, x_plane: int) -> np.ndarray:
+def _weight_codes(w: np.ndarray) -> np.ndarray:
     """A constant weight's codes as the layer holds them: int8, or int16
-    (`QuantOptions.int16_weights`), which the array reads as two int8 parts; not against an
-    int16 input (the quantizer refuses both on one node)."""
-    if np.asarray(w).dtype != np.int16:
-        return np.asarray(w, np.int8)
-    if x_plane:
-        raise unsupported(node, f"its weight {node.inputs[1]!r} and its input "
-                                f"{node.inputs[0]!r} are both int16")
-    return np.asarray(w, np.int16)
+    (`QuantOptions.int16_weights`), which the array reads as two int8 parts (four passes
+    against an int16 input: `numerics.wide_passes`)."""
+    return np.asarray(w, np.int16 if np.asarray(w).dtype == np.int16 else np.int8)
 
 
 def _expand_groups(w: np.ndarray, group: int, cin: int) -> np.ndarray:
@@ -258,7 +253,7 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     n_out = weights.shape[0]
     tensor = lw.source(node, x)
     x_plane = lw.wide_input(node, x)
-    weights = _weight_codes(lw, node, weights, x_plane)
+    weights = _weight_codes(weights)
     if x in lw.views:
         return _matmul_view(lw, node, weights, bias_index)
     order = lw.layouts[tensor].order().reshape(m, k)
