@@ -396,7 +396,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         found, by_weight = sensitivities(
             qgraph, [k[0] for k in kept], [k[1] for k in kept],
             lambda done, count: progress("tensor sensitivities", done, count), floats,
-            evaluation.alone)
+            evaluation.alone, where)
         layers = tuple(dataclasses.replace(layer, alone_sqnr_db=found[layer.name].alone_sqnr_db,
                                            gain_db=found[layer.name].gain_db)
                        if layer.name in found else layer for layer in layers)

@@ -27,6 +27,7 @@ from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph
 from compiler.graph.ops import OPS
 from ember.accuracy import Evaluation, measure
+from ember.cluster import Where
 from ember.errors import EmberError
 from ember.flow import Quantizer
 from ember.reports.accuracy import AccuracyReport
@@ -151,9 +152,10 @@ class BudgetMissed(EmberError):
 def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: QuantOptions,
            budget: Budget, allow_host: bool,
            input_shapes: Mapping[str, Sequence[int]] | None = None,
-           progress: Progress = quiet) -> Choice:
+           progress: Progress = quiet, where: Where = Where()) -> Choice:
     """The fewest ranked tensors to raise so that `budget` holds on `evaluation` (see the
-    module docstring); raises BudgetMissed, carrying the best measured, when none does."""
+    module docstring); raises BudgetMissed, carrying the best measured, when none does.
+    `where` (--cluster) runs each measurement's samples and the ranking's runs in shards."""
     if not budget.given:
         raise EmberError("a budget needs --min-sqnr, --max-drop or --min-agreement")
 
@@ -164,7 +166,7 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
         with warnings.catch_warnings():  # the final compile says them once
             warnings.simplefilter("ignore")
             return measure(model_path, profile_path, ranking if sensitivity else evaluation,
-                           opts, input_shapes, progress)
+                           opts, input_shapes, progress, where=where)
 
     progress("budget: measuring int8", 0, None)
     baseline = run(options)

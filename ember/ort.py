@@ -11,7 +11,7 @@ import onnxruntime as ort
 from ember.errors import EmberError
 
 
-def session(model: onnx.ModelProto | str, threads: int = 0,
+def session(model: onnx.ModelProto | str | bytes, threads: int = 0,
             name: str | None = None, optimize: bool = True,
             prepack: bool = True) -> ort.InferenceSession:
     """A CPU session at the basic optimization level (no contrib ops, no layout changes), or

@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph
 from compiler.graph.ops import CLIP, DEQUANTIZE_LINEAR, OPS, QUANTIZE_LINEAR, WHERE
-from ember import ort
+from ember import cluster, ort
 from ember.reports.metrics import ErrorStats
 from quantizer.qdq import export_qdq
 
@@ -48,7 +48,8 @@ class Sensitivity:
 def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
                   references: Sequence[Mapping[str, np.ndarray]],
                   on_group: Callable[[int, int], None] = lambda done, total: None,
-                  weights: Mapping[str, np.ndarray] | None = None, alone: bool = True
+                  weights: Mapping[str, np.ndarray] | None = None, alone: bool = True,
+                  where: cluster.Where = cluster.Where()
                   ) -> tuple[dict[str, Sensitivity], dict[str, Sensitivity]]:
     """Each quantized tensor's Sensitivity, by its ONNX name, over `samples` against the fp32
     outputs `references` (one mapping of output name to array per sample); and each weight's
@@ -56,7 +57,8 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
     without `alone`, the gains only (alone_sqnr_db None: half the runs).
     One onnxruntime session serves every run: each group's DequantizeLinear outputs are
     chosen at run time between the codes and the full-precision value by a boolean input of
-    the group's."""
+    the group's. The runs are shards for `where` (--cluster), each process with its own
+    one-thread session, so the figures are the same wherever they run."""
     model = export_qdq(qgraph)
     floats = {node.output[0]: node.input[0] for node in model.graph.node
               if node.op_type == QUANTIZE_LINEAR.name}
@@ -67,28 +69,65 @@ def sensitivities(qgraph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
     names = list(groups)
     switched = _constants_dequantized(
         _switchable(model, [groups[name] for name in names], floats, weights))
-    session = ort.session(switched, name="the QDQ export", optimize=False, prepack=False)
     inputs = {i.name for i in model.graph.input}
-    outputs = [o.name for o in model.graph.output]
-
-    def score(full_precision: set[int]) -> float:
-        flags = {_flag(k): np.array(k in full_precision) for k in range(len(names))}
-        error = ErrorStats()
-        for feeds, reference in zip(samples, references):
-            got = ort.run(session, {**{k: v for k, v in feeds.items() if k in inputs}, **flags})
-            for name in outputs:
-                error.add(reference[name], got[name])
-        return error.sqnr_db
-
-    everything = set(range(len(names)))
-    base = score(set())
+    scoring = _Scoring(switched.SerializeToString(), len(names),
+                       [{k: v for k, v in feeds.items() if k in inputs} for feeds in samples],
+                       list(references), [o.name for o in model.graph.output])
+    everything = frozenset(range(len(names)))
+    # Each run: the groups at full precision. The first is none (the base).
+    runs = [frozenset()] + [frozenset({k}) for k in range(len(names))]
+    if alone:
+        runs += [everything - {k} for k in range(len(names))]
+    scores: list[float | None] = [None] * len(runs)
+    chunk = max(1, min(RUNS_PER_SHARD, len(runs) // (4 * max(1, where.processes))))
+    shards = [runs[i:i + chunk] for i in range(0, len(runs), chunk)]
+    done = 0
+    with cluster.Cluster(where) as running:
+        for index, found in running.run(_score_shard, cluster.Shared(scoring), shards):
+            scores[index * chunk:index * chunk + len(found)] = found
+            done += len(found)
+            on_group(min(len(names), done * len(names) // len(runs)), len(names))
+    base = scores[0]
     tensors, by_weight = {}, {}
     for k, name in enumerate(names):
         found = tensors if name not in weights else by_weight
-        found[name] = Sensitivity(score(everything - {k}) if alone else None,
-                                  score({k}) - base)
-        on_group(k + 1, len(names))
+        found[name] = Sensitivity(scores[1 + len(names) + k] if alone else None,
+                                  scores[1 + k] - base)
     return tensors, by_weight
+
+
+# Runs (a model run per sample each) in one shard: few enough to spread over the workers.
+RUNS_PER_SHARD = 16
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """What every shard needs: the switchable export, its group count, the samples (the
+    model's inputs only) and their fp32 outputs, and the outputs compared."""
+
+    model: bytes
+    groups: int
+    samples: list
+    references: list
+    outputs: list
+
+
+def _score_shard(shared: cluster.Shared, runs: list[frozenset]) -> list[float]:
+    """The output SQNR of each run (the groups it names at full precision) over every
+    sample, in a one-thread session built once per worker."""
+    scoring: _Scoring = shared.payload
+    session = cluster.cached(shared, "sensitivity session", lambda: ort.session(
+        scoring.model, threads=1, name="the QDQ export", optimize=False, prepack=False))
+    scores = []
+    for full_precision in runs:
+        flags = {_flag(k): np.array(k in full_precision) for k in range(scoring.groups)}
+        error = ErrorStats()
+        for feeds, reference in zip(scoring.samples, scoring.references):
+            got = ort.run(session, {**feeds, **flags})
+            for name in scoring.outputs:
+                error.add(reference[name], got[name])
+        scores.append(error.sqnr_db)
+    return scores
 
 
 def _groups(qgraph: Graph, floats: Mapping[str, str]) -> dict[str, set[str]]:

@@ -15,9 +15,10 @@ from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation
 from ember.budget import Budget, BudgetMissed, Choice, choose
-from ember.commands.options import (data_options, image_options_from, input_shape_option,
-                                    json_option, model_argument, quant_options_from,
-                                    quantization_options, warn_if_synthetic)
+from ember.cluster import Where
+from ember.commands.options import (cluster_option, data_options, image_options_from,
+                                    input_shape_option, json_option, model_argument,
+                                    quant_options_from, quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from ember.progress import progress_bar
@@ -64,11 +65,13 @@ from simulator.errors import listing
               help="Labels for --max-drop (one class index per sample, or one-hot rows), when "
                    "--data holds none.")
 @input_shape_option
+@cluster_option
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
              min_agreement: float | None, data: str | None, samples: int | None, labels_path: str | None,
-             input_shapes: tuple[str, ...], as_json: bool, **quant_kwargs) -> None:
+             input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
+             **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -85,7 +88,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     With --min-sqnr, --max-drop or --min-agreement and evaluation --data, the fewest tensors
     and layers' weights are raised above int8 until the budget holds (mixed precision); the
     summary lists them and what they cost in cycles and DRAM bytes against the all-int8
-    program.
+    program. The search measures many configurations: --cluster local:N runs each one's
+    samples, and the ranking's runs, in N processes (the choice is the same).
 
     \b
     Examples:
@@ -115,7 +119,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
         if data is not None:
             choice = _within_budget(model, profile_path, options, budget, allow_host,
                                     Evaluation(data=data, labels=labels_path, samples=samples,
-                                               images=images), progress)
+                                               images=images), progress, cluster)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
         built = compile_model(model, profile_path, options, target, progress)
@@ -149,11 +153,11 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
 
 
 def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
-                   allow_host: bool, evaluation: Evaluation, progress) -> Choice:
+                   allow_host: bool, evaluation: Evaluation, progress, where: Where) -> Choice:
     """The search's choice; a missed budget is exit 3 with the best measured, no program."""
     try:
         return choose(model, profile_path, evaluation, options.quant, budget, allow_host,
-                      options.input_shapes, progress)
+                      options.input_shapes, progress, where)
     except BudgetMissed as missed:
         click.echo(f"ember: budget not met, no program written: {missed}", err=True)
         sys.exit(3)

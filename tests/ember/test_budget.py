@@ -70,6 +70,14 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     assert report["outputs"][0]["sqnr_db"] == pytest.approx(after["outputs"][0]["sqnr_db"])
 
 
+def test_a_search_in_two_processes_chooses_what_one_does(bad) -> None:
+    """--cluster local:2 runs each measurement's samples and the ranking's runs in shards:
+    the same figures, the same choice."""
+    one, two = (json.loads(_compile(bad, "--min-sqnr", 18, "--json", "--cluster", where).output)
+                ["budget"] for where in ("local", "local:2"))
+    assert two == one
+
+
 def test_a_budget_already_met_raises_nothing(bad) -> None:
     result = _compile(bad, "--min-sqnr", 5, "--json")
     assert result.exit_code == 0, result.output
