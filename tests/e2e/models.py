@@ -256,3 +256,26 @@ def byte_samples(count: int, seed: int, length: int = 64) -> list[dict]:
             row[int(rng.integers(length // 2, length)):] = 256
         found.append({"bytes": row.astype(np.int32)[None]})
     return found
+
+
+# Every form of a Conv the array runs (kind, attributes, weight shape, output H x W) for
+# `conv_form`: block-diagonal tiles, strided with uneven padding, dilated, whole channel blocks.
+CONV_FORMS = [
+    ("grouped", dict(group=4, pads=[1, 1, 1, 1]), (16, 5, 3, 3), (9, 9)),
+    ("depthwise", dict(group=20, pads=[1, 1, 1, 1]), (20, 1, 3, 3), (9, 9)),
+    ("strided", dict(strides=[2, 2], pads=[1, 0, 2, 1]), (16, 20, 3, 3), (5, 4)),
+    ("dilated", dict(dilations=[2, 2], pads=[2, 2, 2, 2]), (16, 20, 3, 3), (9, 9)),
+    ("pointwise", dict(), (16, 20, 1, 1), (9, 9)),
+]
+
+
+def conv_form(attrs: dict, weight: tuple[int, ...], out_hw: tuple[int, int], seed: int = 5):
+    """x [2, 3, 9, 9] -> Conv c1 (3x3, 20 channels) -> mid -> Conv c2 of one of `CONV_FORMS`
+    -> y: the form under test reads an activation of 20 channels."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], name="c2", **attrs)]
+    return model(nodes, {"x": [2, 3, 9, 9]}, {"y": [2, weight[0], *out_hw]},
+                 {"w1": rng.normal(0, .3, (20, 3, 3, 3)).astype(np.float32),
+                  "w2": rng.normal(0, .1, weight).astype(np.float32),
+                  "b2": rng.normal(0, .1, weight[0]).astype(np.float32)})

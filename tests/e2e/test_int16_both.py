@@ -27,7 +27,9 @@ from compiler.graph.ops import OPS, int8_attrs
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
 from simulator.machine import State
-from tests.e2e.flow import check_bit_exact, compute_cycles, value_sqnr_db
+from tests.e2e.flow import (assert_busy_is_own_cycles, check_bit_exact, compute_cycles,
+                            value_sqnr_db)
+from tests.e2e.models import CONV_FORMS, conv_form
 from tests.e2e.test_int16_array import wide_gemm
 from tests.e2e.test_int16_weights import MODELS, build, samples, signed_gemm
 from tests.onnx_builder import model
@@ -89,24 +91,12 @@ def test_the_node_whose_input_is_int16_takes_int16_weights_too() -> None:
     check_bit_exact(built.qgraph, built.compiled, samples(make(), 2, 2))
 
 
-@pytest.mark.parametrize("kind, attrs, weight, out_hw", [
-    ("grouped", dict(group=4, pads=[1, 1, 1, 1]), (16, 5, 3, 3), (9, 9)),
-    ("depthwise", dict(group=20, pads=[1, 1, 1, 1]), (20, 1, 3, 3), (9, 9)),
-    ("strided", dict(strides=[2, 2], pads=[1, 0, 2, 1]), (16, 20, 3, 3), (5, 4)),
-    ("dilated", dict(dilations=[2, 2], pads=[2, 2, 2, 2]), (16, 20, 3, 3), (9, 9)),
-    ("pointwise", dict(), (16, 20, 1, 1), (9, 9)),
-])
+@pytest.mark.parametrize("kind, attrs, weight, out_hw", CONV_FORMS)
 def test_every_convolution_form_is_bit_exact(kind, attrs, weight, out_hw) -> None:
     """Grouped and depthwise (block-diagonal tiles), strided with uneven padding (the low
     plane's padding is the code of 0's low byte), dilated, and a 1x1 (whole channel blocks,
     both planes), on every preset."""
-    rng = np.random.default_rng(5)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], name="c2", **attrs)]
-    proto = model(nodes, {"x": [2, 3, 9, 9]}, {"y": [2, weight[0], *out_hw]},
-                  {"w1": rng.normal(0, .3, (20, 3, 3, 3)).astype(np.float32),
-                   "w2": rng.normal(0, .1, weight).astype(np.float32),
-                   "b2": rng.normal(0, .1, weight[0]).astype(np.float32)})
+    proto = conv_form(attrs, weight, out_hw)
     options = QuantOptions(int16_tensors=("mid",), int16_weights=("c2",))
     for preset in PRESETS:
         with warnings.catch_warnings():
@@ -193,12 +183,9 @@ def test_the_node_takes_four_times_the_array_time_as_the_cost_model_says(kind, p
             assert cycles == factor * compute_cycles(other.compiled.program, "n")
             compared += 1
     assert compared == (1 if kind == "conv" else 3)
-    program = both.compiled.program
-    result = machine.run(program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
-    busy = next(layer for layer in result.stats.layers if layer.name == "n").busy
-    own = sum(i.op.cycles(arch, i) for i, source in zip(program.instructions, program.source)
-              if source == "n" and i.queue == "compute")
-    assert busy["array"] == own
+    assert_busy_is_own_cycles(both.compiled.program, "n", "array", "compute")
+    result = machine.run(both.compiled.program, {b.name: np.zeros(b.shape, b.dtype)
+                                                 for b in both.compiled.program.inputs})
     assert result.stats.macs == both.compiled.summary.array_macs
 
 

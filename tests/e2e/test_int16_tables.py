@@ -21,9 +21,10 @@ from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
-from simulator import isa, machine, numerics
+from simulator import isa, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, output_sqnr_db, value_sqnr_db
+from tests.e2e.flow import (assert_busy_is_own_cycles, check_bit_exact, output_sqnr_db,
+                            value_sqnr_db)
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -255,12 +256,7 @@ def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset
     assert sum(i.args["rows"] for i in _luts(wide.compiled.program)) == \
         sum(i.args["rows"] for i in _luts(narrow.compiled.program))
     assert cycles(wide.compiled.program) == passes * cycles(narrow.compiled.program)
-    program = wide.compiled.program
-    result = machine.run(program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
-    busy = next(layer for layer in result.stats.layers if layer.name == "act").busy
-    own = sum(i.op.cycles(arch, i) for i, source in zip(program.instructions, program.source)
-              if source == "act" and i.queue == "vector")
-    assert busy["vector"] == own
+    assert_busy_is_own_cycles(wide.compiled.program, "act", "vector", "vector")
 
 
 @pytest.mark.parametrize("name, nodes, inits, why", [

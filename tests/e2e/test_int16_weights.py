@@ -25,6 +25,7 @@ from quantizer.reference import run_int8
 from simulator import isa, machine, numerics
 from simulator.arch import Arch
 from tests.e2e.flow import check_bit_exact, compute_cycles, output_sqnr_db
+from tests.e2e.models import CONV_FORMS, conv_form
 from tests.e2e.test_int16_array import gemm_gemm, matmul_matmul
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
@@ -95,24 +96,12 @@ def test_a_tap_packed_first_layer_with_int16_weights_is_bit_exact() -> None:
         check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 4))
 
 
-@pytest.mark.parametrize("kind, attrs, weight, out_hw", [
-    ("grouped", dict(group=4, pads=[1, 1, 1, 1]), (16, 5, 3, 3), (9, 9)),
-    ("depthwise", dict(group=20, pads=[1, 1, 1, 1]), (20, 1, 3, 3), (9, 9)),
-    ("strided", dict(strides=[2, 2], pads=[1, 1, 1, 1]), (16, 20, 3, 3), (5, 5)),
-    ("dilated", dict(dilations=[2, 2], pads=[2, 2, 2, 2]), (16, 20, 3, 3), (9, 9)),
-    ("pointwise", dict(), (16, 20, 1, 1), (9, 9)),
-])
+@pytest.mark.parametrize("kind, attrs, weight, out_hw", CONV_FORMS)
 def test_every_convolution_form_is_bit_exact(kind, attrs, weight, out_hw) -> None:
     """Grouped and depthwise (dense block-diagonal tiles, zero blocks skipped), strided,
     dilated and padded ones, and a 1x1 (its input loaded as whole channel blocks), on every
     preset."""
-    rng = np.random.default_rng(5)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["mid"], name="c1", pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], name="c2", **attrs)]
-    proto = model(nodes, {"x": [2, 3, 9, 9]}, {"y": [2, weight[0], *out_hw]},
-                  {"w1": rng.normal(0, .3, (20, 3, 3, 3)).astype(np.float32),
-                   "w2": rng.normal(0, .1, weight).astype(np.float32),
-                   "b2": rng.normal(0, .1, weight[0]).astype(np.float32)})
+    proto = conv_form(attrs, weight, out_hw)
     for preset in PRESETS:
         built = build(proto, _wide(["c2"]), preset)
         check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 1))
