@@ -16,7 +16,8 @@ blocks outermost, each block's weights loaded once (weight-stationary), then pix
 slices and taps; or pixel tiles outermost, so the input is read once. A first layer with few
 input channels (RGB) packs several kernel columns into one K slice: its input is kept in DRAM
 with a zero-point border (the model input is written inside it), so overlapping DMA elements of
-kw x C bytes put neighbouring pixels side by side in the lanes.
+kw x C bytes put neighbouring pixels side by side in the lanes; an int16 input has one such copy
+per plane, each slice's two windows then streamed as any int16 input's are.
 """
 
 from __future__ import annotations
