@@ -92,13 +92,14 @@ def bindings(lowered: Lowered, plan: DramPlan,
              padded: dict[str, PaddedInput]) -> tuple[tuple[IOBinding, ...], ...]:
     def binding(b):
         if b.tensor in padded:  # inside its zero-point border, rows of the padded width
-            p = padded[b.tensor]
+            p = padded[b.tensor]  # (an int16 input: each plane inside its own copy's border)
             perm = b.perm or tuple(range(len(b.shape)))
             c = b.shape[perm[1]]  # the tensor's N x C x H x W is the binding's, permuted
             dram = p.address + (p.top * p.width + p.left) * c
             nchw = (p.height * p.width * c, 1, p.width * c, c)
-            return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point, "int8",
-                             transpose_input_strides(perm, nchw))
+            return IOBinding(b.name, dram, b.shape, b.scale, b.zero_point,
+                             "int16" if p.plane else "int8", transpose_input_strides(perm, nchw),
+                             p.plane)
         return IOBinding(b.name, plan.addresses[b.tensor] + b.offset, b.shape, b.scale,
                          b.zero_point, b.dtype, b.strides, b.plane)
     return (tuple(binding(b) for b in lowered.inputs),

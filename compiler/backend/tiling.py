@@ -191,8 +191,9 @@ def _best_tile(out_hw: tuple[int, int], fits) -> tuple[int, int] | None:
 def packed_taps(layer: ConvLayer, arch: Arch) -> int:
     """How many kernel columns fit into K beside each other: with few input channels (an RGB
     first layer), lanes j * C + c take channel c of the pixel j columns right, so one weight
-    tile covers several taps and the array's rows are not left mostly idle."""
-    if layer.dilations[1] != 1 or layer.kernel[1] < 2 or layer.x_plane:
+    tile covers several taps and the array's rows are not left mostly idle. An int16 input
+    packs alike: each plane's copy is read the same way (`codegen.convolution.padded_input`)."""
+    if layer.dilations[1] != 1 or layer.kernel[1] < 2:
         return 1
     g = min(layer.kernel[1], arch.array.rows // layer.in_channels)
     return g if g >= 2 else 1

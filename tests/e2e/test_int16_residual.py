@@ -164,12 +164,14 @@ def test_an_add_that_broadcasts_cannot_take_int16() -> None:
 def test_an_int16_model_input_is_written_by_the_host_as_two_planes(preset) -> None:
     """The model input int16 (the host quantizes it to 16 bits and writes both planes: an
     int16 binding), read by the first Conv on the array: bit-exact, batched; the input's own
-    error 40 dB smaller."""
+    error 40 dB smaller. That Conv packs taps (3 channels), so each plane lives inside its own
+    padded copy: the planes one copy (2 images of 10 x 10 pixels) apart, at its strides."""
     proto = residual()
     built = build(proto, QuantOptions(int16_tensors=("x",)), preset)
     program = built.compiled.program
     (binding,) = program.inputs
-    assert binding.dtype == "int16" and binding.plane == 2 * 3 * 8 * 8
+    assert binding.dtype == "int16" and binding.plane == 2 * 3 * 10 * 10
+    assert binding.strides == (300, 1, 30, 3)
     assert binding.to_dict()["plane"] == binding.plane
     check_bit_exact(built.qgraph, built.compiled, samples(proto, 3, 1))
     if preset == "default":

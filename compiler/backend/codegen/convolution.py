@@ -16,7 +16,8 @@ blocks outermost, each block's weights loaded once (weight-stationary), then pix
 slices and taps; or pixel tiles outermost, so the input is read once. A first layer with few
 input channels (RGB) packs several kernel columns into one K slice: its input is kept in DRAM
 with a zero-point border (the model input is written inside it), so overlapping DMA elements of
-kw x C bytes put neighbouring pixels side by side in the lanes.
+kw x C bytes put neighbouring pixels side by side in the lanes; an int16 input has one such copy
+per plane, each slice's two windows then streamed as any int16 input's are.
 """
 
 from __future__ import annotations
@@ -46,18 +47,24 @@ class PaddedInput:
     width: int
     top: int
     left: int
+    plane: int = 0  # an int16 input: bytes from the high plane's copy to the low one's; 0: int8
 
 
 def padded_input(layer: ConvLayer, tiles: ConvTiles, image: ImageBuilder) -> PaddedInput:
-    """Reserve the zero-point-filled buffer a tap-packed convolution reads its input from."""
+    """Reserve the zero-point-filled buffer a tap-packed convolution reads its input from; an
+    int16 input's two planes each get one, bordered by their own byte of the zero point
+    (`numerics.split_wide`: the low plane's border is -128 for a zero point of 0)."""
     (h, w), (oh, ow) = layer.in_hw, layer.out_hw
     (kh, kw), (sh, sw), (dh, _) = layer.kernel, layer.strides, layer.dilations
     top, left = layer.pads[:2]
     height = max(h + top, (oh - 1) * sh + (kh - 1) * dh + 1)
     width = max(w + left, (ow - 1) * sw + kw)
     size = layer.batch * height * width * layer.in_channels
-    address = image.add(np.full(size, layer.x_zero_point, np.int8).tobytes())
-    return PaddedInput(address, height, width, top, left)
+    borders = (numerics.split_wide(layer.x_zero_point) if layer.x_plane
+               else (layer.x_zero_point,))
+    address = image.add(b"".join(np.full(size, border, np.int8).tobytes()
+                                 for border in borders))
+    return PaddedInput(address, height, width, top, left, size if layer.x_plane else 0)
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,10 @@ def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row
                  padded: PaddedInput | None) -> list[Op]:
     """The input window of one K slice: from the padded copy (tap packing) or the tensor; an
     int16 input's low plane after the high one (its padding the low plane's code of 0)."""
+    if layer.x_plane and padded is not None:  # each plane's copy, the low one's ih * iw rows on
+        return [_slice_input8(node, ctx, layer, chunk, x_row + plane * ih * iw, image_index,
+                              y0, x0, ih, iw, padded, plane * padded.plane)
+                for plane in range(2)]
     if layer.x_plane:
         win = input_window(layer.in_hw, (y0 * layer.strides[0], x0 * layer.strides[1]),
                            (ih, iw), layer.pads[:2])
@@ -129,13 +140,14 @@ def _slice_input(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row
 
 def _slice_input8(node: str, ctx: Context, layer: ConvLayer, chunk: _Chunk, x_row: int,
                   image_index: int, y0: int, x0: int, ih: int, iw: int,
-                  padded: PaddedInput | None) -> Op:
+                  padded: PaddedInput | None, plane: int = 0) -> Op:
+    """One plane's window (`plane`: bytes from the padded copy's start to the plane's)."""
     (h, w), (sh, sw), cin = layer.in_hw, layer.strides, layer.in_channels
     if padded is not None:
         first_pixel = ((image_index * padded.height + y0 * sh) * padded.width + x0 * sw
                        + chunk.first_tap)
         return instruction(node, isa.LOAD, mem="scratchpad", sram=x_row,
-                   dram=padded.address + first_pixel * cin, y_size=ih, x_size=iw,
+                   dram=padded.address + plane + first_pixel * cin, y_size=ih, x_size=iw,
                    elem_bytes=chunk.k, x_stride=cin, y_stride=padded.width * cin)
     win = input_window((h, w), (y0 * sh, x0 * sw), (ih, iw), layer.pads[:2])
     return load_window(node, ctx, layer.x, layer.in_view, image_index, win, chunk.first_channel,
