@@ -18,9 +18,9 @@ from compiler.backend.tiling import conv_array_cycles, tile
 from compiler.pipeline import INT8_PASSES, optimize
 from quantizer.errors import QuantizeWarning
 from quantizer.options import QuantOptions
-from simulator import isa, machine, numerics
+from simulator import isa, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, compute_cycles
+from tests.e2e.flow import assert_busy_is_own_cycles, check_bit_exact, compute_cycles
 from tests.e2e.test_int16_weights import build, samples
 from tests.onnx_builder import model
 
@@ -127,12 +127,7 @@ def test_the_stem_takes_two_and_four_times_the_int8_array_time(shape: str, prese
         (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
         if oh % th == 0 and ow % tw == 0:
             assert cycles == conv_array_cycles(layer, t, arch)
-        program = built.compiled.program
-        result = machine.run(program, {b.name: np.zeros(b.shape, b.dtype)
-                                       for b in program.inputs})
-        busy = next(s for s in result.stats.layers if s.name == "stem").busy
-        assert busy["array"] == sum(i.op.cycles(arch, i) for i, source in zip(
-            program.instructions, program.source) if source == "stem" and i.queue == "compute")
+        assert_busy_is_own_cycles(built.compiled.program, "stem", "array", "compute")
 
 
 def test_the_int8_stem_still_reads_an_int8_padded_copy() -> None:
