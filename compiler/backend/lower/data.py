@@ -292,10 +292,7 @@ def lower_dequantize(lw: Walk, node: Node) -> None:
                                 f"implemented)")
     plane = 0
     if lw.g.type_of(x).dtype == "int16":  # two planes, the high one first (`quantizer.wide`)
-        if x in lw.views or tensor != x:
-            raise unsupported(node, f"its int16 input {x!r} is a view of another tensor (an "
-                                    f"int16 output binding reads its planes whole)")
-        plane = lw.tensors[tensor].size_bytes // 2
+        plane = lw.planes[tensor]
     lw.outputs.append(Binding(y, tensor, shape, float(params.scale[0]),
                                 int(params.zero_point[0]), strides, offset=offset,
                                 dtype="int16" if plane else "int8", plane=plane))
