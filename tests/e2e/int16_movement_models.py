@@ -98,6 +98,22 @@ def conv_transpose():
     return _around(middle, (2 * H, 2 * W), 15)
 
 
+def upsample_concat():
+    """A decoder's merge (a DB text detector's): mid -> nearest Resize x2 -> u; mid ->
+    ConvTranspose 2x2 stride 2 -> t; Concat(u, t) on channels -> m, its producers writing
+    their parts in place."""
+    def middle(rng):
+        up = helper.make_node("Resize", ["mid", "", "scales"], ["u"], name="up", mode="nearest")
+        ct = helper.make_node("ConvTranspose", ["mid", "ct_w", "ct_b"], ["t"], name="ct",
+                              kernel_shape=[2, 2], strides=[2, 2])
+        cat = helper.make_node("Concat", ["u", "t"], ["m"], name="cat", axis=1)
+        return [up, ct, cat], {"scales": np.array([1, 1, 2, 2], np.float32),
+                               "ct_w": (rng.standard_normal((C, 6, 2, 2)) * .3)
+                               .astype(np.float32),
+                               "ct_b": (rng.standard_normal(6) * .1).astype(np.float32)}
+    return _around(middle, (2 * H, 2 * W), 20, head_cin=C + 6)
+
+
 def views():
     """A detection head (PicoDet's): x -> Conv c1 -> head [N, 12, H, W] -> Split on channels
     (4, 8) -> s0, s1; s0 -> Sigmoid -> g -> Reshape [N, 4, H*W] -> Transpose -> y0 [N, H*W, 4];
@@ -151,7 +167,8 @@ def concat_with_mul():
     def middle(rng):
         ca, wa = _conv(rng, "ca", "mid", "a", C, 6)
         cb, wb = _conv(rng, "cb", "mid", "b", C, 6)
-        mul = helper.make_node("Mul", ["a", "b"], ["g"], name="gate")
+        cc, wc = _conv(rng, "cc", "mid", "c", C, 6)
+        mul = helper.make_node("Mul", ["b", "c"], ["g"], name="gate")
         cat = helper.make_node("Concat", ["a", "g"], ["m"], name="cat", axis=1)
-        return [ca, cb, mul, cat], {**wa, **wb}
+        return [ca, cb, cc, mul, cat], {**wa, **wb, **wc}
     return _around(middle, (H, W), 19)
