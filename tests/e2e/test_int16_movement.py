@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from ember.flow import CompileOptions, compile_model, optimized_graph
+from ember.flow import CompileOptions, compile_model, optimized_graph, quantize_model
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
-from simulator import isa
 from tests.e2e import int16_movement_models as models
 from tests.e2e.flow import check_bit_exact, compute_cycles, model_samples, value_sqnr_db
 from tests.onnx_builder import model
@@ -85,7 +84,6 @@ def test_naming_a_views_output_or_its_input_gives_the_same_int16_values(case, na
     make = CASES[case][0]
     proto = make()
     profile = profile_of(proto, model_samples(proto, 8, 0), optimized_graph(proto))
-    from ember.flow import quantize_model
     found = [wide_values(quantize_model(proto, profile,
                                         QuantOptions(int16_tensors=(name,))).qgraph)
              for name in (named, other)]
