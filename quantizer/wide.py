@@ -15,13 +15,19 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1) or a table op's
-(Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) int16 for readers that are
-Convs, Gemms or MatMuls by constant weights, which stream its two planes through the array
-(COMPUTE shift), residual Adds, which read both planes, and table ops, which interpolate
+ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1), a
+table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) or an
+AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) int16 for readers that are Convs,
+ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
+array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
 between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
-codes (`array_values`). Such a tensor's codes are narrowed to the bits its array readers'
-int32 accumulators allow (`accumulator_bits`).
+codes, and averages, which sum whole int16 codes (AVGPOOL in_wide=1) (`array_values`). The
+values that hold the same codes, through views, Slices, Splits, Transposes, Concats, MaxPools
+(MAXPOOL wide=1, a compare of whole values: `numerics.window_max`) and nearest Resizes, are
+one group (`wide_group`): int16 together, in one scale over their ranges, as the int8 path
+gives a Concat's inputs one by Rescales (here each producer requantizes into it, and a copy
+moves each plane). A group's codes are narrowed to the bits its array readers' int32
+accumulators allow (`accumulator_bits`).
 """
 
 from __future__ import annotations

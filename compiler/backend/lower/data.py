@@ -12,6 +12,12 @@ QuantizeLinear at a model input and DequantizeLinear at a model output stay on t
 program's I/O bindings carry their scale and zero point. A Transpose of a model input (an NHWC
 model's first node) is its binding's strides, permuted: the input DMA writes the user's array
 straight into the channels-last order the first layer reads.
+
+**int16 values** (`quantizer.wide`) are two planes of their buffer, the high one first
+(`Walk.planes`): a View places the high plane's elements and the low plane's lie the buffer's
+plane size on, so slices, splits and reshapes of them are Views as of int8 codes, and every
+copy (a Concat's input, a Transpose, a layout copy) moves each plane by its own identity LUT
+(`Walk.copy_view`): twice the vector and DMA work of an int8 copy.
 """
 
 from __future__ import annotations
