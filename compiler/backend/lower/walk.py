@@ -124,10 +124,10 @@ class Walk:
         return self.planes[self.source(node, name)]
 
     def whole_wide(self, node: Node, name: str) -> str:
-        """The tensor holding int16 value `name` whole, both planes, in its buffer's order
-        (for the vector unit's flat int16 operands: ADD, LUT, LAYERNORM, an output binding): its
-        buffer, or when it is a part of one (a slice, a Concat's input) a copy of its own, each
-        plane copied (`copy_view`)."""
+        """The tensor holding int16 value `name` whole, both planes, in its buffer's order (a
+        table LUT's int16 input, read as flat bytes): its buffer, or when it is a part of one
+        (a slice, a Concat's input) a copy of its own, each plane copied (`copy_view`), which
+        later readers share."""
         if name in self.views:
             self.buffer[name] = self.own_copy(node, name)
             del self.views[name]
