@@ -58,6 +58,12 @@ def global_average_pool():
                                                   name="pool")], {}), (1, 1), 12)
 
 
+def global_max_pool():
+    """mid -> GlobalMaxPool -> m."""
+    return _around(lambda rng: ([helper.make_node("GlobalMaxPool", ["mid"], ["m"],
+                                                  name="pool")], {}), (1, 1), 21)
+
+
 def concat():
     """mid -> Conv ca -> a; mid -> Conv cb (Relu fused) -> b; Concat(a, b) on channels -> m."""
     def middle(rng):

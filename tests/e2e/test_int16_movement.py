@@ -40,6 +40,8 @@ CASES = {
                             lambda p: _wide(p, "AVGPOOL", "wide")),
     "global_average_pool": (models.global_average_pool, ("mid",), {"mid"},
                             lambda p: _wide(p, "AVGPOOL", "in_wide")),
+    "global_max_pool": (models.global_max_pool, ("m",), {"mid", "m"},
+                        lambda p: _wide(p, "MAXPOOL", "wide")),
     "concat": (models.concat, ("m",), {"a", "b", "m"}, lambda p: True),
     "resize_nearest": (models.resize_nearest, ("mid",), {"mid", "m"}, lambda p: True),
     "conv_transpose": (models.conv_transpose, ("mid", "up"), {"mid", "up"},
@@ -104,7 +106,7 @@ def test_a_group_shares_one_scale_and_no_value_is_rescaled(case, parts) -> None:
 
 
 # The value measured: the group's value after the movement (its codes are the group's).
-MEASURED = {"max_pool": "m", "average_pool_in_out": "m", "global_average_pool": "mid",
+MEASURED = {"max_pool": "m", "global_max_pool": "m", "average_pool_in_out": "m", "global_average_pool": "mid",
             "concat": "m", "resize_nearest": "m", "conv_transpose": "up",
             "upsample_concat": "m", "views": "y1", "slices": "m", "flatten_gemm": "m"}
 
