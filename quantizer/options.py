@@ -35,11 +35,14 @@ class QuantOptions:
     bring, (W_int8 - W) times the input's per-channel means, which the profile must hold
     (`ember quantize-profile --channel-means`).
     int16_tensors names activations (graph value names, ONNX's) to hold int16: each a Conv's,
-    Gemm's or MatMul's output, a residual Add's or a table op's (Sigmoid, HardSwish, ...) read
-    only by Convs, Gemms and MatMuls by constant weights, which stream its two byte planes
-    through the array, by residual Adds and by table ops, which interpolate between knots by
-    its low byte (`quantizer.wide.array_values`); its codes take as many bits (up to 16) as
-    its readers' int32 accumulators allow (`quantizer.wide.accumulator_bits`).
+    ConvTranspose's, Gemm's or MatMul's output, a residual Add's, a table op's (Sigmoid,
+    HardSwish, ...) or an AveragePool's, read only by Convs, ConvTransposes, Gemms and MatMuls
+    by constant weights, which stream its two byte planes through the array, by residual Adds,
+    by table ops, which interpolate between knots by its low byte, and by AveragePools; with
+    it, every value holding the same codes through views, Slices, Splits, Transposes,
+    Concats, MaxPools and nearest Resizes is int16 too, in one scale
+    (`quantizer.wide.array_values`, `wide_group`); its codes take as many bits (up to 16) as
+    its group's readers' int32 accumulators allow (`quantizer.wide.accumulator_bits`).
     weight_rounding is a file of weight codes chosen for each layer's output on calibration
     data (`ember round-weights`, `quantizer.rounding`); weights it holds at these options'
     scales take its codes, the others their nearest.

@@ -107,33 +107,12 @@ class _Rewriter:
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
         self.g, self.wide = norm_copies(self.g, self.wide)
-        self.wide |= set(array_values(self.g, self.opts.int16_tensors, self.keep, self.fused))
+        groups = array_values(self.g, self.opts.int16_tensors, self.keep, self.fused)
+        for group in groups:
+            self.wide |= set(group)
         self.wide_weights = weight_nodes(self.g, self.opts.int16_weights, self.keep)
-        users = self.g.users()
-        for name in self.opts.int16_tensors:  # narrowed to what the accumulators hold
-            lo, hi = self.real_range(name)
-            # Readers with int16 weights share the accumulator with it: the two widths are
-            # chosen jointly (`wide_weights.input_bits`), the others bound it alone.
-            joint = [node for node in users.get(name, []) if node.name in self.wide_weights]
-            bits = accumulator_bits(self.g, name, max(-lo, hi), self.opts.per_channel,
-                                    self.opts.schema == "power2", self.opts.bias_correction,
-                                    skip={node.name for node in joint})
-            bits = input_bits(self.g, name, joint, bits, max(-lo, hi), self.opts.per_channel,
-                              self.opts.schema == "power2", fixed=name in self.g.inputs)
-            if bits < 16 and name in self.g.inputs:
-                raise QuantizeError(f"int16 tensor {name!r}: a model input is quantized by the "
-                                    f"host to all 16 bits, and its readers' weights leave "
-                                    f"only {bits} inside the int32 accumulator")
-            if bits < MIN_ARRAY_BITS:
-                raise QuantizeError(f"int16 tensor {name!r}: its readers' weights leave only "
-                                    f"{bits} bits of codes inside the int32 accumulator (at "
-                                    f"least {MIN_ARRAY_BITS} make int16 worth its second pass)")
-            if bits < 16:
-                warnings.warn(QuantizeWarning(
-                    f"int16 tensor {name!r}: {bits}-bit codes, so that its readers' int32 "
-                    f"accumulators cannot overflow"), stacklevel=2)
-            self.wide_bits[name] = bits
-            self.ranges[name] = self.params_over(lo, hi, "int16", bits)
+        for group in groups:  # one scale a group, narrowed to what the accumulators hold
+            self._wide_group(group)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
@@ -175,6 +154,50 @@ class _Rewriter:
                 f"{listing(self.uncorrected)}"), stacklevel=2)
         return Graph(self.g.name, self.g.inputs, self.g.outputs, tuple(self.nodes),
                      dict(self.values), self.g.opset, dict(self.origin))
+
+    def _wide_group(self, group: list[str]) -> None:
+        """The parameters of an int16 group (`quantizer.wide.wide_group`: values holding the
+        same codes through views, Concats, MaxPools, ...): one scale over the union of its
+        profiled ranges, its codes of the fewest bits any member's array readers' int32
+        accumulators allow (`accumulator_bits`), so that every producer in the group
+        requantizes into the codes every reader takes."""
+        name = group[0]
+        profiled = [m for m in group if self.onnx_name(m) in self.profile.tensors]
+        ranges = [self.real_range(m) for m in profiled or [name]]
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        inputs = [m for m in group if m in self.g.inputs]
+        users = self.g.users()
+        bits, narrowest = 16, name
+        for member in group:
+            # Readers with int16 weights share the accumulator with it: the two widths are
+            # chosen jointly (`wide_weights.input_bits`), the others bound it alone.
+            joint = [node for node in users.get(member, []) if node.name in self.wide_weights]
+            found = accumulator_bits(self.g, member, max(-lo, hi), self.opts.per_channel,
+                                     self.opts.schema == "power2", self.opts.bias_correction,
+                                     skip={node.name for node in joint})
+            found = input_bits(self.g, member, joint, found, max(-lo, hi),
+                               self.opts.per_channel, self.opts.schema == "power2",
+                               fixed=bool(inputs))
+            if found < bits:
+                bits, narrowest = found, member
+        where = f"int16 tensor {narrowest!r}" + ("" if narrowest == name else
+                                                 f" (with {name!r})")
+        if bits < 16 and inputs:
+            raise QuantizeError(f"{where}: a model input ({inputs[0]!r}) is quantized by the "
+                                f"host to all 16 bits, and its readers' weights leave "
+                                f"only {bits} inside the int32 accumulator")
+        if bits < MIN_ARRAY_BITS:
+            raise QuantizeError(f"{where}: its readers' weights leave only "
+                                f"{bits} bits of codes inside the int32 accumulator (at "
+                                f"least {MIN_ARRAY_BITS} make int16 worth its second pass)")
+        if bits < 16:
+            warnings.warn(QuantizeWarning(
+                f"{where}: {bits}-bit codes, so that its readers' int32 "
+                f"accumulators cannot overflow"), stacklevel=3)
+        params = self.params_over(lo, hi, "int16", bits)
+        for member in group:
+            self.wide_bits[member] = bits
+            self.ranges[member] = params
 
     # -- planning --
 

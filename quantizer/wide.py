@@ -15,13 +15,19 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1) or a table op's
-(Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) int16 for readers that are
-Convs, Gemms or MatMuls by constant weights, which stream its two planes through the array
-(COMPUTE shift), residual Adds, which read both planes, and table ops, which interpolate
+ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1), a
+table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) or an
+AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) int16 for readers that are Convs,
+ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
+array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
 between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
-codes (`array_values`). Such a tensor's codes are narrowed to the bits its array readers'
-int32 accumulators allow (`accumulator_bits`).
+codes, and averages, which sum whole int16 codes (AVGPOOL in_wide=1) (`array_values`). The
+values that hold the same codes, through views, Slices, Splits, Transposes, Concats, MaxPools
+(MAXPOOL wide=1, a compare of whole values: `numerics.window_max`) and nearest Resizes, are
+one group (`wide_group`): int16 together, in one scale over their ranges, as the int8 path
+gives a Concat's inputs one by Rescales (here each producer requantizes into it, and a copy
+moves each plane). A group's codes are narrowed to the bits its array readers' int32
+accumulators allow (`accumulator_bits`).
 """
 
 from __future__ import annotations
@@ -174,82 +180,192 @@ def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:
     return median / ((max(hi, 0.0) - min(lo, 0.0)) / 255)
 
 
-# The array reads an int16 value as two passes of int8 planes (`numerics.split_wide`).
-_ARRAY = (Lower.CONV, Lower.GEMM, Lower.MATMUL)
+# The array reads an int16 value as two passes of int8 planes (`numerics.split_wide`); a
+# ConvTranspose is one convolution per output phase.
+_ARRAY = (Lower.CONV, Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL)
+# The lowerings whose outputs hold their inputs' codes unchanged, in their scale and type:
+# views, copies (Concat, a Transpose or a nearest Resize: identity tables over each plane) and
+# a max (MAXPOOL wide, `numerics.window_max`). An int16 value and the values it flows into or
+# from through them are one group (`wide_group`): int16 all, in one scale.
+_MOVES = (Lower.VIEW, Lower.SLICE, Lower.SPLIT, Lower.TRANSPOSE, Lower.CONCAT, Lower.MAX_POOL,
+          Lower.GLOBAL_MAX_POOL, Lower.RESIZE)
+# The averages the vector unit runs over int16 codes (AVGPOOL in_wide, wide): window sums of
+# whole values, requantized once.
+_AVERAGES = (Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL)
+# An int16 window sums at most this many codes: |sum| <= 2^31, whose product with a Q31
+# multiplier stays inside int64 (`numerics.rescale`).
+MAX_WIDE_WINDOW = 1 << 16
 # A b-bit int16 tensor is clamped by its producer's wide REQUANT, whose 8-bit fields bound the
 # high byte (`numerics.wide_clamp`): b >= 9. Fewer bits would be int8's precision or less.
 MIN_ARRAY_BITS = 9
 
 
-def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]) -> list[str]:
-    """The activations `names` (`QuantOptions.int16_tensors`) checked: each a model input (the
-    host writes its two planes; likewise it reads a model output's) or made by a Conv,
-    Gemm or MatMul by a constant weight (or the Relu fused into its requantization: `fused`,
-    producer name -> clamp), by a residual Add or by a table op (`_table`), read only by such
-    Convs, Gemms and MatMuls as their first input, by residual Adds (`_residual_add`) and by
-    table ops, none of them kept in fp32. Raises QuantizeError naming the first that is
-    not."""
+def moves(graph: Graph, node: Node) -> bool:
+    """Whether `node` carries its inputs' codes to its outputs unchanged (`_MOVES`; a Resize
+    when nearest: a linear one weighs neighbours by ADDs, which read int16 over whole tensors
+    only)."""
+    row = OPS[node.op]
+    if row.lower not in _MOVES:
+        return False
+    return row.lower is not Lower.RESIZE or \
+        row.bind(node.name, node.attrs)["mode"] == "nearest"
+
+
+def moved_inputs(node: Node) -> tuple[str, ...]:
+    """The inputs whose codes a moving node (`moves`) carries: all of a Concat's, else the
+    first (the others are constant parameters: shapes, starts, scales)."""
+    return tuple(node.inputs) if OPS[node.op].lower is Lower.CONCAT else node.inputs[:1]
+
+
+def wide_group(graph: Graph, name: str) -> list[str]:
+    """Activation `name` and every value it reaches through moving nodes (`moves`), either
+    way: into their outputs from their moved inputs, and from a Concat's output or input to
+    its other inputs. They hold the same codes, so they are int16 together and share one
+    scale, as the int8 path's Concat rescales its inputs to one (here none is rescaled: each
+    value's producer writes the group's scale). In graph order of discovery, `name` first."""
     producers, users = graph.producers(), graph.users()
-    out = []
+    group, todo = [name], [name]
+    while todo:
+        value = todo.pop()
+        linked: list[str] = []
+        producer = producers.get(value)
+        if producer is not None and moves(graph, producer):
+            linked += [*moved_inputs(producer), *producer.outputs]
+        for reader in users.get(value, []):
+            if moves(graph, reader) and value in moved_inputs(reader):
+                linked += [*moved_inputs(reader), *reader.outputs]
+        for other in linked:
+            if other and other not in group:
+                group.append(other)
+                todo.append(other)
+    return group
+
+
+def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]
+                 ) -> list[list[str]]:
+    """The activations `names` (`QuantOptions.int16_tensors`) checked, each with its group
+    (`wide_group`: the values it reaches through views, Concats, Transposes, MaxPools and
+    nearest Resizes, which carry its codes unchanged), as the list of the groups. Each value
+    of a group that no moving node makes is a model input (the host writes its two planes;
+    likewise it reads a model output's) or made by a Conv, ConvTranspose, Gemm or MatMul by a
+    constant weight (or the Relu fused into its requantization: `fused`, producer name ->
+    clamp), by a residual Add, by a table op (`_table`) or by an AveragePool or
+    GlobalAveragePool (`_writes`). Every reader that is no moving node of the group is such a
+    Conv, ConvTranspose, Gemm or MatMul as its first input, a residual Add
+    (`_residual_add`), a table op or an AveragePool or GlobalAveragePool (`_check_readers`);
+    none of them is kept in fp32, and a Concat's inputs are activations. Raises
+    QuantizeError naming the first value that is not (and the named tensor, when it was
+    reached through its group)."""
+    producers, users = graph.producers(), graph.users()
+    groups: list[list[str]] = []
     for name in names:
         value = graph.values.get(name)
         if value is None or value.is_const or \
                 (name in graph.inputs and not value.type.dtype.startswith("float")):
             raise QuantizeError(f"int16 tensor {name!r}: not an activation of the model "
                                 f"(a model input or a node's output)")
-        if name in graph.inputs:  # the host quantizes it to both planes (an int16 binding)
-            _check_readers(graph, producers, users, name, keep)
-            out.append(name)
+        if any(name in group for group in groups):
             continue
-        producer = producers[name]
-        clamp = None
-        if OPS[producer.op].quant is Quant.CLAMP and producer.inputs[0] in producers and \
-                fused.get(producers[producer.inputs[0]].name) is producer:
-            clamp, producer = producer, producers[producer.inputs[0]]
-        if clamp is None and producer.name in fused:
-            raise QuantizeError(f"int16 tensor {name!r}: its {fused[producer.name].op} is fused "
-                                f"into {producer.name!r}; name the {fused[producer.name].op}'s "
-                                f"output {fused[producer.name].outputs[0]!r}")
-        if _table(graph, producer) is False:
-            raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
-                                f"{producer.name!r} with a slope per channel; only one table "
-                                f"(a single slope) writes int16")
-        if not (_by_constant(graph, producer) or _residual_add(graph, producers, producer)
-                or _table(graph, producer)) or producer.name in keep:
-            raise QuantizeError(f"int16 tensor {name!r}: made by {producer.op} "
-                                f"{producer.name!r}; only a Conv, Gemm or MatMul by a constant "
-                                f"weight (a Relu fused into it), an Add of two whole tensors "
-                                f"or a table op (Sigmoid, HardSwish, ..., and an Add or "
-                                f"Mul by a scalar) writes int16")
-        _check_readers(graph, producers, users, name, keep)
-        out.append(name)
-    return out
+        group = wide_group(graph, name)
+        for member in group:
+            where = f"int16 tensor {member!r}" + ("" if member == name else
+                                                  f" (with {name!r}, which it flows into or "
+                                                  f"from unchanged)")
+            value = graph.values[member]
+            if value.is_const:
+                raise QuantizeError(f"{where}: a constant; a Concat of int16 values joins "
+                                    f"activations only")
+            if member not in graph.inputs:
+                _check_writer(graph, producers, producers[member], member, where, keep, fused)
+            _check_readers(graph, producers, users, member, keep, where)
+        groups.append(group)
+    return groups
+
+
+def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name: str,
+                  where: str, keep: set[str], fused: dict[str, Node]) -> None:
+    """That `producer` may write int16 value `name`: a moving node of its group, or
+    `_writes`."""
+    if producer.name in keep:
+        raise QuantizeError(f"{where}: made by {producer.op} {producer.name!r}, kept in fp32 "
+                            f"(the host writes fp32)")
+    if moves(graph, producer):
+        return
+    clamp = None
+    if OPS[producer.op].quant is Quant.CLAMP and producer.inputs[0] in producers and \
+            fused.get(producers[producer.inputs[0]].name) is producer:
+        clamp, producer = producer, producers[producer.inputs[0]]
+    if clamp is None and producer.name in fused:
+        raise QuantizeError(f"{where}: its {fused[producer.name].op} is fused "
+                            f"into {producer.name!r}; name the {fused[producer.name].op}'s "
+                            f"output {fused[producer.name].outputs[0]!r}")
+    if _table(graph, producer) is False:
+        raise QuantizeError(f"{where}: made by {producer.op} "
+                            f"{producer.name!r} with a slope per channel; only one table "
+                            f"(a single slope) writes int16")
+    if not _writes(graph, producers, producer) or producer.name in keep:
+        raise QuantizeError(f"{where}: made by {producer.op} "
+                            f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
+                            f"by a constant weight (a Relu fused into it), an Add of two "
+                            f"whole tensors, a table op (Sigmoid, HardSwish, ..., and an Add "
+                            f"or Mul by a scalar), an AveragePool or GlobalAveragePool, or a "
+                            f"view, Concat, Transpose, MaxPool or nearest Resize of int16 "
+                            f"values writes int16")
+
+
+def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
+    """Whether `node` requantizes into int16 codes: an array op by a constant weight (REQUANT
+    wide), a residual Add (ADD wide), a table op (LUT wide) or an average (AVGPOOL wide)."""
+    return bool(_by_constant(graph, node) or _residual_add(graph, producers, node)
+                or _table(graph, node) or OPS[node.op].lower in _AVERAGES)
 
 
 def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
-                   name: str, keep: set[str]) -> None:
+                   name: str, keep: set[str], where: str | None = None) -> None:
+    where = where or f"int16 tensor {name!r}"
     readers = users.get(name, [])
     for reader in readers:
+        if reader.name in keep:
+            raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, "
+                                f"kept in fp32 (the host reads int8 codes)")
+        if moves(graph, reader) and name in moved_inputs(reader):
+            continue  # its outputs are of the group, checked in turn
         on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \
             name not in reader.inputs[1:]
-        if reader.name in keep:
-            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} {reader.name!r}, "
-                                f"kept in fp32 (the host reads int8 codes)")
         table = _table(graph, reader)
         if table and reader.inputs[table_input(graph, reader)] != name:
             table = None
         if table is False:
-            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
+            raise QuantizeError(f"{where}: read by {reader.op} "
                                 f"{reader.name!r} with a slope per channel; only one table "
                                 f"(a single slope) reads int16")
-        if not (on_array or _residual_add(graph, producers, reader) or table):
-            raise QuantizeError(f"int16 tensor {name!r}: read by {reader.op} "
-                                f"{reader.name!r}; only Convs, Gemms and MatMuls by a "
-                                f"constant weight (on the array), Adds of two whole "
-                                f"tensors and table ops (Sigmoid, HardSwish, ..., and Adds "
-                                f"or Muls by a scalar) read int16")
+        average = OPS[reader.op].lower in _AVERAGES and reader.inputs[0] == name
+        if average and _window(graph, reader) > MAX_WIDE_WINDOW:
+            raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
+                                f"windows of {_window(graph, reader)} codes may sum past "
+                                f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
+        if not (on_array or _residual_add(graph, producers, reader) or table or average):
+            linear = " (a linear Resize: only a nearest one copies int16)" \
+                if OPS[reader.op].lower is Lower.RESIZE else ""
+            raise QuantizeError(f"{where}: read by {reader.op} "
+                                f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
+                                f"and MatMuls by a constant weight (on the array), Adds of "
+                                f"two whole tensors, table ops (Sigmoid, HardSwish, ..., and "
+                                f"Adds or Muls by a scalar), AveragePools and "
+                                f"GlobalAveragePools, and views, Concats, Transposes, "
+                                f"MaxPools and nearest Resizes (int16 all, in one scale) "
+                                f"read int16")
     if not readers and name not in graph.outputs:  # an output: the host reads it
-        raise QuantizeError(f"int16 tensor {name!r}: read by no node")
+        raise QuantizeError(f"{where}: read by no node")
+
+
+def _window(graph: Graph, node: Node) -> int:
+    """The most codes one window of an average sums."""
+    row = OPS[node.op]
+    attrs = row.bind(node.name, node.attrs)
+    if row.lower is Lower.GLOBAL_AVERAGE_POOL:
+        return int(np.prod(graph.type_of(node.inputs[0]).shape[2:]))
+    return int(np.prod(attrs["kernel_shape"]))
 
 
 def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
@@ -339,7 +455,8 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
         w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)
         out_axis = row.weight.out_axis(w.ndim, attrs)
         if out_axis is None:  # a grouped Conv's or a rank-1 MatMul's: the last axis bounds it
-            out_axis = 0 if OPS[reader.op].lower is Lower.CONV else w.ndim - 1
+            out_axis = {Lower.CONV: 0, Lower.CONV_TRANSPOSE: 1}.get(OPS[reader.op].lower,
+                                                                  w.ndim - 1)
         scales = weight_scales(w, out_axis if per_channel else None, power2)
         q = numerics.quantize(w, scales, 0, -127, 127, axis=out_axis if per_channel else None,
                               arithmetic=np.float64)

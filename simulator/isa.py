@@ -97,10 +97,17 @@ store -> vector -> compute -> load.
   channel for all the pixels of a tile); with b_splat=1, lane 0 of each b row stands for every
   lane (one value per pixel, or per image with b_step=0, for all channels).
 - MAXPOOL: the in_h x in_w pixel rows at src (already padded) -> the out_h x out_w pixel rows at
-  dst, out = (in - k) // s + 1, max over each kh x kw window with strides sh, sw, per lane.
+  dst, out = (in - k) // s + 1, max over each kh x kw window with strides sh, sw, per lane
+  (`numerics.window_max`). With wide=1 the codes are int16, in and out: the input's high
+  plane's in_h x in_w rows at src and its low plane's right after them, the output's high
+  plane's rows at dst and its low plane's after them (`numerics.split_wide`); the max
+  compares whole values (`numerics.join_wide`), and reading both planes and writing the
+  second costs what the passes over them do (`vector.pool_cycles`).
 - AVGPOOL: the same windows; sums (x - in_offset) over each window, then requantizes per lane
   with the parameter block (fold the 1 / window-size divisor into the multipliers), out_offset,
-  clamp [qmin, qmax].
+  clamp [qmin, qmax]. With in_wide=1 the input is int16 (two planes, as MAXPOOL's wide); with
+  wide=1 the result is int16, clamped to [qmin * 256, qmax * 256 + 255]
+  (`numerics.wide_clamp`, as REQUANT's) and written as two planes.
 - LUT: rows [src, src + rows) -> [dst, dst + rows), x -> table[x + 128], the 256-entry int8
   table stored in the ceil(256 / L) scratchpad rows from `table`. With per_lane=1 each lane has
   its own table (a channel's: PRelu with a slope per channel), in the 256 rows from `table`:
@@ -391,11 +398,12 @@ MUL = InsnDef("MUL", 0x0C, "vector",
                *_CLAMP, F("b_step", 1, default=1), F("b_splat", 1, default=0)),
               run=vector.mul, cycles=vector.row_cycles, work=vector.mul_work,
               access=vector.mul_access)
-MAXPOOL = InsnDef("MAXPOOL", 0x07, "vector", _WINDOW,
+MAXPOOL = InsnDef("MAXPOOL", 0x07, "vector", (*_WINDOW, F("wide", 1, default=0)),
                   run=vector.maxpool, cycles=vector.pool_cycles, work=vector.pool_work,
                   access=vector.pool_access)
 AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
-                  (*_WINDOW, F("param", _ROW), F("in_offset", 8, signed=True, default=0), *_CLAMP),
+                  (*_WINDOW, F("param", _ROW), F("in_offset", 8, signed=True, default=0), *_CLAMP,
+                   F("in_wide", 1, default=0), F("wide", 1, default=0)),
                   run=vector.avgpool, cycles=vector.pool_cycles, work=vector.pool_work,
                   access=vector.pool_access)
 LUT = InsnDef("LUT", 0x09, "vector",

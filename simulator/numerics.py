@@ -412,6 +412,14 @@ def window_sum(windows, offset) -> np.ndarray:
     return windows.sum(axis=(-2, -1), dtype=np.int64) - np.int64(offset) * size
 
 
+def window_max(windows, window_axes: int = 2) -> np.ndarray:
+    """The largest code over the last `window_axes` axes (a pooling window), in the codes' own
+    type: int8 codes, or int16 ones (`join_wide` of an int16 value's two planes: one compare on
+    the whole value, never plane by plane, since the low plane alone orders nothing)."""
+    windows = np.asarray(windows)
+    return windows.max(axis=tuple(range(windows.ndim - window_axes, windows.ndim)))
+
+
 def gather_index(indices, size: int) -> np.ndarray:
     """ONNX Gather's indices into an axis of `size` entries as int64 positions, a negative
     index counting from the end; an index outside [-size, size) raises SimulatorError naming

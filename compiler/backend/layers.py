@@ -297,7 +297,8 @@ class MatMulLayer:
 
 @dataclass(frozen=True, eq=False)
 class PoolLayer(_Windowed):
-    """MaxPool, or AveragePool with a single window size (params set), on the vector unit."""
+    """MaxPool, or AveragePool with a single window size (params set), on the vector unit;
+    of int8 codes, or of int16 ones (two planes each, `numerics.split_wide`)."""
 
     channels: int
     kernel: tuple[int, int]
@@ -311,6 +312,11 @@ class PoolLayer(_Windowed):
     qclamp: tuple[int, int] = (-128, 127)
     x_view: View | None = None  # None: x is its whole buffer, dense (likewise y)
     y_view: View | None = None
+    # An int16 input (MAXPOOL wide, AVGPOOL in_wide): x's buffer is two planes of x_plane
+    # bytes, the high one first, and `pad_value` is an int16 code (each plane pads with its
+    # byte of it); likewise an int16 output's y_plane (MAXPOOL wide, AVGPOOL wide); 0: int8.
+    x_plane: int = 0
+    y_plane: int = 0
 
     @property
     def in_channels(self) -> int:

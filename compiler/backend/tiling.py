@@ -345,12 +345,14 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
     sp_rows = arch.scratchpad.rows
     (kh, kw), (sh, sw) = layer.kernel, layer.strides
 
-    def in_rows(rows, cols):
-        return conv_input_extent(rows, sh, kh, 1) * conv_input_extent(cols, sw, kw, 1)
+    in_planes, out_planes = (2 if layer.x_plane else 1), (2 if layer.y_plane else 1)
+
+    def in_rows(rows, cols):  # an int16 input's low plane's window after its high plane's
+        return in_planes * conv_input_extent(rows, sh, kh, 1) * conv_input_extent(cols, sw, kw, 1)
 
     def fits(rows, cols):
         return (rows * cols <= _MAX_FIELD
-                and BUFFERS * (in_rows(rows, cols) + rows * cols) <= sp_rows)
+                and BUFFERS * (in_rows(rows, cols) + out_planes * rows * cols) <= sp_rows)
 
     tile = _best_tile(layer.out_hw, fits)
     if tile is None:
@@ -363,7 +365,7 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
             raise _too_small(layer.node, "accumulator", params.end, arch.accumulator.rows,
                              "the parameter blocks")
     inputs = Region("scratchpad", 0, in_rows(*tile))
-    outputs = Region("scratchpad", inputs.end, tile[0] * tile[1])
+    outputs = Region("scratchpad", inputs.end, out_planes * tile[0] * tile[1])
     return PoolTiles(tile, min(arch.lanes, layer.channels), inputs, outputs, params)
 
 

@@ -568,11 +568,12 @@ def layer_norm_int8(x, scale, bias, table, *, axis=-1, epsilon=1e-5, stash_type=
 
 def max_pool_int8(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
                   pads=None, storage_order=0, strides=None):
-    """MaxPool keeps the scale: padding is the dtype's minimum, which never wins a window."""
+    """MaxPool keeps the scale and the type (int8, or int16: `numerics.window_max` compares
+    whole values): padding is the dtype's minimum, which never wins a window."""
     fill = RANGES[str(x.dtype)][0]
     win, *_ = ref._pool_windows(x, kernel_shape, strides, pads, auto_pad, ceil_mode,
                                 dilations, fill)
-    return win.max(axis=tuple(range(x.ndim, win.ndim))).astype(x.dtype)
+    return numerics.window_max(win, win.ndim - x.ndim).astype(x.dtype)
 
 
 def pool_counts(spatial, *, kernel_shape, strides=None, pads=None, auto_pad="NOTSET",

@@ -154,36 +154,57 @@ def _out_shape(a: dict) -> tuple[int, int]:
     return (a["in_h"] - a["kh"]) // a["sh"] + 1, (a["in_w"] - a["kw"]) // a["sw"] + 1
 
 
+def pool_planes(a: dict) -> tuple[int, int]:
+    """(input planes, output planes) of a MAXPOOL or AVGPOOL: 1 for int8 codes, 2 for int16
+    ones (an int16 value's high plane's pixel rows, then its low plane's). MAXPOOL's wide=1
+    is both (a max keeps the type); AVGPOOL's in_wide and wide are each its own."""
+    wide = a.get("wide", 0)
+    return 1 + a.get("in_wide", wide), 1 + wide
+
+
 def _windows(state, a: dict) -> np.ndarray:
     """(samples, out_h, out_w, lanes, kh, kw) view of the pixel rows at `src` (row-major
-    in_h x in_w)."""
+    in_h x in_w); of int16 codes (`numerics.join_wide`) when the input is two planes, the low
+    plane's in_h x in_w rows after the high plane's."""
     sp = state.scratchpad
-    image = sp[:, rows(sp, a["src"], a["in_h"] * a["in_w"], "scratchpad")]
+    pixels = a["in_h"] * a["in_w"]
+    image = sp[:, rows(sp, a["src"], pool_planes(a)[0] * pixels, "scratchpad")]
+    if pool_planes(a)[0] == 2:
+        image = numerics.join_wide(image[:, :pixels], image[:, pixels:])
     image = image.reshape(len(sp), a["in_h"], a["in_w"], -1)
     windows = sliding_window_view(image, (a["kh"], a["kw"]), axis=(1, 2))
     return windows[:, ::a["sh"], ::a["sw"]]
 
 
 def _write_pixels(state, a: dict, out: np.ndarray) -> None:
+    """The out_h x out_w pixel rows at dst: int8 codes, or int16 ones as two planes, the high
+    plane's rows then the low plane's (`numerics.split_wide`)."""
     sp = state.scratchpad
-    sp[:, rows(sp, a["dst"], out.shape[1] * out.shape[2], "scratchpad")] = \
-        out.reshape(len(sp), -1, sp.shape[2])
+    pixels = out.shape[1] * out.shape[2]
+    planes = numerics.split_wide(out) if pool_planes(a)[1] == 2 else (out,)
+    region = sp[:, rows(sp, a["dst"], len(planes) * pixels, "scratchpad")]
+    for i, plane in enumerate(planes):
+        region[:, i * pixels:(i + 1) * pixels] = plane.reshape(len(sp), -1, sp.shape[2])
 
 
 def maxpool(state, insn) -> None:
     a = insn.args
     _out_shape(a)
-    _write_pixels(state, a, _windows(state, a).max(axis=(-2, -1)))
+    _write_pixels(state, a, numerics.window_max(_windows(state, a)))
 
 
 def avgpool(state, insn) -> None:
+    """Window sums of (x - in_offset) requantized per lane; an int16 result (wide=1) clamped
+    to [qmin * 256, qmax * 256 + 255] (`numerics.wide_clamp`), as REQUANT's."""
     a = insn.args
     _out_shape(a)
     sums = numerics.window_sum(_windows(state, a), a["in_offset"])
     params = ParamBlock.unpack(state.accumulator, a["param"])
+    wide = pool_planes(a)[1] == 2
+    qmin, qmax = numerics.wide_clamp(a["qmin"], a["qmax"]) if wide else (a["qmin"], a["qmax"])
     _write_pixels(state, a, numerics.requantize(sums, params.multipliers[:, None],
                                                 params.shifts[:, None], a["out_offset"],
-                                                a["qmin"], a["qmax"]))
+                                                qmin, qmax, dtype="int16" if wide else "int8"))
 
 
 def lut_entries(in_wide: int = 0) -> int:
@@ -379,7 +400,7 @@ def reduce_access(arch, insn) -> tuple[Access, ...]:
 
 
 def _pool_elements(arch, a: dict) -> tuple[int, int]:
-    """(output pixels, elements read) of a pooling instruction."""
+    """(output pixels, elements read) of a pooling instruction, per plane."""
     out_h = (a["in_h"] - a["kh"]) // max(a["sh"], 1) + 1 if a["in_h"] >= a["kh"] else 0
     out_w = (a["in_w"] - a["kw"]) // max(a["sw"], 1) + 1 if a["in_w"] >= a["kw"] else 0
     return out_h * out_w, out_h * out_w * a["kh"] * a["kw"] * arch.lanes
@@ -394,7 +415,15 @@ def row_cycles(arch, insn) -> int:
 
 
 def pool_cycles(arch, insn) -> int:
-    return ceil_div(_pool_elements(arch, insn.args)[1], arch.vector.lanes)
+    """One element per lane of each window's pixels; an int16 input's windows read twice the
+    elements (both planes, joined before the compare or the sum) and an int16 result's second
+    plane is one more pass over the output pixels: an int16 MAXPOOL costs what two int8 ones
+    do, plus that pass (no 16-bit mode of the vector unit is modelled)."""
+    a = insn.args
+    pixels, elements = _pool_elements(arch, a)
+    planes_in, planes_out = pool_planes(a)
+    return ceil_div(planes_in * elements + (planes_out - 1) * pixels * arch.lanes,
+                    arch.vector.lanes)
 
 
 def softmax_cycles(arch, insn) -> int:
@@ -443,9 +472,11 @@ def mul_work(arch, insn) -> Work:
 def pool_work(arch, insn) -> Work:
     a = insn.args
     pixels, _ = _pool_elements(arch, a)
+    planes_in, planes_out = pool_planes(a)
     params = ParamBlock.rows() * arch.accumulator.row_bytes if "param" in a else 0
-    return Work(local_bytes=(a["in_h"] * a["in_w"] + pixels) * arch.scratchpad.row_bytes + params,
-                scratchpad_end=a["dst"] + pixels if pixels else 0)
+    return Work(local_bytes=(planes_in * a["in_h"] * a["in_w"] + planes_out * pixels)
+                * arch.scratchpad.row_bytes + params,
+                scratchpad_end=a["dst"] + planes_out * pixels if pixels else 0)
 
 
 def lut_cycles(arch, insn) -> int:
@@ -518,8 +549,9 @@ def mul_access(arch, insn) -> tuple[Access, ...]:
 def pool_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
     pixels, _ = _pool_elements(arch, a)
-    out = (Access(SCRATCHPAD, a["src"], a["src"] + a["in_h"] * a["in_w"], False),
-           Access(SCRATCHPAD, a["dst"], a["dst"] + pixels, True))
+    planes_in, planes_out = pool_planes(a)
+    out = (Access(SCRATCHPAD, a["src"], a["src"] + planes_in * a["in_h"] * a["in_w"], False),
+           Access(SCRATCHPAD, a["dst"], a["dst"] + planes_out * pixels, True))
     return out + ((_param_access(a),) if "param" in a else ())
 
 

@@ -262,13 +262,13 @@ def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset
 @pytest.mark.parametrize("name, nodes, inits, why", [
     ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
              helper.make_node("Sigmoid", ["pre"], ["act"], name="s"),
-             helper.make_node("MaxPool", ["act"], ["y"], name="pool", kernel_shape=[1, 1])],
-     {"w": (3, 3, 1, 1)}, "read by MaxPool 'pool'"),
+             helper.make_node("Softmax", ["act"], ["y"], name="soft", axis=1)],
+     {"w": (3, 3, 1, 1)}, "read by Softmax 'soft'"),
     ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
              helper.make_node("Sigmoid", ["pre"], ["act"], name="s"),
-             helper.make_node("GlobalAveragePool", ["act"], ["g"], name="gap"),
+             helper.make_node("ReduceMean", ["act"], ["g"], name="mean", axes=[2, 3]),
              helper.make_node("Mul", ["pre", "g"], ["y"], name="scale")],
-     {"w": (3, 3, 1, 1)}, "read by GlobalAveragePool 'gap'"),
+     {"w": (3, 3, 1, 1)}, "read by ReduceMean 'mean'"),
     ("pre", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
              helper.make_node("PRelu", ["pre", "slope"], ["y"], name="p")],
      {"w": (3, 3, 1, 1), "slope": (3, 1, 1)}, "read by PRelu 'p' with a slope per channel"),
@@ -280,9 +280,10 @@ def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset
      {"w": (3, 3, 1, 1)}, "read by Mul 'se'"),
 ])
 def test_what_has_no_int16_table_form_is_refused_in_one_line(name, nodes, inits, why) -> None:
-    """A table per channel (PRelu's slopes) and the vector unit's other operators but the Add
-    neither read nor write int16 codes (a pool, a product of two activations: a
-    squeeze-and-excitation gate): a one-line error names the tensor and the node."""
+    """A table per channel (PRelu's slopes) and the vector unit's other operators but the Add,
+    the pools and the copies neither read nor write int16 codes (a Softmax, a ReduceMean, a
+    product of two activations: a squeeze-and-excitation gate): a one-line error names the
+    tensor and the node."""
     rng = np.random.default_rng(3)
     arrays = {k: (rng.normal(0, .3, v) if isinstance(v, tuple) else np.asarray(v))
               .astype(np.float32) for k, v in inits.items()}

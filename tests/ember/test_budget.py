@@ -115,14 +115,16 @@ def test_int16_outputs_meet_a_budget_without_the_host(tmp_path) -> None:
 
 
 def test_host_fp32_is_the_last_resort(tmp_path) -> None:
-    """The bad tensor read by a MaxPool, which does not read int16: with --allow-host its
-    producer and reader run in fp32 on the host, with the program bit-exact."""
+    """The bad tensor read by a MaxPool and by a Max, which does not read int16 (a MaxPool
+    does): with --allow-host its producer and readers run in fp32 on the host, with the
+    program bit-exact. (The Max of mid and its 3x3 MaxPool is the MaxPool.)"""
     proto = one_bad_tensor()
     rng = np.random.default_rng(0)
     proto = model([helper.make_node("Conv", ["x", "w1", "b1"], ["mid"], name="c1",
                                     pads=[1, 1, 1, 1]),
-                   helper.make_node("MaxPool", ["mid"], ["pooled"], name="pool",
+                   helper.make_node("MaxPool", ["mid"], ["window"], name="pool",
                                     kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                   helper.make_node("Max", ["mid", "window"], ["pooled"], name="max"),
                    helper.make_node("Conv", ["pooled", "w2", "b2"], ["y"], name="c2",
                                     pads=[1, 1, 1, 1])],
                   {"x": [1, 3, 8, 8]}, {"y": [1, 8, 8, 8]},

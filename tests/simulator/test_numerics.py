@@ -418,3 +418,17 @@ def test_lookup_wide_is_the_int16_entry() -> None:
     got = numerics.lookup_wide(codes, table)
     assert got.dtype == np.int16
     np.testing.assert_array_equal(got, table)
+
+
+def test_window_max_compares_whole_int16_values_not_planes():
+    """An int16 window's max is a compare of whole values; plane by plane it would pair the
+    largest high byte with some other value's low byte (0x0100 and 0x00FF: planes (1, -128)
+    and (0, 127) give (1, 127), the code 0x01FF, which no input holds)."""
+    window = np.array([[0x0100, 0x00FF], [-5, -300]], np.int16)
+    assert int(numerics.window_max(window)) == 0x0100
+    high, low = numerics.split_wide(window)
+    planewise = numerics.join_wide(high.max(), low.max())
+    assert int(planewise) == 0x01FF != int(numerics.window_max(window))
+    codes = np.random.default_rng(5).integers(-128, 128, (3, 4, 2, 3)).astype(np.int8)
+    np.testing.assert_array_equal(numerics.window_max(codes), codes.max(axis=(-2, -1)))
+    np.testing.assert_array_equal(numerics.window_max(codes, 3), codes.max(axis=(-3, -2, -1)))

@@ -290,6 +290,45 @@ def test_avgpool_windows_requantize():
     np.testing.assert_array_equal(state.scratchpad[0][300:309], want)
 
 
+def _wide_image(state, pixels: int) -> np.ndarray:
+    """int16 codes at scratchpad rows [0, 2 pixels): the high plane's rows, then the low's."""
+    v = rng.integers(-(2**15), 2**15, (pixels, L))
+    high, low = numerics.split_wide(v)
+    state.scratchpad[0][0:pixels], state.scratchpad[0][pixels:2 * pixels] = high, low
+    return v
+
+
+def test_maxpool_wide_compares_whole_int16_values():
+    """MAXPOOL wide=1: both planes in, the max of the joined codes out as two planes."""
+    state = fresh()
+    v = _wide_image(state, 7 * 6).reshape(7, 6, L)
+    run(state, isa.MAXPOOL(src=0, dst=200, in_h=7, in_w=6, kh=3, kw=2, sh=2, sw=2, wide=1))
+    want = np.array([w.max(axis=0) for w in _windows_ref(v, 3, 2, 2, 2)])
+    got = numerics.join_wide(state.scratchpad[0][200:200 + len(want)],
+                             state.scratchpad[0][200 + len(want):200 + 2 * len(want)])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("wide", [0, 1])
+def test_avgpool_of_int16_codes_into_int8_or_int16(wide):
+    """AVGPOOL in_wide=1: sums of whole int16 codes, requantized once to int8 codes, or with
+    wide=1 to int16 codes clamped by the high byte (`numerics.wide_clamp`) in two planes."""
+    state = fresh()
+    ratio = 1 / 9 if wide else 1 / (9 * 256)
+    mult, shift = numerics.quantize_multiplier(ratio)
+    _params(state, 30, [mult] * L, [shift] * L)
+    v = _wide_image(state, 25).reshape(5, 5, L)
+    run(state, isa.AVGPOOL(src=0, dst=300, in_h=5, in_w=5, kh=3, kw=3, param=30, in_wide=1,
+                           wide=wide, qmin=-100, qmax=90))
+    sums = np.array([w.astype(np.int64).sum(axis=0) for w in _windows_ref(v, 3, 3, 1, 1)])
+    lo, hi = numerics.wide_clamp(-100, 90) if wide else (-100, 90)
+    want = numerics.requantize(sums, mult, shift, 0, lo, hi, dtype="int16" if wide else "int8")
+    got = state.scratchpad[0][300:309]
+    if wide:
+        got = numerics.join_wide(got, state.scratchpad[0][309:318])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_lut():
     state = fresh()
     table = rng.integers(-128, 128, 256).astype(np.int8)
@@ -327,6 +366,14 @@ def test_cycle_formulas():
     assert isa.REQUANT.cycles(ARCH, isa.REQUANT(acc=0, sp=0, rows=5, param=0)) == 5 * L // 16
     pool = isa.MAXPOOL(src=0, dst=0, in_h=5, in_w=5, kh=3, kw=3)
     assert isa.MAXPOOL.cycles(ARCH, pool) == 9 * 9 * L // ARCH.vector.lanes
+    # int16: both planes' windows read, and the second plane of the result written
+    wide = isa.MAXPOOL(src=0, dst=0, in_h=5, in_w=5, kh=3, kw=3, wide=1)
+    assert isa.MAXPOOL.cycles(ARCH, wide) == (2 * 9 * 9 + 9) * L // ARCH.vector.lanes
+    average = dict(src=0, dst=0, in_h=5, in_w=5, kh=3, kw=3, param=0)
+    assert isa.AVGPOOL.cycles(ARCH, isa.AVGPOOL(**average, in_wide=1)) == \
+        2 * isa.AVGPOOL.cycles(ARCH, isa.AVGPOOL(**average))
+    assert isa.AVGPOOL.cycles(ARCH, isa.AVGPOOL(**average, in_wide=1, wide=1)) == \
+        isa.MAXPOOL.cycles(ARCH, wide)
 
 
 def test_output_stationary_cycles():

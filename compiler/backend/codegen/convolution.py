@@ -394,7 +394,10 @@ def _store(node: str, ctx: Context, layer: ConvLayer, out_row: int, image_index:
     the layer writes into its part of a Concat); `plane` bytes further (an int16 output's low
     plane)."""
     view = layer.out_view
-    return instruction(node, isa.STORE, ctx.access(layer.y, True, layer.y_view),
+    # The access is of the plane's own bytes (a low plane's View is `plane` bytes on).
+    shifted = dataclasses.replace(layer.y_view, offset=layer.y_view.offset + plane) \
+        if layer.y_view is not None else None
+    return instruction(node, isa.STORE, ctx.access(layer.y, True, shifted),
                        mem="scratchpad", sram=out_row,
                        dram=view.at(image_index, y0, x0, c0) + plane,
                        y_size=th, x_size=tw, elem_bytes=n, x_stride=view.pixel,
@@ -409,7 +412,7 @@ def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: i
     cin = layer.in_channels
     full, rest = divmod(cin, kb)
     if layer.x_view is not None:
-        return _blocked_view(node, ctx, layer, kb, in_row, first_pixel, pixels)
+        return _blocked_view(node, ctx, layer, kb, in_row, first_pixel, pixels, plane)
     base = first_pixel * cin + plane
     access = ctx.access(layer.x, False)
     # One pixel's channels are contiguous: say so, so the DMA sees one run.
@@ -427,10 +430,12 @@ def _blocked_input(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: i
 
 
 def _blocked_view(node: str, ctx: Context, layer: ConvLayer, kb: int, in_row: int,
-                  first_pixel: int, pixels: int) -> list[Op]:
+                  first_pixel: int, pixels: int, plane: int = 0) -> list[Op]:
     """`_blocked_input` from a view (a slice, or a Concat input's part of its buffer): whole
-    rows of one image, one LOAD per channel block, rows and pixels at the view's strides."""
+    rows of one image, one LOAD per channel block, rows and pixels at the view's strides;
+    `plane` bytes on (an int16 input's low plane)."""
     view, (h, w), cin = layer.in_view, layer.in_hw, layer.in_channels
+    view = dataclasses.replace(view, offset=view.offset + plane)
     image_index, y0 = divmod(first_pixel // w, h)
     access = ctx.access(layer.x, False, view)
     ops = []

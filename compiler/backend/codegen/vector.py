@@ -58,24 +58,39 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
             if kept is not None:  # its producer left the whole input in these rows
                 in_row = kept.row(-kept.top, -kept.left, c0, image_index)
             loads = pending + ([] if kept is not None else
-                               [load_window(node, ctx, layer.x, layer.in_view, image_index, win,
-                                            c0, n, in_row, layer.pad_value)])
+                               [load_window(node, ctx, layer.x, view, image_index, win, c0, n,
+                                            in_row + plane * ih * iw, pad)
+                                for plane, (view, pad) in enumerate(_planes(
+                                    layer.in_view, layer.x_plane, layer.pad_value))])
             pending = []
             window = dict(src=in_row, dst=out_row, in_h=ih, in_w=iw, kh=kh, kw=kw, sh=sh, sw=sw)
             if layer.average:
                 qmin, qmax = layer.qclamp
                 pool = instruction(node, isa.AVGPOOL, **window, param=param_row,
-                           in_offset=layer.pad_value, out_offset=layer.out_zero_point,
-                           qmin=qmin, qmax=qmax)
+                           in_offset=0 if layer.x_plane else layer.pad_value,
+                           out_offset=layer.out_zero_point, qmin=qmin, qmax=qmax,
+                           in_wide=int(bool(layer.x_plane)), wide=int(bool(layer.y_plane)))
             else:
-                pool = instruction(node, isa.MAXPOOL, **window)
-            out = layer.out_view
-            store = instruction(node, isa.STORE, ctx.access(layer.y, True, layer.y_view),
-                                mem="scratchpad", sram=out_row,
-                                dram=out.at(image_index, y0, x0, c0), y_size=th, x_size=tw,
-                                elem_bytes=n, x_stride=out.pixel, y_stride=out.row)
-            steps.append(Step(tuple(loads), (pool, store)))
+                pool = instruction(node, isa.MAXPOOL, **window, wide=int(bool(layer.x_plane)))
+            stores = tuple(
+                instruction(node, isa.STORE, ctx.access(layer.y, True, view if layer.y_view
+                                                        else None),
+                            mem="scratchpad", sram=out_row + plane * th * tw,
+                            dram=view.at(image_index, y0, x0, c0), y_size=th, x_size=tw,
+                            elem_bytes=n, x_stride=view.pixel, y_stride=view.row)
+                for plane, (view, _) in enumerate(_planes(layer.out_view, layer.y_plane, 0)))
+            steps.append(Step(tuple(loads), (pool, *stores)))
     return steps
+
+
+def _planes(view: View, plane: int, pad: int) -> list[tuple[View, int]]:
+    """The View of each plane of a pool's operand and the code each pads with: the int8 codes'
+    own, or an int16 value's high plane and its low plane `plane` bytes on, each padded with
+    its byte of the int16 code `pad` (`numerics.split_wide`)."""
+    if not plane:
+        return [(view, pad)]
+    high, low = (int(p) for p in numerics.split_wide(pad))
+    return [(view, high), (dataclasses.replace(view, offset=view.offset + plane), low)]
 
 
 # --- elementwise ----------------------------------------------------------------------------

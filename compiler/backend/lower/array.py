@@ -40,14 +40,15 @@ def lower_conv(lw: Walk, node: Node) -> None:
     group = int(a["group"])
     dense = _expand_groups(_weight_codes(w), group, cin)
     bias = _bias(lw, node, 2, cout)
-    wide = lw.g.type_of(y).dtype == "int16"  # a spectrum's part, into its magnitude
-    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)), not wide)
+    wide = lw.g.type_of(y).dtype == "int16"  # REQUANT wide, each plane STOREd by its View
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)),
+                                 planes_in_place=True)
     lw.layers.append(ConvLayer(
         node.name, lw.source(node, x), y_tensor,
         n, (h, wd), (oh, ow), cin, cout, tuple(w.shape[2:]), tuple(strides), tuple(dilations),
         (pads[0], pads[1], pads[2], pads[3]), int(a.get("x_zero_point", 0)), dense, bias,
         *requant_params(node, cout, wide), macs=node_macs(lw.g, node), group=group,
-        x_view=lw.views.get(x), y_view=y_view, y_plane=n * cout * oh * ow if wide else 0,
+        x_view=lw.views.get(x), y_view=y_view, y_plane=lw.planes.get(y_tensor, 0),
         x_plane=x_plane))
 
 
@@ -61,6 +62,7 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
         raise unsupported(node, f"kernel_shape {list(w.shape[2:])} has {w.ndim - 2} spatial "
                                 f"axes; only 2-D ConvTranspose lowers")
     lw.need_channels_last(node, x)
+    x_plane = lw.wide_input(node, x)  # an int16 input: each phase streams both planes
     n, cin, h, wd = lw.shape(x)
     _, cout, oh, ow = lw.shape(y)
     pads, out, strides, dilations = conv_transpose_pads(
@@ -75,8 +77,10 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
     # `ungroup_conv_transpose` made block-diagonal counts its groups' only.
     pairs = int(np.count_nonzero(weight.any(axis=(2, 3))))
     bias = _bias(lw, node, 2, cout)
-    multiplier, shift, out_zero, qclamp = requant_params(node, cout)
-    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)))
+    wide = lw.g.type_of(y).dtype == "int16"  # each phase's REQUANT wide, STOREs by Views
+    multiplier, shift, out_zero, qclamp = requant_params(node, cout, wide)
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, cout, oh, ow)),
+                                 planes_in_place=True)
     x_whole = lw.views.get(x) or View.dense(block_shape((n, cin, h, wd)))
     y_whole = y_view or View.dense(block_shape((n, cout, oh, ow)))
     rows = [_phase(r, h, oh, w.shape[2], strides[0], dilations[0], pads[0])
@@ -106,7 +110,8 @@ def lower_conv_transpose(lw: Walk, node: Node) -> None:
                 cin, cout, sub.shape[2:], (1, 1), (dil_h, dil_w),
                 (pad_h[0], pad_w[0], pad_h[1], pad_w[1]), zero,
                 _expand_groups(sub, group, cin), phase_bias, multiplier, shift, out_zero,
-                qclamp, macs=macs, group=group, x_view=x_view, y_view=phase_view))
+                qclamp, macs=macs, group=group, x_view=x_view, y_view=phase_view,
+                y_plane=lw.planes.get(y_tensor, 0), x_plane=x_plane))
 
 
 def _phase(r: int, size: int, out: int, kernel: int, stride: int, dilation: int,

@@ -12,6 +12,12 @@ QuantizeLinear at a model input and DequantizeLinear at a model output stay on t
 program's I/O bindings carry their scale and zero point. A Transpose of a model input (an NHWC
 model's first node) is its binding's strides, permuted: the input DMA writes the user's array
 straight into the channels-last order the first layer reads.
+
+**int16 values** (`quantizer.wide`) are two planes of their buffer, the high one first
+(`Walk.planes`): a View places the high plane's elements and the low plane's lie the buffer's
+plane size on, so slices, splits and reshapes of them are Views as of int8 codes, and every
+copy (a Concat's input, a Transpose, a layout copy) moves each plane by its own identity LUT
+(`Walk.copy_view`): twice the vector and DMA work of an int8 copy.
 """
 
 from __future__ import annotations
@@ -292,10 +298,7 @@ def lower_dequantize(lw: Walk, node: Node) -> None:
                                 f"implemented)")
     plane = 0
     if lw.g.type_of(x).dtype == "int16":  # two planes, the high one first (`quantizer.wide`)
-        if x in lw.views or tensor != x:
-            raise unsupported(node, f"its int16 input {x!r} is a view of another tensor (an "
-                                    f"int16 output binding reads its planes whole)")
-        plane = lw.tensors[tensor].size_bytes // 2
+        plane = lw.planes[tensor]
     lw.outputs.append(Binding(y, tensor, shape, float(params.scale[0]),
                                 int(params.zero_point[0]), strides, offset=offset,
                                 dtype="int16" if plane else "int8", plane=plane))

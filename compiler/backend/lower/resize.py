@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.backend.layers import AddLayer, Layout, Tensor, View, block_shape
+from compiler.backend.layers import AddLayer, Layout, View, block_shape
 from compiler.backend.lower.walk import Walk, unsupported
 from compiler.graph import reference as ref
 from compiler.graph.int8 import linear_resize_taps
@@ -89,9 +89,12 @@ def lower_resize(lw: Walk, node: Node) -> None:
         raise unsupported(node, f"it resizes {list(shape)} to {list(out_shape)}; only H and W "
                                 f"of an N x C x H x W map lower")
     attrs = int8_attrs(node)
-    if attrs["mode"] == "nearest":
+    if attrs["mode"] == "nearest":  # copies, each plane of an int16 value (`Walk.copy_view`)
         lower_index_map(lw, node, evenly)
         return
+    if lw.g.type_of(x).dtype == "int16":
+        raise unsupported(node, "a linear Resize of int16 codes (its ADDs weigh int8 codes "
+                                "over Views)")
     roi, scales, sizes = ([lw.g.values[n].const if n else None for n in node.inputs[1:]]
                           + [None] * 3)[:3]
     source, target = _ends(lw, node)
@@ -142,8 +145,8 @@ def _two_passes(lw: Walk, node: Node, source, target, rows, cols) -> None:
         if i < len(passes) - 1:  # H resized into a tensor of the node's own, W not yet
             middle_shape = (*shape[:2], out_shape[2], shape[3])
             step_target = (f"{node.name}/rows", View.dense(block_shape(middle_shape)))
-            lw.tensors[step_target[0]] = Tensor(step_target[0], step_target[1].size)
-            lw.layouts[step_target[0]] = Layout.channels_last(middle_shape)
+            lw.scratch(step_target[0], step_target[1].size, Layout.channels_last(middle_shape),
+                       source[0] in lw.planes)
         _resize_axis(lw, node, source, step_target, axis, axis_runs)
         source = step_target
 

@@ -41,11 +41,16 @@ def _pool(lw: Walk, node: Node, average: bool, kernel, strides, pads, pad_value,
     lw.need_channels_last(node, x)
     n, c, h, w = lw.shape(x)
     oh, ow = lw.shape(y)[2:]
-    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)))
+    x_plane = lw.wide_input(node, x)
+    if x_plane and not average:  # int16's lowest code never wins a window
+        pad_value = RANGES["int16"][0]
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, oh, ow)),
+                                 planes_in_place=True)  # each plane STOREd by its View
     lw.layers.append(PoolLayer(
         node.name, lw.source(node, x), y_tensor,
         n, plane or (h, w), (oh, ow), c, tuple(kernel), tuple(strides), tuple(pads), pad_value,
-        average, **params, x_view=lw.views.get(x), y_view=y_view))
+        average, **params, x_view=lw.views.get(x), y_view=y_view, x_plane=x_plane,
+        y_plane=lw.planes.get(y_tensor, 0)))
 
 
 def _global_plane(lw: Walk, node: Node) -> tuple[int, int]:
@@ -148,7 +153,9 @@ def _dilated_max_pool(lw: Walk, node: Node, a: dict) -> None:
         raise unsupported(node, "only 2-D pooling lowers")
     pads, out, strides, dilations = resolve_pads((h, w), kernel, a["strides"], a["dilations"],
                                                  a["pads"], a["auto_pad"], a["ceil_mode"])
-    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, *out)))
+    x_plane = lw.wide_input(node, x)  # an int16 max: both planes in and out
+    y_tensor, y_view = lw.output(y, Layout.channels_last((n, c, *out)), planes_in_place=True)
+    lowest = RANGES["int16"][0] if x_plane else INT8_MIN
     x_whole = lw.views.get(x) or View.dense(block_shape((n, c, h, w)))
     y_whole = y_view or View.dense(block_shape((n, c, *out)))
     axes = [_dilated_phases(*args) for args in
@@ -161,11 +168,12 @@ def _dilated_max_pool(lw: Walk, node: Node, a: dict) -> None:
             lw.layers.append(PoolLayer(
                 node.name, lw.source(node, x), y_tensor, n, (size_h, size_w),
                 (count_h, count_w), c, kernel, (stride_h, stride_w),
-                (pads_h[0], pads_w[0], pads_h[1], pads_w[1]), INT8_MIN,
+                (pads_h[0], pads_w[0], pads_h[1], pads_w[1]), lowest,
                 x_view=x_whole.sub(1, start_h, size_h, dilations[0])
                 .sub(2, start_w, size_w, dilations[1]),
                 y_view=y_whole.sub(1, first_h, count_h, step_h)
-                .sub(2, first_w, count_w, step_w)))
+                .sub(2, first_w, count_w, step_w), x_plane=x_plane,
+                y_plane=lw.planes.get(y_tensor, 0)))
 
 
 def _dilated_phases(size: int, out: int, kernel: int, stride: int, dilation: int,
@@ -197,7 +205,7 @@ def lower_average_pool(lw: Walk, node: Node) -> None:
         raise unsupported(node, f"its windows have {len(a['counts'])} different sizes "
                                 f"{list(a['counts'])} (one multiplier per layer lowers)")
     kernel, strides, pads = _window(lw, node, a, a["ceil_mode"])
-    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    mult, shift, out_zp, qclamp = requant_params(node, 1, wide=True)
     _pool(lw, node, True, kernel, strides, pads, int(a.get("x_zero_point", 0)),
                multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
                qclamp=qclamp)
@@ -206,7 +214,7 @@ def lower_average_pool(lw: Walk, node: Node) -> None:
 def lower_global_average_pool(lw: Walk, node: Node) -> None:
     a = int8_attrs(node)
     plane = _global_plane(lw, node)
-    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    mult, shift, out_zp, qclamp = requant_params(node, 1, wide=True)
     _pool(lw, node, True, plane, (1, 1), (0, 0, 0, 0), int(a.get("x_zero_point", 0)),
           plane=plane, multiplier=int(mult[0]), shift=int(shift[0]), out_zero_point=out_zp,
           qclamp=qclamp)
@@ -557,8 +565,8 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
     or a clamp too, in its table form, `int8.tabled`): one LUT layer over flat bytes with the
     node's own int16 table (its last input: the 256 codes' int16 outputs, LUT
     wide=1, or 257 knots an int16 input interpolates between, LUT in_wide=1), x and y each a
-    whole tensor of its own (an int16 one two planes, the high one first); an int8 x that is
-    a part of a buffer is copied out first."""
+    whole tensor (an int16 one two planes, the high one first); an x that is a part of a
+    buffer is copied out first (an int16 one plane by plane: `Walk.whole_wide`)."""
     table = lw.g.values[node.inputs[-1]].const
     entries = isa.lut_entries(int(x_wide))
     tabled = OPS[node.op].quant in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP) or \
@@ -568,10 +576,7 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
         raise unsupported(node, "its input or output is int16; only a table op of one table "
                                 "(Sigmoid, HardSwish, an Add by a scalar, ...) reads or writes "
                                 "int16 codes")
-    tensor = lw.source(node, x)
-    if x_wide and (x in lw.views or tensor != x):
-        raise unsupported(node, f"its int16 input {x!r} is a view of another tensor (a LUT "
-                                f"reads an int16 value's planes whole)")
+    tensor = lw.whole_wide(node, x) if x_wide else lw.source(node, x)
     if x in lw.views:  # an int8 part of a buffer: a dense copy of its own
         tensor = lw.own_copy(node, x)
     ty, _ = lw.output(y, lw.layouts[tensor], in_place=False)

@@ -13,6 +13,7 @@ its weight rows to match a flattened channels-last map) or fails with a CompileE
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 
@@ -59,6 +60,9 @@ class Walk:
         self.outputs: list[Binding] = []
         self.views: dict[str, View] = {}  # value → its part of its buffer (when not all of it)
         self.constants: dict[str, bytes] = {}  # constant operand tensor → its bytes (the image's)
+        # An int16 tensor → the bytes from its high plane to its low one (`numerics.split_wide`):
+        # a View of it places the high plane's elements, the low plane's are that far on.
+        self.planes: dict[str, int] = {}
         # A value only MatMuls of two activations read, in no View's order (a Transpose of the
         # last two axes: Kᵀ): its offset and a stride per logical axis in its buffer.
         self.strided: dict[str, tuple[int, tuple[int, ...]]] = {}
@@ -82,11 +86,20 @@ class Walk:
         if dtype not in ("int8", "int16"):
             raise CompileError(f"value {name!r} is {dtype}: the accelerator's local memories "
                                f"hold 8-bit activations only (quantize with int8 or uint8 activations)")
-        planes = 2 if dtype == "int16" else 1
-        self.tensors[name] = Tensor(name, planes * int(np.prod(self.shape(name), dtype=np.int64)))
-        self.layouts[name] = layout
-        self.buffer[name] = name
-        return name
+        return self.scratch(name, int(np.prod(self.shape(name), dtype=np.int64)), layout,
+                            dtype == "int16", owner=name)
+
+    def scratch(self, tensor: str, elements: int, layout: Layout, wide: bool,
+                owner: str | None = None) -> str:
+        """A tensor of `elements` codes in `layout`: one byte each, or with `wide` two planes
+        of them, the high one first (`planes`); `owner`, the value it holds."""
+        self.tensors[tensor] = Tensor(tensor, (2 if wide else 1) * elements)
+        self.layouts[tensor] = layout
+        if wide:
+            self.planes[tensor] = elements
+        if owner is not None:
+            self.buffer[owner] = tensor
+        return tensor
 
     def source(self, node: Node, name: str) -> str:
         if name not in self.buffer:
@@ -94,25 +107,31 @@ class Walk:
             what = "a constant" if value.is_const else "computed on the host (fp32)"
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
-                OPS[node.op].lower not in (Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT,
-                                           Lower.CONV, Lower.GEMM, Lower.MATMUL,
-                                           Lower.DEQUANTIZE, Lower.LUT, Lower.CHANNEL_LUT):
+                OPS[node.op].lower not in WIDE_READERS:
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a "
-                                    f"LayerNormalization, a Hypot, a Conv, Gemm or MatMul "
-                                    f"by a constant weight, a table op and a model output "
+                                    f"LayerNormalization, a Hypot, a Conv, ConvTranspose, Gemm "
+                                    f"or MatMul by a constant weight, a table op, a pool, a "
+                                    f"view, Concat, Transpose or Resize, and a model output "
                                     f"read int16 values")
         return self.buffer[name]
 
     def wide_input(self, node: Node, name: str) -> int:
-        """The bytes from an int16 input's high plane to its low one (0: int8): the array
-        streams both planes (COMPUTE shift, `numerics.split_wide`), from a tensor of its own,
-        whole, in its order."""
+        """The bytes from an int16 input's high plane to its low one (0: int8), in the buffer
+        that holds it (a View of it, or the whole of it under another shape): the array
+        streams both planes (COMPUTE shift, `numerics.split_wide`)."""
         if self.g.type_of(name).dtype != "int16":
             return 0
-        if name in self.views or self.buffer.get(name) != name:
-            raise unsupported(node, f"its int16 input {name!r} is a view of another tensor "
-                                    f"(the array reads an int16 value's planes whole)")
-        return self.tensors[name].size_bytes // 2
+        return self.planes[self.source(node, name)]
+
+    def whole_wide(self, node: Node, name: str) -> str:
+        """The tensor holding int16 value `name` whole, both planes, in its buffer's order (a
+        table LUT's int16 input, read as flat bytes): its buffer, or when it is a part of one
+        (a slice, a Concat's input) a copy of its own, each plane copied (`copy_view`), which
+        later readers share."""
+        if name in self.views:
+            self.buffer[name] = self.own_copy(node, name)
+            del self.views[name]
+        return self.source(node, name)
 
     def need_channels_last(self, node: Node, name: str) -> None:
         shape = self.shape(name)
@@ -155,8 +174,8 @@ class Walk:
             raise unsupported(node, f"input {name!r} is a view whose bytes are not in "
                                     f"channels-last order (a layout copy is not implemented)")
         copy = f"{node.name}/{name}/in_order"
-        self.tensors[copy] = Tensor(copy, self.tensors[self.buffer[name]].size_bytes)
-        self.layouts[copy] = target
+        self.scratch(copy, int(np.prod(shape, dtype=np.int64)), target,
+                     self.buffer[name] in self.planes)
         self.copy_elements(node, self.buffer[name], 0, source, dims, copy, tuple(steps))
         self.buffer[name] = copy
 
@@ -236,9 +255,14 @@ class Walk:
             self.new_tensor(name, Layout.channels_last(self.shape(name)))
         return name, View.dense(block_shape(self.shape(name)))
 
-    def output(self, name: str, layout: Layout, in_place: bool = True) -> tuple[str, View | None]:
+    def output(self, name: str, layout: Layout, in_place: bool = True,
+               planes_in_place: bool = False) -> tuple[str, View | None]:
         """Where a layer writes value `name`: a new tensor of `layout`, or (copy elimination)
-        its part of the Concat that reads it, when its order is the one Views describe."""
+        its part of the Concat that reads it, when its order is the one Views describe. An
+        int16 value goes in place only for a layer that writes each plane through its View
+        (`planes_in_place`: the low plane `planes[buffer]` bytes on, the Concat's)."""
+        if self.g.type_of(name).dtype == "int16" and not planes_in_place:
+            in_place = False
         if in_place and name in self.into and \
                 layout.same_bytes(Layout.channels_last(self.shape(name))):
             buffer, view = self.place(name)
@@ -253,8 +277,20 @@ class Walk:
 
     def copy_view(self, node: Node, tensor: str, src: View, buffer: str, dst: View) -> None:
         """An identity LUT layer of `node`: View `src` of `tensor` → View `dst` of `buffer`
-        (the one copy that Concat, Transpose, Resize and Pad layers are made of)."""
+        (the one copy that Concat, Transpose, Resize and Pad layers are made of). An int16
+        value is copied plane by plane: a second layer for the low planes (`planes`), so it
+        costs what two int8 copies cost; a byte is a byte to the identity table."""
+        if (tensor in self.planes) != (buffer in self.planes):
+            raise unsupported(node, f"it copies {'int16' if tensor in self.planes else 'int8'} "
+                                    f"codes of {tensor!r} into "
+                                    f"{'int16' if buffer in self.planes else 'int8'} "
+                                    f"{buffer!r}")
         self.layers.append(LutLayer(node.name, tensor, buffer, src.size, INT8_CODES, (src, dst)))
+        if tensor in self.planes:
+            self.layers.append(LutLayer(
+                node.name, tensor, buffer, src.size, INT8_CODES,
+                (dataclasses.replace(src, offset=src.offset + self.planes[tensor]),
+                 dataclasses.replace(dst, offset=dst.offset + self.planes[buffer]))))
 
     def copy_elements(self, node: Node, tensor: str, offset: int, strides: tuple[int, ...],
                       shape: tuple[int, ...], buffer: str,
@@ -279,8 +315,8 @@ class Walk:
         """A tensor of its own holding view x densely (for a consumer that cannot read it in
         place), made by an identity LUT of `node`."""
         tensor = f"{node.name}/{x}"
-        self.tensors[tensor] = Tensor(tensor, self.views[x].size)
-        self.layouts[tensor] = Layout.channels_last(self.shape(x))
+        self.scratch(tensor, self.views[x].size, Layout.channels_last(self.shape(x)),
+                     self.buffer[x] in self.planes)
         self.copy(node, x, tensor, View.dense(block_shape(self.shape(x))))
         return tensor
 
@@ -371,6 +407,16 @@ def requant_params(node: Node, channels: int, wide: bool = False):
     return multiplier, shift, int(a.get("out_zero_point", 0)), qclamp
 
 
+# The lowerings that read int16 values (`quantizer.wide`): the array's by constant weights
+# (both planes streamed), the vector unit's residual ADD, LAYERNORM, table LUTs and pools
+# (MAXPOOL wide, AVGPOOL in_wide), copies plane by plane (Concat, Transpose, a nearest
+# Resize), views, and the output bindings.
+WIDE_READERS = frozenset({
+    Lower.LAYER_NORM, Lower.ADD, Lower.VIEW, Lower.HYPOT, Lower.CONV, Lower.CONV_TRANSPOSE,
+    Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT, Lower.CHANNEL_LUT, Lower.SLICE,
+    Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE, Lower.MAX_POOL,
+    Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
+
 # Rules whose output is not a fresh tensor a layer writes: views of their input, and the model's
 # inputs (written by the host, at their bindings).
 NOT_IN_PLACE = frozenset({Lower.VIEW, Lower.SLICE, Lower.SPLIT, *BINDINGS})
@@ -387,8 +433,8 @@ def plan_concats(graph: Graph) -> dict[str, tuple[str, int, int]]:
             continue
         y = node.outputs[0]
         rank = len(graph.type_of(y).shape)
-        # Only a Concat that will lower: int8, of activations (else the host may run it, and
-        # its producers must write tensors of their own).
+        # Only a Concat that will lower: quantized, of activations (else the host may run it,
+        # and its producers must write tensors of their own).
         if not 1 <= rank <= 4 or graph.type_of(y).quant is None or \
                 any(graph.values[x].is_const for x in node.inputs):
             continue
