@@ -150,14 +150,14 @@ def quantization_options(command):
         equalize_option,
         click.option("--int16", "int16_tensors", multiple=True, metavar="NAME[,NAME...]",
                      callback=_names,
-                     help="Hold these tensors (ONNX names: outputs of Conv, Gemm or MatMul "
-                          "layers, residual Adds or table ops such as HardSwish and Sigmoid, "
-                          "read only by such layers; model inputs and outputs too) in int16: "
-                          "the array streams their two "
-                          "byte planes in two passes (twice its time for their readers), a "
-                          "table op writes int16 codes or interpolates between 257 knots by "
-                          "the low byte; their codes as many bits as the readers' int32 "
-                          "accumulators allow."),
+                     help="Hold these tensors (ONNX names: outputs of Conv, Gemm, MatMul or "
+                          "ConvTranspose layers, residual Adds, pools or table ops such as "
+                          "HardSwish and Sigmoid; model inputs and outputs too) in int16, with "
+                          "every value holding the same codes through views, Concats, "
+                          "MaxPools and nearest Resizes: the array streams their two byte "
+                          "planes (twice its time for their readers), a table op writes int16 "
+                          "codes or interpolates between 257 knots by the low byte; their codes "
+                          "as many bits as the readers' int32 accumulators allow."),
         click.option("--weight-rounding", "weight_rounding", type=InputPath(dir_okay=False),
                      metavar="FILE",
                      help="Weight codes chosen for each layer's output on calibration data, "
