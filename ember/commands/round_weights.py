@@ -15,7 +15,7 @@ from ember.commands.options import (data_options, image_options_from, input_shap
 from ember.errors import EmberError
 from ember.files import OutputPath
 from ember.progress import progress_bar
-from ember.rounding import round_weights
+from ember.rounding import INPUTS, round_weights
 
 
 @click.command("round-weights")
@@ -26,10 +26,14 @@ from ember.rounding import round_weights
 @click.option("-o", "--output",
               type=OutputPath(dir_okay=False, beside=("model", ".rounding.npz")),
               help="Rounding file to write.  [default: MODEL with .rounding.npz]")
+@click.option("--inputs", type=click.Choice(INPUTS), default="quantized", show_default=True,
+              help="Fit each layer to its inputs in the quantized model (the layers before it "
+                   "already rounded, the activations quantized) or in the fp32 model.")
 @input_shape_option
 @json_option
 def round_weights_(model: str, data: str, samples: int | None, output: str,
-                   input_shapes: tuple[str, ...], as_json: bool, **kwargs) -> None:
+                   input_shapes: tuple[str, ...], inputs: str, as_json: bool,
+                   **kwargs) -> None:
     """Choose MODEL's int8 weight codes for each layer's output on calibration data.
 
     Nearest rounding minimizes each weight's own error, not what the layer computes: this
@@ -56,12 +60,13 @@ def round_weights_(model: str, data: str, samples: int | None, output: str,
                                "one (-o)")
     with progress_bar() as progress:
         done = round_weights(model, profile_path, data, options, output,
-                             parse_input_shapes(input_shapes), samples, images, progress)
+                             parse_input_shapes(input_shapes), samples, images, progress,
+                             inputs)
     if not done.layers:
         raise EmberError(f"{model}: nothing rounded")
     if as_json:
         click.echo(json.dumps({
-            "model": model, "output": output, "samples": done.samples,
+            "model": model, "output": output, "inputs": inputs, "samples": done.samples,
             "seconds": done.seconds,
             "layers": [{"weight": r.weight, "node": r.node, "groups": r.groups,
                         "rows": r.rows, "columns": r.columns,
