@@ -1,16 +1,32 @@
 """`ember round-weights`: each layer's weight codes chosen for its output on calibration data
 (`quantizer.rounding`), written once to a file that `--weight-rounding FILE` reads.
 
-The fp32 model (the quantizer's optimized graph: BatchNorm folded, equalized if asked) runs on
-the calibration samples; for every Conv, Gemm and MatMul by a constant weight, the inputs it
-reads give H = X X^T (im2col windows for a convolution, per group), and the codes are chosen
-at the quantizer's own scales for the same options. Compensation fits the inputs it is shown:
-with few samples and many input dimensions (a Gemm of 1,280 inputs read once per image, 8
-images) it fits those samples and can raise the error on others. So H is accumulated in two
-halves (alternate batches): codes chosen on one half are kept only if they cut the layer's
-error on the other, and then chosen again on both; a layer that fails the check keeps its
-nearest codes. Layers are taken in chunks whose H fit in `MEMORY_BYTES`, the model run again
-for each chunk, so that memory stays bounded on any model.
+For every Conv, Gemm and MatMul by a constant weight of the quantizer's optimized graph
+(BatchNorm folded, equalized if asked), the codes are chosen at the quantizer's own scales for
+the same options, from the inputs the layer reads on the calibration samples (im2col windows for
+a convolution, per group). Which inputs (`INPUTS`):
+
+- fp32 (the default): the fp32 model's inputs (H = X X^T); layers are taken in chunks whose H
+  fit in `MEMORY_BYTES`, the model run again for each chunk, so that memory stays bounded.
+- quantized: the layer's inputs in the quantized model, the layers before it already rounded
+  (H~ = X~ X~^T: GPTQ's sequential form).
+- matched: the same inputs, and the codes fitted to the fp32 layer's output (|W X - W_q X~|):
+  they also correct part of the error the earlier layers left, as far as the calibration
+  samples show it.
+
+For the last two, the fp32 graph and the integer reference are replayed side by side, a node
+at a time, over all the calibration batches at once (their live activations are held), and
+the model is quantized again after each layer whose codes a later layer's inputs depend on.
+Measured by `benchmarks/real_models.py --round-weights INPUTS` on 8 calibration and 24
+evaluation samples (output SQNR; nearest / fp32 / quantized / matched): EfficientNet-Lite0
+17.7 / 23.2 / 23.5 / 26.9 dB, ddddocr 18.2 / 17.3 / 18.7 / 14.9 dB; neither quantized form wins
+everywhere, so the default stays fp32.
+
+Compensation fits the inputs it is shown: with few samples and many input dimensions (a Gemm
+of 1,280 inputs read once per image, 8 images) it fits those samples and can raise the error
+on others. So the inputs' moments are accumulated in two halves (alternate batches): codes
+chosen on one half are kept only if they cut the layer's error on the other, and then chosen
+again on both; a layer that fails the check keeps its nearest codes.
 
 The file holds, per weight (by its name in the optimized graph): its codes, the scales they
 are on, and the sha256 of its float values, so that a file made for another model, or with
@@ -51,9 +67,10 @@ from quantizer.rounding import (Moments, RoundedWeight, compensated_codes, outpu
 from simulator import numerics
 
 MEMORY_BYTES = 512 << 20  # H of the layers accumulated in one run of the model
-# What each layer's codes are fitted to: its inputs in the quantized model (the layers before it
-# already rounded, the activations quantized), or in the fp32 model.
-INPUTS = ("quantized", "fp32")
+# What each layer's codes are fitted to (see the module docstring): its inputs in the fp32 model;
+# its inputs in the quantized model (the layers before it already rounded, the activations
+# quantized); or those, with the fp32 layer's output as the target.
+INPUTS = ("fp32", "quantized", "matched")
 
 
 @dataclass(frozen=True)
@@ -106,10 +123,9 @@ class _Layer:
 def round_weights(model_path: str, profile_path: str, data: str, options: QuantOptions,
                   output: str, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   samples: int | None = None, images: ImageOptions | None = None,
-                  progress: Progress = quiet, inputs: str = "quantized") -> Rounding:
+                  progress: Progress = quiet, inputs: str = "fp32") -> Rounding:
     """Choose every layer's codes on `data` and write them to `output` (see the module
-    docstring); `inputs` says whether each layer is fitted to the quantized model's inputs or
-    to the fp32 model's (`INPUTS`). The report says, per layer, how much its output error
+    docstring); `inputs` says what each layer is fitted to (`INPUTS`). The report says, per layer, how much its output error
     shrank."""
     if inputs not in INPUTS:
         raise ValueError(f"inputs {inputs!r}: expected one of {INPUTS}")
@@ -130,7 +146,7 @@ def round_weights(model_path: str, profile_path: str, data: str, options: QuantO
         found, codes = _on_fp32_inputs(graph, layers, read, progress)
     else:
         found, codes = _on_quantized_inputs(quantizer, nearest_options, layers, read,
-                                            model_path, progress)
+                                            model_path, progress, inputs == "matched")
     _write(output, graph, layers, codes, model_path, read.samples, inputs)
     return Rounding(tuple(found), read.samples, time.perf_counter() - started)
 
@@ -202,7 +218,8 @@ def _on_fp32_inputs(graph: Graph, layers: list[_Layer], read: _Reader, progress:
 
 
 def _on_quantized_inputs(quantizer: Quantizer, options: QuantOptions, layers: list[_Layer],
-                         read: _Reader, model_path: str, progress: Progress
+                         read: _Reader, model_path: str, progress: Progress,
+                         match_fp32_output: bool
                          ) -> tuple[list[LayerRounding], dict[str, np.ndarray]]:
     """Each layer's codes for its inputs in the quantized model with the layers before it
     already rounded (`quantizer.rounding.quantized_codes`). The fp32 graph and the integer
@@ -235,11 +252,12 @@ def _on_quantized_inputs(quantizer: Quantizer, options: QuantOptions, layers: li
             w, s = _as_rows(layer.node, weight, layer.scales, layer.axis)
             choose, check = halves
             nearest = np.clip(np.rint(w / s), -WEIGHT_QMAX, WEIGHT_QMAX)
-            trial = quantized_codes(w, choose, s, WEIGHT_QMAX)
+            trial = quantized_codes(w, choose, s, WEIGHT_QMAX, match_fp32_output)
             kept = quantized_output_error(w, trial, s, check) < \
                 quantized_output_error(w, nearest, s, check)
             whole = choose + check
-            chosen = quantized_codes(w, whole, s, WEIGHT_QMAX) if kept else nearest
+            chosen = quantized_codes(w, whole, s, WEIGHT_QMAX, match_fp32_output) if kept \
+                else nearest
             found.append(LayerRounding(layer.weight, layer.node.name, *w.shape,
                                        quantized_output_error(w, nearest, s, whole),
                                        quantized_output_error(w, chosen, s, whole), kept))
@@ -255,7 +273,7 @@ def _requantized(quantizer: Quantizer, options: QuantOptions, graph: Graph,
     rounding file (so that everything the codes decide, the bias too, is what a compile with
     the finished file makes)."""
     _write(path, graph, [layer for layer in layers if layer.weight in codes], codes,
-           model_path, 0, "quantized")
+           model_path, 0, "so far")
     with warnings.catch_warnings():  # the first quantization said them already
         warnings.simplefilter("ignore")
         return quantizer(dataclasses.replace(options, weight_rounding=path)).qgraph

@@ -128,11 +128,15 @@ def target_weights(weights: np.ndarray, moments: Moments) -> np.ndarray:
     return np.swapaxes(np.linalg.solve(h, np.swapaxes(rhs, 1, 2)), 1, 2)
 
 
-def quantized_codes(weights: np.ndarray, moments: Moments, scales: np.ndarray,
-                    qmax: int) -> np.ndarray:
-    """`compensated_codes` for the quantized model: chosen on H~ for the target W*, so that
-    the layer's output on its quantized inputs stays near the fp32 layer's output."""
-    return compensated_codes(target_weights(weights, moments), moments.quantized, scales, qmax)
+def quantized_codes(weights: np.ndarray, moments: Moments, scales: np.ndarray, qmax: int,
+                    match_fp32_output: bool) -> np.ndarray:
+    """`compensated_codes` for the quantized model, chosen on H~: for W itself (GPTQ's
+    sequential form: the inputs' error is not corrected), or, `match_fp32_output`, for the
+    target W* (the layer's output on its quantized inputs as near the fp32 layer's output as
+    the codes allow; fits the calibration samples' input errors, which other samples may not
+    share)."""
+    target = target_weights(weights, moments) if match_fp32_output else weights
+    return compensated_codes(target, moments.quantized, scales, qmax)
 
 
 def quantized_output_error(weights: np.ndarray, codes: np.ndarray, scales: np.ndarray,
