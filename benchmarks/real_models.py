@@ -609,7 +609,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               compare: tuple[str, ...] = (), program: bool = True,
               quant: QuantOptions = QuantOptions(),
               accuracy_budget: budget.Budget | None = None,
-              round_weights: bool = False) -> None:
+              round_weights: str | None = None) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -632,11 +632,12 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                                       shapes), profile_path)
     row.calibration = quant.calibration
     if round_weights:
-        log(f"{model.name}: error-compensated weight rounding on the calibration samples")
+        log(f"{model.name}: error-compensated weight rounding on the calibration samples "
+            f"({round_weights} inputs)")
         started = time.perf_counter()
         rounding_path = folder / f"{model.name}.rounding.npz"
         rounding.round_weights(str(path), str(profile_path), str(data), quant,
-                               str(rounding_path), shapes)
+                               str(rounding_path), shapes, inputs=round_weights)
         row.rounding_s = time.perf_counter() - started
         quant = replace(quant, weight_rounding=str(rounding_path))
     if accuracy_budget is not None:
@@ -803,7 +804,8 @@ def ort_quantized(source: Path, out: Path, reader, method: str, per_channel: boo
 def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
             quant: QuantOptions = QuantOptions(), compare: tuple[str, ...] = (),
             program: bool = True, peer: bool = True,
-            accuracy_budget: budget.Budget | None = None, round_weights: bool = False) -> Row:
+            accuracy_budget: budget.Budget | None = None, round_weights: str | None = None
+            ) -> Row:
     row = Row(model.name, model.about, calib_n, eval_n, calibration=quant.calibration)
     try:
         with time_box(box):
@@ -979,10 +981,12 @@ def main() -> None:
                         help="an accuracy budget, alone or with --min-sqnr: each classifier "
                              "output's top-1 agrees with fp32's on at least PERCENT of the "
                              "evaluation samples (`ember compile --min-agreement PERCENT`)")
-    parser.add_argument("--round-weights", action="store_true",
+    parser.add_argument("--round-weights", nargs="?", const=rounding.INPUTS[0],
+                        choices=rounding.INPUTS, metavar="INPUTS",
                         help="ember's weights rounded for each layer's output on the "
-                             "calibration samples (`ember round-weights`, then "
-                             "--weight-rounding)")
+                             "calibration samples (`ember round-weights --inputs INPUTS`, "
+                             f"then --weight-rounding; INPUTS {'|'.join(rounding.INPUTS)}, "
+                             f"{rounding.INPUTS[0]} when not given)")
     parser.add_argument("--cluster", default="local", metavar="local[:N]|ADDRESS",
                         help="where a budget's search runs its measurements and ranking "
                              "(`ember compile --cluster`)")

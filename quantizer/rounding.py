@@ -16,6 +16,14 @@ Measured on EfficientNet-Lite0's pretrained weights with 8 calibration images (f
 activations, weights alone quantized per channel): nearest rounding caps the output at 19.6 dB,
 error-compensated rounding at 31.1 dB.
 
+The layer-wise objective above takes X from the fp32 model, but in the quantized model a layer
+reads X~, its input after the earlier layers' own rounding and the activations' quantization.
+Fitted to the quantized model (GPTQ and AdaRound's sequential variants; Nagel et al. 2020's
+"asymmetric" reconstruction), the codes minimize |W X - W_q X~| instead: with H~ = X~ X~^T and
+C = X~ X^T, that is |(W* - W_q) X~| plus a constant, for the target W* = W C^T H~^-1. So the same
+compensation runs on H~ with W* in place of W, and the codes also absorb part of the error the
+earlier layers put into X~ (`quantized_codes`).
+
 The codes are computed once (`ember round-weights`) and stored with their scales, so that every
 later compile and accuracy run uses the same codes: a rounding that floating-point noise could
 flip would make a program differ from its integer reference.
@@ -88,6 +96,58 @@ def output_error(weights: np.ndarray, codes: np.ndarray, scales: np.ndarray,
     calibration inputs."""
     delta = np.asarray(codes, np.float64) * np.asarray(scales, np.float64) - weights
     return float(np.einsum("grk,gkl,grl->", delta, hessian, delta))
+
+
+@dataclass(frozen=True)
+class Moments:
+    """A layer's inputs over calibration samples, per group (G x K x K each): the quantized
+    model's X~ X~^T, the cross term X~ X^T, and the fp32 model's X X^T. Enough for the output
+    error |W X - W_q X~| of any codes."""
+
+    quantized: np.ndarray
+    cross: np.ndarray
+    fp32: np.ndarray
+
+    def __add__(self, other: Moments) -> Moments:
+        return Moments(self.quantized + other.quantized, self.cross + other.cross,
+                       self.fp32 + other.fp32)
+
+
+def target_weights(weights: np.ndarray, moments: Moments) -> np.ndarray:
+    """W* = (W C^T + d W)(H~ + d I)^-1: the real weights whose output on the quantized inputs
+    is closest to the fp32 layer's, pulled towards W by GPTQ's damping d (a column the
+    quantized inputs never excite keeps W's values; with X~ = X, W* = W)."""
+    w = np.asarray(weights, np.float64)
+    h = np.array(moments.quantized, np.float64)
+    k = h.shape[-1]
+    diag = np.diagonal(h, axis1=1, axis2=2)
+    damping = DAMPING * np.maximum(diag.mean(axis=1), 1e-30)
+    h[:, np.arange(k), np.arange(k)] += damping[:, None]
+    rhs = w @ np.swapaxes(moments.cross, 1, 2) + damping[:, None, None] * w
+    # H~ is symmetric: W* = rhs H~^-1 is the solution of H~ W*^T = rhs^T.
+    return np.swapaxes(np.linalg.solve(h, np.swapaxes(rhs, 1, 2)), 1, 2)
+
+
+def quantized_codes(weights: np.ndarray, moments: Moments, scales: np.ndarray, qmax: int,
+                    match_fp32_output: bool) -> np.ndarray:
+    """`compensated_codes` for the quantized model, chosen on H~: for W itself (GPTQ's
+    sequential form: the inputs' error is not corrected), or, `match_fp32_output`, for the
+    target W* (the layer's output on its quantized inputs as near the fp32 layer's output as
+    the codes allow; fits the calibration samples' input errors, which other samples may not
+    share)."""
+    target = target_weights(weights, moments) if match_fp32_output else weights
+    return compensated_codes(target, moments.quantized, scales, qmax)
+
+
+def quantized_output_error(weights: np.ndarray, codes: np.ndarray, scales: np.ndarray,
+                           moments: Moments) -> float:
+    """sum over rows of |w X - w_q X~|^2: the layer's squared output error in the quantized
+    model (its codes and its inputs' error together) against the fp32 layer's output."""
+    w = np.asarray(weights, np.float64)
+    q = np.asarray(codes, np.float64) * np.asarray(scales, np.float64)
+    return float(np.einsum("grk,gkl,grl->", q, moments.quantized, q)
+                 - 2 * np.einsum("grk,gkl,grl->", q, moments.cross, w)
+                 + np.einsum("grk,gkl,grl->", w, moments.fp32, w))
 
 
 @dataclass(frozen=True)

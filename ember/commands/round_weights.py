@@ -15,7 +15,7 @@ from ember.commands.options import (data_options, image_options_from, input_shap
 from ember.errors import EmberError
 from ember.files import OutputPath
 from ember.progress import progress_bar
-from ember.rounding import round_weights
+from ember.rounding import INPUTS, round_weights
 
 
 @click.command("round-weights")
@@ -26,21 +26,28 @@ from ember.rounding import round_weights
 @click.option("-o", "--output",
               type=OutputPath(dir_okay=False, beside=("model", ".rounding.npz")),
               help="Rounding file to write.  [default: MODEL with .rounding.npz]")
+@click.option("--inputs", type=click.Choice(INPUTS), default="fp32", show_default=True,
+              help="Fit each layer to its inputs in the fp32 model, or in the quantized model "
+                   "(the layers before it already rounded, the activations quantized), or "
+                   "to those with the fp32 layer's output as the target (matched).")
 @input_shape_option
 @json_option
 def round_weights_(model: str, data: str, samples: int | None, output: str,
-                   input_shapes: tuple[str, ...], as_json: bool, **kwargs) -> None:
+                   input_shapes: tuple[str, ...], inputs: str, as_json: bool,
+                   **kwargs) -> None:
     """Choose MODEL's int8 weight codes for each layer's output on calibration data.
 
     Nearest rounding minimizes each weight's own error, not what the layer computes: this
-    runs the fp32 model over --data, takes each Conv's, Gemm's and MatMul's inputs X, and
-    rounds its weights one column at a time, pushing each rounding error onto the columns
-    not yet rounded through H = X X^T (error-compensated rounding, GPTQ; AdaRound's
-    objective). A layer keeps such codes only when codes chosen on half the samples also cut
-    its error on the other half (else its inputs have more dimensions than the samples show,
-    and it keeps its nearest codes). The scales stay the quantizer's for the same options, so
-    programs keep their arithmetic and cycles; `ember compile` and `ember accuracy` take the
-    file with --weight-rounding and the same quantizer options.
+    runs the model over --data, takes each Conv's, Gemm's and MatMul's inputs, and rounds its
+    weights one column at a time, pushing each rounding error onto the columns not yet
+    rounded (error-compensated rounding, GPTQ; AdaRound's objective). With --inputs fp32,
+    each layer is fitted to the fp32 model's inputs; with quantized, to its inputs in the
+    quantized model, the layers before it already rounded; with matched, to those too, so
+    that its output there stays near the fp32 layer's. A layer keeps such codes only when codes chosen on half
+    the samples also cut its error on the other half (else its inputs have more dimensions
+    than the samples show, and it keeps its nearest codes). The scales stay the quantizer's
+    for the same options, so programs keep their arithmetic and cycles; `ember compile` and
+    `ember accuracy` take the file with --weight-rounding and the same quantizer options.
 
     \b
     Examples:
@@ -56,12 +63,13 @@ def round_weights_(model: str, data: str, samples: int | None, output: str,
                                "one (-o)")
     with progress_bar() as progress:
         done = round_weights(model, profile_path, data, options, output,
-                             parse_input_shapes(input_shapes), samples, images, progress)
+                             parse_input_shapes(input_shapes), samples, images, progress,
+                             inputs)
     if not done.layers:
         raise EmberError(f"{model}: nothing rounded")
     if as_json:
         click.echo(json.dumps({
-            "model": model, "output": output, "samples": done.samples,
+            "model": model, "output": output, "inputs": inputs, "samples": done.samples,
             "seconds": done.seconds,
             "layers": [{"weight": r.weight, "node": r.node, "groups": r.groups,
                         "rows": r.rows, "columns": r.columns,

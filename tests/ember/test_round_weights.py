@@ -16,7 +16,9 @@ from onnx import helper
 from compiler.graph.ir import Node
 from compiler.graph.reference import conv
 from ember.rounding import _as_rows, _columns, _from_rows
-from quantizer.rounding import compensated_codes, output_error
+from quantizer.rounding import (Moments, compensated_codes, load_rounding, output_error,
+                                quantized_codes, quantized_output_error, save_rounding,
+                                target_weights)
 from tests.cli import assert_one_line_error, invoke
 from tests.onnx_builder import model
 
@@ -224,3 +226,108 @@ def test_a_layer_the_samples_cannot_pin_down_keeps_its_nearest_codes(tmp_path) -
                                  tmp_path / "p.json", "--data", tmp_path / "calib.npz",
                                  "--samples", 1, "-o", tmp_path / "one.npz"),
                           "1 sample(s); rounding needs two batches")
+
+
+def test_with_exact_inputs_the_quantized_objective_is_the_fp32_one() -> None:
+    """X~ = X: the target is W itself, and |W X - W_q X~|^2 is `output_error`."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 10, 300))
+    h = np.einsum("gkm,glm->gkl", x, x)
+    w = rng.normal(0, .1, (2, 4, 10))
+    s = np.abs(w).max(axis=2, keepdims=True) / 127
+    same = Moments(h, h, h)
+    np.testing.assert_allclose(target_weights(w, same), w, rtol=1e-9, atol=1e-12)
+    codes = compensated_codes(w, h, s, 127)
+    assert quantized_output_error(w, codes, s, same) == pytest.approx(
+        output_error(w, codes, s, h), rel=1e-6)
+
+
+def test_quantized_codes_absorb_a_linear_error_of_their_inputs() -> None:
+    """Inputs that reach the layer as (I + E) X, E the error of an earlier rounded layer:
+    codes chosen for |W X - W_q X~| beat both nearest codes and codes that ignore E, and the
+    error is what the inputs give directly."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(16, 16)) @ rng.normal(size=(16, 600))
+    quantized_x = (np.eye(16) + rng.normal(0, .05, (16, 16))) @ x
+    moments = Moments((quantized_x @ quantized_x.T)[None], (quantized_x @ x.T)[None],
+                      (x @ x.T)[None])
+    w = rng.normal(0, .1, (1, 12, 16))
+    s = np.abs(w).max(axis=2, keepdims=True) / 127
+    nearest = np.clip(np.rint(w / s), -127, 127)
+    ignoring = compensated_codes(w, moments.quantized, s, 127)
+    fitted = quantized_codes(w, moments, s, 127, match_fp32_output=True)
+    error = quantized_output_error(w, fitted, s, moments)
+    assert error == pytest.approx(float(((w[0] @ x - fitted[0] * s[0] @ quantized_x) ** 2)
+                                        .sum()), rel=1e-6)
+    assert error < 0.5 * quantized_output_error(w, ignoring, s, moments)
+    assert error < 0.5 * quantized_output_error(w, nearest, s, moments)
+
+
+def coarse_convs():
+    """`two_convs` whose first Conv also has one tap of 1.0 per channel beside taps of ~0.03:
+    its own rounding puts a large error into the second Conv's inputs, which codes fitted to
+    the fp32 inputs cannot see."""
+    rng = np.random.default_rng(5)
+    w1 = rng.normal(0, .03, (12, 3, 3, 3))
+    w1[:, 0, 1, 1] = 1.0
+    w2 = rng.normal(0, .03, (8, 12, 3, 3))
+    w2[:, 0, 1, 1] = 1.0
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], name="c2", pads=[1, 1, 1, 1])]
+    inits = {"w1": w1, "b1": rng.normal(0, .1, 12), "w2": w2, "b2": rng.normal(0, .1, 8)}
+    return model(nodes, {"x": [1, 3, 10, 10]}, {"y": [1, 8, 10, 10]},
+                 {k: v.astype(np.float32) for k, v in inits.items()})
+
+
+def test_codes_fitted_to_the_quantized_inputs_beat_codes_fitted_to_fp32_ones(tmp_path):
+    """A bad first layer: the second layer's codes fitted to the fp32 output on its quantized
+    inputs (matched) bring the output closer to fp32 than codes chosen on its fp32 inputs (the
+    default), all forms beat nearest rounding, the file says which inputs it was fitted to,
+    and the program compiled with it stays bit-exact."""
+    onnx.save(coarse_convs(), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "calib.npz", x=smooth_images(32, 0))
+    np.savez(tmp_path / "eval.npz", x=smooth_images(32, 1))
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    reports = {}
+    for inputs, extra in (("fp32", ()), ("quantized", ("--inputs", "quantized")),
+                          ("matched", ("--inputs", "matched"))):
+        result = invoke("round-weights", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
+                        "--data", tmp_path / "calib.npz", "-o", tmp_path / f"{inputs}.npz",
+                        "--json", *extra)
+        assert result.exit_code == 0, result.output
+        reports[inputs] = json.loads(result.stdout)
+        assert reports[inputs]["inputs"] == inputs
+        with np.load(tmp_path / f"{inputs}.npz") as data:
+            assert json.loads(bytes(data["header"]).decode())["inputs"] == inputs
+    assert all(layer["compensated"] for layer in reports["matched"]["layers"])
+    sqnr = {"nearest": _accuracy(tmp_path)["sqnr_db"]}
+    for inputs in reports:
+        sqnr[inputs] = _accuracy(tmp_path, "--weight-rounding", tmp_path / f"{inputs}.npz")[
+            "sqnr_db"]
+    assert sqnr["matched"] > sqnr["fp32"] + 0.3, sqnr
+    assert min(sqnr["fp32"], sqnr["quantized"]) > sqnr["nearest"] + 2, sqnr
+    assert invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
+                  "--weight-rounding", tmp_path / "matched.npz",
+                  "-o", tmp_path / "m.ember").exit_code == 0
+    checked = _accuracy(tmp_path, tmp_path / "m.ember")
+    assert checked["bit_exact"] is True
+    assert checked["sqnr_db"] == pytest.approx(sqnr["matched"])
+
+
+def test_the_inputs_option_and_files_that_do_not_record_it(rounded, tmp_path) -> None:
+    """--inputs takes fp32 (the default), quantized or matched only; a file written before
+    the field (no "inputs" in its header) still loads."""
+    folder, report = rounded
+    assert report["inputs"] == "fp32"
+    result = invoke("round-weights", folder / "m.onnx", "--profile", folder / "p.json",
+                    "--data", folder / "calib.npz", "--inputs", "int8")
+    assert result.exit_code == 2 and "'fp32', 'quantized', 'matched'" in result.output
+    assert "--inputs" in invoke("round-weights", "--help").output
+    weights = load_rounding(str(folder / "r.npz"))
+    with open(tmp_path / "old.npz", "wb") as handle:
+        save_rounding(handle, weights, {"model": "m.onnx", "samples": 32})
+    old = load_rounding(str(tmp_path / "old.npz"))
+    assert old.keys() == weights.keys()
+    assert all(np.array_equal(old[k].codes, weights[k].codes) for k in old)
