@@ -31,7 +31,8 @@ from tests.e2e.flow import (assert_busy_is_own_cycles, check_bit_exact, compute_
                             value_sqnr_db)
 from tests.e2e.models import CONV_FORMS, conv_form
 from tests.e2e.test_int16_array import wide_gemm
-from tests.e2e.test_int16_weights import MODELS, build, samples, signed_gemm
+from tests.e2e.test_int16_weights import (MODELS, assert_export_within_a_step, build,
+                                          samples, signed_gemm)
 from tests.onnx_builder import model
 
 PRESETS = ("default", "edge", "large")
@@ -306,18 +307,9 @@ def test_too_few_bits_for_both_are_refused() -> None:
 def test_the_qdq_export_runs_both_in_onnxruntime(tmp_path) -> None:
     """int16 activations and int16 weights on one node export at opset 21 (DequantizeLinear of
     int16 both): onnxruntime runs it, within one output code of the integer reference."""
-    import onnxruntime as ort
-
-    from quantizer.qdq import export_qdq
     make, _ = MODELS["conv"]
     proto = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", QuantizeWarning)
         qgraph = build(proto, _both("conv")).qgraph
-    path = tmp_path / "qdq.onnx"
-    export_qdq(qgraph, path)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    step = qgraph.values["y/q"].type.quant.scale[0]
-    for sample in samples(proto, 2, 3):
-        got = session.run(None, sample)[0]
-        assert np.abs(got - run_int8(qgraph, sample)["y"]).max() <= step * 1.001
+    assert_export_within_a_step(proto, qgraph, tmp_path)

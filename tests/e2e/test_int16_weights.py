@@ -315,11 +315,16 @@ def test_a_product_of_two_activations_is_refused() -> None:
 def test_the_qdq_export_runs_int16_weights_in_onnxruntime(tmp_path) -> None:
     """The export keeps the int16 codes (opset 21's DequantizeLinear reads int16):
     onnxruntime runs it, within one output code of the integer reference."""
+    proto = conv_conv()
+    assert_export_within_a_step(proto, build(proto, _wide(["c1", "c2"])).qgraph, tmp_path)
+
+
+def assert_export_within_a_step(proto, qgraph, tmp_path) -> None:
+    """The QDQ export of `qgraph` runs in onnxruntime, output 'y' within one output code of
+    the integer reference."""
     import onnxruntime as ort
 
     from quantizer.qdq import export_qdq
-    proto = conv_conv()
-    qgraph = build(proto, _wide(["c1", "c2"])).qgraph
     path = tmp_path / "qdq.onnx"
     export_qdq(qgraph, path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
