@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, Quant, ViewKind
+from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, Lower, Quant, ViewKind
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram, weight_scales
 from quantizer.errors import QuantizeError
@@ -307,7 +307,7 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
                             f"by a constant weight (a Relu fused into it), an Add of two "
-                            f"whole tensors, a table op (Sigmoid, HardSwish, ..., and an Add "
+                            f"whole tensors, a Mul of two activations, a table op (Sigmoid, HardSwish, ..., and an Add "
                             f"or Mul by a scalar), an AveragePool or GlobalAveragePool, or a "
                             f"view, Concat, Transpose, MaxPool or nearest Resize of int16 "
                             f"values writes int16")
@@ -315,9 +315,11 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
     """Whether `node` requantizes into int16 codes: an array op by a constant weight (REQUANT
-    wide), a residual Add (ADD wide), a table op (LUT wide) or an average (AVGPOOL wide)."""
+    wide), a residual Add (ADD wide), a table op (LUT wide), an average (AVGPOOL wide) or a
+    product of two activations (MUL wide)."""
     return bool(_by_constant(graph, node) or _residual_add(graph, producers, node)
-                or _table(graph, node) or OPS[node.op].lower in _AVERAGES)
+                or _table(graph, node) or OPS[node.op].lower in _AVERAGES
+                or _activation_product(graph, node))
 
 
 def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
@@ -344,13 +346,15 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
-        if not (on_array or _residual_add(graph, producers, reader) or table or average):
+        if not (on_array or _residual_add(graph, producers, reader) or table or average
+                or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
                                 f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
                                 f"and MatMuls by a constant weight (on the array), Adds of "
-                                f"two whole tensors, table ops (Sigmoid, HardSwish, ..., and "
+                                f"two whole tensors, Muls of two activations (one broadcast "
+                                f"per channel, pixel or image), table ops (Sigmoid, HardSwish, ..., and "
                                 f"Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
                                 f"MaxPools and nearest Resizes (int16 all, in one scale) "
@@ -380,6 +384,25 @@ def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
                 name not in producers or OPS[producers[name].op].view is not None:
             return False
     return True
+
+
+def _activation_product(graph: Graph, node: Node) -> bool:
+    """A Mul of two activations, one of its output's shape and the other of it too or, of rank
+    4, broadcast over it as the vector unit's MUL reads it (a squeeze-and-excitation gate
+    [N, C, 1, 1], a value per pixel [N, 1, H, W] or per image): MUL reads and writes int16
+    codes, through Views too (a_wide, b_wide, wide; `numerics.mul`)."""
+    if node.op != MUL.name or len(node.inputs) != 2 or \
+            any(not name or graph.values[name].is_const for name in node.inputs):
+        return False
+    shape = graph.type_of(node.outputs[0]).shape
+    shapes = [graph.type_of(name).shape for name in node.inputs]
+    if shape not in shapes:
+        return False
+    other = shapes[1] if shapes[0] == shape else shapes[0]
+    if other == shape:
+        return True
+    return len(shape) == 4 and len(other) == 4 and other[0] in (1, shape[0]) and \
+        other[1] in (1, shape[1]) and other[2:] in ((1, 1), shape[2:])
 
 
 # The kinds whose op runs as a LUT of its one activation when every other operand is a scalar
