@@ -16,12 +16,15 @@ So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: i
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
 ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1), a
-table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) or an
-AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) int16 for readers that are Convs,
+table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes), an
+AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activations' (MUL
+wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
 ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
 array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
 between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
-codes, and averages, which sum whole int16 codes (AVGPOOL in_wide=1) (`array_values`). The
+codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
+activations, one broadcast as a gate or not (MUL a_wide, b_wide: `numerics.mul` multiplies
+the whole codes) (`array_values`). The
 values that hold the same codes, through views, Slices, Splits, Transposes, Concats, MaxPools
 (MAXPOOL wide=1, a compare of whole values: `numerics.window_max`) and nearest Resizes, are
 one group (`wide_group`): int16 together, in one scale over their ranges, as the int8 path
@@ -249,10 +252,11 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]
     of a group that no moving node makes is a model input (the host writes its two planes;
     likewise it reads a model output's) or made by a Conv, ConvTranspose, Gemm or MatMul by a
     constant weight (or the Relu fused into its requantization: `fused`, producer name ->
-    clamp), by a residual Add, by a table op (`_table`) or by an AveragePool or
-    GlobalAveragePool (`_writes`). Every reader that is no moving node of the group is such a
-    Conv, ConvTranspose, Gemm or MatMul as its first input, a residual Add
-    (`_residual_add`), a table op or an AveragePool or GlobalAveragePool (`_check_readers`);
+    clamp), by a residual Add, by a table op (`_table`), by an AveragePool or
+    GlobalAveragePool or by a Mul of two activations (`_writes`). Every reader that is no
+    moving node of the group is such a Conv, ConvTranspose, Gemm or MatMul as its first input,
+    a residual Add (`_residual_add`), a table op, an AveragePool or GlobalAveragePool or a Mul
+    of two activations (`_activation_product`) (`_check_readers`);
     none of them is kept in fp32, and a Concat's inputs are activations. Raises
     QuantizeError naming the first value that is not (and the named tensor, when it was
     reached through its group)."""

@@ -36,11 +36,13 @@ def _conv(rng, name: str, x: str, y: str, cin: int, cout: int, k: int = 1):
                   f"{name}_b": (rng.standard_normal(cout) * .2).astype(np.float32)}
 
 
-def squeeze_excite(gate_first: bool = False, whole: bool = False):
+def squeeze_excite(gate_first: bool = False, whole: bool = False, pixel: bool = False,
+                   head: bool = True):
     """x -> Conv 3x3 + Relu -> mid; GlobalAveragePool(mid) -> Conv 1x1 + Relu -> Conv 1x1 ->
-    HardSigmoid -> g [N, C, 1, 1]; m = mid * g (g * mid with `gate_first`); m -> Conv 1x1 -> y.
-    With `whole`, the gate is a map of mid's shape (Conv 1x1 of mid, no pool): the product of
-    two whole tensors."""
+    HardSigmoid -> g [N, C, 1, 1]; m = mid * g (g * mid with `gate_first`); m -> Conv 1x1 -> y
+    (without `head`, m is the model's output). With `whole`, the gate is a map of mid's shape
+    (Conv 1x1 of mid, no pool): the product of two whole tensors; with `pixel`, one value per
+    pixel [N, 1, H, W] (a spatial attention's: Conv 1x1 of mid to one channel)."""
     rng = np.random.default_rng(3)
     nodes, inits = [], {}
 
@@ -50,8 +52,8 @@ def squeeze_excite(gate_first: bool = False, whole: bool = False):
 
     add(_conv(rng, "c1", "x", "pre", 3, C, k=3))
     nodes.append(helper.make_node("Relu", ["pre"], ["mid"], name="relu"))
-    if whole:
-        add(_conv(rng, "s2", "mid", "g0", C, C))
+    if whole or pixel:
+        add(_conv(rng, "s2", "mid", "g0", C, 1 if pixel else C))
     else:
         nodes.append(helper.make_node("GlobalAveragePool", ["mid"], ["p"], name="pool"))
         add(_conv(rng, "s1", "p", "q0", C, C // 4))
@@ -60,6 +62,8 @@ def squeeze_excite(gate_first: bool = False, whole: bool = False):
     nodes.append(helper.make_node("HardSigmoid", ["g0"], ["g"], name="gate", alpha=1 / 6))
     nodes.append(helper.make_node("Mul", ["g", "mid"] if gate_first else ["mid", "g"], ["m"],
                                   name="se"))
+    if not head:
+        return model(nodes, {"x": [N, 3, H, W]}, {"m": [N, C, H, W]}, inits)
     add(_conv(rng, "c2", "m", "y", C, 8))
     return model(nodes, {"x": [N, 3, H, W]}, {"y": [N, 8, H, W]}, inits)
 
@@ -114,6 +118,26 @@ def test_a_product_of_two_whole_int16_tensors_runs_bit_exactly(names, preset) ->
     mul = _mul(built.compiled.program)
     assert (mul.args["a_wide"], mul.args["b_wide"], mul.args["wide"]) == \
         tuple(int(n in names) for n in ("mid", "g", "m"))
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("names", [("mid", "g", "m"), ("g",), ("mid",)], ids="+".join)
+def test_a_gate_of_one_value_per_pixel_runs_bit_exactly(names, preset) -> None:
+    """A spatial gate [N, 1, H, W]: lane 0 of each of its rows for every channel (b_splat),
+    its low plane's bytes after its high plane's rows."""
+    proto = squeeze_excite(pixel=True)
+    built = build(proto, names, preset)
+    mul = _mul(built.compiled.program)
+    assert mul.args["b_splat"] == 1 and mul.args["b_wide"] == int("g" in names)
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_an_int16_product_may_be_the_model_output(preset) -> None:
+    """The host reads both planes of the int16 product."""
+    proto = squeeze_excite(head=False)
+    built = build(proto, ("mid", "g", "m"), preset)
     check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
 
 
