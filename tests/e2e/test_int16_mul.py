@@ -200,3 +200,24 @@ def test_a_mul_broadcast_along_one_axis_of_the_pixels_still_refuses_int16() -> N
     nodes = [helper.make_node("ReduceMean", ["mid"], ["r"], name="rows", axes=[2]),
              helper.make_node("Mul", ["mid", "r"], ["y"], name="outer")]
     _refused(nodes, {}, "y", r"int16 tensor 'y': made by Mul 'outer'; only a Conv")
+
+
+def test_an_int16_map_whose_global_pool_fits_once_is_pooled_from_one_buffer() -> None:
+    """A squeeze-and-excitation block at 64 x 64 pixels (DB's first stage) with its map int16:
+    the GlobalAveragePool's window is two planes of 4096 rows, twice over more than the
+    default scratchpad's 16384: one buffer, each image's window loaded after the previous
+    image's pool (no overlap), bit-exact."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["pre"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["pre"], ["mid"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["mid"], ["p"], name="pool"),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["y"], name="c2")]
+    inits = {"w": rng.normal(0, .3, (C, 3, 3, 3)), "b": rng.normal(0, .1, C),
+             "w2": rng.normal(0, .3, (4, C, 1, 1)), "b2": rng.normal(0, .1, 4)}
+    proto = model(nodes, {"x": [2, 3, 64, 64]}, {"y": [2, 4, 1, 1]},
+                  {k: v.astype(np.float32) for k, v in inits.items()})
+    built = build(proto, ("mid",))
+    pools = [i for i in built.compiled.program.instructions if i.op is isa.AVGPOOL]
+    assert pools and all(i.args["in_wide"] and i.args["in_h"] == 64 for i in pools)
+    assert 2 * (2 * 64 * 64 + 1) > built.compiled.program.arch.scratchpad.rows
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))

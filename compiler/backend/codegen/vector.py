@@ -79,7 +79,11 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
                             dram=view.at(image_index, y0, x0, c0), y_size=th, x_size=tw,
                             elem_bytes=n, x_stride=view.pixel, y_stride=view.row)
                 for plane, (view, _) in enumerate(_planes(layer.out_view, layer.y_plane, 0)))
-            steps.append(Step(tuple(loads), (pool, *stores)))
+            body = (pool, *stores)
+            if tiles.inputs.count == 1:  # one buffer: the window loads after the last pool
+                body = (*(op for op in loads if op.args["mem"] == "scratchpad"), *body)
+                loads = [op for op in loads if op.args["mem"] != "scratchpad"]
+            steps.append(Step(tuple(loads), body))
     return steps
 
 
