@@ -311,10 +311,10 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
                             f"by a constant weight (a Relu fused into it), an Add of two "
-                            f"whole tensors, a Mul of two activations, a table op (Sigmoid, HardSwish, ..., and an Add "
-                            f"or Mul by a scalar), an AveragePool or GlobalAveragePool, or a "
-                            f"view, Concat, Transpose, MaxPool or nearest Resize of int16 "
-                            f"values writes int16")
+                            f"whole tensors, a Mul of two activations, a table op (Sigmoid, "
+                            f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
+                            f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
+                            f"nearest Resize of int16 values writes int16")
 
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
@@ -358,8 +358,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
                                 f"and MatMuls by a constant weight (on the array), Adds of "
                                 f"two whole tensors, Muls of two activations (one broadcast "
-                                f"per channel, pixel or image), table ops (Sigmoid, HardSwish, ..., and "
-                                f"Adds or Muls by a scalar), AveragePools and "
+                                f"per channel, pixel or image), table ops (Sigmoid, "
+                                f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
                                 f"MaxPools and nearest Resizes (int16 all, in one scale) "
                                 f"read int16")

@@ -8,7 +8,8 @@
   is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
   (b_splat=1). An int16 operand, sum, product or table output is two planes of the tensor,
   the low one `size` bytes after the high one (a Mul's: its tensor's plane, through the same
-  View), each moved by its own transfers into rows after the high plane's; an int16 table loads as its high bytes' rows, then its low bytes'.
+  View), each moved by its own transfers into rows after the high plane's; an int16 table
+  loads as its high bytes' rows, then its low bytes'.
 - **Softmax**: a tile of pixels, each pixel's channel blocks loaded into one region per block
   (the SOFTMAX stride), one SOFTMAX over all of them, one STORE per block; the int32 table loads
   into the accumulator once.

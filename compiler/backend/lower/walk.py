@@ -409,13 +409,13 @@ def requant_params(node: Node, channels: int, wide: bool = False):
 
 # The lowerings that read int16 values (`quantizer.wide`): the array's by constant weights
 # (both planes streamed), the vector unit's residual ADD, MUL of two activations (a_wide,
-# b_wide), LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by plane (Concat, Transpose, a nearest
-# Resize), views, and the output bindings.
+# b_wide), LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by
+# plane (Concat, Transpose, a nearest Resize), views, and the output bindings.
 WIDE_READERS = frozenset({
-    Lower.LAYER_NORM, Lower.ADD, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV, Lower.CONV_TRANSPOSE,
-    Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT, Lower.CHANNEL_LUT, Lower.SLICE,
-    Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE, Lower.MAX_POOL,
-    Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
+    Lower.LAYER_NORM, Lower.ADD, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
+    Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
+    Lower.CHANNEL_LUT, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE,
+    Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
 
 # Rules whose output is not a fresh tensor a layer writes: views of their input, and the model's
 # inputs (written by the host, at their bindings).
