@@ -16,12 +16,15 @@ So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: i
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
 ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1), a
-table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes) or an
-AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) int16 for readers that are Convs,
+table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes), an
+AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activations' (MUL
+wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
 ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
 array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
 between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
-codes, and averages, which sum whole int16 codes (AVGPOOL in_wide=1) (`array_values`). The
+codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
+activations, one broadcast as a gate or not (MUL a_wide, b_wide: `numerics.mul` multiplies
+the whole codes) (`array_values`). The
 values that hold the same codes, through views, Slices, Splits, Transposes, Concats, MaxPools
 (MAXPOOL wide=1, a compare of whole values: `numerics.window_max`) and nearest Resizes, are
 one group (`wide_group`): int16 together, in one scale over their ranges, as the int8 path
@@ -38,7 +41,7 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, OPS, Lower, Quant, ViewKind
+from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, Lower, Quant, ViewKind
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram, weight_scales
 from quantizer.errors import QuantizeError
@@ -249,10 +252,11 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]
     of a group that no moving node makes is a model input (the host writes its two planes;
     likewise it reads a model output's) or made by a Conv, ConvTranspose, Gemm or MatMul by a
     constant weight (or the Relu fused into its requantization: `fused`, producer name ->
-    clamp), by a residual Add, by a table op (`_table`) or by an AveragePool or
-    GlobalAveragePool (`_writes`). Every reader that is no moving node of the group is such a
-    Conv, ConvTranspose, Gemm or MatMul as its first input, a residual Add
-    (`_residual_add`), a table op or an AveragePool or GlobalAveragePool (`_check_readers`);
+    clamp), by a residual Add, by a table op (`_table`), by an AveragePool or
+    GlobalAveragePool or by a Mul of two activations (`_writes`). Every reader that is no
+    moving node of the group is such a Conv, ConvTranspose, Gemm or MatMul as its first input,
+    a residual Add (`_residual_add`), a table op, an AveragePool or GlobalAveragePool or a Mul
+    of two activations (`_activation_product`) (`_check_readers`);
     none of them is kept in fp32, and a Concat's inputs are activations. Raises
     QuantizeError naming the first value that is not (and the named tensor, when it was
     reached through its group)."""
@@ -307,17 +311,19 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
                             f"by a constant weight (a Relu fused into it), an Add of two "
-                            f"whole tensors, a table op (Sigmoid, HardSwish, ..., and an Add "
-                            f"or Mul by a scalar), an AveragePool or GlobalAveragePool, or a "
-                            f"view, Concat, Transpose, MaxPool or nearest Resize of int16 "
-                            f"values writes int16")
+                            f"whole tensors, a Mul of two activations, a table op (Sigmoid, "
+                            f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
+                            f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
+                            f"nearest Resize of int16 values writes int16")
 
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
     """Whether `node` requantizes into int16 codes: an array op by a constant weight (REQUANT
-    wide), a residual Add (ADD wide), a table op (LUT wide) or an average (AVGPOOL wide)."""
+    wide), a residual Add (ADD wide), a table op (LUT wide), an average (AVGPOOL wide) or a
+    product of two activations (MUL wide)."""
     return bool(_by_constant(graph, node) or _residual_add(graph, producers, node)
-                or _table(graph, node) or OPS[node.op].lower in _AVERAGES)
+                or _table(graph, node) or OPS[node.op].lower in _AVERAGES
+                or _activation_product(graph, node))
 
 
 def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
@@ -344,14 +350,16 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
-        if not (on_array or _residual_add(graph, producers, reader) or table or average):
+        if not (on_array or _residual_add(graph, producers, reader) or table or average
+                or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
                                 f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
                                 f"and MatMuls by a constant weight (on the array), Adds of "
-                                f"two whole tensors, table ops (Sigmoid, HardSwish, ..., and "
-                                f"Adds or Muls by a scalar), AveragePools and "
+                                f"two whole tensors, Muls of two activations (one broadcast "
+                                f"per channel, pixel or image), table ops (Sigmoid, "
+                                f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
                                 f"MaxPools and nearest Resizes (int16 all, in one scale) "
                                 f"read int16")
@@ -380,6 +388,25 @@ def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
                 name not in producers or OPS[producers[name].op].view is not None:
             return False
     return True
+
+
+def _activation_product(graph: Graph, node: Node) -> bool:
+    """A Mul of two activations, one of its output's shape and the other of it too or, of rank
+    4, broadcast over it as the vector unit's MUL reads it (a squeeze-and-excitation gate
+    [N, C, 1, 1], a value per pixel [N, 1, H, W] or per image): MUL reads and writes int16
+    codes, through Views too (a_wide, b_wide, wide; `numerics.mul`)."""
+    if node.op != MUL.name or len(node.inputs) != 2 or \
+            any(not name or graph.values[name].is_const for name in node.inputs):
+        return False
+    shape = graph.type_of(node.outputs[0]).shape
+    shapes = [graph.type_of(name).shape for name in node.inputs]
+    if shape not in shapes:
+        return False
+    other = shapes[1] if shapes[0] == shape else shapes[0]
+    if other == shape:
+        return True
+    return len(shape) == 4 and len(other) == 4 and other[0] in (1, shape[0]) and \
+        other[1] in (1, shape[1]) and other[2:] in ((1, 1), shape[2:])
 
 
 # The kinds whose op runs as a LUT of its one activation when every other operand is a scalar

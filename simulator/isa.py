@@ -95,7 +95,14 @@ store -> vector -> compute -> load.
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,
   or the one row b for every row with b_step=0 (a squeeze-and-excitation gate: one value per
   channel for all the pixels of a tile); with b_splat=1, lane 0 of each b row stands for every
-  lane (one value per pixel, or per image with b_step=0, for all channels).
+  lane (one value per pixel, or per image with b_step=0, for all channels). With a_wide=1
+  (b_wide=1) operand a (b) is int16 (a squeeze-and-excitation block's map or gate): its high
+  plane's rows at a (b), its low plane's right after them (after the one gate row with
+  b_step=0); with wide=1 the product is int16, clamped to [qmin * 256, qmax * 256 + 255]
+  (`numerics.wide_clamp`, as REQUANT's) and written as two planes, high at dst, low after. The
+  product of the whole codes is exact in int64 (`numerics.mul`); the lanes' 8 x 8 multipliers
+  take one pass per pair of operand planes (four for int16 x int16) and a wide result one more
+  (`vector.mul_cycles`).
 - MAXPOOL: the in_h x in_w pixel rows at src (already padded) -> the out_h x out_w pixel rows at
   dst, out = (in - k) // s + 1, max over each kh x kw window with strides sh, sw, per lane
   (`numerics.window_max`). With wide=1 the codes are int16, in and out: the input's high
@@ -395,8 +402,9 @@ ADD = InsnDef("ADD", 0x06, "vector",
 MUL = InsnDef("MUL", 0x0C, "vector",
               (F("a", _ROW), F("b", _ROW), F("dst", _ROW), F("rows", 16), F("param", _ROW),
                F("a_offset", 8, signed=True, default=0), F("b_offset", 8, signed=True, default=0),
-               *_CLAMP, F("b_step", 1, default=1), F("b_splat", 1, default=0)),
-              run=vector.mul, cycles=vector.row_cycles, work=vector.mul_work,
+               *_CLAMP, F("b_step", 1, default=1), F("b_splat", 1, default=0),
+               F("wide", 1, default=0), F("a_wide", 1, default=0), F("b_wide", 1, default=0)),
+              run=vector.mul, cycles=vector.mul_cycles, work=vector.mul_work,
               access=vector.mul_access)
 MAXPOOL = InsnDef("MAXPOOL", 0x07, "vector", (*_WINDOW, F("wide", 1, default=0)),
                   run=vector.maxpool, cycles=vector.pool_cycles, work=vector.pool_work,

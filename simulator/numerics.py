@@ -395,10 +395,16 @@ def _common_scale(x, y, x_offset, y_offset, multipliers, shifts, left_shift=ADD_
 
 def mul(x, y, x_offset, y_offset, multiplier, shift, out_offset, qmin=None, qmax=None, *,
         dtype: str = "int8") -> np.ndarray:
-    """Quantized elementwise product of int8 tensors with their own scales (TFLite's MUL):
-    (x - x_offset)(y - y_offset), exact in int64 (|product| <= 255^2 < 2^16), requantized once
-    by multiplier and shift (`quantize_multiplier` of s_x s_y / s_out), + out_offset, clamped.
-    x and y broadcast (numpy rules)."""
+    """Quantized elementwise product of int8 or int16 tensors with their own scales (TFLite's
+    MUL): (x - x_offset)(y - y_offset) of the whole codes, exact in int64, requantized once by
+    multiplier and shift (`quantize_multiplier` of s_x s_y / s_out), + out_offset, clamped to
+    `dtype` (int16: a wide product, `split_wide`). x and y broadcast (numpy rules).
+
+    One formulation for every width, so an int16 product never rounds twice: with int8 offsets
+    each centred factor is below 2^15 + 2^7 in magnitude (int8: 2^8), the product below 2^31
+    (int8 x int8: 2^16), and `rescale`'s product by a Q31 multiplier below 2^62, inside
+    int64. The machine's 8 x 8 multipliers sum an int16 operand's partial products per plane
+    (`split_wide`) into this same integer before the one rounding shift."""
     product = (np.asarray(x, np.int64) - x_offset) * (np.asarray(y, np.int64) - y_offset)
     return requantize(product, multiplier, shift, out_offset, qmin, qmax, dtype=dtype)
 

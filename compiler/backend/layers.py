@@ -392,6 +392,22 @@ class MulLayer(_BinaryOperands):
     out_zero_point: int
     qclamp: tuple[int, int]
     views: tuple[View, View, View] | None = None
+    # An int16 a, b or y (a squeeze-and-excitation block's map, gate or product: MUL a_wide,
+    # b_wide, wide): the bytes from its high plane to its low one in its tensor (`Walk.planes`),
+    # 0 for int8, so a View of the high plane finds the low one, over flat bytes or pixel-wise.
+    planes: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def a_wide(self) -> bool:
+        return bool(self.planes[0])
+
+    @property
+    def b_wide(self) -> bool:
+        return bool(self.planes[1])
+
+    @property
+    def wide(self) -> bool:
+        return bool(self.planes[2])
 
 
 @dataclass(frozen=True, eq=False)

@@ -350,13 +350,17 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
     def in_rows(rows, cols):  # an int16 input's low plane's window after its high plane's
         return in_planes * conv_input_extent(rows, sh, kh, 1) * conv_input_extent(cols, sw, kw, 1)
 
-    def fits(rows, cols):
+    def fits(rows, cols, buffers=BUFFERS):
         return (rows * cols <= _MAX_FIELD
-                and BUFFERS * (in_rows(rows, cols) + out_planes * rows * cols) <= sp_rows)
+                and buffers * (in_rows(rows, cols) + out_planes * rows * cols) <= sp_rows)
 
+    buffers = BUFFERS
     tile = _best_tile(layer.out_hw, fits)
+    if tile is None:  # one window twice does not fit (an int16 map's global pool): one buffer,
+        buffers = 1   # each tile's loads after the previous tile's pool (`pool_steps`)
+        tile = _best_tile(layer.out_hw, lambda rows, cols: fits(rows, cols, 1))
     if tile is None:
-        raise _too_small(layer.node, "scratchpad", BUFFERS * (in_rows(1, 1) + 1), sp_rows,
+        raise _too_small(layer.node, "scratchpad", in_rows(1, 1) + out_planes, sp_rows,
                          f"one {kh}x{kw} window")
     params = None
     if layer.average:
@@ -364,8 +368,8 @@ def tile_pool(layer: PoolLayer, arch: Arch) -> PoolTiles:
         if params.end > arch.accumulator.rows:
             raise _too_small(layer.node, "accumulator", params.end, arch.accumulator.rows,
                              "the parameter blocks")
-    inputs = Region("scratchpad", 0, in_rows(*tile))
-    outputs = Region("scratchpad", inputs.end, out_planes * tile[0] * tile[1])
+    inputs = Region("scratchpad", 0, in_rows(*tile), buffers)
+    outputs = Region("scratchpad", inputs.end, out_planes * tile[0] * tile[1], buffers)
     return PoolTiles(tile, min(arch.lanes, layer.channels), inputs, outputs, params)
 
 

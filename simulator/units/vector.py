@@ -89,7 +89,7 @@ def add_b_rows(a: dict) -> int:
 
 
 def _operand(sp, base: int, count: int, wide: int) -> np.ndarray:
-    """`count` rows of an ADD operand at `base`: int8 codes, or (wide) an int16 value's high
+    """`count` rows of an ADD or MUL operand at `base`: int8 codes, or (wide) an int16 value's high
     plane there and its low plane right after."""
     x = sp[:, rows(sp, base, count * (1 + wide), "scratchpad")]
     return numerics.join_wide(x[:, :count], x[:, count:]) if wide else x
@@ -135,11 +135,18 @@ def mul_b_rows(a: dict) -> int:
 def mul(state, insn) -> None:
     a = insn.args
     sp = state.scratchpad
-    x = sp[:, rows(sp, a["a"], a["rows"], "scratchpad")]
-    y = sp[:, rows(sp, a["b"], mul_b_rows(a), "scratchpad")]
+    x = _operand(sp, a["a"], a["rows"], a["a_wide"])
+    y = _operand(sp, a["b"], mul_b_rows(a), a["b_wide"])
     if a["b_splat"]:  # lane 0 of each b row stands for every lane
         y = y[:, :, :1]
     (multiplier,), (shift,) = ParamBlock.unpack(state.accumulator, a["param"]).lanes(1)
+    if a["wide"]:  # an int16 product, qmin and qmax its high byte's: high plane at dst, low after
+        total = numerics.mul(x, y, a["a_offset"], a["b_offset"], multiplier, shift,
+                             a["out_offset"], *numerics.wide_clamp(a["qmin"], a["qmax"]),
+                             dtype="int16")
+        sp[:, rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate(
+            numerics.split_wide(total), axis=1)
+        return
     sp[:, rows(sp, a["dst"], a["rows"], "scratchpad")] = numerics.mul(
         x, y, a["a_offset"], a["b_offset"], multiplier, shift, a["out_offset"], a["qmin"],
         a["qmax"])
@@ -407,11 +414,21 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD, MUL: one element per lane of each row; each int16 plane (a wide
+    """REQUANT, ADD: one element per lane of each row; each int16 plane (a wide
     output's, a wide operand's) one more pass."""
     a = insn.args
     planes = 1 + a.get("wide", 0) + a.get("a_wide", 0) + a.get("b_wide", 0)
     return planes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
+
+
+def mul_cycles(arch, insn) -> int:
+    """One element per lane of each row for each pair of operand planes: the lanes' multipliers
+    are 8 x 8 bits, so an int16 operand's two planes are two partial products (int16 x int16
+    four), summed exactly before the one requantization; an int16 product's second plane one
+    more pass (no 16-bit multiplier is modelled). int8 x int8: one pass, as before."""
+    a = insn.args
+    passes = (1 + a["a_wide"]) * (1 + a["b_wide"]) + a["wide"]
+    return passes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
 
 
 def pool_cycles(arch, insn) -> int:
@@ -464,9 +481,11 @@ def add_work(arch, insn) -> Work:
 
 def mul_work(arch, insn) -> Work:
     a = insn.args
-    return Work(local_bytes=(2 * a["rows"] + mul_b_rows(a)) * arch.scratchpad.row_bytes
+    written = (1 + a["wide"]) * a["rows"]
+    read = (1 + a["a_wide"]) * a["rows"] + (1 + a["b_wide"]) * mul_b_rows(a)
+    return Work(local_bytes=(read + written) * arch.scratchpad.row_bytes
                 + ParamBlock.rows() * arch.accumulator.row_bytes,
-                scratchpad_end=a["dst"] + a["rows"] if a["rows"] else 0)
+                scratchpad_end=a["dst"] + written if a["rows"] else 0)
 
 
 def pool_work(arch, insn) -> Work:
@@ -541,9 +560,10 @@ def add_access(arch, insn) -> tuple[Access, ...]:
 
 def mul_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    return (Access(SCRATCHPAD, a["a"], a["a"] + a["rows"], False),
-            Access(SCRATCHPAD, a["b"], a["b"] + mul_b_rows(a), False), _param_access(a),
-            Access(SCRATCHPAD, a["dst"], a["dst"] + a["rows"], True))
+    return (Access(SCRATCHPAD, a["a"], a["a"] + (1 + a["a_wide"]) * a["rows"], False),
+            Access(SCRATCHPAD, a["b"], a["b"] + (1 + a["b_wide"]) * mul_b_rows(a), False),
+            _param_access(a),
+            Access(SCRATCHPAD, a["dst"], a["dst"] + (1 + a["wide"]) * a["rows"], True))
 
 
 def pool_access(arch, insn) -> tuple[Access, ...]:

@@ -168,13 +168,14 @@ def flatten_gemm():
     return model(nodes, {"x": [N, 3, H, W]}, {"y": [N, 10]}, inits)
 
 
-def concat_with_mul():
-    """Concat(a, g): a a Conv's output, g a Mul of two activations (no int16 writer)."""
+def concat_with_mul(op: str = "Mul"):
+    """Concat(a, g): a a Conv's output, g a Mul (MUL wide writes it into the Concat's buffer,
+    plane by plane) or a Div (no int16 writer) of two activations."""
     def middle(rng):
         ca, wa = _conv(rng, "ca", "mid", "a", C, 6)
         cb, wb = _conv(rng, "cb", "mid", "b", C, 6)
         cc, wc = _conv(rng, "cc", "mid", "c", C, 6)
-        mul = helper.make_node("Mul", ["b", "c"], ["g"], name="gate")
+        mul = helper.make_node(op, ["b", "c"], ["g"], name="gate")
         cat = helper.make_node("Concat", ["a", "g"], ["m"], name="cat", axis=1)
         return [ca, cb, cc, mul, cat], {**wa, **wb, **wc}
     return _around(middle, (H, W), 19)

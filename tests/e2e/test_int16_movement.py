@@ -52,6 +52,8 @@ CASES = {
     "slices": (models.slices, ("m",), {"mid", "s0", "s1", "t", "u", "m"}, lambda p: True),
     "flatten_gemm": (models.flatten_gemm, ("m",), {"mid", "p", "m"},
                      lambda p: _wide(p, "MAXPOOL", "wide")),
+    "concat_with_mul": (models.concat_with_mul, ("m",), {"a", "g", "m"},
+                        lambda p: _wide(p, "MUL", "wide")),
 }
 
 
@@ -196,10 +198,11 @@ def test_a_conv_transpose_reading_int16_streams_two_planes_a_phase(preset) -> No
 
 
 def test_an_int16_concat_is_written_in_place_by_its_producers() -> None:
-    """The Conv and the ConvTranspose write their int16 outputs into their parts of the
+    """The Conv, the ConvTranspose and the Mul write their int16 outputs into their parts of the
     Concat's buffer, each plane by its View (copy elimination as for int8): the Concat itself
     is no instruction, as in the int8 program."""
-    for case, node in (("concat", "cat"), ("upsample_concat", "cat")):
+    for case, node in (("concat", "cat"), ("upsample_concat", "cat"),
+                       ("concat_with_mul", "cat")):
         make, names, _, _ = CASES[case]
         program = build(make(), names).compiled.program
         assert node not in program.source
@@ -216,11 +219,11 @@ def _refused(proto, names, keep=()) -> str:
 
 
 def test_a_concat_of_an_int16_value_with_one_no_op_writes_as_int16_is_refused() -> None:
-    """Naming the Concat's output makes its inputs int16 too: a Mul of two activations cannot
+    """Naming the Concat's output makes its inputs int16 too: a Div of two activations cannot
     write int16, and the error names it, and the tensor named."""
-    message = _refused(models.concat_with_mul(), ("m",))
+    message = _refused(models.concat_with_mul("Div"), ("m",))
     assert message.startswith("int16 tensor 'g' (with 'm', which it flows into or from "
-                              "unchanged): made by Mul 'gate'; only a Conv")
+                              "unchanged): made by Div 'gate'; only a Conv")
 
 
 def test_a_linear_resize_of_int16_is_refused() -> None:

@@ -276,14 +276,14 @@ def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset
      {"slope": (3, 1, 1)}, "made by PRelu 'p' with a slope per channel"),
     ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
              helper.make_node("HardSigmoid", ["pre"], ["act"], name="gate"),
-             helper.make_node("Mul", ["pre", "act"], ["y"], name="se")],
-     {"w": (3, 3, 1, 1)}, "read by Mul 'se'"),
+             helper.make_node("Div", ["pre", "act"], ["y"], name="se")],
+     {"w": (3, 3, 1, 1)}, "read by Div 'se'"),
 ])
 def test_what_has_no_int16_table_form_is_refused_in_one_line(name, nodes, inits, why) -> None:
     """A table per channel (PRelu's slopes) and the vector unit's other operators but the Add,
-    the pools and the copies neither read nor write int16 codes (a Softmax, a ReduceMean, a
-    product of two activations: a squeeze-and-excitation gate): a one-line error names the
-    tensor and the node."""
+    the Mul of two activations, the pools and the copies neither read nor write int16 codes (a
+    Softmax, a ReduceMean, a Div of two activations): a one-line error names the tensor and
+    the node."""
     rng = np.random.default_rng(3)
     arrays = {k: (rng.normal(0, .3, v) if isinstance(v, tuple) else np.asarray(v))
               .astype(np.float32) for k, v in inits.items()}

@@ -432,3 +432,36 @@ def test_window_max_compares_whole_int16_values_not_planes():
     codes = np.random.default_rng(5).integers(-128, 128, (3, 4, 2, 3)).astype(np.int8)
     np.testing.assert_array_equal(numerics.window_max(codes), codes.max(axis=(-2, -1)))
     np.testing.assert_array_equal(numerics.window_max(codes, 3), codes.max(axis=(-3, -2, -1)))
+
+
+int16 = st.integers(-(2**15), 2**15 - 1)
+
+
+@CI
+@given(st.lists(st.tuples(int16, int16), min_size=1, max_size=16), int8, int8, int8,
+       multiplier, shift, st.sampled_from(["int8", "int16"]))
+def test_mul_of_int16_codes_matches_the_exact_rational(pairs, x_offset, y_offset, out_offset,
+                                                       m, s, dtype):
+    """int16 x int16 (any int8 offsets): the whole product, rounded once half away from zero
+    from the exact rational (x - zx)(y - zy) m / 2^(31 + s), + offset, clamped: no partial
+    product or intermediate rounds (|product| < 2^31, times m < 2^62)."""
+    x, y = (np.array(v, np.int64) for v in zip(*pairs))
+    got = numerics.mul(x, y, x_offset, y_offset, m, s, out_offset, dtype=dtype)
+    lo, hi = numerics.RANGES[dtype]
+    for xi, yi, g in zip(x.tolist(), y.tolist(), got.tolist()):
+        exact = round_half_away(Fraction((xi - x_offset) * (yi - y_offset) * m, 2 ** (31 + s)))
+        assert g == min(max(exact + out_offset, lo), hi)
+    assert got.dtype == np.dtype(dtype)
+
+
+@CI
+@given(st.lists(st.tuples(int16, int8), min_size=1, max_size=16), multiplier, shift)
+def test_mul_through_planes_is_the_product_of_the_joined_codes(pairs, m, s):
+    """An int16 factor as the MUL unit holds it (two planes, `split_wide`) and joined again is
+    the same code: the planes' partial products sum to the whole one before the rounding."""
+    x, y = (np.array(v, np.int64) for v in zip(*pairs))
+    high, low = numerics.split_wide(x)
+    np.testing.assert_array_equal(numerics.join_wide(high, low), x)
+    partial = ((high.astype(np.int64) << 8) * y) + (low.astype(np.int64) + 128) * y
+    np.testing.assert_array_equal(numerics.requantize(partial, m, s, dtype="int16"),
+                                  numerics.mul(x, y, 0, 0, m, s, 0, dtype="int16"))

@@ -603,6 +603,44 @@ def test_a_wide_add_writes_its_int16_sum_as_two_planes():
         **insn.args, "wide": 0}))
 
 
+@pytest.mark.parametrize("a_wide, b_wide, wide", [(1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0),
+                                                  (1, 1, 1)])
+@pytest.mark.parametrize("b_step", [1, 0])
+def test_a_wide_mul_reads_and_writes_two_planes(a_wide, b_wide, wide, b_step):
+    """MUL a_wide/b_wide: an int16 operand's high plane at a (b), its low plane after its rows
+    (after the one gate row with b_step=0); wide: the int16 product, high bytes at dst, low
+    after. numerics.mul of the joined codes; the scheduler sees every plane; each pair of
+    operand planes is a pass and the product's second plane one more."""
+    state = fresh()
+    m, s = numerics.quantize_multiplier(0.0007 if wide else 0.000003)
+    _params(state, 10, [m], [s])
+    b_rows = 4 if b_step else 1
+    a = rng.integers(-30000, 30000, (4, L)) if a_wide else rng.integers(-128, 128, (4, L))
+    b = rng.integers(-30000, 30000, (b_rows, L)) if b_wide else \
+        rng.integers(-128, 128, (b_rows, L))
+    sp = state.scratchpad[0]
+    sp[0:4 * (1 + a_wide)] = np.concatenate(numerics.split_wide(a)) if a_wide else a
+    sp[20:20 + b_rows * (1 + b_wide)] = np.concatenate(numerics.split_wide(b)) if b_wide else b
+    insn = isa.MUL(a=0, b=20, dst=40, rows=4, param=10, b_step=b_step, qmin=-100, qmax=90,
+                   a_wide=a_wide, b_wide=b_wide, wide=wide)
+    run(state, insn)
+    bb = b if b_step else np.broadcast_to(b[:1], a.shape)
+    if wide:
+        want = numerics.mul(a, bb, 0, 0, m, s, 0, *numerics.wide_clamp(-100, 90), dtype="int16")
+        got = numerics.join_wide(sp[40:44], sp[44:48])
+    else:
+        want, got = numerics.mul(a, bb, 0, 0, m, s, 0, -100, 90), sp[40:44]
+    assert len(np.unique(want)) > 4  # not all clamped
+    np.testing.assert_array_equal(got, want)
+    assert isa.decode(isa.encode(insn)).args == insn.args
+    assert isa.MUL.access(ARCH, insn) == (
+        (0, 0, 4 * (1 + a_wide), False), (0, 20, 20 + b_rows * (1 + b_wide), False),
+        (1, 10, 12, False), (0, 40, 40 + 4 * (1 + wide), True))
+    narrow = isa.MUL(**{**insn.args, "a_wide": 0, "b_wide": 0, "wide": 0})
+    assert isa.MUL.cycles(ARCH, insn) == \
+        ((1 + a_wide) * (1 + b_wide) + wide) * isa.MUL.cycles(ARCH, narrow)
+
+
 def test_a_wide_layernorm_reads_the_low_plane_after_the_high_one():
     """LAYERNORM wide=1 over C = L + 5 channels (two blocks): blocks 0 and 1 the high plane,
     2 and 3 the low one, normalized as numerics.layer_norm of the int16 codes."""

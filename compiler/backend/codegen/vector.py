@@ -6,9 +6,10 @@
   one transfer and a last partial row in another; over Views pixel by pixel (one channel block
   per row) when an operand is strided or, for Mul, broadcast: a gate of one value per channel
   is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
-  (b_splat=1). An int16 operand, sum or table output is two planes of the tensor, the low one
-  `size` bytes after the high one, each moved by its own transfers into rows after the high
-  plane's; an int16 table loads as its high bytes' rows, then its low bytes'.
+  (b_splat=1). An int16 operand, sum, product or table output is two planes of the tensor,
+  the low one `size` bytes after the high one (a Mul's: its tensor's plane, through the same
+  View), each moved by its own transfers into rows after the high plane's; an int16 table
+  loads as its high bytes' rows, then its low bytes'.
 - **Softmax**: a tile of pixels, each pixel's channel blocks loaded into one region per block
   (the SOFTMAX stride), one SOFTMAX over all of them, one STORE per block; the int32 table loads
   into the accumulator once.
@@ -79,7 +80,11 @@ def pool_steps(layer: PoolLayer, tiles: PoolTiles, ctx: Context,
                             dram=view.at(image_index, y0, x0, c0), y_size=th, x_size=tw,
                             elem_bytes=n, x_stride=view.pixel, y_stride=view.row)
                 for plane, (view, _) in enumerate(_planes(layer.out_view, layer.y_plane, 0)))
-            steps.append(Step(tuple(loads), (pool, *stores)))
+            body = (pool, *stores)
+            if tiles.inputs.count == 1:  # one buffer: the window loads after the last pool
+                body = (*(op for op in loads if op.args["mem"] == "scratchpad"), *body)
+                loads = [op for op in loads if op.args["mem"] != "scratchpad"]
+            steps.append(Step(tuple(loads), body))
     return steps
 
 
@@ -137,7 +142,19 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
                            wide=int(layer.wide), a_wide=int(layer.a_wide),
                            b_wide=int(layer.b_wide))
     return instruction(layer.node, isa.MUL, **common, b_step=int(layer.b_pixels),
-                       b_splat=int(not layer.b_channels))
+                       b_splat=int(not layer.b_channels), wide=int(layer.wide),
+                       a_wide=int(layer.a_wide), b_wide=int(layer.b_wide))
+
+
+def _plane_bytes(layer: AddLayer | MulLayer | LutLayer) -> tuple[int, int, int]:
+    """The bytes from the high plane to the low one of the first operand, the second and the
+    result in their tensors, 0 for int8 codes: an AddLayer's or LutLayer's int16 tensors are
+    whole (`size` codes a plane), a MulLayer's may be Views (`MulLayer.planes`)."""
+    if isinstance(layer, MulLayer):
+        return layer.planes
+    if isinstance(layer, LutLayer):
+        return (layer.size if layer.in_wide else 0, 0, layer.size if layer.wide else 0)
+    return tuple(layer.size if wide else 0 for wide in (layer.a_wide, layer.b_wide, layer.wide))
 
 
 def _param_block(layer: AddLayer | MulLayer) -> isa.ParamBlock:
@@ -171,27 +188,27 @@ def elementwise_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseT
         rows = min(tiles.tile_rows, total_rows - r0)
         a_row, out_row = ctx.buffer(tiles.a, count), ctx.buffer(tiles.outputs, count)
         x = layer.x if isinstance(layer, LutLayer) else layer.a
+        a_plane, b_plane, y_plane = _plane_bytes(layer)
         loads = pending + _flat_rows(node, ctx, isa.LOAD, x, a_row, r0, rows, layer.size, False,
                                      views[0])
-        x_wide = layer.in_wide if isinstance(layer, LutLayer) else getattr(layer, "a_wide", False)
-        if x_wide:  # an int16 operand's low plane, after its high one
+        if a_plane:  # an int16 operand's low plane, after its high one
             loads += _flat_rows(node, ctx, isa.LOAD, x, a_row + rows, r0, rows, layer.size,
-                                False, views[0], plane=layer.size)
+                                False, views[0], plane=a_plane)
         pending = []
         b_row = None
         if binary:
             b_row = ctx.buffer(tiles.b, count)
             loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row, r0, rows, layer.size, False,
                                 views[1])
-            if getattr(layer, "b_wide", False):
+            if b_plane:
                 loads += _flat_rows(node, ctx, isa.LOAD, layer.b, b_row + rows, r0, rows,
-                                    layer.size, False, views[1], plane=layer.size)
+                                    layer.size, False, views[1], plane=b_plane)
         work = _work(layer, tiles, a_row, b_row, out_row, rows)
         stores = _flat_rows(node, ctx, isa.STORE, layer.y, out_row, r0, rows, layer.size, True,
                             views[-1])
-        if getattr(layer, "wide", False):  # the int16 sum's low plane: after the high one
+        if y_plane:  # the int16 result's low plane: after the high one
             stores += _flat_rows(node, ctx, isa.STORE, layer.y, out_row + rows, r0, rows,
-                                 layer.size, True, views[-1], plane=layer.size)
+                                 layer.size, True, views[-1], plane=y_plane)
         steps.append(Step(tuple(loads), (work, *stores)))
     return steps
 
@@ -255,6 +272,12 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
             out_row, in_rows = rows
             loads = pending + [dma(isa.LOAD, t, v, r, False) for (t, _), v, r in
                                zip(operands, layer.views, in_rows)]
+            planes = _plane_bytes(layer)
+            for (t, _), v, r, plane in zip(operands, layer.views, in_rows, planes):
+                if plane:  # an int16 operand's low plane, after its high plane's rows: one
+                    # per pixel, or the one row of a gate broadcast over them (MUL b_step=0)
+                    high_rows = th * tw if v.shape[1:3] == (h, w) else 1
+                    loads.append(dma(isa.LOAD, t, _low(v, plane), r + high_rows, False))
             pending = []
             table = None
             if tables is not None:  # this channel block's tables, kept while it stays the one
@@ -267,9 +290,17 @@ def _pixel_steps(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles,
                                              y_stride=lanes))
             work = _work(layer, tiles, in_rows[0], in_rows[1] if binary else None, out_row,
                          th * tw, table)
-            store = dma(isa.STORE, layer.y, layer.views[-1], out_row, True)
-            steps.append(Step(tuple(loads), (work, store)))
+            stores = [dma(isa.STORE, layer.y, layer.views[-1], out_row, True)]
+            if planes[2]:  # an int16 result's low plane, after the high plane's rows
+                stores.append(dma(isa.STORE, layer.y, _low(layer.views[-1], planes[2]),
+                                  out_row + th * tw, True))
+            steps.append(Step(tuple(loads), (work, *stores)))
     return steps
+
+
+def _low(view: View, plane: int) -> View:
+    """The View of an int16 value's low plane, `plane` bytes after its high one's."""
+    return dataclasses.replace(view, offset=view.offset + plane)
 
 
 # --- softmax --------------------------------------------------------------------------------

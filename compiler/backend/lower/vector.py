@@ -660,28 +660,37 @@ def _product(lw: Walk, node: Node, x_zp: int, z_zp: int, z_tensor: str | None = 
             raise unsupported(node, f"input {name!r} is in no strided order")
         return View.dense(block_shape(lw.shape(name)))
 
-    mult, shift, out_zp, qclamp = requant_params(node, 1)
+    # An int16 product's 8-bit clamp fields bound its high byte (`numerics.wide_clamp`).
+    mult, shift, out_zp, qclamp = requant_params(node, 1, wide=True)
     common = (int(mult[0]), int(shift[0]), out_zp, qclamp)
     if lw.shape(z) == lw.shape(y):
         parts = x in lw.views or (z in lw.views and tb == lw.buffer.get(z))
         if parts or lw.layouts[ta].same_bytes(lw.layouts[tb]):
             ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
-                                   else lw.layouts[ta])
+                                   else lw.layouts[ta], planes_in_place=True)
             views = None
             if parts or y_view is not None:
                 views = (view(x, ta), view(z, tb), y_view or View.dense(block_shape(lw.shape(y))))
-            lw.layers.append(MulLayer(node.name, ta, tb, ty, lw.tensors[ty].size_bytes
+            lw.layers.append(MulLayer(node.name, ta, tb, ty, math.prod(lw.shape(y))
                                       if views is None else views[2].size, x_zp, z_zp,
-                                      *common, views))
+                                      *common, views, _planes(lw, ta, tb, ty)))
             return
     y_block, z_block = block_shape(lw.shape(y)), block_shape(lw.shape(z))
     if len(lw.shape(z)) != len(lw.shape(y)) or z_block[1:3] not in ((1, 1), y_block[1:3]):
         raise unsupported(node, f"broadcasting {lw.shape(z)} against {lw.shape(y)}: only a "
                                 f"value per channel, per pixel or per image broadcasts")
     views = view(x, ta), view(z, tb)
-    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)), planes_in_place=True)
     lw.layers.append(MulLayer(node.name, ta, tb, ty, int(np.prod(y_block)), x_zp, z_zp,
-                              *common, (*views, y_view or View.dense(y_block))))
+                              *common, (*views, y_view or View.dense(y_block)),
+                              _planes(lw, ta, tb, ty)))
+
+
+def _planes(lw: Walk, *tensors: str) -> tuple[int, ...]:
+    """Each tensor's bytes from its high plane to its low one (`Walk.planes`), 0 for int8
+    codes: where a wide MUL finds an int16 operand's or writes an int16 product's low plane,
+    through the same View as the high plane's."""
+    return tuple(lw.planes.get(t, 0) for t in tensors)
 
 
 def lower_softmax(lw: Walk, node: Node) -> None:
@@ -786,6 +795,10 @@ def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, in
     broadcasts it (`Walk.constant`): per lane, or with b_splat where it has one channel."""
     y = node.outputs[0]
     (k, k_zp), (active, a_zp) = (x, z) if lw.g.values[x[0]].is_const else (z, x)
+    if "int16" in (lw.g.type_of(active).dtype, lw.g.type_of(y).dtype):
+        raise unsupported(node, "its input or output is int16; a MUL by a constant tensor "
+                                "reads and writes int8 codes (a product of two activations "
+                                "reads and writes int16)")
     tensor = z_tensor or lw.source(node, active)
     if lw.shape(active) != lw.shape(y):
         raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} to "
