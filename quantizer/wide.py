@@ -36,6 +36,7 @@ accumulators allow (`accumulator_bits`).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -474,23 +475,13 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
     any floor (a floor only shrinks codes), so the bound holds for the codes it makes.
     Readers in `skip` (int16 weights: `wide_weights.input_bits`) are not counted."""
     bits = 16
-    for reader in graph.users().get(name, []):
+    for reader in _users(graph).get(name, []):
         if not _by_constant(graph, reader) or reader.name in skip:
             continue  # an Add or a table op: the vector unit's int16 operands have no such bound
-        row = OPS[reader.op]
-        attrs = row.bind(reader.name, reader.attrs)
-        w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)
-        out_axis = row.weight.out_axis(w.ndim, attrs)
-        if out_axis is None:  # a grouped Conv's or a rank-1 MatMul's: the last axis bounds it
-            out_axis = {Lower.CONV: 0, Lower.CONV_TRANSPOSE: 1}.get(OPS[reader.op].lower,
-                                                                  w.ndim - 1)
-        scales = weight_scales(w, out_axis if per_channel else None, power2)
-        q = numerics.quantize(w, scales, 0, -127, 127, axis=out_axis if per_channel else None,
-                              arithmetic=np.float64)
-        codes = np.abs(np.moveaxis(q.astype(np.int64), out_axis, 0)).reshape(q.shape[out_axis], -1)
-        s_c = codes.sum(axis=1).astype(np.float64)
+        attrs = OPS[reader.op].bind(reader.name, reader.attrs)
+        s_c, terms, scales = _code_sums(graph, reader, per_channel, power2)
         if bias_correction:
-            s_c = s_c + codes.shape[1] / 2
+            s_c = s_c + terms / 2
         b_c = np.zeros_like(s_c)
         has_bias = len(reader.inputs) > 2 and reader.inputs[2]
         if has_bias and amax > 0:
@@ -504,3 +495,36 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
                 2.0**(bits - 1) * b_c + 1, BIAS_CODE_LIMIT + 1) > 2**31 - 1):
             bits -= 1
     return bits
+
+
+# Per graph (the budget quantizes one graph hundreds of times, and a group of int16 values asks
+# for the same readers again): its users, and each reader's weight code sums.
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _users(graph: Graph) -> dict[str, list[Node]]:
+    cache = _CACHE.setdefault(graph, {})
+    if "users" not in cache:
+        cache["users"] = graph.users()
+    return cache["users"]
+
+
+def _code_sums(graph: Graph, reader: Node, per_channel: bool, power2: bool
+               ) -> tuple[np.ndarray, int, np.ndarray]:
+    """Per output channel of `reader`, sum |w_q| over its int8 weight codes at the
+    quantizer's scales (before any floor); the number of terms K; the scales."""
+    key = (reader.name, reader.inputs[1], per_channel, power2)
+    cache = _CACHE.setdefault(graph, {})
+    if key not in cache:
+        row = OPS[reader.op]
+        attrs = row.bind(reader.name, reader.attrs)
+        w = np.asarray(graph.values[reader.inputs[1]].const, np.float64)
+        out_axis = row.weight.out_axis(w.ndim, attrs)
+        if out_axis is None:  # a grouped Conv's or a rank-1 MatMul's: the last axis bounds it
+            out_axis = {Lower.CONV: 0, Lower.CONV_TRANSPOSE: 1}.get(row.lower, w.ndim - 1)
+        axis = out_axis if per_channel else None
+        scales = weight_scales(w, axis, power2)
+        q = numerics.quantize(w, scales, 0, -127, 127, axis=axis, arithmetic=np.float64)
+        codes = np.abs(np.moveaxis(q.astype(np.int64), out_axis, 0)).reshape(q.shape[out_axis], -1)
+        cache[key] = (codes.sum(axis=1).astype(np.float64), codes.shape[1], scales)
+    return cache[key]
