@@ -39,7 +39,9 @@ the price of an order the compiler and the machine may change freely.
 
 from __future__ import annotations
 
+import functools
 import warnings
+import weakref
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -110,10 +112,24 @@ def pass_bound(weight: Weight, attrs: Mapping[str, Any], codes: np.ndarray,
     (module docstring), per output: A sum_k P(w_k) + |bias|, A the largest
     `numerics.pass_magnitude` of the input's codes in `code_range` (zero point 0). Exact in
     int64, shaped like the bias."""
-    lo, hi = code_range
-    largest = int(numerics.pass_magnitude(np.arange(lo, hi + 1), weights=False).max())
-    bound = largest * weight.b_sum(numerics.pass_magnitude(codes, weights=True), attrs)
+    return _pass_bound(_largest_pass_magnitude(*code_range), _pass_sums(weight, attrs, codes),
+                       bias)
+
+
+def _pass_bound(largest: int, sums: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    bound = largest * sums
     return bound if bias is None else bound + np.abs(np.asarray(bias, np.int64))
+
+
+@functools.lru_cache(maxsize=64)
+def _largest_pass_magnitude(lo: int, hi: int) -> int:
+    """A: the largest `numerics.pass_magnitude` of an input code in [lo, hi]."""
+    return int(numerics.pass_magnitude(np.arange(lo, hi + 1), weights=False).max())
+
+
+def _pass_sums(weight: Weight, attrs: Mapping[str, Any], codes: np.ndarray) -> np.ndarray:
+    """sum_k P(w_k) per output, over the codes' K terms."""
+    return weight.b_sum(numerics.pass_magnitude(codes, weights=True), attrs)
 
 
 def weight_bits(node: Node, attrs: Mapping[str, Any], code_range: tuple[int, int], zero: int,
@@ -138,7 +154,14 @@ def weight_bits(node: Node, attrs: Mapping[str, Any], code_range: tuple[int, int
 
     against = f" against its {code_range[1].bit_length() + 1}-bit int16 input" \
         if wide_input else ""
-    bits = next((b for b in range(numerics.WIDE_WEIGHT_BITS, 1, -1) if fits(b)), 1)
+    # More bits make larger weight codes (and bias codes): the sums grow with them, so bisect.
+    bits, too_many = 1, numerics.WIDE_WEIGHT_BITS + 1  # fits(bits) or bits == 1
+    while too_many - bits > 1:
+        middle = (bits + too_many) // 2
+        if fits(middle):
+            bits = middle
+        else:
+            too_many = middle
     if bits < MIN_WEIGHT_BITS:
         raise QuantizeError(f"int16 weights of node {node.name!r} ({node.op}): its int32 "
                             f"accumulators hold only {bits}-bit weight codes{against} for "
@@ -198,15 +221,34 @@ def _weight_bits_left(graph: Graph, node: Node, amax: float, x_bits: int, per_ch
             float(attrs.get("beta", 1.0))
     x_scale = amax / ((1 << (x_bits - 1)) - 1) if amax > 0 else 1.0
     code_range = (-(1 << (x_bits - 1)), (1 << (x_bits - 1)) - 1)
-    for bits in range(numerics.WIDE_WEIGHT_BITS, 1, -1):
-        qmax = (1 << (bits - 1)) - 1
-        scales = np.asarray(weight_scales(w, axis, power2, qmax))
-        codes = numerics.quantize(w, scales, 0, -qmax, qmax, axis=axis, arithmetic=np.float64,
-                                  dtype="int16")
+    cache = _CACHE.setdefault(graph, {})
+
+    def fits(bits: int) -> bool:
+        key = (node.name, bits, axis, power2)
+        if key not in cache:  # the same codes for every input width tried
+            qmax = (1 << (bits - 1)) - 1
+            scales = np.asarray(weight_scales(w, axis, power2, qmax))
+            codes = numerics.quantize(w, scales, 0, -qmax, qmax, axis=axis,
+                                      arithmetic=np.float64, dtype="int16")
+            cache[key] = (scales, _pass_sums(row.weight, attrs, codes))
+        scales, sums = cache[key]
         # The quantizer floors a weight scale so that no bias code exceeds BIAS_CODE_LIMIT.
         bias = None if real_bias is None else np.minimum(BIAS_CODE_LIMIT, np.abs(
             np.rint(real_bias / (float(attrs.get("alpha", 1.0)) * x_scale * scales))))
-        if pass_bound(row.weight, attrs, codes, code_range, bias).max(initial=0) <= \
-                RANGES["int32"][1]:
-            return bits
-    return 1
+        return _pass_bound(_largest_pass_magnitude(*code_range), sums, bias).max(initial=0) \
+            <= RANGES["int32"][1]
+
+    # More bits make larger codes and bias codes: the bound grows with them, so bisect.
+    low, high = 1, numerics.WIDE_WEIGHT_BITS + 1  # fits(low) or low == 1; not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+# Per graph (the budget quantizes one graph hundreds of times, and `input_bits` tries each
+# input width against the same weights): each node's weight codes at each width.
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
