@@ -123,11 +123,13 @@ def compute_cycles(program, node: str) -> int:
                zip(program.instructions, program.source) if i.op is isa.COMPUTE and source == node)
 
 
-def assert_busy_is_own_cycles(program, node: str, unit: str, queue: str) -> None:
+def assert_busy_is_own_cycles(program, node: str, unit: str, queue: str):
     """The simulator's busy time of `unit` for layer `node` is exactly the cycles of the
-    layer's own instructions on `queue` (no stall or other layer's work counted in it)."""
+    layer's own instructions on `queue` (no stall or other layer's work counted in it).
+    Returns the run (its stats, for further checks)."""
     result = machine.run(program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
     busy = next(layer for layer in result.stats.layers if layer.name == node).busy
     own = sum(i.op.cycles(program.arch, i) for i, source in
               zip(program.instructions, program.source) if source == node and i.queue == queue)
     assert busy[unit] == own
+    return result

@@ -22,9 +22,10 @@ from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from quantizer.wide import accumulator_bits
-from simulator import isa, machine, numerics
+from simulator import isa, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, compute_cycles, output_sqnr_db, value_sqnr_db
+from tests.e2e.flow import (assert_busy_is_own_cycles, check_bit_exact, compute_cycles,
+                            output_sqnr_db, value_sqnr_db)
 from tests.onnx_builder import model
 from tests.quantizer.util import profile_of
 
@@ -131,13 +132,7 @@ def test_the_reader_takes_twice_the_array_time_as_the_cost_model_says(kind, read
     (oh, ow), (th, tw) = layer.out_hw, t.tile_hw
     if oh % th == 0 and ow % tw == 0:  # the model prices every tile as the first
         assert cycles == conv_array_cycles(layer, t, arch)
-    program = wide.compiled.program
-    result = machine.run(
-        program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
-    busy = next(layer for layer in result.stats.layers if layer.name == reader).busy
-    own = sum(i.op.cycles(arch, i) for i, source in zip(program.instructions, program.source)
-              if source == reader and i.queue == "compute")
-    assert busy["array"] == own
+    result = assert_busy_is_own_cycles(wide.compiled.program, reader, "array", "compute")
     assert result.stats.macs == wide.compiled.summary.array_macs
 
 

@@ -22,9 +22,10 @@ from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
-from simulator import isa, machine, numerics
+from simulator import isa, numerics
 from simulator.arch import Arch
-from tests.e2e.flow import check_bit_exact, compute_cycles, output_sqnr_db
+from tests.e2e.flow import (assert_busy_is_own_cycles, check_bit_exact, compute_cycles,
+                            output_sqnr_db)
 from tests.e2e.models import CONV_FORMS, conv_form
 from tests.e2e.test_int16_array import gemm_gemm, matmul_matmul
 from tests.onnx_builder import model
@@ -218,13 +219,7 @@ def test_the_node_takes_twice_the_array_time_as_the_cost_model_says(kind, node, 
     if oh % th == 0 and ow % tw == 0:  # the model prices every tile as the first
         assert cycles == conv_array_cycles(layer, t, arch)
     assert len(wide.compiled.program.dram_image) > len(narrow.compiled.program.dram_image)
-    program = wide.compiled.program
-    result = machine.run(
-        program, {b.name: np.zeros(b.shape, b.dtype) for b in program.inputs})
-    busy = next(layer for layer in result.stats.layers if layer.name == node).busy
-    own = sum(i.op.cycles(arch, i) for i, source in zip(program.instructions, program.source)
-              if source == node and i.queue == "compute")
-    assert busy["array"] == own
+    result = assert_busy_is_own_cycles(wide.compiled.program, node, "array", "compute")
     assert result.stats.macs == wide.compiled.summary.array_macs
 
 
