@@ -17,12 +17,14 @@ and compute the integer parameters each kernel needs once, storing them on the n
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 
 from compiler.graph.int8 import (
     Quant,
     channel_slopes,
+    knot_window,
     layer_norm_params,
     lookup_table,
     reciprocal_range,
@@ -555,18 +557,38 @@ class _Rewriter:
         return index is not None and (node.inputs[index] in self.wide
                                       or self._final_output(node) in self.wide)
 
-    def wide_table(self, node: Node, x: str, fp32, attrs) -> np.ndarray | None:
-        """The int16 table of table op `node` (its input's integer value `x`, its function
-        `fp32` with `attrs`) when its input or output is int16 (`int8.wide_table`), else
-        None: the output's own codes bound the entries (a b-bit tensor's)."""
+    def wide_table(self, node: Node, name: str, x: str, fp32, attrs
+                   ) -> tuple[np.ndarray, dict[str, Any]] | None:
+        """The int16 table of table op `node` (its input `name`'s integer value `x`, its function
+        `fp32` with `attrs`) when its input or output is int16 (`int8.wide_table`), and the
+        attribute of an int16 input's window of finer knots, placed over the input's
+        calibrated range by `int8.knot_window` (none when no window helps); else None. The
+        output's own codes bound the entries (a b-bit tensor's)."""
         y = self._final_output(node)
         in_dtype, out_dtype = self.values[x].type.dtype, self.dtype_of(y)
         if "int16" not in (in_dtype, out_dtype):
             return None
         source, out_params = self.quant_of(x), self.params(y)
-        return wide_table(fp32, attrs, source.scale[0], source.zero_point[0], in_dtype,
-                          out_params.scale[0], out_params.zero_point[0], out_dtype,
-                          self.code_range(y))
+        form = (fp32, attrs, source.scale[0], source.zero_point[0])
+        out = (out_params.scale[0], out_params.zero_point[0], out_dtype, self.code_range(y))
+        knots = (0, 0)
+        if in_dtype == "int16":
+            knots = knot_window(*form, *out, span=self._code_span(name, x))
+        return (wide_table(*form, in_dtype, *out, knots=knots),
+                {"knots": knots} if knots[0] else {})
+
+    def _code_span(self, name: str, x: str) -> tuple[int, int]:
+        """The codes of `name`'s integer value `x` that its calibrated range covers (all its
+        type's when the profile has no range of it)."""
+        dtype = self.values[x].type.dtype
+        lo, hi = RANGES[dtype]
+        if self.onnx_name(name) not in self.profile.tensors:
+            return lo, hi
+        quant = self.quant_of(x)
+        codes = numerics.quantize(np.array(self.real_range(name), np.float64), quant.scale[0],
+                                  quant.zero_point[0], lo, hi, dtype=dtype,
+                                  arithmetic=np.float64)
+        return int(codes[0]), int(codes[1])
 
     def rescale(self, name: str, x: str, params: QuantParams, reader: str) -> str:
         """A Rescale of integer value x (of activation `name`) to `params`, for node `reader`."""
@@ -675,14 +697,14 @@ def lookup(r: _Rewriter, node: Node) -> None:
         return op.fp32(v, *consts, **attrs)
 
     attrs = op.bind(node.name, node.attrs)
-    wide = r.wide_table(node, x, fp32, attrs)
-    table = wide if wide is not None else lookup_table(
+    wide = r.wide_table(node, node.inputs[0], x, fp32, attrs)
+    table = wide[0] if wide is not None else lookup_table(
         fp32, attrs, source.scale[0], source.zero_point[0], out_params.scale[0],
         out_params.zero_point[0], r.dtype)
     table_name = r.const(f"{node.name}/table", table)
     out = r.activation(node.outputs[0], out_params)
     r.emit(node.op, node.name, (x, *map(r.copy_const, node.inputs[1:]), table_name), (out,),
-           node.attrs if wide is None else {**node.attrs,
+           node.attrs if wide is None else {**node.attrs, **wide[1],
                                             "out_dtype": r.dtype_of(node.outputs[0])})
 
 
@@ -710,7 +732,7 @@ def table_form(r: _Rewriter, node: Node) -> None:
                   for name in clamp.inputs[1:]]
         return row.fp32(y, *bounds, **row.bind(clamp.name, clamp.attrs))
 
-    table = r.wide_table(node, x, fp32, {})
+    table, knots = r.wide_table(node, node.inputs[index], x, fp32, {})
     final = r._final_output(node)
     out = r.activation(final, r.params(final))
     inputs = [x if i == index else r.copy_const(name) for i, name in enumerate(node.inputs)]
@@ -718,7 +740,7 @@ def table_form(r: _Rewriter, node: Node) -> None:
     fused = {} if clamp is None else \
         {"qclamp": r.qclamp(clamp, r.params(final), final, table=True)}
     r.emit(node.op, node.name, (*inputs, r.const(f"{node.name}/table", table)), (out,),
-           {**node.attrs, **fused, "table_of": index, "out_dtype": r.dtype_of(final)})
+           {**node.attrs, **fused, **knots, "table_of": index, "out_dtype": r.dtype_of(final)})
 
 
 def channel_lookup(r: _Rewriter, node: Node) -> None:
@@ -735,16 +757,16 @@ def channel_lookup(r: _Rewriter, node: Node) -> None:
                             f"varies along an axis other than the channels (axis 1); keep "
                             f"the node in fp32")
     fp32 = OPS[node.op].fp32
-    wide = r.wide_table(node, x, lambda v: fp32(v, np.float32(slopes[0])), {}) \
+    wide = r.wide_table(node, node.inputs[0], x, lambda v: fp32(v, np.float32(slopes[0])), {}) \
         if len(slopes) == 1 else None
-    tables = wide[None] if wide is not None else np.stack([
+    tables = wide[0][None] if wide is not None else np.stack([
         lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {}, source.scale[0],
                      source.zero_point[0], out_params.scale[0], out_params.zero_point[0],
                      r.dtype) for k in slopes])
     table_name = r.const(f"{node.name}/tables", tables)
     out = r.activation(node.outputs[0], out_params)
     r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), table_name), (out,),
-           node.attrs if wide is None else {**node.attrs,
+           node.attrs if wide is None else {**node.attrs, **wide[1],
                                             "out_dtype": r.dtype_of(node.outputs[0])})
 
 

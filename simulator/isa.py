@@ -127,8 +127,12 @@ store -> vector -> compute -> load.
   int16, its high plane at [src, src + rows) and its low plane at [src + rows, src + 2 rows);
   E = 257 knots (`numerics.KNOTS`), entry k the function at code (k - 128) * 256, indexed by
   the high byte and weighed by the low byte (`numerics.interpolate`); the output is int8
-  (the entries in Q8 of its codes) or, with wide=1 too, int16 (the entries its codes), two
-  planes as above. Each of the int16 output's second plane, the int16 input's low plane and
+  (the entries in Q7 of its codes) or, with wide=1 too, int16 (the entries its codes), two
+  planes as above. With zoom=z (1..8, in_wide only) a window of 257 finer knots follows
+  the coarse ones, 2^(8 - z) codes apart from code `origin`: a code inside [origin, origin +
+  256 * 2^(8 - z)) interpolates between them, its low 8 - z bits weighing them
+  (`numerics.interpolate`); the compiler puts the window where the function bends
+  (`int8.knot_window`). Each of the int16 output's second plane, the int16 input's low plane and
   its second knot takes one more pass (`vector.lut_cycles`: int8 -> int16 two, int16 -> int8
   three, int16 -> int16 four). per_lane=1 takes neither flag.
 - SOFTMAX: for each r < rows, a row of C = (blocks - 1) * L + n int8 channels: lanes [0, L)
@@ -417,7 +421,8 @@ AVGPOOL = InsnDef("AVGPOOL", 0x08, "vector",
 LUT = InsnDef("LUT", 0x09, "vector",
               (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("table", _ROW),
                F("per_lane", 1, default=0), F("wide", 1, default=0),
-               F("in_wide", 1, default=0)),
+               F("in_wide", 1, default=0), F("zoom", 4, default=0),
+               F("origin", 16, signed=True, default=0)),
               run=vector.lut, cycles=vector.lut_cycles, work=vector.lut_work,
               access=vector.lut_access, table_entries=vector.LUT_ENTRIES)
 SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",

@@ -462,6 +462,12 @@ def lookup_wide(x, table) -> np.ndarray:
 # byte and interpolated linearly by its low byte, in 256ths.
 KNOTS = 257
 KNOT_BITS = 8  # the codes between two knots: 2^8, the low byte's
+# A window of finer knots (LUT zoom > 0): KNOTS more entries after the coarse ones, 2^(8 -
+# zoom) codes apart from code `origin` on, which the codes inside the window interpolate
+# between instead. 257 knots over all 65,536 codes put a function's every bend (HardSwish's
+# at +-3, a sigmoid's knee) between a few knots when the input's range is wide; the window
+# puts 256 segments where the bends are (`compiler.graph.int8.knot_window` places it).
+MAX_ZOOM = KNOT_BITS
 # The entries of a table whose output is int8 are that output's codes in Q7 (each code 128
 # fine steps): a knot's own rounding is 1/256 of an output step, and the int16 entries hold
 # twice the output's range, so that a knot just past it (saturated at the range's end) would
@@ -469,24 +475,49 @@ KNOT_BITS = 8  # the codes between two knots: 2^8, the low byte's
 KNOT_FRACTION_BITS = {"int8": 7, "int16": 0}
 
 
-def interpolate(x, table, dtype: str = "int8") -> np.ndarray:
-    """An int16 code x (`join_wide` of its planes) through a table of KNOTS int16 entries:
-    with h = x >> 8 (the high byte, -128..127) and f = x & 255 (the low byte + 128, 0..255),
-    the knots T0 = table[h + 128] and T1 = table[h + 129] are weighed as T0 (256 - f) + T1 f =
-    256 T0 + (T1 - T0) f, exact in int64 (|.| < 2^24), and rounded once, half away from zero,
-    to `dtype` codes: a right shift by 8 plus the entries' fraction bits (KNOT_FRACTION_BITS:
-    7 for int8, whose entries are Q7, 0 for int16), then saturated. The result lies between
-    the two knots' values, so entries inside a range keep it inside."""
+def knot_entries(zoom: int = 0) -> int:
+    """Entries of an int16 input's table: the coarse knots, and a window's as many again."""
+    return KNOTS * (2 if zoom else 1)
+
+
+def window_codes(zoom: int) -> int:
+    """The int16 codes a window of zoom `zoom` (1..MAX_ZOOM) spans: 256 segments of
+    2^(8 - zoom) codes."""
+    return (KNOTS - 1) << (KNOT_BITS - zoom)
+
+
+def interpolate(x, table, dtype: str = "int8", zoom: int = 0, origin: int = 0) -> np.ndarray:
+    """An int16 code x (`join_wide` of its planes) through a table of int16 knots: with h = x
+    >> 8 (the high byte, -128..127) and f = x & 255 (the low byte + 128, 0..255), the knots T0
+    = table[h + 128] and T1 = table[h + 129] are weighed as T0 (256 - f) + T1 f = 256 T0 + (T1
+    - T0) f, exact in int64 (|.| < 2^24), and rounded once, half away from zero, to `dtype`
+    codes: a right shift by 8 plus the entries' fraction bits (KNOT_FRACTION_BITS: 7 for int8,
+    whose entries are Q7, 0 for int16), then saturated. With zoom z > 0 the table holds KNOTS
+    more knots, 2^s codes apart (s = 8 - z) from code `origin`: a code x with 0 <= x - origin
+    < 256 * 2^s takes h = (x - origin) >> s into them and f = its low s bits, the shift s
+    instead of 8 (`window_codes`). The result lies between the two knots' values, so entries
+    inside a range keep it inside."""
     x = np.asarray(x, np.int64)
     table = np.asarray(table, np.int64)
-    if table.shape[0] != KNOTS:
+    if not 0 <= zoom <= MAX_ZOOM:
+        raise SimulatorError(f"interpolate: zoom {zoom}; expected 0 (no window) to {MAX_ZOOM}")
+    if table.shape[0] != knot_entries(zoom):
         raise SimulatorError(f"interpolate: a table of {table.shape[0]} entries; expected "
-                             f"{KNOTS} (one per high byte, and one past the last)")
+                             f"{knot_entries(zoom)} (one per high byte and one past the last"
+                             + (", then as many for the window)" if zoom else ")"))
     index = (x >> KNOT_BITS) + 128
     fraction = x & ((1 << KNOT_BITS) - 1)
+    shift = np.int64(KNOT_BITS)
+    if zoom:
+        step = KNOT_BITS - zoom
+        offset = x - origin
+        inside = (offset >= 0) & (offset < window_codes(zoom))
+        index = np.where(inside, KNOTS + (offset >> step), index)
+        fraction = np.where(inside, offset & ((1 << step) - 1), fraction)
+        shift = np.where(inside, step, shift)
     first = table[index]
-    fine = (first << KNOT_BITS) + (table[index + 1] - first) * fraction
-    out = rounding_shift(fine, KNOT_BITS + KNOT_FRACTION_BITS[dtype])
+    fine = (first << shift) + (table[index + 1] - first) * fraction
+    out = rounding_shift(fine, shift + KNOT_FRACTION_BITS[dtype])
     return np.clip(out, *RANGES[dtype]).astype(dtype)
 
 

@@ -425,9 +425,11 @@ class LutLayer:
     views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
     # int16 codes (`quantizer.wide`), over flat bytes only: an int16 y is two planes of `size`
     # bytes, the high one first (LUT wide=1); an int16 x likewise (LUT in_wide=1). The table
-    # is then of int16 entries: 256 codes' outputs, or 257 knots for an int16 x.
+    # is then of int16 entries: 256 codes' outputs, or 257 knots for an int16 x, and 257
+    # more for its window of finer knots, `knots` = (zoom, origin) (`numerics.interpolate`).
     wide: bool = False
     in_wide: bool = False
+    knots: tuple[int, int] = (0, 0)
 
     @property
     def per_channel(self) -> bool:

@@ -382,7 +382,7 @@ def tile_elementwise(layer: AddLayer | MulLayer | LutLayer, arch: Arch) -> Eleme
     binary = isinstance(layer, (AddLayer, MulLayer))  # two operands and a rescale block
     per_channel = isinstance(layer, LutLayer) and layer.per_channel
     table_rows = 0 if binary else isa.lut_table_rows(arch.lanes, per_channel, int(layer.wide),
-                                                     int(layer.in_wide))
+                                                     int(layer.in_wide), layer.knots[0])
     tables = BUFFERS if per_channel else 1  # a channel block's table loads while one runs
     # An int16 operand or result: two rows (planes) for each row of its bytes.
     a_planes, b_planes, planes = (2 if getattr(layer, f, False) else 1 for f in (

@@ -157,7 +157,8 @@ def zero_point_fold(weight: Weight, attrs: Mapping[str, Any], a: Value, b: Value
 # The attributes the quantizer adds to nodes beside their ONNX ones (the binder must accept them
 # on quantized nodes; the fp32 reference never sees them).
 INT8_ATTRS = frozenset({"x_zero_point", "a_zero_point", "b_zero_point", "multiplier", "shift",
-                        "out_zero_point", "qclamp", "out_dtype", "counts", "table_of"})
+                        "out_zero_point", "qclamp", "out_dtype", "counts", "table_of",
+                        "knots"})
 
 # Softmax: the output is a probability in int8 of scale 2^-8 (zero point -128; 0 for uint8).
 SOFTMAX_OUT_SCALE = 2.0**-numerics.SOFTMAX_OUT_BITS
@@ -357,14 +358,14 @@ def clip_bounds(lo=None, hi=None) -> tuple[float | None, float | None]:
     return tuple(None if b is None else float(b) for b in (lo, hi))
 
 
-def table_map(x, table, out_dtype: str | None = None) -> np.ndarray:
+def table_map(x, table, out_dtype: str | None = None, knots=(0, 0)) -> np.ndarray:
     """A table op's codes: an int8 (uint8) code's entry (`lookup_any`), an int16 one's
     (`numerics.lookup_wide`) when the table's entries are int16 (the output is), or an int16
-    input's knots interpolated by its low byte into `out_dtype` codes
-    (`numerics.interpolate`)."""
+    input's knots interpolated by its low byte into `out_dtype` codes, `knots` = (zoom,
+    origin) its window of finer knots (`numerics.interpolate`, `knot_window`)."""
     x = np.asarray(x)
     if x.dtype == np.int16:
-        return numerics.interpolate(x, table, out_dtype or "int8")
+        return numerics.interpolate(x, table, out_dtype or "int8", *knots)
     if np.asarray(table).dtype == np.int16:
         return numerics.lookup_wide(x, table)
     return lookup_any(x, table)
@@ -380,29 +381,30 @@ def tabled(kernel: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args, table_of: int | None = None, **attrs):
         if table_of is None:
             return kernel(*args, **attrs)
-        return table_map(args[table_of], args[-1], attrs.get("out_dtype"))
+        return table_map(args[table_of], args[-1], attrs.get("out_dtype"),
+                         attrs.get("knots", (0, 0)))
     run.__name__, run.__doc__ = kernel.__name__, kernel.__doc__
     return run
 
 
-def lookup_int8(x, table, *, out_dtype=None, **_baked):
+def lookup_int8(x, table, *, out_dtype=None, knots=(0, 0), **_baked):
     """Sigmoid, Tanh, HardSigmoid, HardSwish, LeakyRelu: the attributes are in the table
     (`table_map`: int16 in or out, `wide_table`)."""
-    return table_map(x, table, out_dtype)
+    return table_map(x, table, out_dtype, knots)
 
 
-def power_int8(x, exponent, table, *, out_dtype=None, **_baked):
+def power_int8(x, exponent, table, *, out_dtype=None, knots=(0, 0), **_baked):
     """Pow by a constant exponent: the exponent is in the table."""
-    return table_map(x, table, out_dtype)
+    return table_map(x, table, out_dtype, knots)
 
 
-def channel_lookup_int8(x, slope, tables, *, out_dtype=None, **_baked):
+def channel_lookup_int8(x, slope, tables, *, out_dtype=None, knots=(0, 0), **_baked):
     """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
     built from the fp32 reference with channel c's slope (`channel_slopes`). int16 codes in
     or out take the one table only (`table_map`)."""
     tables = np.asarray(tables)
     if tables.shape[0] == 1:
-        return table_map(x, tables[0], out_dtype)
+        return table_map(x, tables[0], out_dtype, knots)
     if x.dtype != np.int8:  # uint8 codes index the tables directly (as lookup_any)
         return tables[np.arange(x.shape[1]).reshape((-1,) + (1,) * (x.ndim - 2)),
                       np.asarray(x, np.int64)]
@@ -442,26 +444,87 @@ def lookup_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: f
 
 def wide_table(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,
                in_zero_point: int, in_dtype: str, out_scale: float, out_zero_point: int,
-               out_dtype: str, out_codes: tuple[int, int]) -> np.ndarray:
+               out_dtype: str, out_codes: tuple[int, int], knots=(0, 0)) -> np.ndarray:
     """The int16 table of a table op with int16 codes in or out (compile time), for
     `table_map`: for int8 codes in, the output's int16 code at each of the 256 (`out_codes`
     bounds them: a b-bit tensor's); for int16 codes in, the function at the 257 knots (code
-    (k - 128) * 256 for entry k, `numerics.interpolate`), as int16 codes bounded by
-    `out_codes` or, for an int8 output, as its codes in Q(KNOT_FRACTION_BITS), saturated only
-    at the int16 entries' bounds (twice the output's range: an interpolation towards a knot
-    past the range still reaches the range's end where the function does)."""
-    if in_dtype == "int16":
-        codes = (np.arange(numerics.KNOTS, dtype=np.int64) - 128) << numerics.KNOT_BITS
-    else:
+    (k - 128) * 256 for entry k, `numerics.interpolate`), and with `knots` = (zoom, origin),
+    zoom > 0, at the window's 257 after them (code origin + k * 2^(8 - zoom), `knot_window`)."""
+    if in_dtype != "int16":
         lo, hi = RANGES[in_dtype]
-        codes = np.arange(lo, hi + 1, dtype=np.int64)
+        return _knot_entries(fp32, attrs, np.arange(lo, hi + 1, dtype=np.int64), in_scale,
+                             in_zero_point, out_scale, out_zero_point, out_dtype, out_codes,
+                             fine=1)
+    codes = (np.arange(numerics.KNOTS, dtype=np.int64) - 128) << numerics.KNOT_BITS
+    zoom, origin = knots
+    if zoom:
+        step = numerics.KNOT_BITS - zoom
+        codes = np.concatenate([codes, origin + (np.arange(numerics.KNOTS, dtype=np.int64)
+                                                 << step)])
+    return _knot_entries(fp32, attrs, codes, in_scale, in_zero_point, out_scale, out_zero_point,
+                         out_dtype, out_codes)
+
+
+def _knot_entries(fp32, attrs, codes, in_scale, in_zero_point, out_scale, out_zero_point,
+                  out_dtype, out_codes, fine: int | None = None) -> np.ndarray:
+    """The function at input `codes`, as int16 entries: codes bounded by `out_codes` or, for
+    knots an int8 output interpolates between, its codes in Q(KNOT_FRACTION_BITS), saturated
+    only at the int16 entries' bounds (twice the output's range: an interpolation towards a
+    knot past the range still reaches the range's end where the function does)."""
     real_in = numerics.dequantize(codes, in_scale, in_zero_point, arithmetic=np.float64)
     real_out = np.nan_to_num(fp32(real_in.astype(np.float32), **attrs), nan=0.0,
                              posinf=np.inf, neginf=-np.inf)
-    fine = 2 ** numerics.KNOT_FRACTION_BITS[out_dtype] if in_dtype == "int16" else 1
+    if fine is None:
+        fine = 2 ** numerics.KNOT_FRACTION_BITS[out_dtype]
     lo, hi = out_codes if fine == 1 else RANGES["int16"]
     return numerics.quantize(real_out, out_scale / fine, out_zero_point * fine, lo, hi,
                              dtype="int16", arithmetic=np.float64)
+
+
+def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,
+                in_zero_point: int, out_scale: float, out_zero_point: int, out_dtype: str,
+                out_codes: tuple[int, int], span: tuple[int, int] = (-(1 << 15), (1 << 15) - 1)
+                ) -> tuple[int, int]:
+    """Where an int16 input's window of finer knots goes (`numerics.interpolate`): the (zoom,
+    origin) whose table errs least, in squared output codes against the function, summed over
+    the input codes of `span` (the calibrated range's), or (0, 0) when no window removes a
+    quarter of the coarse knots' error (a map they follow: its rounding, not its bends). For
+    each zoom, every origin on its knots' grid is weighed at once: the errors of the coarse
+    knots and of knots 2^(8 - zoom) codes apart everywhere are computed once for every code,
+    and a window's gain is a difference of prefix sums."""
+    lo_code, hi_code = span
+    top = (1 << 15) - 1
+    x = np.arange(-(1 << 15), 1 << 15, dtype=np.int64)
+    exact = fp32(numerics.dequantize(x, in_scale, in_zero_point,
+                                     arithmetic=np.float64).astype(np.float32), **attrs)
+    exact = np.nan_to_num(np.asarray(exact, np.float64), nan=0.0) / out_scale + out_zero_point
+    exact = np.clip(exact, *(out_codes if out_dtype == "int16" else RANGES[out_dtype]))
+    weight = ((x >= lo_code) & (x <= hi_code)).astype(np.float64)
+    coarse = wide_table(fp32, attrs, in_scale, in_zero_point, "int16", out_scale,
+                        out_zero_point, out_dtype, out_codes)
+    coarse_error = weight * (numerics.interpolate(x, coarse, out_dtype) - exact) ** 2
+    best, best_gain = (0, 0), coarse_error.sum() / 4
+    for zoom in range(1, numerics.MAX_ZOOM + 1):
+        step = numerics.KNOT_BITS - zoom
+        width = numerics.window_codes(zoom)
+        # Knots 2^step codes apart from the lowest code up, past the highest by a window.
+        grid = -(1 << 15) + (np.arange(((1 << 16) + width >> step) + 1, dtype=np.int64) << step)
+        table = _knot_entries(fp32, attrs, grid, in_scale, in_zero_point, out_scale,
+                              out_zero_point, out_dtype, out_codes)
+        offset = x + (1 << 15)
+        first = table[offset >> step].astype(np.int64)
+        fraction = offset & ((1 << step) - 1)
+        value = (first << step) + (table[(offset >> step) + 1] - first) * fraction
+        value = numerics.rounding_shift(value, step + numerics.KNOT_FRACTION_BITS[out_dtype])
+        value = np.clip(value, *RANGES[out_dtype])
+        gain = np.concatenate([[0.0], np.cumsum(coarse_error - weight * (value - exact) ** 2)])
+        starts = np.arange(0, 1 << 16, 1 << step)  # window origins, as offsets from -2^15
+        ends = np.minimum(starts + width, 1 << 16)
+        gains = gain[ends] - gain[starts]
+        k = int(np.argmax(gains))
+        if gains[k] > best_gain and -(1 << 15) + starts[k] <= top:
+            best, best_gain = (zoom, int(-(1 << 15) + starts[k])), float(gains[k])
+    return best
 
 
 def softmax_table(in_scale: float) -> np.ndarray:

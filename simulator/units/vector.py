@@ -214,18 +214,20 @@ def avgpool(state, insn) -> None:
                                                 qmin, qmax, dtype="int16" if wide else "int8"))
 
 
-def lut_entries(in_wide: int = 0) -> int:
+def lut_entries(in_wide: int = 0, zoom: int = 0) -> int:
     """Entries of a LUT's table: one per int8 code, or with in_wide one per high byte of an
-    int16 code and one past the last (`numerics.KNOTS`)."""
-    return numerics.KNOTS if in_wide else LUT_ENTRIES
+    int16 code and one past the last (`numerics.KNOTS`), and as many again for a window of
+    finer knots (zoom > 0, `numerics.knot_entries`)."""
+    return numerics.knot_entries(zoom) if in_wide else LUT_ENTRIES
 
 
-def lut_table_rows(lanes: int, per_lane: int, wide: int = 0, in_wide: int = 0) -> int:
+def lut_table_rows(lanes: int, per_lane: int, wide: int = 0, in_wide: int = 0,
+                   zoom: int = 0) -> int:
     """Scratchpad rows of a LUT's table: the 256 entries in rows of `lanes`, or with per_lane
     one row per entry (lane j of row i: entry i of lane j's table). A table of 16-bit entries
     (wide or in_wide: `lut_entries` of them) is two such blocks, the entries' high bytes and
     then their low bytes - 128 (`numerics.split_wide`)."""
-    entries = lut_entries(in_wide)
+    entries = lut_entries(in_wide, zoom)
     block = entries if per_lane else ceil_div(entries, lanes)
     return 2 * block if wide or in_wide else block
 
@@ -241,9 +243,13 @@ def lut(state, insn) -> None:
     sp = state.scratchpad
     wide, in_wide = a["wide"], a["in_wide"]
     table = shared(sp[:, rows(sp, a["table"], lut_table_rows(sp.shape[2], a["per_lane"], wide,
-                                                             in_wide), "scratchpad (table)")])
+                                                             in_wide, a["zoom"]),
+                              "scratchpad (table)")])
     if table is None:
         return _each_sample(state, insn, lut)
+    if a["zoom"] and not in_wide:
+        raise SimulatorError(f"LUT: zoom={a['zoom']} is a window of an int16 input's knots; "
+                             f"it needs in_wide=1")
     if not (wide or in_wide):
         src = sp[:, rows(sp, a["src"], a["rows"], "scratchpad")]
         dst = rows(sp, a["dst"], a["rows"], "scratchpad")
@@ -258,11 +264,11 @@ def lut(state, insn) -> None:
     # 16-bit entries: the high bytes' block, then the low bytes' (`lut_table_rows`).
     half = len(table) // 2
     entries = numerics.join_wide(table[:half].ravel(), table[half:].ravel())
-    entries = entries[:lut_entries(in_wide)]
+    entries = entries[:lut_entries(in_wide, a["zoom"])]
     src = sp[:, rows(sp, a["src"], (1 + in_wide) * a["rows"], "scratchpad")]
     if in_wide:  # an int16 input: its high plane at src, its low plane after it
         y = numerics.interpolate(numerics.join_wide(src[:, :a["rows"]], src[:, a["rows"]:]),
-                                 entries, "int16" if wide else "int8")
+                                 entries, "int16" if wide else "int8", a["zoom"], a["origin"])
     else:
         y = numerics.lookup_wide(src, entries)
     dst = rows(sp, a["dst"], (1 + wide) * a["rows"], "scratchpad")
@@ -503,7 +509,8 @@ def lut_cycles(arch, insn) -> int:
     or an int16 code's first knot), and one more for each of an int16 output's second plane
     (wide), an int16 input's low plane read with the weighing of the knots, and its second
     knot's lookup (in_wide, two): int8 -> int16 twice an int8 LUT's time, int16 -> int8
-    three times, int16 -> int16 four."""
+    three times, int16 -> int16 four. A window of finer knots (zoom) costs no pass: which
+    knots a code takes is a compare of the code with the window's ends, beside the index."""
     a = insn.args
     passes = 1 + a["wide"] + 2 * a["in_wide"]
     return passes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
@@ -515,7 +522,8 @@ def lut_work(arch, insn) -> Work:
     written = (1 + wide) * a["rows"]
     entry_bytes = 2 if wide or in_wide else 1
     return Work(local_bytes=((1 + in_wide) * a["rows"] + written) * arch.scratchpad.row_bytes
-                + lut_entries(in_wide) * entry_bytes * (arch.lanes if a["per_lane"] else 1),
+                + lut_entries(in_wide, a["zoom"]) * entry_bytes
+                * (arch.lanes if a["per_lane"] else 1),
                 scratchpad_end=a["dst"] + written if a["rows"] else 0)
 
 
@@ -577,7 +585,7 @@ def pool_access(arch, insn) -> tuple[Access, ...]:
 
 def lut_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    table = lut_table_rows(arch.lanes, a["per_lane"], a["wide"], a["in_wide"])
+    table = lut_table_rows(arch.lanes, a["per_lane"], a["wide"], a["in_wide"], a["zoom"])
     return (Access(SCRATCHPAD, a["src"], a["src"] + (1 + a["in_wide"]) * a["rows"], False),
             Access(SCRATCHPAD, a["table"], a["table"] + table, False),
             Access(SCRATCHPAD, a["dst"], a["dst"] + (1 + a["wide"]) * a["rows"], True))

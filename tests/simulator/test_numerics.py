@@ -347,6 +347,36 @@ def test_interpolate_is_its_definition_rounded_once(knots, x, dtype):
     assert int(got[0]) == min(max(round_half_away(fine), lo), hi)
 
 
+@settings(max_examples=300)
+@given(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=2 * numerics.KNOTS,
+                max_size=2 * numerics.KNOTS),
+       st.integers(1, numerics.MAX_ZOOM), st.integers(-(2**15), 2**15 - 1),
+       st.integers(-(2**15), 2**15 - 1), st.sampled_from(["int8", "int16"]))
+def test_a_window_of_finer_knots_is_its_definition_rounded_once(knots, zoom, origin, x, dtype):
+    """A code inside [origin, origin + 256 * 2^s), s = 8 - zoom, weighs the window's knots
+    (after the KNOTS coarse ones) T[h], T[h + 1] by f: h = (x - origin) >> s, f its low s bits,
+    over 2^(s + fraction bits); a code outside takes the coarse knots as without a window."""
+    step = 8 - zoom
+    offset = x - origin
+    if 0 <= offset < 256 << step:
+        h, f, shift = numerics.KNOTS + (offset >> step), offset & ((1 << step) - 1), step
+    else:
+        h, f, shift = (x >> 8) + 128, x & 0xFF, 8
+    fine = Fraction(((1 << shift) - f) * knots[h] + f * knots[h + 1],
+                    2 ** (shift + numerics.KNOT_FRACTION_BITS[dtype]))
+    lo, hi = numerics.RANGES[dtype]
+    got = numerics.interpolate(np.array([x]), np.array(knots), dtype, zoom, origin)
+    assert int(got[0]) == min(max(round_half_away(fine), lo), hi)
+
+
+def test_a_window_needs_its_knots_and_a_zoom_in_range() -> None:
+    coarse = np.zeros(numerics.KNOTS, np.int16)
+    with pytest.raises(SimulatorError, match=r"a table of 257 entries; expected 514"):
+        numerics.interpolate(np.zeros(3, np.int16), coarse, "int8", 2, 0)
+    with pytest.raises(SimulatorError, match=r"zoom 9; expected 0 \(no window\) to 8"):
+        numerics.interpolate(np.zeros(3, np.int16), np.zeros(514, np.int16), "int8", 9, 0)
+
+
 def _knot_table(fn, s_in: float, s_out: float, zero: int, dtype: str) -> np.ndarray:
     """The knots as the quantizer computes them (`int8.wide_table`): fn at code (k - 128) * 256
     in output codes with the entries' fraction bits, saturated to int16."""

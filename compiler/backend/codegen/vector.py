@@ -131,7 +131,8 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
         return instruction(layer.node, isa.LUT, src=src, dst=dst, rows=rows,
                            table=tiles.table.base if table is None else table,
                            per_lane=int(layer.per_channel), wide=int(layer.wide),
-                           in_wide=int(layer.in_wide))
+                           in_wide=int(layer.in_wide), zoom=layer.knots[0],
+                           origin=layer.knots[1])
     qmin, qmax = layer.qclamp
     common = dict(a=src, b=b, dst=dst, rows=rows, param=tiles.params.base,
                   a_offset=layer.a_zero_point, b_offset=layer.b_zero_point,
@@ -217,7 +218,7 @@ def _table_bytes(layer: LutLayer, lanes: int) -> bytes:
     """A LUT's one table as its scratchpad rows: the int8 entries, or an int16 table's two
     blocks, the entries' high bytes and then their low bytes - 128 (`isa.lut_table_rows`)."""
     wide = layer.wide or layer.in_wide
-    entries = isa.lut_entries(int(layer.in_wide))
+    entries = isa.lut_entries(int(layer.in_wide), layer.knots[0])
     block = ceil_div(entries, lanes) * lanes
     planes = numerics.split_wide(layer.table) if wide else (layer.table,)
     table = np.zeros((len(planes), block), np.int8)

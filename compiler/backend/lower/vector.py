@@ -564,11 +564,13 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
     """A table op with int16 codes in or out (`quantizer.wide`; an Add, Mul, ... by a scalar
     or a clamp too, in its table form, `int8.tabled`): one LUT layer over flat bytes with the
     node's own int16 table (its last input: the 256 codes' int16 outputs, LUT
-    wide=1, or 257 knots an int16 input interpolates between, LUT in_wide=1), x and y each a
+    wide=1, or 257 knots an int16 input interpolates between, LUT in_wide=1, and 257 more in
+    its window of finer knots, LUT zoom and origin: the node's `knots`), x and y each a
     whole tensor (an int16 one two planes, the high one first); an x that is a part of a
     buffer is copied out first (an int16 one plane by plane: `Walk.whole_wide`)."""
     table = lw.g.values[node.inputs[-1]].const
-    entries = isa.lut_entries(int(x_wide))
+    knots = tuple(node.attrs.get("knots", (0, 0)))
+    entries = isa.lut_entries(int(x_wide), knots[0])
     tabled = OPS[node.op].quant in (Quant.LOOKUP, Quant.CHANNEL_LOOKUP) or \
         "table_of" in node.attrs  # an Add by a scalar, a clamp, ... as a table (`int8.tabled`)
     if not tabled or table is None or np.asarray(table).dtype != np.int16 or \
@@ -582,7 +584,7 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
     ty, _ = lw.output(y, lw.layouts[tensor], in_place=False)
     lw.layers.append(LutLayer(node.name, tensor, ty, math.prod(lw.shape(y)),
                               np.asarray(table, np.int16).reshape(entries), None,
-                              wide=y_wide, in_wide=x_wide))
+                              wide=y_wide, in_wide=x_wide, knots=knots))
 
 
 def lower_channel_lut(lw: Walk, node: Node) -> None:
