@@ -21,7 +21,8 @@ AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activation
 wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
 ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
 array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
-between 257 knots by the low byte (LUT in_wide=1, `numerics.interpolate`) into int8 or int16
+between 257 knots by the low byte, or a window of finer ones where the function bends (LUT
+in_wide=1, zoom, `numerics.interpolate`, `int8.knot_window`), into int8 or int16
 codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
 activations, one broadcast as a gate or not (MUL a_wide, b_wide: `numerics.mul` multiplies
 the whole codes) (`array_values`). The

@@ -157,8 +157,9 @@ def quantization_options(command):
                           "every value holding the same codes through views, Concats, "
                           "MaxPools and nearest Resizes: the array streams their two byte "
                           "planes (twice its time for their readers), a table op writes int16 "
-                          "codes or interpolates between 257 knots by the low byte; their codes "
-                          "as many bits as the readers' int32 accumulators allow."),
+                          "codes or interpolates between knots (finer ones where the function "
+                          "bends); their codes "
+                          "take as many bits as the readers' int32 accumulators allow."),
         click.option("--weight-rounding", "weight_rounding", type=InputPath(dir_okay=False),
                      metavar="FILE",
                      help="Weight codes chosen for each layer's output on calibration data, "
