@@ -667,8 +667,9 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
     for name, stats in acc.items():
         node = producers.get(name)
         precision = params[name][1] if name in params else "int8"
-        if node is not None and len(node.inputs) > 1 and node.inputs[1] and \
-                qgraph.values[node.inputs[1]].is_const and \
+        # A table op's int16 table is its second input too: only a weight counts.
+        if node is not None and OPS[node.op].weight is not None and len(node.inputs) > 1 and \
+                node.inputs[1] and qgraph.values[node.inputs[1]].is_const and \
                 qgraph.type_of(node.inputs[1]).dtype == "int16":
             precision += ", int16 weights"  # `QuantOptions.int16_weights`
         measured = kernel.get(name)

@@ -40,6 +40,7 @@ def test_the_lossy_table_is_flagged_and_the_convs_are_at_their_rounding(files) -
     doc = json.loads(result.stdout)
     layers = {layer["name"]: layer for layer in doc["layers"]}
     act = layers["act"]
+    assert act["precision"] == "int16"  # its int16 table is not a weight
     assert act["kernel_sqnr_db"] < act["own_sqnr_db"] - 15 and act["kernel_loss_db"] > 15
     assert doc["lossy_kernels"] == ["act"]
     for conv in ("pre", "y"):  # requantizing Convs: one rounding, as their own error
