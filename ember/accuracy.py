@@ -41,8 +41,8 @@ from profiler import format as profile_format
 from profiler.model_inputs import InputSpec, input_specs
 from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
-from quantizer.options import QuantOptions
 from quantizer.ideal import Kernel, kernel_outputs, kernels
+from quantizer.options import QuantOptions
 from quantizer.qdq import export_qdq
 from quantizer.reference import dequantized, run_int8
 from simulator import machine, numerics

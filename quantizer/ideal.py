@@ -8,9 +8,9 @@ node's fp32 reference (the operator table's `fp32` column, as the fp32 interpret
 the dequantized integer inputs the node received in a keep_all run of the integer reference
 (`quantizer.reference.run_int8`). That result is the signal; quantized in the node's output
 parameters it is the ideal output, what a kernel rounding exactly once would give for the same
-inputs. The node's own output against the signal is its
-kernel SQNR; the ideal's against the same signal is the rounding level it would reach if its
-arithmetic were exact, so the two differ only by what the kernel adds.
+inputs. The node's own output against the signal is its kernel SQNR; the ideal's against the
+same signal is the rounding level it would reach if its arithmetic were exact, so the two
+differ only by what the kernel adds.
 
 A node's inputs are taken as the kernel reads them: a weight dequantized per channel (its
 rounding is the weight's own error, reported with the weights), the int32 bias without the
@@ -29,8 +29,9 @@ origin (`Graph.origin`) that no earlier node wrote, the node the per-layer repor
 that tensor. Skipped: QuantizeLinear and DequantizeLinear (the model's boundary: their error
 is the tensor's own), Rescale (counted in its reader, above), views (Reshape, Transpose,
 Slice, Split, ...: they move codes and cannot err), nodes kept in fp32 (no integer output),
-and a Rescale folded into its producer or a second writer of a name (a Rescale, a LayerNorm's
-int16 copy), which the first writer stands for. Only a node's first output is measured.
+and a later writer of a name that an earlier node wrote (a LayerNorm's int16 copy), which the
+first writer stands for. A Rescale that cleanup folded into its producer is part of that
+producer's kernel. Only a node's first output is measured.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ def pad_concat_softmax():
              helper.make_node("Concat", ["p", "z"], ["cat"], name="cat", axis=1),
              helper.make_node("Softmax", ["cat"], ["y"], name="softmax", axis=1)]
     return model(nodes, {"x": [1, 3, 5, 4], "z": [1, 2, 6, 7]}, {"y": [1, 8, 6, 7]},
-                 {"w": weights(rng, 6, 3, 3, 3, scale=0.05), "pads": np.array([0, 0, 1, 2, 0, 0, 0, 1]),
-                  "fill": np.array(0.7, np.float32)})
+                 {"w": weights(rng, 6, 3, 3, 3, scale=0.05),
+                  "pads": np.array([0, 0, 1, 2, 0, 0, 0, 1]), "fill": np.array(0.7, np.float32)})
 
 
 # Each model's measured tensors: no view (Flatten, Reshape), QuantizeLinear or
@@ -47,10 +47,10 @@ EXACT = {
 }
 
 
-def kernel_errors(proto, options: QuantOptions = QuantOptions()) -> dict[str, tuple]:
+def kernel_errors(proto, options: QuantOptions | None = None) -> dict[str, tuple]:
     """Per measured tensor over three samples: (kernel SQNR, ideal SQNR, the largest
     difference between the output and the ideal, in steps of the output)."""
-    qgraph = quantized(proto, model_samples(proto, 8), options)
+    qgraph = quantized(proto, model_samples(proto, 8), options or QuantOptions())
     found: dict[str, list] = {}
     for sample in model_samples(proto, 3, seed=1):
         env = run_int8(qgraph, sample, keep_all=True)
