@@ -41,6 +41,7 @@ from profiler import format as profile_format
 from profiler.model_inputs import InputSpec, input_specs
 from profiler.sources import open_data
 from profiler.sources.images import ImageOptions
+from quantizer.ideal import Kernel, kernel_outputs, kernels
 from quantizer.options import QuantOptions
 from quantizer.qdq import export_qdq
 from quantizer.reference import dequantized, run_int8
@@ -337,7 +338,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         name: class_labels(labels, graph.type_of(name).shape[1], where_labels)
         for name in classifiers}
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
-                   _params_by_name(qgraph))
+                   _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
     total = source.count()
     if evaluation.samples is not None and total is not None:
         total = min(total, evaluation.samples)
@@ -386,7 +387,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("reference") if name in top1 else None,
                        top1[name].accuracy("approx") if name in top1 else None)
         for name, stats in tallies.outputs.items())
-    layers = _layers(qgraph, layer_own, layer_acc, setup.params)
+    layers = _layers(qgraph, layer_own, layer_acc, setup.params, tallies.layer_kernel,
+                     tallies.layer_ideal)
     weights, floats = _weights(graph, qgraph) if evaluation.per_layer else ((), {})
     if evaluation.sensitivity and layers:
         # Every sample in memory, in this process: kept by the shard that ran here, or read
@@ -448,6 +450,7 @@ class _Setup:
     session: object  # onnxruntime.InferenceSession
     exactness: BitExactness | None
     params: dict[str, tuple[QuantParams, str]]
+    kernels: tuple[Kernel, ...]  # --per-layer: the integer nodes whose kernel error it measures
     # Threads of a Dask worker run shards side by side: each compares on its own machine.
     machines: dict[int, BitExactness] = dataclasses.field(default_factory=dict)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -479,7 +482,8 @@ def _set_up(job: _Job) -> _Setup:
                              job.evaluation.batch) if program else None
     return _Setup(quantized.graph, quantized.qgraph,
                   ort.session(quantized.model, threads=1, name=job.model_path), exactness,
-                  _params_by_name(quantized.qgraph))
+                  _params_by_name(quantized.qgraph),
+                  kernels(quantized.qgraph) if job.evaluation.per_layer else ())
 
 
 @dataclass(frozen=True)
@@ -500,6 +504,9 @@ class _Tallies:
     top1: dict[str, Top1] = dataclasses.field(default_factory=dict)
     layer_own: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
     layer_acc: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
+    # Each kernel's output, and its ideal output, against the fp32 op on its inputs.
+    layer_kernel: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
+    layer_ideal: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
     first_difference: dict | None = None
     kept: list[tuple[dict, dict]] = dataclasses.field(default_factory=list)  # --sensitivity
 
@@ -510,7 +517,9 @@ class _Tallies:
         for mine, theirs, empty in ((self.outputs, other.outputs, ErrorStats),
                                     (self.top1, other.top1, Top1),
                                     (self.layer_own, other.layer_own, ErrorStats),
-                                    (self.layer_acc, other.layer_acc, ErrorStats)):
+                                    (self.layer_acc, other.layer_acc, ErrorStats),
+                                    (self.layer_kernel, other.layer_kernel, ErrorStats),
+                                    (self.layer_ideal, other.layer_ideal, ErrorStats)):
             for name, stats in theirs.items():
                 mine.setdefault(name, empty()).merge(stats)
         theirs = other.first_difference
@@ -591,7 +600,7 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
             if evaluation.sensitivity and job.in_process:
                 tallies.kept.append((dict(feeds), dict(reference)))
             if evaluation.per_layer:
-                _add_layers(graph, qgraph, setup.params, feeds, env, tallies)
+                _add_layers(graph, qgraph, setup, feeds, env, tallies)
             position += n
             if shard.report is not None:
                 shard.report(n)
@@ -603,11 +612,14 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
     return tallies
 
 
-def _add_layers(graph: Graph, qgraph: Graph, params: dict, feeds: dict, env: dict,
+def _add_layers(graph: Graph, qgraph: Graph, setup: _Setup, feeds: dict, env: dict,
                 tallies: _Tallies) -> None:
     """Each quantized tensor of one batch against ember's fp32 interpreter: the error
-    accumulated from the input, and its own quantization error."""
+    accumulated from the input, and its own quantization error; and the error of the integer
+    kernel that computes it, against the fp32 op on the inputs it received, beside a kernel
+    that rounds once (`quantizer.ideal`)."""
     fp32 = evaluate(graph, feeds, keep_all=True)
+    params = setup.params
     for name, value in dequantized(qgraph, env).items():
         if name not in fp32 or graph.values[name].is_const:
             continue
@@ -615,6 +627,12 @@ def _add_layers(graph: Graph, qgraph: Graph, params: dict, feeds: dict, env: dic
         if name in params:
             tallies.layer_own.setdefault(name, ErrorStats()).add(
                 fp32[name], _fake_quant(fp32[name], *params[name]))
+    for kernel in setup.kernels:
+        if kernel.name not in fp32:  # no row of its own (a smoothed norm's `y/smooth`)
+            continue
+        signal, ideal, actual = kernel_outputs(qgraph, kernel, env)
+        tallies.layer_kernel.setdefault(kernel.name, ErrorStats()).add(signal, actual)
+        tallies.layer_ideal.setdefault(kernel.name, ErrorStats()).add(signal, ideal)
 
 
 def _kept_samples(job: _Job, setup: _Setup) -> list[tuple[dict, dict]]:
@@ -637,8 +655,8 @@ def _params_by_name(qgraph: Graph) -> dict[str, tuple[QuantParams, str]]:
 
 
 def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats],
-            params: dict[str, tuple[QuantParams, str]]
-            ) -> tuple[LayerAccuracy, ...]:
+            params: dict[str, tuple[QuantParams, str]], kernel: dict[str, ErrorStats],
+            ideal: dict[str, ErrorStats]) -> tuple[LayerAccuracy, ...]:
     # The first node that writes a name is the one that computes it: a model output's integer
     # node, not the DequantizeLinear after it that carries the same ONNX name.
     producers: dict[str, object] = {}
@@ -649,14 +667,18 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
     for name, stats in acc.items():
         node = producers.get(name)
         precision = params[name][1] if name in params else "int8"
-        if node is not None and len(node.inputs) > 1 and node.inputs[1] and \
-                qgraph.values[node.inputs[1]].is_const and \
+        # A table op's int16 table is its second input too: only a weight counts.
+        if node is not None and OPS[node.op].weight is not None and len(node.inputs) > 1 and \
+                node.inputs[1] and qgraph.values[node.inputs[1]].is_const and \
                 qgraph.type_of(node.inputs[1]).dtype == "int16":
             precision += ", int16 weights"  # `QuantOptions.int16_weights`
-        layers.append(LayerAccuracy(name, node.name if node else "", node.op if node else "",
-                                    precision,
-                                    own[name].sqnr_db if name in own else stats.sqnr_db,
-                                    stats.sqnr_db))
+        measured = kernel.get(name)
+        layers.append(LayerAccuracy(
+            name, node.name if node else "", node.op if node else "", precision,
+            own[name].sqnr_db if name in own else stats.sqnr_db, stats.sqnr_db,
+            kernel_sqnr_db=None if measured is None else measured.sqnr_db,
+            kernel_loss_db=None if measured is None else
+            ideal[name].sqnr_db - measured.sqnr_db))
     return tuple(layers)
 
 

@@ -39,15 +39,19 @@ def dequantized(qgraph: Graph, env: Mapping[str, np.ndarray]) -> dict[str, np.nd
     """Float views of the quantized activations of a keep_all run, keyed by ONNX name.
 
     For per-layer reports: `Graph.origin` gives each integer value's ONNX name, so the result
-    lines up with `evaluate(fp32_graph, feeds, keep_all=True)`. (Reporting only: the float
-    arithmetic here never feeds back into the integer run.)
+    lines up with `evaluate(fp32_graph, feeds, keep_all=True)`. A name several values carry is
+    the first's, the value the node computing the tensor writes: a Rescale's copy of it in a
+    reader's parameters (a Concat's) comes later and carries the name too. (Reporting only:
+    the float arithmetic here never feeds back into the integer run.)
     """
     out = {}
     for name, value in qgraph.values.items():
         params = value.type.quant
-        if value.is_const or params is None or params.axis is not None or name not in env:
+        origin = qgraph.origin.get(name, name)
+        if value.is_const or params is None or params.axis is not None or name not in env \
+                or origin in out:
             continue
         real = numerics.dequantize(env[name], params.scale[0], params.zero_point[0],
                                    arithmetic=np.float64)
-        out[qgraph.origin.get(name, name)] = real.astype(np.float32)
+        out[origin] = real.astype(np.float32)
     return out

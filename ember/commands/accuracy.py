@@ -39,7 +39,9 @@ EXIT_GATE_FAILED = 3
                    "one 1). Anything else is refused.")
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
-                   "and the error accumulated from the input, worst first.")
+                   "and the error accumulated from the input, worst first; and its integer "
+                   "kernel's (against the fp32 op on the inputs it received), flagging kernels "
+                   "10 dB or more below one that rounds once.")
 @click.option("--sensitivity", is_flag=True,
               help="With --per-layer: also each tensor's effect on the output, kept at full "
                    "precision and alone quantized (the QDQ export run by onnxruntime, once "

@@ -9,7 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ember.reports.html import render_page
+from ember.reports.metrics import SQNR_CAP_DB
 from ember.reports.svg import bar_chart
+
+# A kernel this far below a kernel that rounds once (its kernel loss) is flagged: its
+# arithmetic, not its output's rounding, costs the tensor's accuracy, and a better kernel would
+# win it back.
+LOSSY_KERNEL_DB = 10.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,13 @@ class LayerAccuracy:
     onnxruntime's qdq_loss_debug separates them. With --sensitivity (`ember.sensitivity`):
     alone_sqnr_db, the model output's SQNR with this tensor alone quantized, and gain_db,
     the output SQNR gained by keeping this tensor at full precision: where to look first.
+
+    kernel_sqnr_db: the integer node that computes the tensor against its fp32 operator run on
+    the dequantized inputs it received (`quantizer.ideal`): its output's rounding plus whatever
+    its arithmetic adds (table interpolation, multiplier rounding, integer approximations);
+    kernel_loss_db: how far below a kernel that rounds exactly once (the same signal quantized
+    in the output's parameters) it falls, about 0 for an exact kernel. None for a tensor no
+    integer kernel computes (a view's, a model input's, one kept in fp32).
     """
 
     name: str
@@ -43,6 +56,12 @@ class LayerAccuracy:
     accumulated_sqnr_db: float
     alone_sqnr_db: float | None = None
     gain_db: float | None = None
+    kernel_sqnr_db: float | None = None
+    kernel_loss_db: float | None = None
+
+    @property
+    def lossy_kernel(self) -> bool:
+        return self.kernel_loss_db is not None and self.kernel_loss_db >= LOSSY_KERNEL_DB
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,7 @@ class AccuracyReport:
             "max_abs_error": first.max_abs_error,
             "outputs": [asdict(o) for o in self.outputs],
             "layers": [asdict(layer) for layer in self.worst_layers()],
+            "lossy_kernels": [layer.name for layer in self.lossy_kernels()],
             "weights": [asdict(w) for w in self.worst_weights()],
             "precision": self.precision_counts(),
             "options": self.options, "notes": list(self.notes),
@@ -109,6 +129,17 @@ class AccuracyReport:
         if self.sensitivity:
             return sorted(self.layers, key=lambda layer: -(layer.gain_db or 0.0))
         return sorted(self.layers, key=lambda layer: layer.accumulated_sqnr_db)
+
+    def lossy_kernels(self) -> list[LayerAccuracy]:
+        """The layers whose kernel loses LOSSY_KERNEL_DB or more beyond a kernel that rounds
+        once (fixable kernels, not coarse tensors), the lowest kernel SQNR first: a kernel
+        losing 40 dB at 100 dB costs less than one losing 15 at 35."""
+        return sorted((layer for layer in self.layers if layer.lossy_kernel),
+                      key=lambda layer: layer.kernel_sqnr_db or 0.0)
+
+    @property
+    def kernels_measured(self) -> bool:
+        return any(layer.kernel_sqnr_db is not None for layer in self.layers)
 
     def worst_weights(self) -> list[WeightAccuracy]:
         """With sensitivities, the largest output gain first; else the lowest own SQNR."""
@@ -145,6 +176,8 @@ class AccuracyReport:
             worst = Table(title=f"per layer, {order} ({min(max_layers, len(self.layers))} "
                                 f"of {len(self.layers)})")
             columns = ["tensor", "op", "precision", "own SQNR dB", "accumulated SQNR dB"]
+            if self.kernels_measured:
+                columns += ["kernel SQNR dB", "kernel loss dB"]
             if self.sensitivity:
                 columns += ["output SQNR dB, alone quantized", "output gain dB, full precision"]
             for col in columns:
@@ -152,10 +185,14 @@ class AccuracyReport:
             for layer in self.worst_layers()[:max_layers]:
                 cells = [layer.name, layer.op, layer.precision, f"{layer.own_sqnr_db:.2f}",
                          f"{layer.accumulated_sqnr_db:.2f}"]
+                if self.kernels_measured:
+                    cells += _kernel_cells(layer)
                 if self.sensitivity:
                     cells += [_db(layer.alone_sqnr_db), _db(layer.gain_db, "+.2f")]
                 worst.add_row(*cells)
             console.print(worst)
+            if self.kernels_measured:
+                self._print_lossy_kernels(console, max_layers)
         if self.weights:
             self._print_weights(console, max_layers)
         if self.bit_exact is not None:
@@ -167,6 +204,23 @@ class AccuracyReport:
                               f"({', '.join(segment['nodes'])})", highlight=False)
         for note in self.notes:
             console.print(f"note: {note}")
+
+    def _print_lossy_kernels(self, console: Console, max_rows: int) -> None:
+        lossy = self.lossy_kernels()
+        if not lossy:
+            console.print(f"no integer kernel loses {LOSSY_KERNEL_DB:.0f} dB or more beyond "
+                          f"its output's rounding", highlight=False)
+            return
+        table = Table(title=f"kernels losing {LOSSY_KERNEL_DB:.0f} dB or more beyond their "
+                            f"output's rounding, lowest kernel SQNR first "
+                            f"({min(max_rows, len(lossy))} of {len(lossy)})")
+        for col in ("tensor", "node", "op", "precision", "own SQNR dB", "kernel SQNR dB",
+                    "kernel loss dB"):
+            table.add_column(col, justify="left" if col in ("tensor", "node", "op") else "right")
+        for layer in lossy[:max_rows]:
+            table.add_row(layer.name, layer.node, layer.op, layer.precision,
+                          f"{layer.own_sqnr_db:.2f}", *_kernel_cells(layer))
+        console.print(table)
 
     def _print_weights(self, console: Console, max_rows: int) -> None:
         sensitivity = any(w.gain_db is not None for w in self.weights)
@@ -193,7 +247,18 @@ class AccuracyReport:
              "accumulated": [layer.accumulated_sqnr_db for layer in self.layers]},
             unit="dB", title="SQNR per quantized tensor, in graph order") if self.layers else ""
         return render_page("accuracy.html.j2", report=self, doc=self.to_json(), layers=layers,
-                           weights=self.worst_weights(), chart=chart)
+                           weights=self.worst_weights(), chart=chart,
+                           lossy=self.lossy_kernels(), lossy_db=LOSSY_KERNEL_DB)
+
+
+def _kernel_cells(layer: LayerAccuracy) -> list[str]:
+    """The kernel SQNR ("exact" at the cap: a kernel that moves codes) and loss, the loss in
+    red when the kernel is flagged."""
+    if layer.kernel_sqnr_db is None:
+        return ["—", "—"]
+    sqnr = "exact" if layer.kernel_sqnr_db >= SQNR_CAP_DB else f"{layer.kernel_sqnr_db:.2f}"
+    loss = f"{layer.kernel_loss_db:.2f}"
+    return [sqnr, f"[red]{loss}[/]" if layer.lossy_kernel else loss]
 
 
 def _db(value: float | None, fmt: str = ".2f") -> str:

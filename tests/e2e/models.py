@@ -279,3 +279,18 @@ def conv_form(attrs: dict, weight: tuple[int, ...], out_hw: tuple[int, int], see
                  {"w1": rng.normal(0, .3, (20, 3, 3, 3)).astype(np.float32),
                   "w2": rng.normal(0, .1, weight).astype(np.float32),
                   "b2": rng.normal(0, .1, weight[0]).astype(np.float32)})
+
+
+def wide_table(spread: float = 5.0, seed: int = 0):
+    """x [1, 3, 8, 8] → Conv c1 (8 channels, 3x3, weights of deviation `spread`: an output
+    range of tens) → pre → HardSwish → act → Conv c2 (1x1, 4 channels) → y. With `pre` and
+    `act` int16, the HardSwish is a table of 257 knots over pre's whole range, its bend
+    between -3 and 3 spanning a few of them: a kernel whose interpolation errs far beyond its
+    int16 output's rounding."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["pre"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["pre"], ["act"], name="hardswish"),
+             helper.make_node("Conv", ["act", "w2", "b2"], ["y"], name="c2")]
+    return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]},
+                 {"w1": _w(rng, 8, 3, 3, 3, scale=spread), "b1": _w(rng, 8, scale=0.2),
+                  "w2": _w(rng, 4, 8, 1, 1), "b2": _w(rng, 4, scale=0.1)})

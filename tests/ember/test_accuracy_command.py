@@ -50,6 +50,12 @@ def test_per_layer_covers_every_tensor_the_output_included(digits_profile) -> No
     assert set(layers) == {"input", "relu1", "relu2", "pool", "flatten", "logits"}
     assert layers["logits"]["op"] == "Gemm"
     assert layers["logits"]["accumulated_sqnr_db"] == pytest.approx(report["sqnr_db"])
+    # Each requantizing kernel (the Convs with their ReLUs fused, the Gemm) and the MaxPool
+    # round once: no loss beyond their output's rounding; a view and the input have no kernel.
+    for name in ("relu1", "relu2", "pool", "logits"):
+        assert layers[name]["kernel_loss_db"] < 0.01 and layers[name]["kernel_sqnr_db"] > 35
+    assert layers["flatten"]["kernel_sqnr_db"] is None is layers["input"]["kernel_sqnr_db"]
+    assert report["lossy_kernels"] == []
     assert any("2 of the 8 tensors" in note and note.endswith("bn1, bn2")
                for note in report["notes"])
 

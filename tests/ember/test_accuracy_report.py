@@ -58,3 +58,38 @@ def test_html_options_show_only_what_applied() -> None:
                                          "keep_fp32": ["fc"]})
     table = percentile.html().split("<h2>Options</h2>")[1]
     assert "99.99" in table and "keep_fp32</td><td class=\"text\">fc<" in table
+
+
+def test_kernel_columns_flag_lossy_kernels_lowest_kernel_sqnr_first() -> None:
+    """A kernel 10 dB or more below one rounding once is flagged, the lowest kernel SQNR
+    first (a 40 dB loss at 100 dB matters less than 15 at 35); an exact kernel reads "exact",
+    a tensor no kernel computes "—"."""
+    layers = (LayerAccuracy("table", "t", "HardSwish", "int16", 70.0, 30.0, kernel_sqnr_db=35.0,
+                            kernel_loss_db=15.0),
+              LayerAccuracy("gate", "g", "Mul", "int16", 140.0, 30.0, kernel_sqnr_db=100.0,
+                            kernel_loss_db=40.0),
+              LayerAccuracy("conv", "c", "Conv", "int8", 40.0, 35.0, kernel_sqnr_db=40.5,
+                            kernel_loss_db=9.9),
+              LayerAccuracy("pool", "p", "MaxPool", "int8", 40.0, 35.0, kernel_sqnr_db=200.0,
+                            kernel_loss_db=0.0),
+              LayerAccuracy("x", "x/q", "QuantizeLinear", "int8", 50.0, 50.0))
+    report = AccuracyReport(model="m.onnx", samples=10, outputs=_report().outputs,
+                            layers=layers)
+    doc = report.to_json()
+    assert doc["lossy_kernels"] == ["table", "gate"]
+    row = next(layer for layer in doc["layers"] if layer["name"] == "table")
+    assert row["kernel_sqnr_db"] == 35.0 and row["kernel_loss_db"] == 15.0
+    out = io.StringIO()
+    report.print(Console(file=out, width=200))
+    text = out.getvalue()
+    flagged = text.split("kernels losing 10 dB or more")[1]
+    assert flagged.index("table") < flagged.index("gate") and "conv" not in flagged
+    assert "exact" in text.split("pool")[1].splitlines()[0]
+    assert "—" in text.split("QuantizeLinear")[1].splitlines()[0]
+    page = report.html()
+    lossy = page.split("<h3>Lossy integer kernels</h3>")[1].split("</table>")[0]
+    assert lossy.index("table") < lossy.index("gate") and "conv" not in lossy
+    assert "<td>exact</td>" in page
+    plain = AccuracyReport(model="m.onnx", samples=10, outputs=_report().outputs,
+                           layers=_report().layers)
+    assert "kernel" not in plain.html() and plain.to_json()["lossy_kernels"] == []

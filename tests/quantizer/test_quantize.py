@@ -266,6 +266,28 @@ def test_dequantized_values_line_up_with_the_fp32_run_by_onnx_name() -> None:
         assert np.max(np.abs(view - fp32[name])) <= 2 * scale, name
 
 
+def test_a_rescaled_copy_does_not_stand_for_its_tensor() -> None:
+    """A Concat rescales its input c (which a Sigmoid reads too) to its own parameters: that
+    copy carries c's ONNX name as well, but c's dequantized value is the Conv's own output,
+    at c's scale, as its own SQNR and its kernel's are measured."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+             helper.make_node("Concat", ["c", "z"], ["y"], name="cat", axis=1)]
+    proto = model(nodes, {"x": [1, 3, 4, 4], "z": [1, 2, 4, 4]},
+                  {"s": [1, 4, 4, 4], "y": [1, 6, 4, 4]},
+                  {"w": (rng.standard_normal((4, 3, 3, 3)) * 0.05).astype(np.float32)})
+    samples = [{"x": f["x"], "z": 4 * f["x"][:, :2]} for f in _samples((1, 3, 4, 4))]
+    qgraph = quantize(optimize(import_model(proto)), profile_of(proto, samples))
+    copies = [v for v in qgraph.values if qgraph.origin.get(v) == "c" and v != "c"]
+    assert copies and any(n.op == "Rescale" and n.outputs[0] in copies for n in qgraph.nodes)
+    env = run_int8(qgraph, samples[0], keep_all=True)
+    params = qgraph.type_of("c").quant
+    own = numerics.dequantize(env["c"], params.scale[0], params.zero_point[0],
+                              arithmetic=np.float64).astype(np.float32)
+    assert np.array_equal(dequantized(qgraph, env)["c"], own)
+
+
 def test_quantizing_twice_gives_the_same_graph() -> None:
     _, graph, profile = _conv_relu()
     a, b = quantize(graph, profile), quantize(graph, profile)

@@ -1,0 +1,95 @@
+"""Each integer node's ideal output (`quantizer.ideal`): its fp32 operator on the dequantized
+inputs it received, quantized once in its output's parameters. A kernel that rounds once gives
+it code for code, so on models of such kernels (Convs with folded zero points, per-channel
+weights and a fused ReLU or Clip, Gemms, a MatMul whose bias is the fold alone, Adds and Subs,
+average and max pools, int8 tables, a Pad's fill code, a Concat of a rescaled input, Softmax)
+the ideal is the integer output; an int16 table, which interpolates between 257 knots over its
+input's whole range, falls far short of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from ember.reports.metrics import ErrorStats
+from quantizer.ideal import kernel_outputs, kernels
+from quantizer.options import QuantOptions
+from quantizer.reference import run_int8
+from tests.e2e import models
+from tests.e2e.flow import model_samples, quantized
+from tests.onnx_builder import model, weights
+
+
+def pad_concat_softmax():
+    """x → Conv → Pad (a fill of 0.7, held as a code) → Concat with input z → Softmax over
+    the channels. The Conv's range is a few times narrower than z's: the Pad's output is
+    rescaled to the Concat's parameters."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Pad", ["c", "pads", "fill"], ["p"], name="pad"),
+             helper.make_node("Concat", ["p", "z"], ["cat"], name="cat", axis=1),
+             helper.make_node("Softmax", ["cat"], ["y"], name="softmax", axis=1)]
+    return model(nodes, {"x": [1, 3, 5, 4], "z": [1, 2, 6, 7]}, {"y": [1, 8, 6, 7]},
+                 {"w": weights(rng, 6, 3, 3, 3, scale=0.05),
+                  "pads": np.array([0, 0, 1, 2, 0, 0, 0, 1]), "fill": np.array(0.7, np.float32)})
+
+
+# Each model's measured tensors: no view (Flatten, Reshape), QuantizeLinear or
+# DequantizeLinear among them.
+EXACT = {
+    "big_conv": (models.big_conv, {"r", "y"}),
+    "strided": (models.strided, {"a", "d", "p", "y"}),
+    "mobile_block": (models.mobile_block, {"er", "dr", "p", "s", "t", "gr", "y"}),
+    "matmul": (models.matmul, {"m", "y"}),
+    "misc_ops": (models.misc_ops, {"k", "m", "h", "a", "l", "g", "p", "z", "u", "y"}),
+    "pad_concat_softmax": (pad_concat_softmax, {"c", "p", "cat", "y"}),
+}
+
+
+def kernel_errors(proto, options: QuantOptions | None = None) -> dict[str, tuple]:
+    """Per measured tensor over three samples: (kernel SQNR, ideal SQNR, the largest
+    difference between the output and the ideal, in steps of the output)."""
+    qgraph = quantized(proto, model_samples(proto, 8), options or QuantOptions())
+    found: dict[str, list] = {}
+    for sample in model_samples(proto, 3, seed=1):
+        env = run_int8(qgraph, sample, keep_all=True)
+        for kernel in kernels(qgraph):
+            signal, ideal, actual = kernel_outputs(qgraph, kernel, env)
+            step = qgraph.type_of(kernel.node.outputs[0]).quant.scale[0]
+            entry = found.setdefault(kernel.name, [ErrorStats(), ErrorStats(), 0.0])
+            entry[0].add(signal, actual)
+            entry[1].add(signal, ideal)
+            entry[2] = max(entry[2], float(np.max(np.abs(actual - ideal.astype(np.float64))))
+                           / step)
+    return {name: (k.sqnr_db, i.sqnr_db, steps) for name, (k, i, steps) in found.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_a_kernel_that_rounds_once_gives_its_ideal_output(name: str) -> None:
+    build, measured = EXACT[name]
+    errors = kernel_errors(build())
+    assert set(errors) == measured
+    for tensor, (kernel, ideal, steps) in errors.items():
+        assert steps <= 1.0 + 1e-6, (tensor, steps)
+        assert ideal - kernel < 0.1, (tensor, kernel, ideal)
+        # An int8 output's rounding (40 to 60 dB here): a fused ReLU the signal lacked, or a
+        # saturation counted as the kernel's, would be tens of dB below.
+        assert kernel > 30, (tensor, kernel)
+    if name == "pad_concat_softmax":  # the Rescale before the Concat rounds: in its kernel
+        assert errors["cat"][0] < 100
+
+
+def test_an_int16_table_loses_to_its_interpolation_beyond_an_int8_output() -> None:
+    """The interpolation's error is far beyond an int16 output's rounding, and under an int8
+    one's; the Convs around it are exact either way."""
+    proto = models.wide_table()
+    wide = kernel_errors(proto, QuantOptions(int16_tensors=("pre", "act")))
+    kernel, ideal, steps = wide["act"]
+    assert ideal - kernel > 15 and steps > 5
+    narrow = kernel_errors(proto, QuantOptions(int16_tensors=("pre",)))
+    kernel, ideal, steps = narrow["act"]
+    assert ideal - kernel < 0.1 and steps <= 1.0 + 1e-6
+    for errors in (wide, narrow):
+        for conv in ("pre", "y"):
+            assert errors[conv][1] - errors[conv][0] < 0.05, (conv, errors[conv])
