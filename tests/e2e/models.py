@@ -285,8 +285,9 @@ def wide_table(spread: float = 5.0, seed: int = 0):
     """x [1, 3, 8, 8] → Conv c1 (8 channels, 3x3, weights of deviation `spread`: an output
     range of tens) → pre → HardSwish → act → Conv c2 (1x1, 4 channels) → y. With `pre` and
     `act` int16, the HardSwish is a table of 257 knots over pre's whole range, its bend
-    between -3 and 3 spanning a few of them: a kernel whose interpolation errs far beyond its
-    int16 output's rounding."""
+    between -3 and 3 spanning a few of them: without its window of finer knots
+    (`int8.knot_window`), a kernel whose interpolation errs far beyond its int16 output's
+    rounding."""
     rng = np.random.default_rng(seed)
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["pre"], name="c1", pads=[1, 1, 1, 1]),
              helper.make_node("HardSwish", ["pre"], ["act"], name="hardswish"),

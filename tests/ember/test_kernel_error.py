@@ -1,9 +1,10 @@
 """`ember accuracy --per-layer`'s kernel columns: each integer kernel against its fp32 operator
 on the inputs it received (kernel SQNR), and how far below a kernel rounding once it falls
 (kernel loss). On a model whose one lossy kernel is known, an int16 HardSwish interpolating
-over a wide input range, that kernel is flagged, in the JSON, the terminal table and the HTML
-page, and the requantizing Convs around it sit at their rounding level; with an int8 output
-the same table is not flagged."""
+over a wide input range between the coarse knots alone (its window of finer knots off), that
+kernel is flagged, in the JSON, the terminal table and the HTML page, and the requantizing
+Convs around it sit at their rounding level; with the window, or with an int8 output, the same
+table is not flagged."""
 
 from __future__ import annotations
 
@@ -34,7 +35,15 @@ def _accuracy(files, *args: str):
                   files / "eval.npz", "--per-layer", *args)
 
 
-def test_the_lossy_table_is_flagged_and_the_convs_are_at_their_rounding(files) -> None:
+@pytest.fixture
+def coarse_knots(monkeypatch):
+    """int16 tables without their window of finer knots (`int8.knot_window`): 257 knots over
+    the input's whole range, a kernel known to lose."""
+    monkeypatch.setattr("quantizer.quantize.knot_window", lambda *args, **kwargs: (0, 0))
+
+
+def test_the_lossy_table_is_flagged_and_the_convs_are_at_their_rounding(files,
+                                                                        coarse_knots) -> None:
     result = _accuracy(files, "--int16", "pre,act", "--json", "--html", files / "a.html")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -57,7 +66,14 @@ def test_the_lossy_table_is_flagged_and_the_convs_are_at_their_rounding(files) -
     assert "act" in flagged and f"{act['kernel_loss_db']:.2f}" in flagged
 
 
-def test_a_table_with_an_int8_output_is_not_flagged(files) -> None:
+def test_the_window_of_finer_knots_takes_the_table_off_the_list(files) -> None:
+    result = _accuracy(files, "--int16", "pre,act", "--json")
+    doc = json.loads(result.stdout)
+    act = next(layer for layer in doc["layers"] if layer["name"] == "act")
+    assert act["kernel_loss_db"] < 3 and doc["lossy_kernels"] == []
+
+
+def test_a_table_with_an_int8_output_is_not_flagged(files, coarse_knots) -> None:
     """The same interpolation under an int8 output's rounding: no loss, nothing flagged."""
     result = _accuracy(files, "--int16", "pre", "--json", "--html", files / "b.html")
     doc = json.loads(result.stdout)
