@@ -177,7 +177,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
         table.add_row(method + (" (best)" if method == best else "") +
                       (" (default)" if method == QuantOptions().calibration else ""),
                       f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}",
-                      "—" if out.top1_agreement is None else f"{out.top1_agreement:.2%}",
+                      out.agreement_text,
                       "—" if out.top1_accuracy_int8 is None else f"{out.top1_accuracy_int8:.2%}")
     console.results().print(table)
 
