@@ -194,12 +194,23 @@ def test_a_bad_class_axis_is_a_one_line_error(sequence, axis, parts) -> None:
 
 
 def test_labels_for_a_per_position_output_are_refused(sequence, tmp_path) -> None:
+    """--labels names them for the output: refused. A 'labels' array that comes with the
+    data is left unused, with a note."""
     labels = tmp_path / "labels.npy"
     np.save(labels, np.zeros(SAMPLES, np.int64))
     assert_one_line_error(_accuracy(sequence, "--class-axis", "-1", "--labels", labels),
                           f"--labels {labels}: labels are one class index per sample, and "
                           f"output 'y' is scored per position (class axis 2 of [1, 6, 5]): "
                           f"per-position labels are not supported")
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=np.load(sequence / "eval.npz")["x"], labels=np.zeros(SAMPLES, np.int64))
+    result = invoke("accuracy", sequence / "m.onnx", "--profile", sequence / "p.json", "--data",
+                    data, "--class-axis", "-1", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["top1_accuracy_int8"] is None and report["top1_agreement"] is not None
+    assert any(note.endswith("no top-1 accuracy: the labels are one class index per sample")
+               for note in report["notes"])
 
 
 def _compile(folder, *options):
