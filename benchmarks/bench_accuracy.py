@@ -172,7 +172,7 @@ def fp32_reference(case: Case) -> tuple[list[np.ndarray], Top1, float]:
 def make_row(tool: str, config: str, stats: ErrorStats, top1: Top1, quantize_s: float,
              eval_s: float, default: bool = False, calib_s: float = 0.0) -> Row:
     return Row(tool, config, top1.agreement, stats.sqnr_db, stats.cosine,
-               top1.accuracy("approx"), quantize_s, eval_s, top1.samples, default,
+               top1.accuracy("approx"), quantize_s, eval_s, top1.positions, default,
                calib_s=calib_s)
 
 

@@ -50,6 +50,86 @@ from simulator.program import Program
 from simulator.stats import Stats
 
 
+def _shape_text(shape: Sequence[int]) -> str:
+    return f"[{', '.join(map(str, shape))}]"
+
+
+@dataclass(frozen=True)
+class ClassAxes:
+    """Which axis of each output holds its class scores (`--class-axis [OUTPUT=]AXIS`,
+    negative counting from the last, as numpy's `axis` and torch's `dim`): `every` for each
+    output, `by_output` for one (it wins over `every`). An output named by neither is a
+    classifier only when it is [batch, classes] with more than one class, read on its last
+    axis; a sequence or a map ([batch, steps, vocab], [steps, batch, classes], [batch,
+    classes, H, W]) counts only when named, its top-1 compared per position (`Top1`)."""
+
+    every: int | None = None
+    by_output: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def parse(cls, values: Sequence[str]) -> ClassAxes:
+        """From the option's values as typed: AXIS, or OUTPUT=AXIS (the last '=' splits, so
+        an output name may hold one)."""
+        every: int | None = None
+        by_output: dict[str, int] = {}
+        for value in values:
+            name, equals, text = value.rpartition("=")
+            try:
+                axis = int(text)
+            except ValueError:
+                raise EmberError(f"--class-axis {value!r}: expected AXIS or OUTPUT=AXIS, AXIS "
+                                 f"an integer (negative counts from the last axis)") from None
+            if equals and not name:
+                raise EmberError(f"--class-axis {value!r}: no output name before '='; give "
+                                 f"OUTPUT=AXIS, or AXIS alone for every output")
+            before = by_output.get(name) if equals else every
+            if before is not None and before != axis:
+                which = f"output {name!r}" if equals else "every output"
+                raise EmberError(f"--class-axis given twice for {which} ({before} and {axis}): "
+                                 f"give one")
+            if equals:
+                by_output[name] = axis
+            else:
+                every = axis
+        return cls(every, tuple(by_output.items()))
+
+    @property
+    def given(self) -> bool:
+        return self.every is not None or bool(self.by_output)
+
+    def resolve(self, shapes: Mapping[str, Sequence[int]], model: str) -> dict[str, int]:
+        """Each classifier output's class axis (0 or more), by output name; refuses a name
+        that is not an output, an axis the output lacks, and an axis of one class."""
+        named = dict(self.by_output)
+        unknown = [name for name in named if name not in shapes]
+        if unknown:
+            outputs = ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
+            raise EmberError(f"--class-axis {unknown[0]}={named[unknown[0]]}: {model} has no "
+                             f"output {unknown[0]!r}; its outputs: {outputs}")
+        axes = {}
+        for name, shape in shapes.items():
+            axis = named.get(name, self.every)
+            if axis is None:
+                if is_classifier(tuple(shape)):
+                    axes[name] = len(shape) - 1
+                continue
+            given = f"--class-axis {name}={axis}" if name in named else f"--class-axis {axis}"
+            if not -len(shape) <= axis < len(shape):
+                raise EmberError(f"{given}: output {name!r} of {model} has shape "
+                                 f"{_shape_text(shape)}, no axis {axis}: expected an axis from "
+                                 f"{-len(shape)} to {len(shape) - 1}")
+            axis %= len(shape)
+            if shape[axis] < 2:
+                wide = [f"{a} ({n})" for a, n in enumerate(shape) if n > 1]
+                raise EmberError(f"{given}: axis {axis} of output {name!r} of {model} (shape "
+                                 f"{_shape_text(shape)}) has size {shape[axis]}: a class axis "
+                                 f"holds two or more class scores"
+                                 + (f"; its axes of more than one: {', '.join(wide)}"
+                                    if wide else ""))
+            axes[name] = axis
+        return axes
+
+
 @dataclass(frozen=True)
 class Evaluation:
     data: str
@@ -64,6 +144,7 @@ class Evaluation:
     program: str | None = None  # a compiled .ember: also run it and check it bit for bit
     batch: int | None = None  # samples the simulator runs at once (None: `Machine.batch`)
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
+    class_axes: ClassAxes = ClassAxes()  # where each output's class scores lie (top-1)
 
 
 def program_options(program: Program, profile_path: str) -> QuantOptions:
@@ -332,11 +413,25 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where_labels = evaluation.labels or evaluation.data
-    classifiers = [name for name in graph.outputs if is_classifier(graph.type_of(name).shape)]
-    # Each classifier output's labels, checked against its number of classes.
+    shapes = {name: graph.type_of(name).shape for name in graph.outputs}
+    class_axes = evaluation.class_axes.resolve(shapes, Path(model_path).name)
+    # A run that compares more argmaxes than it holds samples reads its output per position
+    # (a sequence's steps, a map's pixels); labels are one class index per sample.
+    per_position = {name: math.prod(shapes[name]) // shapes[name][axis] // batch
+                    for name, axis in class_axes.items()
+                    if math.prod(shapes[name]) // shapes[name][axis] != batch}
+    per_sample = [name for name in class_axes if name not in per_position]
+    if labels is not None and evaluation.labels and per_position and not per_sample:
+        name = next(iter(per_position))
+        raise EmberError(f"--labels {evaluation.labels}: labels are one class index per "
+                         f"sample, and output {name!r} is scored per position (class axis "
+                         f"{class_axes[name]} of {_shape_text(shapes[name])}): per-position "
+                         f"labels are not supported; drop --labels (top-1 agreement with "
+                         f"fp32 needs none)")
+    # Each per-sample classifier output's labels, checked against its number of classes.
     truth = {} if labels is None else {
-        name: class_labels(labels, graph.type_of(name).shape[1], where_labels)
-        for name in classifiers}
+        name: class_labels(labels, shapes[name][class_axes[name]], where_labels)
+        for name in per_sample}
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
                    _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
     total = source.count()
@@ -346,7 +441,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     with cluster.Cluster(where) as running:
         in_process = running.where.address is None and running.where.processes == 1
         job = _Job(model_path, profile_path, options, input_shapes, evaluation, source, specs,
-                   batch, truth, where_labels, in_process)
+                   batch, class_axes, truth, where_labels, in_process)
         shared = cluster.Shared(job)
         if in_process:  # the shard runs here: it takes what was just built
             cluster.cached(shared, "setup", lambda: setup)
@@ -356,9 +451,19 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []
     for name in graph.outputs:
-        if name not in classifiers:
-            notes.append(f"output {name!r} of shape {graph.type_of(name).shape} is not a "
-                         "classifier: top-1 figures omitted, the other metrics kept")
+        if name not in class_axes:
+            notes.append(f"output {name!r} of shape {_shape_text(shapes[name])} is not a "
+                         f"classifier ([batch, classes]): top-1 figures omitted, the other "
+                         f"metrics kept; --class-axis {name}=AXIS names where its class "
+                         f"scores lie (top-1 per position)")
+        elif name in per_position:
+            axis = class_axes[name]
+            notes.append(f"output {name!r}: per-position top-1 agreement, the argmax over axis "
+                         f"{axis} ({shapes[name][axis]:,} classes) of its "
+                         f"{_shape_text(shapes[name])} scores at each of {per_position[name]:,} "
+                         f"positions a sample, {tallies.top1[name].positions:,} in all"
+                         + ("; no top-1 accuracy: the labels are one class index per sample"
+                            if labels is not None else ""))
     layer_own, layer_acc = tallies.layer_own, tallies.layer_acc
     if evaluation.per_layer:
         unmeasured = [out for node in graph.nodes for out in node.outputs
@@ -385,7 +490,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         OutputAccuracy(name, stats.sqnr_db, stats.cosine, stats.max_abs, name in top1,
                        top1[name].agreement if name in top1 else None,
                        top1[name].accuracy("reference") if name in top1 else None,
-                       top1[name].accuracy("approx") if name in top1 else None)
+                       top1[name].accuracy("approx") if name in top1 else None,
+                       shape=tuple(shapes[name]), class_axis=class_axes.get(name),
+                       top1_positions=top1[name].positions if name in top1 else None,
+                       top1_per_position=name in per_position)
         for name, stats in tallies.outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, setup.params, tallies.layer_kernel,
                      tallies.layer_ideal)
@@ -414,7 +522,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     first_difference = tallies.first_difference
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
                           layers=layers, weights=weights,
-                          options=_option_record(options, evaluation, profile_path),
+                          options=_option_record(options, evaluation, profile_path,
+                                                 class_axes),
                           notes=tuple(notes),
                           bit_exact=None if exactness is None else first_difference is None,
                           first_difference=None if exactness is None else first_difference,
@@ -436,7 +545,8 @@ class _Job:
     source: batching.Source
     specs: list[InputSpec]
     batch: int  # the model's samples per run: shards start on whole batches
-    truth: dict[str, np.ndarray]  # each classifier output's class index per sample
+    class_axes: dict[str, int]  # each classifier output's class axis (`ClassAxes.resolve`)
+    truth: dict[str, np.ndarray]  # each per-sample classifier output's class index per sample
     labels_where: str  # the file labels came from, for errors
     in_process: bool  # the shards run in this process (local:1): all cores, no copies
 
@@ -515,13 +625,14 @@ class _Tallies:
         self.samples += other.samples
         self.dropped += other.dropped
         for mine, theirs, empty in ((self.outputs, other.outputs, ErrorStats),
-                                    (self.top1, other.top1, Top1),
                                     (self.layer_own, other.layer_own, ErrorStats),
                                     (self.layer_acc, other.layer_acc, ErrorStats),
                                     (self.layer_kernel, other.layer_kernel, ErrorStats),
                                     (self.layer_ideal, other.layer_ideal, ErrorStats)):
             for name, stats in theirs.items():
                 mine.setdefault(name, empty()).merge(stats)
+        for name, top1 in other.top1.items():
+            self.top1.setdefault(name, Top1(top1.axis)).merge(top1)
         theirs = other.first_difference
         if theirs is not None and (self.first_difference is None or
                                    theirs["sample"] < self.first_difference["sample"]):
@@ -568,8 +679,7 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
     evaluation, graph, qgraph = job.evaluation, setup.graph, setup.qgraph
     start = shard.samples.start
     tallies = _Tallies(outputs={name: ErrorStats() for name in graph.outputs},
-                       top1={name: Top1() for name in graph.outputs
-                             if is_classifier(graph.type_of(name).shape)})
+                       top1={name: Top1(axis) for name, axis in job.class_axes.items()})
     exactness = setup.exactness_here()
     if exactness is not None:
         exactness.restart(start)
@@ -708,7 +818,8 @@ def _weights(graph: Graph, qgraph: Graph) -> tuple[tuple[WeightAccuracy, ...],
     return tuple(rows), floats
 
 
-def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: str) -> dict:
+def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: str,
+                   class_axes: Mapping[str, int]) -> dict:
     return {"ember_version": profile_format.tool_version(), "calibration": options.calibration,
             "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
@@ -719,4 +830,6 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             **({"int16_weights": list(options.int16_weights)} if options.int16_weights else {}),
             "profile": str(profile_path),
             "data": evaluation.data, "samples": evaluation.samples,
-            "program": evaluation.program}
+            "program": evaluation.program,
+            # With --class-axis: each classifier output's class axis, resolved (0 or more).
+            **({"class_axes": dict(class_axes)} if evaluation.class_axes.given else {})}

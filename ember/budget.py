@@ -52,8 +52,9 @@ RANKING_SAMPLES = 32
 class Budget:
     """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
     classifier output's top-1 accuracy at most `max_drop` points below fp32's; each classifier
-    output's top-1 agreeing with fp32's on at least `min_agreement` percent of the samples
-    (no labels needed: fp32's own answers are the reference)."""
+    output's top-1 agreeing with fp32's on at least `min_agreement` percent of the samples, or
+    of the positions of one scored per position (`Evaluation.class_axes`; no labels needed:
+    fp32's own answers are the reference)."""
 
     min_sqnr: float | None = None
     max_drop: float | None = None
@@ -75,8 +76,10 @@ class Budget:
                             f"{self.max_drop}")
             if self.min_agreement is not None and output.top1_agreement is not None and \
                     100 * output.top1_agreement < self.min_agreement:
-                return (f"output {output.name!r}: top-1 agrees with fp32 on "
-                        f"{100 * output.top1_agreement:.2f}% < {self.min_agreement}%")
+                of = f" of {output.top1_positions:,} positions" \
+                    if output.top1_per_position else ""
+                return (f"output {output.name!r}: {_top1(output)} agrees with fp32 on "
+                        f"{100 * output.top1_agreement:.2f}%{of} < {self.min_agreement}%")
         return None
 
     def margin(self, report: AccuracyReport) -> float:
@@ -102,9 +105,13 @@ class Budget:
                 parts.append(f"{output.name} top-1 {100 * output.top1_accuracy_int8:.2f}% "
                              f"(fp32 {100 * output.top1_accuracy_fp32:.2f}%)")
             if self.min_agreement is not None and output.top1_agreement is not None:
-                parts.append(f"{output.name} top-1 agreement "
+                parts.append(f"{output.name} {_top1(output)} agreement "
                              f"{100 * output.top1_agreement:.2f}%")
         return ", ".join(parts)
+
+
+def _top1(output) -> str:
+    return "per-position top-1" if output.top1_per_position else "top-1"
 
 
 def drop_points(output) -> float:
@@ -173,13 +180,23 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
     baseline = run(options)
     if budget.max_drop is not None and not any(o.top1_accuracy_fp32 is not None
                                                for o in baseline.outputs):
+        sequence = next((o for o in baseline.outputs if o.top1_per_position), None)
+        if sequence is not None:
+            raise EmberError(f"--max-drop compares top-1 with labels, one class index per "
+                             f"sample, and output {sequence.name!r} is scored per position "
+                             f"(--class-axis {sequence.name}={sequence.class_axis}): per-"
+                             f"position labels are not supported; use --min-agreement, which "
+                             f"needs none")
         raise EmberError(f"--max-drop needs labels for a classifier output: give --labels, or a "
                          f"'labels' array in --data {evaluation.data}")
     if budget.min_agreement is not None and not any(o.top1_agreement is not None
                                                     for o in baseline.outputs):
+        outputs = ", ".join(f"{o.name!r} [{', '.join(map(str, o.shape or ()))}]"
+                            for o in baseline.outputs)
         raise EmberError(f"--min-agreement needs a classifier output ([batch, classes] "
-                         f"scores); this model's outputs are "
-                         f"{', '.join(repr(o.name) for o in baseline.outputs)}: use --min-sqnr")
+                         f"scores, or one whose class axis --class-axis OUTPUT=AXIS names); "
+                         f"this model's outputs are {outputs}: name a class axis, or use "
+                         f"--min-sqnr")
     if budget.shortfall(baseline) is None:
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
     progress("budget: ranking tensors and weights by sensitivity", 0, None)

@@ -14,7 +14,8 @@ from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation, compiles_again_to, measure
 from ember.cluster import Where
-from ember.commands.options import (QUANT_FIELDS, batch_option, cluster_option, data_options,
+from ember.commands.options import (QUANT_FIELDS, batch_option, class_axes_from,
+                                    class_axis_option, cluster_option, data_options,
                                     image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, refuse_conflicts,
@@ -36,7 +37,9 @@ EXIT_GATE_FAILED = 3
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Ground truth for top-1 accuracy (.npy, or .npz with `labels`): one class "
                    "index in [0, classes) per sample, or one-hot rows [N, classes] (each exactly "
-                   "one 1). Anything else is refused.")
+                   "one 1). Anything else is refused, and so are labels for an output scored "
+                   "per position (--class-axis).")
+@class_axis_option
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first; and its integer "
@@ -65,8 +68,8 @@ EXIT_GATE_FAILED = 3
 @input_shape_option
 @cluster_option
 @json_option
-def accuracy(model: str, program: str | None, data: str, labels_path: str | None, samples: int | None,
-             per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
+def accuracy(model: str, program: str | None, data: str, labels_path: str | None,
+             class_axes: tuple[str, ...], samples: int | None, per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
              compare_calibrations: bool, min_sqnr: float | None,
              max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
              cluster: Where, as_json: bool, **kwargs) -> None:
@@ -81,7 +84,9 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     MODEL is quantized with the profile and options given (exactly as `ember compile` would)
     and run by ember's integer reference interpreter, the arithmetic the accelerator
     executes bit for bit; onnxruntime runs the fp32 model on the same samples. Per output:
-    top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|.
+    top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|. Top-1
+    reads [batch, classes] outputs; --class-axis names the class axis of a sequence or map,
+    whose top-1 agreement is then per position (each step, token or pixel).
 
     Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
     warning names any that differ from the calibration images' (recorded in the profile and
@@ -97,6 +102,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
           --data examples/digits/eval.npz --per-layer --html accuracy.html
       ember accuracy resnet.onnx resnet.ember --profile resnet.profile.json \\
           --data imagenet_val/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
+      ember accuracy crnn.onnx --profile crnn.profile.json --data eval.npz --class-axis -1
     """
     options = quant_options_from(kwargs)
     if sensitivity and not per_layer:
@@ -104,7 +110,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
                          "too")
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
                             sensitivity=sensitivity, program=program,
-                            images=image_options_from(kwargs), batch=batch)
+                            images=image_options_from(kwargs), batch=batch,
+                            class_axes=class_axes_from(class_axes))
     if compare_calibrations:
         given = [name for name, value in (("PROGRAM", program), ("--per-layer", per_layer),
                                           ("--html", html_path), ("--emit-onnx", emit_onnx))
@@ -172,7 +179,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
         table.add_row(method + (" (best)" if method == best else "") +
                       (" (default)" if method == QuantOptions().calibration else ""),
                       f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}",
-                      "—" if out.top1_agreement is None else f"{out.top1_agreement:.2%}",
+                      out.agreement_text,
                       "—" if out.top1_accuracy_int8 is None else f"{out.top1_accuracy_int8:.2%}")
     console.results().print(table)
 

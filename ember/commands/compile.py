@@ -16,7 +16,8 @@ from ember import console
 from ember.accuracy import Evaluation
 from ember.budget import Budget, BudgetMissed, Choice, choose
 from ember.cluster import Where
-from ember.commands.options import (cluster_option, data_options, image_options_from,
+from ember.commands.options import (class_axes_from, class_axis_option, cluster_option,
+                                    data_options, image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
@@ -59,18 +60,20 @@ from simulator.errors import listing
                    "POINTS below fp32's.")
 @click.option("--min-agreement", type=click.FloatRange(0, 100), metavar="PERCENT",
               help="Accuracy budget, as --min-sqnr: each classifier output's top-1 agrees "
-                   "with fp32's on at least PERCENT of --data's samples (no labels needed).")
+                   "with fp32's on at least PERCENT of --data's samples (no labels needed); "
+                   "of its positions for an output --class-axis names (a sequence's steps).")
 @data_options("--data", what="Evaluation data for --min-sqnr, --max-drop and --min-agreement")
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Labels for --max-drop (one class index per sample, or one-hot rows), when "
                    "--data holds none.")
+@class_axis_option
 @input_shape_option
 @cluster_option
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
-             min_agreement: float | None, data: str | None, samples: int | None, labels_path: str | None,
-             input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
+             min_agreement: float | None, data: str | None, samples: int | None,
+             labels_path: str | None, class_axes: tuple[str, ...], input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
              **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
@@ -97,6 +100,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
       ember compile model.onnx --int8 --profile model.profile.json --target edge -o model.ember
       ember simulate model.ember -i input.npz --report perf.json
       ember compile model.onnx --profile model.profile.json --data eval.npz --max-drop 0.5
+      ember compile crnn.onnx --profile crnn.profile.json --data eval.npz \\
+          --min-agreement 99 --class-axis -1
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
@@ -111,6 +116,10 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                "drop --data)")
     if labels_path is not None and max_drop is None:
         raise click.UsageError("--labels is for --max-drop")
+    if class_axes and min_agreement is None and max_drop is None:
+        raise click.UsageError("--class-axis says where top-1 is read: it is for "
+                               "--min-agreement and --max-drop")
+    axes = class_axes_from(class_axes)
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
                              parse_input_shapes(input_shapes))
@@ -119,7 +128,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
         if data is not None:
             choice = _within_budget(model, profile_path, options, budget, allow_host,
                                     Evaluation(data=data, labels=labels_path, samples=samples,
-                                               images=images), progress, cluster)
+                                               images=images,
+                                               class_axes=axes),
+                                    progress, cluster)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
         built = compile_model(model, profile_path, options, target, progress)
@@ -171,7 +182,8 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                 "outputs": [{"name": o.name, "sqnr_db": o.sqnr_db,
                              "top1_accuracy": o.top1_accuracy_int8,
                              "top1_accuracy_fp32": o.top1_accuracy_fp32,
-                             "top1_agreement": o.top1_agreement}
+                             "top1_agreement": o.top1_agreement,
+                             "top1_per_position": o.top1_per_position}
                             for o in report.outputs]}
     return {"met": choice.met, "evaluations": choice.evaluations,
             "budget": dataclasses.asdict(choice.budget) if choice.budget else None,
@@ -193,7 +205,8 @@ def _print_budget(spent: dict) -> None:
     for b, a in zip(before["outputs"], after["outputs"]):
         table.add_row(f"{b['name']} SQNR", f"{b['sqnr_db']:.2f} dB", f"{a['sqnr_db']:.2f} dB")
         if b["top1_agreement"] is not None:
-            table.add_row(f"{b['name']} top-1 agreement with fp32",
+            per = "per-position " if b["top1_per_position"] else ""
+            table.add_row(f"{b['name']} {per}top-1 agreement with fp32",
                           f"{100 * b['top1_agreement']:.2f}%", f"{100 * a['top1_agreement']:.2f}%")
         if b["top1_accuracy_fp32"] is not None:
             table.add_row(f"{b['name']} top-1 (fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",

@@ -92,6 +92,22 @@ program_shape_option = click.option(
     help="Check that PROGRAM was compiled for this input shape: a program's shapes are fixed "
          "by `ember compile --input-shape` (repeatable).")
 
+class_axis_option = click.option(
+    "--class-axis", "class_axes", multiple=True, metavar="[OUTPUT=]AXIS",
+    help="Where an output's class scores lie, for top-1: OUTPUT=AXIS for one output "
+         "(repeatable), AXIS alone for every output; negative counts from the last axis, as "
+         "numpy's axis and torch's dim. Top-1 then compares the argmax over that axis at every "
+         "position of the other axes: each step of a CTC head's [steps, batch, classes], each "
+         "token of [batch, seq, vocab], each pixel of [batch, classes, H, W].  [default: only "
+         "[batch, classes] outputs, on their last axis]")
+
+
+def class_axes_from(values: tuple[str, ...]):
+    """The `ClassAxes` that `--class-axis` values name."""
+    from ember.accuracy import ClassAxes
+    return ClassAxes.parse(values)
+
+
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of a table.")
 

@@ -20,6 +20,10 @@ LOSSY_KERNEL_DB = 10.0
 
 @dataclass(frozen=True)
 class OutputAccuracy:
+    """One model output. For a classifier (`class_axis`: where its class scores lie), top-1
+    over `top1_positions` argmaxes: the samples, or with `top1_per_position` every position of
+    a sequence or map (each index of the other axes), the agreement their share."""
+
     name: str
     sqnr_db: float
     cosine: float
@@ -28,6 +32,19 @@ class OutputAccuracy:
     top1_agreement: float | None = None
     top1_accuracy_fp32: float | None = None
     top1_accuracy_int8: float | None = None
+    shape: tuple[int, ...] | None = None  # one run's
+    class_axis: int | None = None
+    top1_positions: int | None = None
+    top1_per_position: bool = False
+
+    @property
+    def agreement_text(self) -> str:
+        """The top-1 agreement for a table cell, with its count when it is per position."""
+        if self.top1_agreement is None:
+            return "—"
+        if self.top1_per_position:
+            return f"{self.top1_agreement:.2%} of {self.top1_positions:,} positions"
+        return f"{self.top1_agreement:.2%}"
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,7 @@ class AccuracyReport:
         doc: dict[str, Any] = {
             "model": self.model, "samples": self.samples,
             "top1_agreement": first.top1_agreement,
+            "top1_per_position": first.top1_per_position,
             "top1_accuracy_fp32": first.top1_accuracy_fp32,
             "top1_accuracy_int8": first.top1_accuracy_int8,
             "sqnr_db": first.sqnr_db, "cosine": first.cosine,
@@ -168,7 +186,7 @@ class AccuracyReport:
             table.add_column(col, justify="left" if col == "output" else "right")
         for o in self.outputs:
             table.add_row(o.name, f"{o.sqnr_db:.2f}", f"{o.cosine:.5f}", f"{o.max_abs_error:.4g}",
-                          _pct(o.top1_agreement), _pct(o.top1_accuracy_fp32),
+                          o.agreement_text, _pct(o.top1_accuracy_fp32),
                           _pct(o.top1_accuracy_int8))
         console.print(table)
         if self.layers:

@@ -133,18 +133,25 @@ def is_classifier(shape: tuple[int, ...]) -> bool:
 
 @dataclass
 class Top1:
-    """Counts for top-1 agreement between two classifiers and accuracy against labels."""
+    """Counts for top-1 agreement between two classifiers and accuracy against labels.
 
-    samples: int = 0
+    The class scores lie along `axis` (numpy's: negative counts from the last); a position is
+    one index of every other axis, and each position's argmax is compared. For [batch,
+    classes] scores the positions are the samples; for a sequence ([batch, steps, vocab], a
+    CTC head's [steps, batch, classes]) or a segmentation map ([batch, classes, H, W]) they are
+    the steps or pixels of every sample."""
+
+    axis: int = -1
+    positions: int = 0
     agree: int = 0
     correct_reference: int = 0
     correct_approx: int = 0
     labelled: int = 0
 
     def add(self, reference: np.ndarray, approx: np.ndarray, labels: np.ndarray | None) -> None:
-        ref_class = np.asarray(reference).argmax(axis=-1)
-        app_class = np.asarray(approx).argmax(axis=-1)
-        self.samples += ref_class.size
+        ref_class = np.asarray(reference).argmax(axis=self.axis).reshape(-1)
+        app_class = np.asarray(approx).argmax(axis=self.axis).reshape(-1)
+        self.positions += ref_class.size
         self.agree += int(np.sum(ref_class == app_class))
         if labels is not None:
             # One class index per sample, as ember.accuracy.class_labels makes them: reshaping
@@ -159,11 +166,13 @@ class Top1:
 
     @property
     def agreement(self) -> float:
-        return self.agree / self.samples if self.samples else 0.0
+        return self.agree / self.positions if self.positions else 0.0
 
     def merge(self, other: Top1) -> None:
-        """Add another's counts (another shard of the same output)."""
-        self.samples += other.samples
+        """Add another's counts (another shard of the same output, argmax on the same axis)."""
+        if other.axis != self.axis:
+            raise ValueError(f"top-1 counts over axis {other.axis} merged into axis {self.axis}")
+        self.positions += other.positions
         self.agree += other.agree
         self.correct_reference += other.correct_reference
         self.correct_approx += other.correct_approx

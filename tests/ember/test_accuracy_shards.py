@@ -73,7 +73,7 @@ def test_merged_tallies_keep_the_first_difference_by_global_sample() -> None:
         merged = _Tallies()
         for difference in order:
             merged.merge(_Tallies(samples=3, first_difference=difference,
-                                  top1={"y": Top1(samples=3, agree=2)}))
+                                  top1={"y": Top1(positions=3, agree=2)}))
         assert merged.first_difference == early and merged.samples == 6
         assert merged.top1["y"].agree == 4
 
