@@ -366,12 +366,23 @@ class AddLayer(_BinaryOperands):
     # and the layer runs over flat bytes).
     views: tuple[View, View, View] | None = None
     op: str = "add"  # the ADD instruction's op: add, max or min
-    # An int16 sum (a residual stream a LayerNorm reads): y is two planes of `size` bytes,
-    # the high one first (ADD wide=1); likewise an int16 a or b (a_wide, b_wide). Only over
-    # flat bytes (no pixel-wise views).
-    wide: bool = False
-    a_wide: bool = False
-    b_wide: bool = False
+    # An int16 a, b or y (a residual stream, an LSTM step's gates: ADD a_wide, b_wide, wide):
+    # the bytes from its high plane to its low one in its tensor (`Walk.planes`), 0 for int8,
+    # so a View of the high plane finds the low one, over flat bytes or pixel-wise (a slice of
+    # a buffer, a broadcast bias), as MulLayer's.
+    planes: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def a_wide(self) -> bool:
+        return bool(self.planes[0])
+
+    @property
+    def b_wide(self) -> bool:
+        return bool(self.planes[1])
+
+    @property
+    def wide(self) -> bool:
+        return bool(self.planes[2])
 
 
 @dataclass(frozen=True, eq=False)
@@ -423,13 +434,17 @@ class LutLayer:
     # views are set, and the layer runs pixel by pixel with one channel block per row.
     table: np.ndarray
     views: tuple[View, View] | None = None  # of x and y, both or none (as AddLayer's)
-    # int16 codes (`quantizer.wide`), over flat bytes only: an int16 y is two planes of `size`
+    # int16 codes (`quantizer.wide`): an int16 y is two planes of `size`
     # bytes, the high one first (LUT wide=1); an int16 x likewise (LUT in_wide=1). The table
     # is then of int16 entries: 256 codes' outputs, or 257 knots for an int16 x, and 257
     # more for its window of finer knots, `knots` = (zoom, origin) (`numerics.interpolate`).
     wide: bool = False
     in_wide: bool = False
     knots: tuple[int, int] = (0, 0)
+    # An int16 x read through a View of a larger buffer (an LSTM step's gate, a slice of its
+    # pre-activations): the bytes from the buffer's high plane to its low one (`Walk.planes`),
+    # pixel by pixel when the View is strided; 0: x is whole (`size` bytes a plane).
+    x_plane: int = 0
 
     @property
     def per_channel(self) -> bool:

@@ -4,12 +4,13 @@
   average) and one MAXPOOL/AVGPOOL produces the tile.
 - **Add/Sub, Mul and LUT**: over the tensor's bytes in rows of `arch.lanes`, the full rows in
   one transfer and a last partial row in another; over Views pixel by pixel (one channel block
-  per row) when an operand is strided or, for Mul, broadcast: a gate of one value per channel
-  is one row for the whole tile (MUL b_step=0), one value per pixel or image lane 0 of its row
-  (b_splat=1). An int16 operand, sum, product or table output is two planes of the tensor,
-  the low one `size` bytes after the high one (a Mul's: its tensor's plane, through the same
-  View), each moved by its own transfers into rows after the high plane's; an int16 table
-  loads as its high bytes' rows, then its low bytes'.
+  per row) when an operand is strided or broadcast: a gate of one value per channel is one
+  row for the whole tile (MUL b_step=0, ADD b_once=1), one value per pixel or image lane 0
+  of its row (b_splat=1). An int16 operand, sum, product or table output is two planes of
+  the tensor, the low one `size` bytes after the high one (an Add's, a Mul's or a table's
+  input: its tensor's plane, through the same View), each moved by its own transfers into
+  rows after the high plane's; an int16 table loads as its high bytes' rows, then its low
+  bytes'.
 - **Softmax**: a tile of pixels, each pixel's channel blocks loaded into one region per block
   (the SOFTMAX stride), one SOFTMAX over all of them, one STORE per block; the int32 table loads
   into the accumulator once.
@@ -149,13 +150,13 @@ def _work(layer: AddLayer | MulLayer | LutLayer, tiles: ElementwiseTiles, src: i
 
 def _plane_bytes(layer: AddLayer | MulLayer | LutLayer) -> tuple[int, int, int]:
     """The bytes from the high plane to the low one of the first operand, the second and the
-    result in their tensors, 0 for int8 codes: an AddLayer's or LutLayer's int16 tensors are
-    whole (`size` codes a plane), a MulLayer's may be Views (`MulLayer.planes`)."""
-    if isinstance(layer, MulLayer):
-        return layer.planes
+    result in their tensors, 0 for int8 codes: a LutLayer's int16 y is whole (`size` codes a
+    plane) and its x whole or a View (`LutLayer.x_plane`), an AddLayer's and a MulLayer's
+    operands and results may be Views (`AddLayer.planes`)."""
     if isinstance(layer, LutLayer):
-        return (layer.size if layer.in_wide else 0, 0, layer.size if layer.wide else 0)
-    return tuple(layer.size if wide else 0 for wide in (layer.a_wide, layer.b_wide, layer.wide))
+        return ((layer.x_plane or layer.size) if layer.in_wide else 0, 0,
+                layer.size if layer.wide else 0)
+    return layer.planes
 
 
 def _param_block(layer: AddLayer | MulLayer) -> isa.ParamBlock:

@@ -18,7 +18,7 @@ import numpy as np
 
 from compiler.backend.layers import (NHWC, AddLayer, ConvLayer, Layout, LutLayer, MulLayer,
                                      PoolLayer, SoftmaxLayer, Tensor, View, block_axis,
-                                     block_shape, pixelwise)
+                                     block_shape)
 from compiler.graph.ir import Node
 from compiler.graph.ops import OPS, REDUCE_L2, REDUCE_MAX, REDUCE_MIN, int8_attrs
 from compiler.graph.int8 import Quant, reduce_axes
@@ -369,8 +369,14 @@ def lower_hypot(lw: Walk, node: Node) -> None:
 
 
 def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
+    """ADD of the node's two operands over flat bytes, or over Views when one is a part of a
+    buffer (a slice, a Concat's part), a constant (a bias, broadcast by its View's strides) or
+    broadcast (`_broadcast_operand`). An int16 operand or sum (`quantizer.wide`) is two planes
+    of its tensor, the low one `Walk.planes` bytes after the high one through the same View
+    (ADD a_wide, b_wide, wide): over whole tensors, slices and broadcast operands alike."""
     a = int8_attrs(node)
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    _wide_op(lw, node, op)
     rows = _row_major_views(lw, node, (x, z), y)
     constant = [n for n in (x, z) if lw.g.values[n].is_const]
     if rows is not None:  # attention's scores and their mask, in logical order
@@ -386,7 +392,7 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         view = lw.need_view(node, active)  # first: it may copy the operand into order
         operands = {active: (lw.source(node, active), view),
                     k: lw.constant(node, k, lw.shape(y), over_channels=True)}
-        ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+        ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)), planes_in_place=True)
         (ta, a_view), (tb, b_view) = operands[x], operands[z]
         views = (a_view, b_view, y_view or View.dense(block_shape(lw.shape(y))))
     else:
@@ -395,7 +401,7 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         if not parts and not lw.layouts[ta].same_bytes(lw.layouts[tb]):
             raise unsupported(node, "its inputs are stored in different orders")
         ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)) if parts
-                               else lw.layouts[ta])
+                               else lw.layouts[ta], planes_in_place=True)
         views = None
         if parts or y_view is not None:  # some operand is a part of a buffer: run over Views
             views = (lw.need_view(node, x), lw.need_view(node, z),
@@ -404,29 +410,34 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
     mult = list(a["multiplier"])
     if negate_b:  # sub_int8: an ADD whose b rescale is negated
         mult[1] = -mult[1]
-    qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
-    wide, a_wide, b_wide = (lw.g.type_of(n).dtype == "int16" for n in (y, x, z))
-    any_wide = wide or a_wide or b_wide
-    if wide:  # the 8-bit clamp fields bound an int16 sum's high byte (`numerics.wide_clamp`)
-        lo, hi = (int(q) for q in (a.get("qclamp") or RANGES["int16"]))
-        qclamp = (lo >> 8, hi >> 8)
-        if wide_clamp(*qclamp) != (lo, hi):
-            raise unsupported(node, f"its int16 clamp [{lo}, {hi}] is not [qmin * 256, qmax * "
-                                    f"256 + 255] (a wide ADD clamps the high byte)")
-    layer = AddLayer(
-        node.name, ta, tb, ty, math.prod(lw.shape(y)) if any_wide else lw.tensors[ty].size_bytes
-        if views is None else views[2].size, int(a["a_zero_point"]), int(a["b_zero_point"]),
-        tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
-        int(a["out_zero_point"]), qclamp, views, op, wide, a_wide,
-        b_wide)
-    if any_wide and (pixelwise(layer) or op not in ("add", "hypot") or (wide and ty != y) or
-                     (op == "hypot" and wide) or
-                     lw.shape(x) != lw.shape(z) or
-                     any(v is not None and v.offset for v in views or ())):
-        raise unsupported(node, "its int16 operand or sum is a Max/Min, broadcast, or a part "
-                                "of a buffer; an int16 residual stream is an Add over whole "
-                                "tensors, and a Hypot reads whole int16 parts")
-    lw.layers.append(layer)
+    lw.layers.append(AddLayer(
+        node.name, ta, tb, ty, math.prod(lw.shape(y)) if views is None else views[2].size,
+        int(a["a_zero_point"]), int(a["b_zero_point"]), tuple(int(m) for m in mult),
+        tuple(int(s) for s in a["shift"]), int(a["out_zero_point"]), _sum_clamp(node, a, y, lw),
+        views, op, _planes(lw, ta, tb, ty)))
+
+
+def _wide_op(lw: Walk, node: Node, op: str) -> None:
+    """Refuse int16 codes where ADD has no wide form: a Max or Min (an extremum of int16
+    codes), a Hypot's int16 magnitude."""
+    a_wide, b_wide, wide = (lw.g.type_of(n).dtype == "int16"
+                            for n in (*node.inputs[:2], node.outputs[0]))
+    if ((a_wide or b_wide or wide) and op not in ("add", "hypot")) or (op == "hypot" and wide):
+        raise unsupported(node, f"its int16 operand or result is a {node.op}; the vector "
+                                f"unit's ADD adds int16 codes, and a Hypot reads int16 parts "
+                                f"into an int8 magnitude")
+
+
+def _sum_clamp(node: Node, a: dict, y: str, lw: Walk) -> tuple[int, int]:
+    """The 8-bit clamp fields of an ADD: the int8 sum's bounds, or an int16 sum's high byte's
+    (`numerics.wide_clamp`: the node's int16 clamp must be of that form)."""
+    if lw.g.type_of(y).dtype != "int16":
+        return tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
+    lo, hi = (int(q) for q in (a.get("qclamp") or RANGES["int16"]))
+    if wide_clamp(lo >> 8, hi >> 8) != (lo, hi):
+        raise unsupported(node, f"its int16 clamp [{lo}, {hi}] is not [qmin * 256, qmax * "
+                                f"256 + 255] (a wide ADD clamps the high byte)")
+    return lo >> 8, hi >> 8
 
 
 def _row_major(lw: Walk, name: str) -> bool:
@@ -450,6 +461,9 @@ def _logical_view(lw: Walk, node: Node, name: str, out_shape: tuple[int, ...]
     any other axis of one element is broadcast by stride 0 (the DMA repeats it)."""
     shape = lw.shape(name)
     value = lw.g.values[name]
+    if value.is_const and value.type.dtype != "int8":
+        raise unsupported(node, f"its constant input {name!r} is {value.type.dtype}; a row-major "
+                                f"operand's constant is of int8 codes")
     if value.is_const:
         codes = np.asarray(value.const, np.int8)
         codes = np.broadcast_to(codes, codes.shape[:-1] + (out_shape[-1],)) if codes.ndim else \
@@ -516,14 +530,15 @@ def _broadcast_operand(lw: Walk, node: Node, op: str, negate_b: bool) -> None:
                                 f"{lw.shape(node.inputs[1])}: only a value per channel, per "
                                 f"pixel or per image broadcasts")
     views = lw.need_view(node, x), lw.need_view(node, z)
-    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)), planes_in_place=True)
     out_rescale = (int(a["multiplier"][2]), int(a["shift"][2]))
-    qclamp = tuple(int(q) for q in (a.get("qclamp") or (-128, 127)))
+    ta, tb = lw.source(node, x), lw.source(node, z)
     lw.layers.append(AddLayer(
-        node.name, lw.source(node, x), lw.source(node, z), ty, int(np.prod(y_block)), x_zp,
+        node.name, ta, tb, ty, int(np.prod(y_block)), x_zp,
         z_zp, (x_rescale[0], z_rescale[0], out_rescale[0]),
-        (x_rescale[1], z_rescale[1], out_rescale[1]), int(a["out_zero_point"]), qclamp,
-        (*views, y_view or View.dense(y_block)), op))
+        (x_rescale[1], z_rescale[1], out_rescale[1]), int(a["out_zero_point"]),
+        _sum_clamp(node, a, y, lw), (*views, y_view or View.dense(y_block)), op,
+        _planes(lw, ta, tb, ty)))
 
 
 def lower_lut(lw: Walk, node: Node) -> None:
@@ -565,9 +580,12 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
     or a clamp too, in its table form, `int8.tabled`): one LUT layer over flat bytes with the
     node's own int16 table (its last input: the 256 codes' int16 outputs, LUT
     wide=1, or 257 knots an int16 input interpolates between, LUT in_wide=1, and 257 more in
-    its window of finer knots, LUT zoom and origin: the node's `knots`), x and y each a
-    whole tensor (an int16 one two planes, the high one first); an x that is a part of a
-    buffer is copied out first (an int16 one plane by plane: `Walk.whole_wide`)."""
+    its window of finer knots, LUT zoom and origin: the node's `knots`), y a whole tensor
+    (an int16 one two planes, the high one first). An int16 x is read where it is: a whole
+    tensor, or a part of a buffer (an LSTM step's gate, a slice of its pre-activations)
+    through its View, the low plane `Walk.planes` bytes after the high one, over flat bytes
+    when the part is contiguous, else pixel by pixel; an int8 x that is a part of a buffer
+    is copied out first, as it always was."""
     table = lw.g.values[node.inputs[-1]].const
     knots = tuple(node.attrs.get("knots", (0, 0)))
     entries = isa.lut_entries(int(x_wide), knots[0])
@@ -578,13 +596,19 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
         raise unsupported(node, "its input or output is int16; only a table op of one table "
                                 "(Sigmoid, HardSwish, an Add by a scalar, ...) reads or writes "
                                 "int16 codes")
-    tensor = lw.whole_wide(node, x) if x_wide else lw.source(node, x)
-    if x in lw.views:  # an int8 part of a buffer: a dense copy of its own
-        tensor = lw.own_copy(node, x)
-    ty, _ = lw.output(y, lw.layouts[tensor], in_place=False)
+    tensor = lw.source(node, x)
+    views, x_plane = None, 0
+    if x in lw.views and x_wide:  # both planes through the part's View
+        views = (lw.views[x], View.dense(block_shape(lw.shape(y))))
+        x_plane = lw.planes[tensor]
+        ty, _ = lw.output(y, Layout.channels_last(lw.shape(y)), in_place=False)
+    else:
+        if x in lw.views:  # an int8 part of a buffer: a dense copy of its own
+            tensor = lw.own_copy(node, x)
+        ty, _ = lw.output(y, lw.layouts[tensor], in_place=False)
     lw.layers.append(LutLayer(node.name, tensor, ty, math.prod(lw.shape(y)),
-                              np.asarray(table, np.int16).reshape(entries), None,
-                              wide=y_wide, in_wide=x_wide, knots=knots))
+                              np.asarray(table, np.int16).reshape(entries), views,
+                              wide=y_wide, in_wide=x_wide, knots=knots, x_plane=x_plane))
 
 
 def lower_channel_lut(lw: Walk, node: Node) -> None:
@@ -794,13 +818,14 @@ def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, in
                       z_tensor: str | None) -> None:
     """MUL of an activation operand of the output's shape (or `z_tensor`, Div's reciprocals of
     z, when x is the constant numerator) by a constant one as b, read over a View that
-    broadcasts it (`Walk.constant`): per lane, or with b_splat where it has one channel."""
+    broadcasts it (`Walk.constant`): per lane, or with b_splat where it has one channel. An
+    int16 operand, constant (an int16 product's: `quantize.mul`) or product is two planes of
+    its tensor (MUL a_wide, b_wide, wide), as `_product`'s."""
     y = node.outputs[0]
     (k, k_zp), (active, a_zp) = (x, z) if lw.g.values[x[0]].is_const else (z, x)
-    if "int16" in (lw.g.type_of(active).dtype, lw.g.type_of(y).dtype):
-        raise unsupported(node, "its input or output is int16; a MUL by a constant tensor "
-                                "reads and writes int8 codes (a product of two activations "
-                                "reads and writes int16)")
+    if z_tensor is not None and "int16" in (lw.g.type_of(active).dtype, lw.g.type_of(y).dtype):
+        raise unsupported(node, "its input or output is int16; a Div's MUL by its reciprocals "
+                                "reads and writes int8 codes")
     tensor = z_tensor or lw.source(node, active)
     if lw.shape(active) != lw.shape(y):
         raise unsupported(node, f"broadcasting its input {active!r} {lw.shape(active)} to "
@@ -812,9 +837,9 @@ def _constant_product(lw: Walk, node: Node, x: tuple[str, int], z: tuple[str, in
     else:
         a_view = lw.need_view(node, active)
     tb, b_view = lw.constant(node, k, lw.shape(y), over_channels=False)
-    mult, shift, out_zp, qclamp = requant_params(node, 1)
-    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
+    mult, shift, out_zp, qclamp = requant_params(node, 1, wide=True)
+    ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)), planes_in_place=True)
     y_view = y_view or View.dense(block_shape(lw.shape(y)))
     lw.layers.append(MulLayer(node.name, tensor, tb, ty, y_view.size, a_zp, k_zp,
                               int(mult[0]), int(shift[0]), out_zp, qclamp,
-                              (a_view, b_view, y_view)))
+                              (a_view, b_view, y_view), _planes(lw, tensor, tb, ty)))

@@ -23,6 +23,7 @@ from compiler.backend.partition import BINDINGS, HostSegments, host_only
 from compiler.errors import CompileError
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower, int8_attrs
+from simulator import numerics
 from simulator.errors import listing
 from simulator.numerics import RANGES, wide_clamp
 
@@ -108,7 +109,7 @@ class Walk:
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
                 OPS[node.op].lower not in WIDE_READERS:
-            raise unsupported(node, f"its input {name!r} is int16; only an Add, a Mul, a "
+            raise unsupported(node, f"its input {name!r} is int16; only an Add, a Sub, a Mul, a "
                                     f"LayerNormalization, a Hypot, a Conv, ConvTranspose, Gemm "
                                     f"or MatMul by a constant weight, a table op, a pool, a "
                                     f"view, Concat, Transpose or Resize, and a model output "
@@ -122,16 +123,6 @@ class Walk:
         if self.g.type_of(name).dtype != "int16":
             return 0
         return self.planes[self.source(node, name)]
-
-    def whole_wide(self, node: Node, name: str) -> str:
-        """The tensor holding int16 value `name` whole, both planes, in its buffer's order (a
-        table LUT's int16 input, read as flat bytes): its buffer, or when it is a part of one
-        (a slice, a Concat's input) a copy of its own, each plane copied (`copy_view`), which
-        later readers share."""
-        if name in self.views:
-            self.buffer[name] = self.own_copy(node, name)
-            del self.views[name]
-        return self.source(node, name)
 
     def need_channels_last(self, node: Node, name: str) -> None:
         shape = self.shape(name)
@@ -186,13 +177,15 @@ class Walk:
         stride 0 along the pixel axes where the constant has one value, image 0 for every image
         (`View.at` of a block with one image); over the channels too when `over_channels` (a
         lane reads one channel, so the codes are repeated there), else one channel (a MUL's
-        b_splat). Its bytes go to the DRAM image."""
+        b_splat). Its bytes go to the DRAM image: an int16 constant's (an int16 Add's bias,
+        `quantizer.wide`) as two planes, the high one first (`planes`)."""
         value = self.g.values[name]
-        if value.type.dtype != "int8" or len(value.type.shape) > len(out_shape):
-            raise unsupported(node, f"its constant input {name!r} ({value.type.dtype}, shape "
+        dtype = value.type.dtype
+        if dtype not in ("int8", "int16") or len(value.type.shape) > len(out_shape):
+            raise unsupported(node, f"its constant input {name!r} ({dtype}, shape "
                                     f"{list(value.type.shape)}) is no int8 operand of its "
                                     f"output's shape {list(out_shape)}")
-        codes = np.asarray(value.const, np.int8).reshape(
+        codes = np.asarray(value.const, dtype).reshape(
             (1,) * (len(out_shape) - value.const.ndim) + value.const.shape)
         block = codes.transpose(0, 2, 3, 1) if codes.ndim == 4 else \
             codes.reshape(block_shape(codes.shape))
@@ -201,9 +194,9 @@ class Walk:
             block = np.broadcast_to(block, block.shape[:3] + out[3:])
         stored = block.shape
         tensor = f"{node.name}/{name}"
-        self.tensors[tensor] = Tensor(tensor, block.size)
-        self.layouts[tensor] = Layout.row_major(stored)
-        self.constants[tensor] = np.ascontiguousarray(block).tobytes()
+        planes = numerics.split_wide(block) if dtype == "int16" else (block,)
+        self.scratch(tensor, block.size, Layout.row_major(stored), dtype == "int16")
+        self.constants[tensor] = b"".join(np.ascontiguousarray(p).tobytes() for p in planes)
         dense = View.dense(stored).strides
         view = View((stored[0], *out[1:3], stored[3]), 0,
                     (dense[0], *(s if k > 1 else 0 for s, k in zip(dense[1:], stored[1:3]))))
@@ -408,11 +401,11 @@ def requant_params(node: Node, channels: int, wide: bool = False):
 
 
 # The lowerings that read int16 values (`quantizer.wide`): the array's by constant weights
-# (both planes streamed), the vector unit's residual ADD, MUL of two activations (a_wide,
+# (both planes streamed), the vector unit's ADD (an Add or Sub), MUL of two activations (a_wide,
 # b_wide), LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by
 # plane (Concat, Transpose, a nearest Resize), views, and the output bindings.
 WIDE_READERS = frozenset({
-    Lower.LAYER_NORM, Lower.ADD, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
+    Lower.LAYER_NORM, Lower.ADD, Lower.SUB, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
     Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
     Lower.CHANNEL_LUT, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE,
     Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
