@@ -400,22 +400,28 @@ class _Rewriter:
         self.floating[name] = fname
         return fname
 
-    def quant_const(self, name: str, params: QuantParams | None = None) -> str:
+    def quant_const(self, name: str, params: QuantParams | None = None,
+                    dtype: str | None = None) -> str:
         """A float constant used as an activation operand, quantized per tensor (by default
-        over its own min and max)."""
+        over its own min and max) into `dtype` (by default the activations' type; int16 for
+        an int16 Add's bias, symmetric)."""
         array = self.g.values[name].const
+        dtype = dtype or self.dtype
         if params is None:
             params = calibrate.activation_params(float(array.min(initial=0.0)),
-                                                 float(array.max(initial=0.0)), self.dtype,
-                                                 self.opts.symmetric_activations,
+                                                 float(array.max(initial=0.0)), dtype,
+                                                 self.symmetric(dtype),
                                                  self.opts.schema == "power2")
         qname, k = f"{name}/q", 1
-        while qname in self.values and self.values[qname].type.quant != params:
+        while qname in self.values and (self.values[qname].type.quant != params or
+                                        self.values[qname].type.dtype != dtype):
             qname, k = f"{name}/q{k}", k + 1
-        return self.const(qname, _quantize_array(array, params, self.dtype), params, name)
+        return self.const(qname, _quantize_array(array, params, dtype), params, name)
 
-    def operand(self, name: str) -> str:
-        return self.quant_const(name) if self.g.values[name].is_const else self.quant_input(name)
+    def operand(self, name: str, dtype: str | None = None) -> str:
+        """The integer value of an operand: an activation's, or a constant's in `dtype`."""
+        return self.quant_const(name, dtype=dtype) if self.g.values[name].is_const else \
+            self.quant_input(name)
 
     def quant_weight(self, name: str, axis: int | None, floor: np.ndarray | None = None,
                      where: str = "", bits: int = 8) -> str:
@@ -1010,9 +1016,12 @@ def _taps_inside(spatial, kernel, attrs: dict) -> np.ndarray:
 
 def add(r: _Rewriter, node: Node) -> None:
     """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD), 2^-12
-    when one is int16 (`numerics.add_left_shift`)."""
+    when one is int16 (`numerics.add_left_shift`). A constant operand (a bias the Add
+    broadcasts) is int16 codes over its own range when the Add reads or writes int16
+    (`quantizer.wide`), so that it loses no more than the int16 operand it is added to."""
     where = f"node {node.name!r} ({node.op})"
-    a, b = (r.operand(n) for n in node.inputs[:2])
+    a, b = (r.operand(n, "int16" if _wide_operands(r, node) else None)
+            for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
     larger = max(pa.scale[0], pb.scale[0])
@@ -1024,6 +1033,14 @@ def add(r: _Rewriter, node: Node) -> None:
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
              **r.requant_attrs(out, qclamp, multipliers, shifts)}
     r.emit(node.op, node.name, (a, b), (out,), attrs)
+
+
+def _wide_operands(r: _Rewriter, node: Node) -> bool:
+    """Whether a binary node's activation operands or its output are int16 (`quantizer.wide`):
+    then its constant operand is int16 codes too, over its own range, so that it loses no
+    more than the int16 values it meets."""
+    return any(r.dtype_of(n) == "int16" for n in (*node.inputs[:2], r._final_output(node))
+               if not r.g.values[n].is_const)
 
 
 def hypot(r: _Rewriter, node: Node) -> None:
@@ -1057,9 +1074,11 @@ def norm_l2(r: _Rewriter, node: Node) -> None:
 
 
 def mul(r: _Rewriter, node: Node) -> None:
-    """Mul: the product of the centred inputs, requantized by s_a s_b / s_out."""
+    """Mul: the product of the centred inputs, requantized by s_a s_b / s_out; a constant
+    operand is int16 codes when the product reads or writes int16 (as `add`'s)."""
     where = f"node {node.name!r} ({node.op})"
-    a, b = (r.operand(n) for n in node.inputs[:2])
+    a, b = (r.operand(n, "int16" if _wide_operands(r, node) else None)
+            for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
     m, s = ratio(pa.scale[0] * pb.scale[0] / out_params.scale[0], where)

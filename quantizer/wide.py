@@ -15,12 +15,15 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), a residual Add's (ADD wide=1), a
+ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), an Add's or Sub's (ADD wide=1:
+a residual stream, an LSTM step's gates, its cell state), a
 table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes), an
 AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activations' (MUL
 wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
 ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
-array (COMPUTE shift), residual Adds, which read both planes, table ops, which interpolate
+array (COMPUTE shift), Adds and Subs, which read both planes of an operand that is whole, a
+slice of another tensor or broadcast over the other (a value per channel, pixel or image;
+a constant bias is then int16 codes too), table ops, which interpolate
 between 257 knots by the low byte, or a window of finer ones where the function bends (LUT
 in_wide=1, zoom, `numerics.interpolate`, `int8.knot_window`), into int8 or int16
 codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
@@ -43,7 +46,8 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, Lower, Quant, ViewKind
+from compiler.graph.ops import (ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, SUB, Lower, Quant,
+                                ViewKind)
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram, weight_scales
 from quantizer.errors import QuantizeError
@@ -254,10 +258,10 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]
     of a group that no moving node makes is a model input (the host writes its two planes;
     likewise it reads a model output's) or made by a Conv, ConvTranspose, Gemm or MatMul by a
     constant weight (or the Relu fused into its requantization: `fused`, producer name ->
-    clamp), by a residual Add, by a table op (`_table`), by an AveragePool or
+    clamp), by an Add or Sub (`_vector_add`), by a table op (`_table`), by an AveragePool or
     GlobalAveragePool or by a Mul of two activations (`_writes`). Every reader that is no
     moving node of the group is such a Conv, ConvTranspose, Gemm or MatMul as its first input,
-    a residual Add (`_residual_add`), a table op, an AveragePool or GlobalAveragePool or a Mul
+    an Add or Sub (`_vector_add`), a table op, an AveragePool or GlobalAveragePool or a Mul
     of two activations (`_activation_product`) (`_check_readers`);
     none of them is kept in fp32, and a Concat's inputs are activations. Raises
     QuantizeError naming the first value that is not (and the named tensor, when it was
@@ -312,8 +316,10 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
     if not _writes(graph, producers, producer) or producer.name in keep:
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
-                            f"by a constant weight (a Relu fused into it), an Add of two "
-                            f"whole tensors, a Mul of two activations, a table op (Sigmoid, "
+                            f"by a constant weight (a Relu fused into it), an Add or Sub of "
+                            f"two activations (one broadcast per channel, pixel or image) or "
+                            f"of one and a constant, a Mul of two activations, a table op "
+                            f"(Sigmoid, "
                             f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
                             f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
                             f"nearest Resize of int16 values writes int16")
@@ -321,9 +327,9 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
     """Whether `node` requantizes into int16 codes: an array op by a constant weight (REQUANT
-    wide), a residual Add (ADD wide), a table op (LUT wide), an average (AVGPOOL wide) or a
-    product of two activations (MUL wide)."""
-    return bool(_by_constant(graph, node) or _residual_add(graph, producers, node)
+    wide), an Add or Sub (`_vector_add`: ADD wide), a table op (LUT wide), an average (AVGPOOL
+    wide) or a product of two activations (MUL wide)."""
+    return bool(_by_constant(graph, node) or _vector_add(graph, node)
                 or _table(graph, node) or OPS[node.op].lower in _AVERAGES
                 or _activation_product(graph, node))
 
@@ -352,20 +358,24 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
-        if not (on_array or _residual_add(graph, producers, reader) or table or average
+        if not (on_array or _vector_add(graph, reader) or table or average
                 or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
                                 f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
-                                f"and MatMuls by a constant weight (on the array), Adds of "
-                                f"two whole tensors, Muls of two activations (one broadcast "
-                                f"per channel, pixel or image), table ops (Sigmoid, "
+                                f"and MatMuls by a constant weight (on the array), Adds and "
+                                f"Subs of two activations or of one and a constant, Muls of "
+                                f"two activations (one broadcast per channel, pixel or image), "
+                                f"table ops (Sigmoid, "
                                 f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
                                 f"MaxPools and nearest Resizes (int16 all, in one scale) "
                                 f"read int16")
-    if not readers and name not in graph.outputs:  # an output: the host reads it
+    # An output: the host reads it. A part no node reads (a Split's unused gate) is a view
+    # of its group's codes: nothing to check.
+    if not readers and name not in graph.outputs and \
+            not (name in producers and moves(graph, producers[name])):
         raise QuantizeError(f"{where}: read by no node")
 
 
@@ -378,29 +388,62 @@ def _window(graph: Graph, node: Node) -> int:
     return int(np.prod(attrs["kernel_shape"]))
 
 
-def _residual_add(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
-    """An Add of two activations of its output's shape, neither a view of another tensor: the
-    vector unit's ADD reads and writes int16 over such whole tensors (a_wide, b_wide, wide)."""
-    if node.op != ADD.name or len(node.inputs) != 2:
+def _vector_add(graph: Graph, node: Node) -> bool:
+    """An Add or Sub the vector unit's ADD reads and writes int16 codes of (a_wide, b_wide,
+    wide; `numerics.add`): of an activation of its output's shape and either another
+    activation, of that shape too or broadcast over it as ADD reads one (`_broadcasts`), or a
+    constant that broadcasts to it (a bias, int16 codes when the Add is int16:
+    `quantize.add`). Either activation may be a view of another tensor (an LSTM step's slice
+    of the whole sequence's input projection): ADD reads both planes of a View. Neither is a
+    model input. An Add of a scalar constant is a table op (`table_input`)."""
+    if node.op not in (ADD.name, SUB.name) or len(node.inputs) != 2 or \
+            not all(node.inputs) or table_input(graph, node) is not None:
         return False
     shape = graph.type_of(node.outputs[0]).shape
-    for name in node.inputs:
-        value = graph.values[name]
-        if value.is_const or name in graph.inputs or graph.type_of(name).shape != shape or \
-                name not in producers or OPS[producers[name].op].view is not None:
-            return False
-    return True
+    whole = [i for i, name in enumerate(node.inputs)
+             if not graph.values[name].is_const and graph.type_of(name).shape == shape]
+    if not whole or any(name in graph.inputs for name in node.inputs):
+        return False
+    other = graph.values[node.inputs[1 - whole[0]]]
+    if other.is_const:
+        return len(other.type.shape) <= len(shape) and \
+            np.broadcast_shapes(other.type.shape, shape) == shape
+    return other.type.shape == shape or _broadcasts(other.type.shape, shape)
+
+
+def _broadcasts(other: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an activation of shape `other` broadcasts over `shape` as the vector unit's ADD
+    reads a second operand: of the same rank, one value per channel (every pixel axis 1: one
+    row for all pixels, b_once), per pixel (the channel axis 1: lane 0 for every lane,
+    b_splat) or per image (both), for each image or for all. The channels are a map's axis 1
+    and a row-major value's last axis; the pixels are the others but a map's N."""
+    if len(other) != len(shape) or not shape:
+        return False
+    channel = 1 if len(shape) == 4 else len(shape) - 1
+    pixels = (2, 3) if len(shape) == 4 else tuple(range(len(shape) - 1))
+    return other[channel] in (1, shape[channel]) and \
+        (len(shape) != 4 or other[0] in (1, shape[0])) and \
+        (all(other[i] == 1 for i in pixels) or all(other[i] == shape[i] for i in pixels))
 
 
 def _activation_product(graph: Graph, node: Node) -> bool:
     """A Mul of two activations, one of its output's shape and the other of it too or, of rank
     4, broadcast over it as the vector unit's MUL reads it (a squeeze-and-excitation gate
     [N, C, 1, 1], a value per pixel [N, 1, H, W] or per image): MUL reads and writes int16
-    codes, through Views too (a_wide, b_wide, wide; `numerics.mul`)."""
-    if node.op != MUL.name or len(node.inputs) != 2 or \
-            any(not name or graph.values[name].is_const for name in node.inputs):
+    codes, through Views too (a_wide, b_wide, wide; `numerics.mul`). Or a Mul of an activation
+    of its output's shape by a constant tensor that broadcasts to it (an LSTM's peephole P ⊙ C,
+    a GRU's r ⊙ Rbh), int16 codes when the Mul is int16 (`quantize.mul`); a Mul by a scalar is
+    a table op (`table_input`)."""
+    if node.op != MUL.name or len(node.inputs) != 2 or not all(node.inputs):
         return False
+    constants = [graph.values[name] for name in node.inputs if graph.values[name].is_const]
     shape = graph.type_of(node.outputs[0]).shape
+    if constants:
+        other = constants[0].type.shape
+        return len(constants) == 1 and table_input(graph, node) is None and \
+            len(other) <= len(shape) and np.broadcast_shapes(other, shape) == shape and \
+            any(graph.type_of(name).shape == shape for name in node.inputs
+                if not graph.values[name].is_const)
     shapes = [graph.type_of(name).shape for name in node.inputs]
     if shape not in shapes:
         return False

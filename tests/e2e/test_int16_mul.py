@@ -3,8 +3,8 @@ map x, its gate HardSigmoid(...) [N, C, 1, 1] broadcast over x, and their produc
 int16 (MUL a_wide, b_wide, wide; `numerics.mul` multiplies the whole codes exactly in int64),
 as may both factors and the product of two whole tensors. Bit-exact against the integer
 reference on every preset, batched; the product closer to fp32 than int8; the MUL's cycles one
-pass per pair of operand planes plus one for an int16 product's second plane; what is left
-refused in one line."""
+pass per pair of operand planes plus one for an int16 product's second plane; a Mul by a
+constant tensor in int16 too (its codes int16); what is left refused in one line."""
 
 from __future__ import annotations
 
@@ -185,14 +185,28 @@ def _refused(nodes, inits, named: str, match: str) -> None:
         quantize_model(proto, profile, QuantOptions(int16_tensors=(named,)))
 
 
-def test_a_mul_by_a_constant_tensor_still_refuses_int16() -> None:
-    """A Mul of an activation by a constant of more than one value (a mask per pixel) is MUL
-    of a constant operand, int8 only: refused in one line naming the tensor and the node."""
-    k = np.random.default_rng(1).uniform(.5, 1.5, (1, 1, H, W)).astype(np.float32)
-    _refused([helper.make_node("Mul", ["mid", "k"], ["y"], name="scale")], {"k": k}, "mid",
-             r"int16 tensor 'mid': read by Mul 'scale'; only Convs")
-    _refused([helper.make_node("Mul", ["mid", "k"], ["y"], name="scale")], {"k": k}, "y",
-             r"int16 tensor 'y': made by Mul 'scale'; only a Conv")
+@pytest.mark.parametrize("preset", PRESETS[:2])
+@pytest.mark.parametrize("names", [("mid",), ("y",), ("mid", "y")], ids="+".join)
+@pytest.mark.parametrize("shape", [(1, 1, H, W), (1, 1, 1, W), (1, C, H, W)],
+                         ids=["pixel", "column", "whole"])
+def test_a_mul_by_a_constant_tensor_reads_and_writes_int16(shape, names, preset) -> None:
+    """A Mul of an activation by a constant of more than one value (a mask per pixel or per
+    column, a whole map; an LSTM's peephole, a GRU's r * Rbh) is MUL of a constant operand,
+    its codes in the DRAM image: with the map or the product int16 they are int16 codes too
+    (b_wide: two planes), lane 0 of each row where they have one channel (b_splat). (A scale
+    per channel folds into the Conv.)"""
+    rng = np.random.default_rng(1)
+    conv, more = _conv(rng, "c1", "x", "pre", 3, C, k=3)
+    nodes = [conv, helper.make_node("Relu", ["pre"], ["mid"], name="relu"),
+             helper.make_node("Mul", ["mid", "k"], ["y"], name="scale")]
+    proto = model(nodes, {"x": [N, 3, H, W]}, {"y": [N, C, H, W]},
+                  {**more, "k": rng.uniform(-1.5, 1.5, shape).astype(np.float32)})
+    built = build(proto, names, preset)
+    mul = _mul(built.compiled.program)
+    assert (mul.args["a_wide"], mul.args["b_wide"], mul.args["wide"]) == \
+        (int("mid" in names), 1, int("y" in names))
+    assert mul.args["b_splat"] == int(shape[1] == 1)
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
 
 
 def test_a_mul_broadcast_along_one_axis_of_the_pixels_still_refuses_int16() -> None:

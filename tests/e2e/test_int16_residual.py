@@ -146,19 +146,24 @@ def test_a_dead_channel_of_the_reader_does_not_narrow_the_codes() -> None:
     check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 4))
 
 
-def test_an_add_that_broadcasts_cannot_take_int16() -> None:
-    """An Add of a [1, C, 1, 1] gate over [1, C, H, W] is no residual: named, not compiled."""
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("names", [("mid",), ("g",), ("y",), ("mid", "g", "y")], ids="+".join)
+def test_an_add_that_broadcasts_a_value_per_channel_takes_int16(names, preset) -> None:
+    """An Add of a [1, C, 1, 1] gate over [1, C, H, W]: ADD reads the gate's one row for the
+    tile's pixels (b_once), both planes of each int16 operand, and writes an int16 sum; bit-
+    exact, batched (once refused: its operands were not whole tensors of its shape)."""
     rng = np.random.default_rng(8)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["mid"], name="c1"),
              helper.make_node("GlobalAveragePool", ["mid"], ["g"], name="gap"),
              helper.make_node("Add", ["mid", "g"], ["y"], name="add")]
-    proto = model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 5, 4, 4]},
+    proto = model(nodes, {"x": [2, 3, 4, 4]}, {"y": [2, 5, 4, 4]},
                   {"w1": rng.normal(0, .3, (5, 3, 1, 1)).astype(np.float32)})
-    # (the GlobalAveragePool reads int16 since test_int16_movement; the broadcast Add not)
-    with pytest.raises(QuantizeError, match="int16 tensor 'mid': read by Add 'add'"):
-        build(proto, QuantOptions(int16_tensors=("mid",)))
-    with pytest.raises(QuantizeError, match="int16 tensor 'y': made by Add 'add'; only a Conv"):
-        build(proto, QuantOptions(int16_tensors=("y",)))
+    built = build(proto, QuantOptions(int16_tensors=names), preset)
+    adds = [i for i in built.compiled.program.instructions if i.op is isa.ADD]
+    assert adds and all(i.args["b_once"] == 1 and (i.args["a_wide"], i.args["b_wide"],
+                                                   i.args["wide"]) ==
+                        tuple(int(n in names) for n in ("mid", "g", "y")) for i in adds)
+    check_bit_exact(built.qgraph, built.compiled, samples(proto, 3, 4))
 
 
 @pytest.mark.parametrize("preset", PRESETS)
