@@ -420,11 +420,15 @@ def _pool_elements(arch, a: dict) -> tuple[int, int]:
 
 
 def row_cycles(arch, insn) -> int:
-    """REQUANT, ADD: one element per lane of each row; each int16 plane (a wide
-    output's, a wide operand's) one more pass."""
+    """REQUANT, ADD: one element per lane of each row; each int16 plane (a wide output's, a
+    wide a's) one more pass over the rows, and a wide b's low plane one more pass over b's
+    rows: all of them, or the one row an ADD broadcasts to every row (b_once), whose codes
+    are joined once. No 16-bit mode of the vector unit is modelled."""
     a = insn.args
-    planes = 1 + a.get("wide", 0) + a.get("a_wide", 0) + a.get("b_wide", 0)
-    return planes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes)
+    planes = 1 + a.get("wide", 0) + a.get("a_wide", 0)
+    b_rows = add_b_rows(a) if "b_once" in a else a["rows"]
+    return planes * ceil_div(a["rows"] * arch.lanes, arch.vector.lanes) + \
+        a.get("b_wide", 0) * ceil_div(b_rows * arch.lanes, arch.vector.lanes)
 
 
 def mul_cycles(arch, insn) -> int:

@@ -208,7 +208,8 @@ def test_the_int16_steps_are_far_closer_to_fp32_than_int8(kind) -> None:
 @pytest.mark.parametrize("preset", PRESETS)
 def test_an_int16_step_costs_a_pass_per_plane(preset) -> None:
     """ADD: one pass over the rows per plane, the int16 sum's and each int16 operand's
-    (`vector.row_cycles`: three int16 planes besides the first, four times the int8 ADD); a
+    (`vector.row_cycles`: three int16 planes besides the first, four times the int8 ADD), a
+    b broadcast to every row (b_once) one more pass over its one row only; a
     gate's LUT from an int16 slice to int16: the lookup, the second output plane, the low
     plane read with the knots' weighing and the second knot (four times the int8 LUT,
     `vector.lut_cycles`). The simulator charges the step's Add exactly its instructions'
@@ -228,6 +229,15 @@ def test_an_int16_step_costs_a_pass_per_plane(preset) -> None:
     step = next(source for i, source in zip(program.instructions, program.source)
                 if i.op is isa.ADD and "/t2/pre" in source)
     assert_busy_is_own_cycles(program, step, "vector", "vector")
+    proto = written_out()
+    program = build(proto, step_tensors(proto), preset).compiled.program
+    arch = program.arch
+    for insn in _adds(program, "t2/ctx"):  # b's one row, broadcast: its planes joined once
+        assert insn.args["b_once"] == 1
+        narrow = isa.ADD(**{**insn.args, "wide": 0, "a_wide": 0, "b_wide": 0})
+        one_row = isa.ADD(**{**narrow.args, "rows": 1})
+        assert insn.op.cycles(arch, insn) == \
+            3 * insn.op.cycles(arch, narrow) + insn.op.cycles(arch, one_row)
 
 
 def _refused(proto, named: str, match: str) -> None:
