@@ -167,8 +167,10 @@ def quantization_options(command):
         click.option("--int16", "int16_tensors", multiple=True, metavar="NAME[,NAME...]",
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm, MatMul or "
-                          "ConvTranspose layers, residual Adds, Muls of two activations such "
-                          "as a squeeze-and-excitation gate's, pools or table ops such as "
+                          "ConvTranspose layers, Adds and Subs (residual streams, an LSTM's "
+                          "steps: slices, broadcast terms and biases too), Muls such as a "
+                          "squeeze-and-excitation gate's or a peephole's, pools or table ops "
+                          "such as "
                           "HardSwish and Sigmoid; model inputs and outputs too) in int16, with "
                           "every value holding the same codes through views, Concats, "
                           "MaxPools and nearest Resizes: the array streams their two byte "
