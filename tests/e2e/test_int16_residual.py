@@ -14,7 +14,7 @@ import pytest
 from onnx import helper
 
 from ember.flow import CompileOptions, compile_model, optimized_graph
-from quantizer.errors import QuantizeError, QuantizeWarning
+from quantizer.errors import QuantizeWarning
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from quantizer.wide import accumulator_bits
