@@ -68,6 +68,9 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     assert report["bit_exact"] is True
     assert report["options"]["int16_tensors"] == ["mid"]
     assert report["outputs"][0]["sqnr_db"] == pytest.approx(after["outputs"][0]["sqnr_db"])
+    table = _compile(bad, "--min-sqnr", 18).output  # the gain with its own sign, once
+    gain = spent["raised"][0]["gain_db"]
+    assert f"{gain:+.2f} dB expected" in table and "+-" not in table
 
 
 def test_a_search_in_two_processes_chooses_what_one_does(bad) -> None:
