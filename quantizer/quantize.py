@@ -51,7 +51,7 @@ from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.errors import listing
-from simulator.numerics import RANGES, add_left_shift
+from simulator.numerics import RANGES
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
 
@@ -1009,18 +1009,21 @@ def _taps_inside(spatial, kernel, attrs: dict) -> np.ndarray:
 
 
 def add(r: _Rewriter, node: Node) -> None:
-    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD), 2^-12
-    when one is int16 (`numerics.add_left_shift`)."""
+    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD); when
+    one is int16, each operand's ratio to the output scale at one shift, the sum rounding once
+    (`numerics.wide_add`)."""
     where = f"node {node.name!r} ({node.op})"
     a, b = (r.operand(n) for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
-    larger = max(pa.scale[0], pb.scale[0])
-    reals = (pa.scale[0] / larger, pb.scale[0] / larger,
-             larger / (2**add_left_shift(r.values[a].type.dtype == "int16" or
-                                         r.values[b].type.dtype == "int16")
-                       * out_params.scale[0]))
-    multipliers, shifts = ratios(reals, where)
+    if "int16" in (r.values[a].type.dtype, r.values[b].type.dtype):
+        to_out = (pa.scale[0] / out_params.scale[0], pb.scale[0] / out_params.scale[0])
+        multipliers, shifts = numerics.add_multipliers(*to_out, *ratio(max(to_out), where))
+    else:
+        larger = max(pa.scale[0], pb.scale[0])
+        reals = (pa.scale[0] / larger, pb.scale[0] / larger,
+                 larger / (2**numerics.ADD_LEFT_SHIFT * out_params.scale[0]))
+        multipliers, shifts = ratios(reals, where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
              **r.requant_attrs(out, qclamp, multipliers, shifts)}
     r.emit(node.op, node.name, (a, b), (out,), attrs)
