@@ -33,7 +33,7 @@ from compiler.graph.int8 import (
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, GEMM, MATMUL, OPS, QUANTIZE_LINEAR,
-                                RECIPROCAL, RESCALE)
+                                RECIPROCAL, RESCALE, Lower)
 from compiler.graph.reference import resolve_pads
 from profiler.format import Profile
 from quantizer import calibrate
@@ -550,12 +550,20 @@ class _Rewriter:
     def tabled(self, node: Node) -> bool:
         """Whether `node` is an Add, Sub, Max, Min, Mul or Div by a scalar constant, or a
         Relu or Clip, that maps one activation with int16 codes in or out (`table_form`; the
-        table ops' own rules build their int16 tables)."""
+        table ops' own rules build their int16 tables). Not an Add or Sub from int16 codes to
+        int16 codes without a fused clamp: a table's knots would round to output codes before
+        it interpolates between them (two roundings, 1 to 5 dB), where the ADD of the constant
+        (`add`, `numerics.wide_add`) rounds once."""
         if OPS[node.op].quant not in (Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.CLAMP):
             return False
         index = table_input(self.g, node)
-        return index is not None and (node.inputs[index] in self.wide
-                                      or self._final_output(node) in self.wide)
+        if index is None:
+            return False
+        wide_in, wide_out = node.inputs[index] in self.wide, self._final_output(node) in self.wide
+        if wide_in and wide_out and OPS[node.op].lower in (Lower.ADD, Lower.SUB) and \
+                node.name not in self.fused:
+            return False
+        return wide_in or wide_out
 
     def wide_table(self, node: Node, name: str, x: str, fp32, attrs
                    ) -> tuple[np.ndarray, dict[str, Any]] | None:
