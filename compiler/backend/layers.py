@@ -367,8 +367,8 @@ class AddLayer(_BinaryOperands):
     views: tuple[View, View, View] | None = None
     op: str = "add"  # the ADD instruction's op: add, max or min
     # An int16 sum (a residual stream a LayerNorm reads): y is two planes of `size` bytes,
-    # the high one first (ADD wide=1); likewise an int16 a or b (a_wide, b_wide). Only over
-    # flat bytes (no pixel-wise views).
+    # the high one first (ADD wide=1); likewise an int16 a or b (a_wide, b_wide). Over flat
+    # bytes, or pixel-wise beside a broadcast constant (an int16 map by a scalar).
     wide: bool = False
     a_wide: bool = False
     b_wide: bool = False

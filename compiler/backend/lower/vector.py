@@ -337,15 +337,27 @@ def lower_global_max_pool(lw: Walk, node: Node) -> None:
 
 
 def lower_add(lw: Walk, node: Node) -> None:
-    if _scalar_operand(lw, node):
+    """Add: a LUT with a scalar constant operand (an int8 map: every code's sum; an int16 one
+    the quantizer made a table), else ADD (an int16 map by a scalar: the constant as b, one
+    value for every pixel and lane)."""
+    if _scalar_operand(lw, node) and not _wide_sum(lw, node):
         return lower_lut(lw, node)
     _add(lw, node, negate_b=False)
 
 
 def lower_sub(lw: Walk, node: Node) -> None:
-    if _scalar_operand(lw, node):
+    """Sub: as Add, ADD with b's rescale negated."""
+    if _scalar_operand(lw, node) and not _wide_sum(lw, node):
         return lower_lut(lw, node)
     _add(lw, node, negate_b=True)
+
+
+def _wide_sum(lw: Walk, node: Node) -> bool:
+    """Whether an Add or Sub by a scalar constant is the ADD of an int16 operand and the
+    constant (`quantizer.quantize.add`: its sum rounds once, `numerics.wide_add`), not a
+    table (an int16 table op names its input, `table_of`)."""
+    return "table_of" not in node.attrs and any(
+        lw.g.type_of(n).dtype == "int16" for n in (*node.inputs[:2], node.outputs[0]))
 
 
 def lower_max(lw: Walk, node: Node) -> None:
@@ -419,13 +431,17 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
         tuple(int(m) for m in mult), tuple(int(s) for s in a["shift"]),
         int(a["out_zero_point"]), qclamp, views, op, wide, a_wide,
         b_wide)
-    if any_wide and (pixelwise(layer) or op not in ("add", "hypot") or (wide and ty != y) or
-                     (op == "hypot" and wide) or
-                     lw.shape(x) != lw.shape(z) or
+    # A constant (an int16 map by a scalar) broadcasts pixel by pixel; the other operand and
+    # the sum must then be whole buffers, whose low planes lie `size` bytes on.
+    whole = not constant or not ({x, z, y} - set(constant)) & set(lw.views)
+    if any_wide and (op not in ("add", "hypot") or (wide and ty != y) or
+                     (op == "hypot" and wide) or not whole or
+                     (not constant and (pixelwise(layer) or lw.shape(x) != lw.shape(z))) or
                      any(v is not None and v.offset for v in views or ())):
         raise unsupported(node, "its int16 operand or sum is a Max/Min, broadcast, or a part "
                                 "of a buffer; an int16 residual stream is an Add over whole "
-                                "tensors, and a Hypot reads whole int16 parts")
+                                "tensors, a map by a constant one over a whole tensor, and a "
+                                "Hypot reads whole int16 parts")
     lw.layers.append(layer)
 
 

@@ -108,7 +108,7 @@ class Walk:
             raise unsupported(node, f"its input {name!r} is {what}, not an int8 activation")
         if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
                 OPS[node.op].lower not in WIDE_READERS:
-            raise unsupported(node, f"its input {name!r} is int16; only an Add, a Mul, a "
+            raise unsupported(node, f"its input {name!r} is int16; only an Add or Sub, a Mul, a "
                                     f"LayerNormalization, a Hypot, a Conv, ConvTranspose, Gemm "
                                     f"or MatMul by a constant weight, a table op, a pool, a "
                                     f"view, Concat, Transpose or Resize, and a model output "
@@ -408,11 +408,12 @@ def requant_params(node: Node, channels: int, wide: bool = False):
 
 
 # The lowerings that read int16 values (`quantizer.wide`): the array's by constant weights
-# (both planes streamed), the vector unit's residual ADD, MUL of two activations (a_wide,
-# b_wide), LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by
-# plane (Concat, Transpose, a nearest Resize), views, and the output bindings.
+# (both planes streamed), the vector unit's ADD (a residual Add; an Add or Sub by a scalar
+# constant), MUL of two activations (a_wide, b_wide), LAYERNORM, table LUTs and pools (MAXPOOL
+# wide, AVGPOOL in_wide), copies plane by plane (Concat, Transpose, a nearest Resize), views,
+# and the output bindings.
 WIDE_READERS = frozenset({
-    Lower.LAYER_NORM, Lower.ADD, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
+    Lower.LAYER_NORM, Lower.ADD, Lower.SUB, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
     Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
     Lower.CHANNEL_LUT, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE,
     Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
