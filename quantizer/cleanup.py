@@ -77,10 +77,17 @@ def _fold_into(graph: Graph, producer: Node, rescale: Node) -> Graph:
     factor = old.scale[0] / new.scale[0]
     where = f"node {producer.name!r} ({producer.op})"
     multipliers, shifts = list(producer.attrs["multiplier"]), list(producer.attrs["shift"])
-    # Only the entries that scale to the output (ADD's first two rescale its inputs).
-    for i in range(len(multipliers))[OPS[producer.op].quant.output_multipliers]:
-        real = multipliers[i] * 2.0**-(31 + shifts[i]) * factor
-        multipliers[i], shifts[i] = ratio(real, where)
+    if OPS[producer.op].quant is Quant.ADD and any(
+            graph.type_of(n).dtype == "int16" for n in producer.inputs[:2]):
+        # An int16 operand's ADD (`numerics.wide_add`): lanes 0 and 1 scale to the output,
+        # at lane 2's shift.
+        reals = [m * 2.0**-(31 + shifts[2]) * factor for m in multipliers[:2]]
+        multipliers, shifts = numerics.add_multipliers(*reals, *ratio(max(reals), where))
+    else:
+        # Only the entries that scale to the output (ADD's first two rescale its inputs).
+        for i in range(len(multipliers))[OPS[producer.op].quant.output_multipliers]:
+            real = multipliers[i] * 2.0**-(31 + shifts[i]) * factor
+            multipliers[i], shifts[i] = ratio(real, where)
     dtype = graph.type_of(y).dtype
     clamp = _intersect(_translate(producer.attrs.get("qclamp"), graph.type_of(x), new, dtype),
                        rescale.attrs.get("qclamp"), dtype)

@@ -407,7 +407,7 @@ class _Exporter:
         ONNX has Swish only from opset 24, and the export's opset is 21."""
         x = self._operand(node.inputs[0])
         shape = self.g.type_of(node.outputs[0]).shape
-        alpha = float(OPS[node.op].bind(node.name, node.attrs)["alpha"])
+        alpha = float(OPS[node.op].bind(node.name, _onnx_attrs(node))["alpha"])
         gate_input = x
         if alpha != 1.0:
             gate_input = self._unique(f"{node.name}/scaled")

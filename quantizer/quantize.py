@@ -33,7 +33,7 @@ from compiler.graph.int8 import (
 )
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import (CONV, DEQUANTIZE_LINEAR, GEMM, MATMUL, OPS, QUANTIZE_LINEAR,
-                                RECIPROCAL, RESCALE)
+                                RECIPROCAL, RESCALE, Lower)
 from compiler.graph.reference import resolve_pads
 from profiler.format import Profile
 from quantizer import calibrate
@@ -51,7 +51,7 @@ from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
 from simulator import numerics
 from simulator.errors import listing
-from simulator.numerics import RANGES, add_left_shift
+from simulator.numerics import RANGES
 
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
 
@@ -556,12 +556,20 @@ class _Rewriter:
     def tabled(self, node: Node) -> bool:
         """Whether `node` is an Add, Sub, Max, Min, Mul or Div by a scalar constant, or a
         Relu or Clip, that maps one activation with int16 codes in or out (`table_form`; the
-        table ops' own rules build their int16 tables)."""
+        table ops' own rules build their int16 tables). Not an Add or Sub from int16 codes to
+        int16 codes without a fused clamp: a table's knots would round to output codes before
+        it interpolates between them (two roundings, 1 to 5 dB), where the ADD of the constant
+        (`add`, `numerics.wide_add`) rounds once."""
         if OPS[node.op].quant not in (Quant.ADD, Quant.MUL, Quant.DIVIDE, Quant.CLAMP):
             return False
         index = table_input(self.g, node)
-        return index is not None and (node.inputs[index] in self.wide
-                                      or self._final_output(node) in self.wide)
+        if index is None:
+            return False
+        wide_in, wide_out = node.inputs[index] in self.wide, self._final_output(node) in self.wide
+        if wide_in and wide_out and OPS[node.op].lower in (Lower.ADD, Lower.SUB) and \
+                node.name not in self.fused:
+            return False
+        return wide_in or wide_out
 
     def wide_table(self, node: Node, name: str, x: str, fp32, attrs
                    ) -> tuple[np.ndarray, dict[str, Any]] | None:
@@ -1015,21 +1023,24 @@ def _taps_inside(spatial, kernel, attrs: dict) -> np.ndarray:
 
 
 def add(r: _Rewriter, node: Node) -> None:
-    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD), 2^-12
-    when one is int16 (`numerics.add_left_shift`). A constant operand (a bias the Add
-    broadcasts) is int16 codes over its own range when the Add reads or writes int16
-    (`quantizer.wide`), so that it loses no more than the int16 operand it is added to."""
+    """Add/Sub: both inputs rescaled to 2^-20 of the larger input scale (TFLite's ADD); when
+    one is int16, each operand's ratio to the output scale at one shift, the sum rounding once
+    (`numerics.wide_add`). A constant operand (a bias the Add broadcasts) is int16 codes over
+    its own range when the Add reads or writes int16 (`quantizer.wide`), so that it loses no
+    more than the int16 operand it is added to."""
     where = f"node {node.name!r} ({node.op})"
     a, b = (r.operand(n, "int16" if _wide_operands(r, node) else None)
             for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
-    larger = max(pa.scale[0], pb.scale[0])
-    reals = (pa.scale[0] / larger, pb.scale[0] / larger,
-             larger / (2**add_left_shift(r.values[a].type.dtype == "int16" or
-                                         r.values[b].type.dtype == "int16")
-                       * out_params.scale[0]))
-    multipliers, shifts = ratios(reals, where)
+    if "int16" in (r.values[a].type.dtype, r.values[b].type.dtype):
+        to_out = (pa.scale[0] / out_params.scale[0], pb.scale[0] / out_params.scale[0])
+        multipliers, shifts = numerics.add_multipliers(*to_out, *ratio(max(to_out), where))
+    else:
+        larger = max(pa.scale[0], pb.scale[0])
+        reals = (pa.scale[0] / larger, pb.scale[0] / larger,
+                 larger / (2**numerics.ADD_LEFT_SHIFT * out_params.scale[0]))
+        multipliers, shifts = ratios(reals, where)
     attrs = {**node.attrs, "a_zero_point": pa.zero_point[0], "b_zero_point": pb.zero_point[0],
              **r.requant_attrs(out, qclamp, multipliers, shifts)}
     r.emit(node.op, node.name, (a, b), (out,), attrs)

@@ -88,8 +88,9 @@ store -> vector -> compute -> load.
   bytes to [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a
   LAYERNORM, an Add or the array reads).
   With a_wide=1 (b_wide=1) operand a (b) is int16: its high plane's rows at a (b), its low
-  plane's right after them; an add's operands then align at 2^12, not 2^20
-  (`numerics.add_left_shift`); op add or hypot only, and each wide operand takes one more pass.
+  plane's right after them; an add's sum then rounds once (`numerics.wide_add`: lanes 0
+  and 1 the operands' multipliers at lane 2's shift, no alignment); op add or hypot only, and
+  each wide operand takes one more pass.
 - MUL: scratchpad rows [a, a + rows) times the b rows -> [dst, dst + rows) by `numerics.mul`
   with offsets a_offset, b_offset, out_offset, lane 0 of the parameter block as the rescale
   (s_a s_b / s_out), and the clamp [qmin, qmax]. The b rows are [b, b + rows) with b_step=1,

@@ -39,14 +39,7 @@ SHIFT_MIN, SHIFT_MAX = -31, 31
 # TFLite's quantized ADD aligns both inputs at 2^20 before rescaling them, so that the two
 # input rescales lose no precision: |x - offset| <= 255 < 2^8, shifted < 2^28, sums < 2^29.
 ADD_LEFT_SHIFT = 20
-# An int16 operand (a residual stream's projection, `split_wide`) has 8 more bits: aligned at
-# 2^12 it stays below 2^29 too, and its rescale's product inside int64.
-ADD_LEFT_SHIFT_WIDE = 12
 
-
-def add_left_shift(wide: bool) -> int:
-    """The alignment of an ADD's operands: 2^12 when one of them is int16, else 2^20."""
-    return ADD_LEFT_SHIFT_WIDE if wide else ADD_LEFT_SHIFT
 
 # The largest single tensor ember makes (a model input, a folded constant, an activation, an
 # array read from a file), in bytes. Shapes come from files, so each one is checked against this
@@ -273,17 +266,68 @@ def dequantize(q, scale, zero_point=0, *, axis: int | None = None,
 
 
 def add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None, *,
-        dtype: str = "int8", left_shift: int = ADD_LEFT_SHIFT):
-    """Quantized elementwise add of int8 tensors with their own scales, as TFLite's ADD.
+        dtype: str = "int8", left_shift: int = ADD_LEFT_SHIFT, wide: bool = False):
+    """Quantized elementwise add of two tensors with their own scales: int8 ones as TFLite's
+    ADD, an int16 one (`wide`) by `wide_add`.
 
     multipliers/shifts = (x, y, out): the input rescales map each input to a common scale
     2^-left_shift finer than the larger input scale; the output rescale maps the sum to the
-    output scale. The compiler derives all three with `quantize_multiplier`. An operand and the
-    sum may be int16 (a residual stream, `split_wide`; then left_shift is
-    ADD_LEFT_SHIFT_WIDE).
+    output scale. The compiler derives all three with `quantize_multiplier`. The sum may be
+    int16 (`dtype`: a residual stream, `split_wide`). With `wide` (an operand is int16: a
+    residual stream, a map by a constant) the sum rounds once instead, and the lanes are
+    `wide_add`'s. x and y broadcast (numpy rules).
     """
+    if wide:
+        return wide_add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin, qmax,
+                        dtype=dtype)
     xs, ys = _common_scale(x, y, x_offset, y_offset, multipliers, shifts, left_shift)
     return requantize(xs + ys, multipliers[2], shifts[2], out_offset, qmin, qmax, dtype=dtype)
+
+
+def wide_add(x, y, x_offset, y_offset, multipliers, shifts, out_offset, qmin=None, qmax=None,
+             *, dtype: str = "int16") -> np.ndarray:
+    """The add of an int16 operand (`split_wide`) and an int8 or int16 one, rounded once:
+    clamp(round(((x - x_offset) m_x + (y - y_offset) m_y) / 2^(31 + shift)) + out_offset),
+    m_x = multipliers[0] and m_y = multipliers[1] the two operands' ratios s_x / s_out and
+    s_y / s_out at one shift, lane 2's (`add_multipliers`: the larger ratio's, its multiplier
+    Q31-normalised); lane 2's multiplier and lanes 0 and 1's shifts are unused. A Sub's m_y is
+    negative. x and y broadcast (numpy rules).
+
+    TFLite's form (`add`) rounds each operand at 2^-left_shift of the larger input scale and
+    the sum again at the output's: an int16 operand aligned so that its rescale stays inside
+    int64 leaves only 2^12 between those steps, so an output scale near the larger input's
+    2^-12 (operands of very different scales, or a sum that cancels) rounds two or three
+    times. Here nothing rounds before the end, so the sum errs only by its one rounding and by
+    the multipliers' own error (2^-31 of the larger ratio; the smaller multiplier's rounding is
+    at most half a unit of 2^-(31 + shift), and shift is the larger ratio's).
+
+    Exact in int64: with offsets of at most 8 bits (an int16 tensor's zero point is 0, an int8
+    one's in [-128, 127]) each centred operand is below 2^15 + 2^7 < 2^16 in magnitude (int8:
+    2^8), each |multiplier| < 2^31 (`quantize_multiplier`), so each product is below 2^47 and
+    their sum below 2^48; `rounding_shift` takes it, 31 + shift in [0, 62].
+    """
+    xc = np.asarray(x, np.int64) - x_offset
+    yc = np.asarray(y, np.int64) - y_offset
+    total = xc * np.asarray(multipliers[0], np.int64) + yc * np.asarray(multipliers[1], np.int64)
+    lo, hi = RANGES[dtype]
+    qmin = lo if qmin is None else qmin
+    qmax = hi if qmax is None else qmax
+    out = rounding_shift(total, 31 + np.asarray(shifts[2], np.int64)) + out_offset
+    return np.clip(out, qmin, qmax).astype(dtype)
+
+
+def add_multipliers(x_ratio: float, y_ratio: float, multiplier: int, shift: int
+                    ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """`wide_add`'s parameter lanes (multipliers, shifts) for the operands' real ratios s_x /
+    s_out and s_y / s_out, given the larger ratio's `quantize_multiplier` (multiplier, shift):
+    the larger's lane holds that multiplier, the smaller's round(ratio * 2^(31 + shift))
+    (float64: a power-of-two scaling, then one rounding) capped at it, so below 2^31. Every
+    lane's shift is the one shift, lane 2's multiplier is 0 (unused)."""
+    larger = max(x_ratio, y_ratio)
+    lanes = tuple(multiplier if r == larger else
+                  min(int(np.rint(math.ldexp(r, 31 + shift))), multiplier)
+                  for r in (x_ratio, y_ratio))
+    return (*lanes, 0), (shift, shift, shift)
 
 
 # An int16 value in the machine's 8-bit memories: two planes of int8 codes, the high byte

@@ -25,3 +25,19 @@ def assert_one_line_error(result: Result, *parts: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("ember: error: "), result.output
     for part in parts:
         assert part in lines[0], lines[0]
+
+
+def profiled(folder: Path, proto, calib, evaluation) -> Path:
+    """`folder` holding a model (m.onnx), its calibration and evaluation data (calib.npz,
+    eval.npz: dicts of input arrays) and its profile (p.json), made by `ember
+    quantize-profile` as a user would: what a command-line test of accuracy or a budget reads."""
+    import numpy as np
+    import onnx
+
+    onnx.save(proto, str(folder / "m.onnx"))
+    for name, data in (("calib", calib), ("eval", evaluation)):
+        np.savez(folder / f"{name}.npz", **data)
+    result = invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
+                    "-o", folder / "p.json")
+    assert result.exit_code == 0, result.output
+    return folder

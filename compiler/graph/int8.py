@@ -262,11 +262,13 @@ def matmul_int8(a, b, bias=None, *, multiplier, shift, a_zero_point=0, b_zero_po
 
 def add_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,
              qclamp=None, out_dtype="int8"):
-    """TFLite's quantized ADD: multiplier/shift are (a, b, out), see numerics.add."""
+    """TFLite's quantized ADD: multiplier/shift are (a, b, out), see numerics.add; with an
+    int16 operand the sum rounds once (`numerics.wide_add`: a's and b's multipliers at one
+    shift)."""
     lo, hi = qclamp if qclamp is not None else RANGES[out_dtype]
     wide = np.asarray(a).dtype == np.int16 or np.asarray(b).dtype == np.int16
     return numerics.add(a, b, a_zero_point, b_zero_point, multiplier, shift, out_zero_point,
-                        lo, hi, dtype=out_dtype, left_shift=numerics.add_left_shift(wide))
+                        lo, hi, dtype=out_dtype, wide=wide)
 
 
 def max_int8(a, b, *, multiplier, shift, a_zero_point=0, b_zero_point=0, out_zero_point=0,

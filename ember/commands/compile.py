@@ -219,7 +219,7 @@ def _print_budget(spent: dict) -> None:
         how = "int16" if raised["how"] == "int16" else \
             f"int16 weights ({raised['nodes'][0]})" if raised["how"] == "int16 weights" else \
             f"fp32 on the host ({', '.join(raised['nodes'])})"
-        table.add_row(f"raised {raised['tensor']}", f"+{raised['gain_db']:.2f} dB expected", how)
+        table.add_row(f"raised {raised['tensor']}", f"{raised['gain_db']:+.2f} dB expected", how)
     console.results().print(table)
 
 

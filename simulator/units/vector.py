@@ -4,7 +4,9 @@ cycle, so an instruction costs ceil(elements / lanes) cycles.
 
 Parameter blocks (`ParamBlock`) live in the accumulator (int32) at `param`. REQUANT and AVGPOOL
 read them per lane (per channel); ADD reads lanes 0, 1, 2 as the (a, b, out) rescales of
-`numerics.add` (or of `numerics.extremum`, as Max or Min), MUL lane 0 as the rescale of `numerics.mul`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
+`numerics.add` (or of `numerics.extremum`, as Max or Min; with an int16 operand, lanes 0 and 1
+as the operands' multipliers at lane 2's shift, `numerics.wide_add`), MUL lane 0 as the
+rescale of `numerics.mul`. Every lane that is read must hold a valid shift (in [-31, 31]; zero-filled lanes
 are valid), unused channels included.
 """
 
@@ -107,14 +109,13 @@ def add(state, insn) -> None:
     if wide_in and ADD_OPS[a["op"]] not in ("add", "hypot"):
         raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds or takes a "
                              f"magnitude; op {ADD_OPS[a['op']]!r} has no wide form")
-    shift = numerics.add_left_shift(bool(wide_in))
     if a["wide"]:  # an int16 sum, qmin and qmax its high byte's: high plane at dst, low after
         if ADD_OPS[a["op"]] != "add":
             raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
                                  f"has no wide form")
         total = numerics.add(x, y, a["a_offset"], a["b_offset"], multipliers, shifts,
                              a["out_offset"], *numerics.wide_clamp(a["qmin"], a["qmax"]),
-                             dtype="int16", left_shift=shift)
+                             dtype="int16", wide=bool(wide_in))
         sp[:, rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate(
             numerics.split_wide(total), axis=1)
         return
@@ -122,7 +123,7 @@ def add(state, insn) -> None:
               a["qmin"], a["qmax"])
     op = ADD_OPS[a["op"]]
     sp[:, rows(sp, a["dst"], a["rows"], "scratchpad")] = (
-        numerics.add(*common, left_shift=shift) if op == "add"
+        numerics.add(*common, wide=bool(wide_in)) if op == "add"
         else numerics.hypot(*common) if op == "hypot"
         else numerics.extremum(*common, op=op))
 

@@ -295,3 +295,34 @@ def wide_table(spread: float = 5.0, seed: int = 0):
     return model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]},
                  {"w1": _w(rng, 8, 3, 3, 3, scale=spread), "b1": _w(rng, 8, scale=0.2),
                   "w2": _w(rng, 4, 8, 1, 1), "b2": _w(rng, 4, scale=0.1)})
+
+
+def wide_map_by_constant(op: str, constant_first: bool):
+    """x → Conv → HardSwish → c → Add or Sub of a scalar constant 40 (c's range is a few
+    units: the constant's scale and the output's are some twenty times c's) → a → Conv → y.
+    (The HardSwish keeps the map out of the Conv's bias.)"""
+    rng = np.random.default_rng(7)
+    operands = ["k", "c"] if constant_first else ["c", "k"]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["h"], ["c"], name="hswish"),
+             helper.make_node(op, operands, ["a"], name="map"),
+             helper.make_node("Conv", ["a", "w2"], ["y"], name="conv2")]
+    return model(nodes, {"x": [1, 3, 6, 5]}, {"y": [1, 4, 6, 5]},
+                 {"w1": _w(rng, 6, 3, 3, 3), "w2": _w(rng, 4, 6, 1, 1, scale=0.05),
+                  "k": np.array(40.0, np.float32)})
+
+
+def cancelling_sum():
+    """x → Conv (W) → q, int8, and x → Conv (ε N - W) → p, int16: their int16 sum s = p + q
+    → Conv → y is some hundred times narrower than q, so s's step is near 2^-12 of q's, where
+    TFLite's alignment of an int16 operand's ADD rounded q's term before the sum rounded."""
+    rng = np.random.default_rng(8)
+    w = _w(rng, 6, 3, 1, 1, scale=2.0)
+    nodes = [helper.make_node("Conv", ["x", "wq"], ["q"], name="convq"),
+             helper.make_node("Conv", ["x", "wp"], ["p"], name="convp"),
+             helper.make_node("Add", ["p", "q"], ["s"], name="add"),
+             helper.make_node("Conv", ["s", "w2"], ["y"], name="conv2")]
+    return model(nodes, {"x": [1, 3, 6, 5]}, {"y": [1, 4, 6, 5]},
+                 {"wq": w, "wp": (_w(rng, 6, 3, 1, 1, scale=0.02) - w).astype(np.float32),
+                  "w2": _w(rng, 4, 6, 1, 1)})
+

@@ -80,7 +80,8 @@ def learnable_affine():
     """PP-OCRv4's backbone (PPLCNetV3) as exported: every Conv and HardSwish followed by a
     scalar affine map, x -> Conv -> Mul k1 -> Add b1 -> HardSwish -> Mul k2 -> Add b2 -> Conv,
     the constants first in the Muls; then a Sub from a scalar and a Relu fused into it, and a
-    Clip. Each Mul, Add and Sub by a scalar is a LUT of its own (a table when int16)."""
+    Clip. Each Mul, Add and Sub by a scalar is a LUT of its own (a table when int16), but an
+    Add from int16 codes to int16 codes, the ADD of its constant (`numerics.wide_add`)."""
     rng = np.random.default_rng(2)
     n = helper.make_node
     nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -203,12 +204,16 @@ AFFINE = ("c1", "m1", "a1", "h", "m2", "a2", "c2", "r", "q")
 def test_scalar_maps_and_clamps_are_tables_of_int16_codes(names, preset: str) -> None:
     """An Add, Mul or Sub by a scalar (a ReLU fused into it) and a Clip run as a LUT of one
     activation: with int16 codes in or out, a table of the op's own fp32 form (`table_of`),
-    bit-exact, the whole chain between the Convs int16 or any tensor of it alone."""
+    bit-exact, the whole chain between the Convs int16 or any tensor of it alone. An Add
+    with int16 codes in and out (add1 and add2 of the whole chain) is an ADD of its constant
+    instead."""
     built = build("affine", names, preset)
     for name in names:
         assert built.qgraph.values[name].type.dtype == "int16"
     tabled = {node.name for node in built.qgraph.nodes if "table_of" in node.attrs}
     assert tabled and tabled <= {"mul1", "add1", "mul2", "add2", "sub", "clip"}
+    if names == AFFINE:
+        assert not tabled & {"add1", "add2"}
     check_bit_exact(built.qgraph, built.compiled, samples(_model("affine")[0], 3, 1))
 
 
@@ -341,3 +346,23 @@ def test_the_qdq_export_of_int16_tables_runs_in_onnxruntime() -> None:
                           for got in (session.run(None, sample)[0],
                                       run_int8(qgraph, sample)["y"]))
         assert reference > 33 and abs(qdq - reference) < 0.5
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_int16_swish_exports_as_x_times_its_sigmoid(case: str) -> None:
+    """SiLU (Swish once fused) with int16 codes in or out: its integer attributes (out_dtype,
+    the knots' window) stay out of the fp32 form, and onnxruntime runs the export, as close to
+    fp32 as the integer reference within 0.5 dB."""
+    import onnxruntime as ort
+
+    from quantizer.qdq import export_qdq
+    proto = _model("SiLU")[0]
+    qgraph = build("SiLU", CASES[case]).qgraph
+    session = ort.InferenceSession(export_qdq(qgraph).SerializeToString())
+    graph = optimized_graph(proto)
+    for sample in samples(proto, 2, 5):
+        want = evaluate(graph, sample)["y"].astype(np.float64)
+        qdq, reference = (10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
+                          for got in (session.run(None, sample)[0],
+                                      run_int8(qgraph, sample)["y"]))
+        assert abs(qdq - reference) < 0.5, (qdq, reference)

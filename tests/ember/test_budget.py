@@ -14,7 +14,7 @@ from onnx import helper
 
 from ember import budget
 from ember.flow import optimized_graph
-from tests.cli import DIGITS, assert_one_line_error, invoke
+from tests.cli import DIGITS, assert_one_line_error, invoke, profiled
 from tests.onnx_builder import model
 
 
@@ -36,15 +36,10 @@ def one_bad_tensor():
 
 @pytest.fixture(scope="module")
 def bad(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("budget")
-    onnx.save(one_bad_tensor(), str(folder / "m.onnx"))
     rng = np.random.default_rng(1)
-    for name, count in (("calib", 16), ("eval", 24)):
-        np.savez(folder / f"{name}.npz", x=rng.standard_normal((count, 3, 8, 8)).astype(np.float32))
-    result = invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
-                    "-o", folder / "p.json")
-    assert result.exit_code == 0, result.output
-    return folder
+    calib, evaluation = ({"x": rng.standard_normal((count, 3, 8, 8)).astype(np.float32)}
+                         for count in (16, 24))
+    return profiled(tmp_path_factory.mktemp("budget"), one_bad_tensor(), calib, evaluation)
 
 
 def _compile(folder, *options):
@@ -68,6 +63,9 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     assert report["bit_exact"] is True
     assert report["options"]["int16_tensors"] == ["mid"]
     assert report["outputs"][0]["sqnr_db"] == pytest.approx(after["outputs"][0]["sqnr_db"])
+    table = _compile(bad, "--min-sqnr", 18).output  # the gain with its own sign, once
+    gain = spent["raised"][0]["gain_db"]
+    assert f"{gain:+.2f} dB expected" in table and "+-" not in table
 
 
 def test_a_search_in_two_processes_chooses_what_one_does(bad) -> None:
@@ -202,12 +200,9 @@ def test_a_layer_whose_weights_are_the_error_gets_int16_weights(tmp_path) -> Non
     all-but-silent channel beside taps of ~0.02): no activation raised helps much; its weights
     int16 on the array lift the output 19 -> 30 dB, the program bit-exact."""
     from tests.ember.test_sensitivity import one_bad_weight, samples
-    onnx.save(one_bad_weight(), str(tmp_path / "m.onnx"))
-    for name, count, seed in (("calib", 8, 0), ("eval", 16, 1)):
-        np.savez(tmp_path / f"{name}.npz",
-                 x=np.concatenate([s["x"] for s in samples(count, seed)]))
-    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
-                  "-o", tmp_path / "p.json").exit_code == 0
+    profiled(tmp_path, one_bad_weight(),
+             *({"x": np.concatenate([s["x"] for s in samples(count, seed)])}
+               for count, seed in ((8, 0), (16, 1))))
     result = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
                     tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember",
                     "--json")

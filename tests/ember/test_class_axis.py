@@ -24,7 +24,7 @@ from ember.reports.metrics import Top1
 from profiler import format as profile_format
 from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
-from tests.cli import assert_one_line_error, invoke
+from tests.cli import assert_one_line_error, invoke, profiled
 from tests.onnx_builder import model
 
 SEQ, FEATURES, CLASSES, SAMPLES = 6, 8, 5, 12
@@ -100,16 +100,11 @@ def _sequence_model():
 
 @pytest.fixture(scope="module")
 def sequence(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("class_axis")
-    onnx.save(_sequence_model(), str(folder / "m.onnx"))
     rng = np.random.default_rng(1)
-    for name in ("calib", "eval"):
-        np.savez(folder / f"{name}.npz",
-                 x=rng.standard_normal((SAMPLES, SEQ, FEATURES)).astype(np.float32))
-    result = invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
-                    "-o", folder / "p.json")
-    assert result.exit_code == 0, result.output
-    return folder
+    calib, evaluation = ({"x": rng.standard_normal((SAMPLES, SEQ, FEATURES)).astype(np.float32)}
+                         for _ in range(2))
+    return profiled(tmp_path_factory.mktemp("class_axis"), _sequence_model(), calib,
+                    evaluation)
 
 
 def _accuracy(folder, *options):

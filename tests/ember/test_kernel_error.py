@@ -11,23 +11,17 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx
 import pytest
 
-from tests.cli import invoke
+from tests.cli import invoke, profiled
 from tests.e2e.models import wide_table
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kernel_error")
-    onnx.save(wide_table(), d / "m.onnx")
-    for name, count, seed in (("calib", 8, 0), ("eval", 4, 1)):
-        x = np.random.default_rng(seed).standard_normal((count, 1, 3, 8, 8))
-        np.savez(d / f"{name}.npz", x=x.astype(np.float32))
-    assert invoke("quantize-profile", d / "m.onnx", "--data", d / "calib.npz", "-o",
-                  d / "p.json").exit_code == 0
-    return d
+    calib, evaluation = ({"x": np.random.default_rng(seed).standard_normal(
+        (count, 1, 3, 8, 8)).astype(np.float32)} for count, seed in ((8, 0), (4, 1)))
+    return profiled(tmp_path_factory.mktemp("kernel_error"), wide_table(), calib, evaluation)
 
 
 def _accuracy(files, *args: str):

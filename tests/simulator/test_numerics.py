@@ -142,6 +142,57 @@ def test_add_matches_fraction(pairs, xo, yo, sx, sy, so, oo):
         assert int(got[i]) == min(max(rescale(total, m[2]) + oo, -128), 127)
 
 
+wide16 = st.integers(-(2**15), 2**15 - 1)
+signed_multiplier = st.integers(-(2**31), 2**31 - 1)
+
+
+@CI
+@given(st.lists(st.tuples(wide16, wide16), min_size=1, max_size=16), int8, int8,
+       signed_multiplier, signed_multiplier, shift, int8, st.booleans())
+def test_wide_add_is_one_rounding_of_the_exact_sum(pairs, xo, yo, mx, my, s, oo, narrow):
+    """wide_add over every int16 code (the other operand int8 or int16), every 8-bit offset,
+    every int32 multiplier (a Sub's negative ones, even -2^31) and every shift: the exact
+    rational sum rounded once, half away from zero, so no intermediate left int64 (a wrap
+    would show as a wrong result)."""
+    x = np.array([p[0] for p in pairs], np.int16)
+    y = np.array([p[1] for p in pairs], np.int16)
+    if narrow:  # an int8 operand: the low byte of the drawn code
+        y = y.astype(np.int8)
+    got = numerics.wide_add(x, y, xo, yo, (mx, my, 0), (0, 0, s), oo)
+    for i in range(len(pairs)):
+        exact = Fraction((int(x[i]) - xo) * mx + (int(y[i]) - yo) * my, 2 ** (31 + s))
+        assert int(got[i]) == min(max(round_half_away(exact) + oo, -(2**15)), 2**15 - 1)
+
+
+def test_wide_add_bound_at_the_extremes():
+    """The docstring's bound, at its corners: |x - offset| <= 2^15 + 2^7 and |m| <= 2^31 give
+    a sum of products below 2^48, and the extreme codes with the extreme multipliers still
+    round exactly (against Python integers)."""
+    corners = [-(2**15), 2**15 - 1]
+    for xo in (-128, 127):
+        for m in (-(2**31), 2**31 - 1):
+            x = np.array(corners, np.int16)
+            total = [(int(v) - xo) * m * 2 for v in x]  # both operands at the corner
+            assert max(abs(t) for t in total) < 2**48
+            got = numerics.wide_add(x, x, xo, xo, (m, m, 0), (0, 0, -31), 0, dtype="int16")
+            want = [min(max(round_half_away(Fraction(t, 1)), -(2**15)), 2**15 - 1)
+                    for t in total]
+            assert got.tolist() == want
+
+
+@CI
+@given(st.floats(2.0**-20, 2.0**20), st.floats(2.0**-40, 1.0))
+def test_add_multipliers_share_the_larger_ratios_shift(larger, fraction):
+    """The larger ratio's lane is its own quantize_multiplier; the smaller's is the nearest
+    integer to its ratio at that shift (at most the larger's); every lane's shift is one."""
+    smaller = larger * fraction
+    m, s = numerics.quantize_multiplier(larger)
+    (ma, mb, m2), shifts = numerics.add_multipliers(smaller, larger, m, s)
+    assert (mb, m2, shifts) == (m, 0, (s, s, s))
+    assert 0 <= ma <= m
+    assert abs(Fraction(ma) - Fraction(smaller) * 2 ** (31 + s)) <= Fraction(1, 2)
+
+
 @CI
 @given(st.lists(st.tuples(int8, int8), min_size=1, max_size=16), int8, int8,
        st.floats(0.001, 1.0), st.floats(0.001, 1.0), st.floats(0.001, 1.0), int8,

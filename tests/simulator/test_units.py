@@ -739,19 +739,23 @@ def test_a_wide_requant_writes_int16_as_two_planes():
         numerics.join_wide(state.scratchpad[0][40:43], state.scratchpad[0][43:46]), want)
 
 
-def test_an_add_of_a_wide_operand_aligns_at_2_to_the_12():
-    """ADD a_wide=1: a's high plane at a, low plane after it; numerics.add with the wide
-    alignment (2^12); the scheduler sees both planes read."""
+def test_an_add_of_a_wide_operand_rounds_its_sum_once():
+    """ADD a_wide=1: a's high plane at a, low plane after it; numerics.wide_add of the whole
+    codes, lanes 0 and 1 the operands' multipliers at lane 2's shift (an output scale far
+    below b's: TFLite's alignment would round b's term at a step of the output's); the
+    scheduler sees both planes read."""
     state = fresh()
-    m = [numerics.quantize_multiplier(v) for v in (0.01, 1.0, 1 / (2**12 * 0.9))]
-    _params(state, 10, [x for x, _ in m], [s for _, s in m])
+    (ma, mb, m0), shifts = numerics.add_multipliers(
+        0.01, 300.0, *numerics.quantize_multiplier(300.0))
+    _params(state, 10, [ma, mb, m0], list(shifts))
     a = rng.integers(-30000, 30000, (4, L))
     state.scratchpad[0][0:8] = np.concatenate(numerics.split_wide(a))
     b = state.scratchpad[0][8:12].copy()
     insn = isa.ADD(a=0, b=8, dst=20, rows=4, param=10, b_offset=5, a_wide=1, wide=1)
     run(state, insn)
-    want = numerics.add(a, b, 0, 5, [x for x, _ in m], [s for _, s in m], 0, dtype="int16",
-                        left_shift=numerics.ADD_LEFT_SHIFT_WIDE)
+    want = numerics.add(a, b, 0, 5, [ma, mb, m0], shifts, 0, dtype="int16", wide=True)
+    exact = np.clip(np.rint(a * 0.01 + (b.astype(np.int64) - 5) * 300.0), -2**15, 2**15 - 1)
+    assert np.abs(want - exact).max() <= 1 and np.mean(want == exact) > 0.99
     np.testing.assert_array_equal(
         numerics.join_wide(state.scratchpad[0][20:24], state.scratchpad[0][24:28]), want)
     assert isa.ADD.access(ARCH, insn)[0] == (0, 0, 8, False)

@@ -337,15 +337,27 @@ def lower_global_max_pool(lw: Walk, node: Node) -> None:
 
 
 def lower_add(lw: Walk, node: Node) -> None:
-    if _scalar_operand(lw, node):
+    """Add: a LUT with a scalar constant operand (an int8 map: every code's sum; an int16 one
+    the quantizer made a table), else ADD (an int16 map by a scalar: the constant as b, one
+    value for every pixel and lane)."""
+    if _scalar_operand(lw, node) and not _wide_sum(lw, node):
         return lower_lut(lw, node)
     _add(lw, node, negate_b=False)
 
 
 def lower_sub(lw: Walk, node: Node) -> None:
-    if _scalar_operand(lw, node):
+    """Sub: as Add, ADD with b's rescale negated."""
+    if _scalar_operand(lw, node) and not _wide_sum(lw, node):
         return lower_lut(lw, node)
     _add(lw, node, negate_b=True)
+
+
+def _wide_sum(lw: Walk, node: Node) -> bool:
+    """Whether an Add or Sub by a scalar constant is the ADD of an int16 operand and the
+    constant (`quantizer.quantize.add`: its sum rounds once, `numerics.wide_add`), not a
+    table (an int16 table op names its input, `table_of`)."""
+    return "table_of" not in node.attrs and any(
+        lw.g.type_of(n).dtype == "int16" for n in (*node.inputs[:2], node.outputs[0]))
 
 
 def lower_max(lw: Walk, node: Node) -> None:

@@ -401,9 +401,10 @@ def requant_params(node: Node, channels: int, wide: bool = False):
 
 
 # The lowerings that read int16 values (`quantizer.wide`): the array's by constant weights
-# (both planes streamed), the vector unit's ADD (an Add or Sub), MUL of two activations (a_wide,
-# b_wide), LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by
-# plane (Concat, Transpose, a nearest Resize), views, and the output bindings.
+# (both planes streamed), the vector unit's ADD (an Add or Sub: a residual stream, an LSTM
+# step's gates, a map by a scalar constant), MUL of two activations (a_wide, b_wide),
+# LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by plane
+# (Concat, Transpose, a nearest Resize), views, and the output bindings.
 WIDE_READERS = frozenset({
     Lower.LAYER_NORM, Lower.ADD, Lower.SUB, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
     Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
