@@ -1027,9 +1027,11 @@ def add(r: _Rewriter, node: Node) -> None:
     one is int16, each operand's ratio to the output scale at one shift, the sum rounding once
     (`numerics.wide_add`). A constant operand (a bias the Add broadcasts) is int16 codes over
     its own range when the Add reads or writes int16 (`quantizer.wide`), so that it loses no
-    more than the int16 operand it is added to."""
+    more than the int16 operand it is added to; a scalar stays int8, one code holding it (to
+    its scale's float32 rounding)."""
     where = f"node {node.name!r} ({node.op})"
-    a, b = (r.operand(n, "int16" if _wide_operands(r, node) else None)
+    wide = _wide_operands(r, node)
+    a, b = (r.operand(n, "int16" if wide and np.size(r.g.values[n].const) > 1 else None)
             for n in node.inputs[:2])
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
