@@ -14,8 +14,11 @@ from ember.reports.svg import bar_chart
 
 # A kernel this far below a kernel that rounds once (its kernel loss) is flagged: its
 # arithmetic, not its output's rounding, costs the tensor's accuracy, and a better kernel would
-# win it back.
+# win it back...
 LOSSY_KERNEL_DB = 10.0
+# ... unless its kernel SQNR is this far above the SQNR its tensor accumulates from the input:
+# its error is then under 1% of what the tensor already carries, and fixing it buys nothing.
+KERNEL_RELEVANT_DB = 20.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class LayerAccuracy:
 
     @property
     def lossy_kernel(self) -> bool:
-        return self.kernel_loss_db is not None and self.kernel_loss_db >= LOSSY_KERNEL_DB
+        return (self.kernel_loss_db is not None and self.kernel_loss_db >= LOSSY_KERNEL_DB
+                and self.kernel_sqnr_db < self.accumulated_sqnr_db + KERNEL_RELEVANT_DB)
 
 
 @dataclass(frozen=True)
@@ -150,8 +154,10 @@ class AccuracyReport:
 
     def lossy_kernels(self) -> list[LayerAccuracy]:
         """The layers whose kernel loses LOSSY_KERNEL_DB or more beyond a kernel that rounds
-        once (fixable kernels, not coarse tensors), the lowest kernel SQNR first: a kernel
-        losing 40 dB at 100 dB costs less than one losing 15 at 35."""
+        once (fixable kernels, not coarse tensors) and errs within KERNEL_RELEVANT_DB of what
+        its tensor carries (a table at 65 dB on a tensor of 13 dB costs nothing), the lowest
+        kernel SQNR first: a kernel losing 40 dB at 100 dB costs less than one losing 15 at
+        35."""
         return sorted((layer for layer in self.layers if layer.lossy_kernel),
                       key=lambda layer: layer.kernel_sqnr_db or 0.0)
 
@@ -227,10 +233,13 @@ class AccuracyReport:
         lossy = self.lossy_kernels()
         if not lossy:
             console.print(f"no integer kernel loses {LOSSY_KERNEL_DB:.0f} dB or more beyond "
-                          f"its output's rounding", highlight=False)
+                          f"its output's rounding where it matters (within "
+                          f"{KERNEL_RELEVANT_DB:.0f} dB of its tensor's accumulated SQNR)",
+                          highlight=False)
             return
         table = Table(title=f"kernels losing {LOSSY_KERNEL_DB:.0f} dB or more beyond their "
-                            f"output's rounding, lowest kernel SQNR first "
+                            f"output's rounding, within {KERNEL_RELEVANT_DB:.0f} dB of their "
+                            f"tensor's accumulated SQNR, lowest kernel SQNR first "
                             f"({min(max_rows, len(lossy))} of {len(lossy)})")
         for col in ("tensor", "node", "op", "precision", "own SQNR dB", "kernel SQNR dB",
                     "kernel loss dB"):
@@ -266,7 +275,8 @@ class AccuracyReport:
             unit="dB", title="SQNR per quantized tensor, in graph order") if self.layers else ""
         return render_page("accuracy.html.j2", report=self, doc=self.to_json(), layers=layers,
                            weights=self.worst_weights(), chart=chart,
-                           lossy=self.lossy_kernels(), lossy_db=LOSSY_KERNEL_DB)
+                           lossy=self.lossy_kernels(), lossy_db=LOSSY_KERNEL_DB,
+                           relevant_db=KERNEL_RELEVANT_DB)
 
 
 def _kernel_cells(layer: LayerAccuracy) -> list[str]:

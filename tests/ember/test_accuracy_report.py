@@ -61,12 +61,15 @@ def test_html_options_show_only_what_applied() -> None:
 
 
 def test_kernel_columns_flag_lossy_kernels_lowest_kernel_sqnr_first() -> None:
-    """A kernel 10 dB or more below one rounding once is flagged, the lowest kernel SQNR
-    first (a 40 dB loss at 100 dB matters less than 15 at 35); an exact kernel reads "exact",
-    a tensor no kernel computes "—"."""
+    """A kernel 10 dB or more below one rounding once, within 20 dB of its tensor's
+    accumulated SQNR, is flagged, the lowest kernel SQNR first (a 40 dB loss at 100 dB matters
+    less than 15 at 35); one far above what its tensor carries is not; an exact kernel reads
+    "exact", a tensor no kernel computes "—"."""
     layers = (LayerAccuracy("table", "t", "HardSwish", "int16", 70.0, 30.0, kernel_sqnr_db=35.0,
                             kernel_loss_db=15.0),
-              LayerAccuracy("gate", "g", "Mul", "int16", 140.0, 30.0, kernel_sqnr_db=100.0,
+              LayerAccuracy("gate", "g", "Mul", "int16", 140.0, 90.0, kernel_sqnr_db=100.0,
+                            kernel_loss_db=40.0),
+              LayerAccuracy("harmless", "h", "Mul", "int16", 140.0, 30.0, kernel_sqnr_db=100.0,
                             kernel_loss_db=40.0),
               LayerAccuracy("conv", "c", "Conv", "int8", 40.0, 35.0, kernel_sqnr_db=40.5,
                             kernel_loss_db=9.9),
