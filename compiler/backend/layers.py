@@ -330,9 +330,23 @@ class PoolLayer(_Windowed):
 class _BinaryOperands:
     """Where a binary vector layer's b operand broadcasts: its View's shape has 1 where y's has
     more, over the pixels (one value per image and channel), the channels (one value per
-    pixel) or both (one per image)."""
+    pixel) or both (one per image); and which of a, b and y are int16 (`planes`: the bytes
+    from each one's high plane to its low one, 0 for int8)."""
 
     views: tuple[View, View, View] | None
+    planes: tuple[int, int, int]
+
+    @property
+    def a_wide(self) -> bool:
+        return bool(self.planes[0])
+
+    @property
+    def b_wide(self) -> bool:
+        return bool(self.planes[1])
+
+    @property
+    def wide(self) -> bool:
+        return bool(self.planes[2])
 
     @property
     def b_channels(self) -> bool:
@@ -372,18 +386,6 @@ class AddLayer(_BinaryOperands):
     # a buffer, a broadcast bias), as MulLayer's.
     planes: tuple[int, int, int] = (0, 0, 0)
 
-    @property
-    def a_wide(self) -> bool:
-        return bool(self.planes[0])
-
-    @property
-    def b_wide(self) -> bool:
-        return bool(self.planes[1])
-
-    @property
-    def wide(self) -> bool:
-        return bool(self.planes[2])
-
 
 @dataclass(frozen=True, eq=False)
 class MulLayer(_BinaryOperands):
@@ -407,18 +409,6 @@ class MulLayer(_BinaryOperands):
     # b_wide, wide): the bytes from its high plane to its low one in its tensor (`Walk.planes`),
     # 0 for int8, so a View of the high plane finds the low one, over flat bytes or pixel-wise.
     planes: tuple[int, int, int] = (0, 0, 0)
-
-    @property
-    def a_wide(self) -> bool:
-        return bool(self.planes[0])
-
-    @property
-    def b_wide(self) -> bool:
-        return bool(self.planes[1])
-
-    @property
-    def wide(self) -> bool:
-        return bool(self.planes[2])
 
 
 @dataclass(frozen=True, eq=False)

@@ -329,22 +329,30 @@ def test_the_command_line_raises_a_table_tensor_end_to_end(tmp_path) -> None:
     assert report["bit_exact"] is True, report["first_difference"]
 
 
+def _export_and_reference_sqnr_db(op: str, names: tuple[str, ...]) -> list[tuple[float, float]]:
+    """Per sample, the output SQNR against fp32 of onnxruntime running the QDQ export and of
+    the integer reference."""
+    import onnxruntime as ort
+
+    from quantizer.qdq import export_qdq
+    proto = _model(op)[0]
+    qgraph = build(op, names).qgraph
+    session = ort.InferenceSession(export_qdq(qgraph).SerializeToString())
+    graph = optimized_graph(proto)
+    found = []
+    for sample in samples(proto, 2, 5):
+        want = evaluate(graph, sample)["y"].astype(np.float64)
+        found.append(tuple(10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
+                           for got in (session.run(None, sample)[0],
+                                       run_int8(qgraph, sample)["y"])))
+    return found
+
+
 def test_the_qdq_export_of_int16_tables_runs_in_onnxruntime() -> None:
     """The table forms export as their fp32 operators between int16 QuantizeLinear and
     DequantizeLinear nodes (a fused Relu as its clamp): onnxruntime's output is as close to
     fp32 as the integer reference's, within 0.5 dB."""
-    import onnxruntime as ort
-
-    from quantizer.qdq import export_qdq
-    proto = _model("affine")[0]
-    qgraph = build("affine", AFFINE).qgraph
-    session = ort.InferenceSession(export_qdq(qgraph).SerializeToString())
-    graph = optimized_graph(proto)
-    for sample in samples(proto, 2, 5):
-        want = evaluate(graph, sample)["y"].astype(np.float64)
-        qdq, reference = (10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
-                          for got in (session.run(None, sample)[0],
-                                      run_int8(qgraph, sample)["y"]))
+    for qdq, reference in _export_and_reference_sqnr_db("affine", AFFINE):
         assert reference > 33 and abs(qdq - reference) < 0.5
 
 
@@ -353,16 +361,5 @@ def test_an_int16_swish_exports_as_x_times_its_sigmoid(case: str) -> None:
     """SiLU (Swish once fused) with int16 codes in or out: its integer attributes (out_dtype,
     the knots' window) stay out of the fp32 form, and onnxruntime runs the export, as close to
     fp32 as the integer reference within 0.5 dB."""
-    import onnxruntime as ort
-
-    from quantizer.qdq import export_qdq
-    proto = _model("SiLU")[0]
-    qgraph = build("SiLU", CASES[case]).qgraph
-    session = ort.InferenceSession(export_qdq(qgraph).SerializeToString())
-    graph = optimized_graph(proto)
-    for sample in samples(proto, 2, 5):
-        want = evaluate(graph, sample)["y"].astype(np.float64)
-        qdq, reference = (10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
-                          for got in (session.run(None, sample)[0],
-                                      run_int8(qgraph, sample)["y"]))
+    for qdq, reference in _export_and_reference_sqnr_db("SiLU", CASES[case]):
         assert abs(qdq - reference) < 0.5, (qdq, reference)
