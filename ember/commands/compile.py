@@ -194,9 +194,28 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
             "chosen": figures(choice.report, built.compiled.summary, cycles)}
 
 
+# The raised tensors the budget's summary names, first in the ranking's order; the rest are
+# counted (a detector can raise hundreds; --json lists every one).
+SHOWN_RAISED = 20
+
+
+def _raised_counts(raised: list[dict]) -> str:
+    """'237 tensors int16, 63 layers' weights int16 and 1 fp32 on the host', of those given."""
+    kinds = (("int16", "tensor", "tensors", "int16"),
+             ("int16 weights", "layer's weights", "layers' weights", "int16"),
+             ("fp32", "tensor", "tensors", "fp32 on the host"))
+    parts = []
+    for how, one, many, what in kinds:
+        n = sum(1 for r in raised if r["how"] == how)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many} {what}")
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
+        if parts else "nothing"
+
+
 def _print_budget(spent: dict) -> None:
     before, after = spent["int8"], spent["chosen"]
-    table = Table(title=f"accuracy budget: {len(spent['raised'])} tensors raised "
+    table = Table(title=f"accuracy budget: {_raised_counts(spent['raised'])} raised "
                         f"({spent['evaluations']} configurations measured on "
                         f"{spent['samples']} samples)")
     table.add_column("")
@@ -215,11 +234,15 @@ def _print_budget(spent: dict) -> None:
                        ("dram_image_bytes", "DRAM image bytes")):
         change = after[key] / before[key] - 1 if before[key] else 0.0
         table.add_row(label, f"{before[key]:,}", f"{after[key]:,} ({change:+.1%})")
-    for raised in spent["raised"]:
+    for raised in spent["raised"][:SHOWN_RAISED]:
         how = "int16" if raised["how"] == "int16" else \
             f"int16 weights ({raised['nodes'][0]})" if raised["how"] == "int16 weights" else \
             f"fp32 on the host ({', '.join(raised['nodes'])})"
         table.add_row(f"raised {raised['tensor']}", f"{raised['gain_db']:+.2f} dB expected", how)
+    rest = spent["raised"][SHOWN_RAISED:]
+    if rest:
+        table.add_row(f"... and {len(rest)} more", "", f"{_raised_counts(rest)} (--json lists "
+                                                        f"every one)")
     console.results().print(table)
 
 

@@ -297,3 +297,26 @@ def test_the_ranking_reads_at_most_ranking_samples_and_no_alone_runs(bad, monkey
     assert choice.met
     assert (True, 5, False) in seen
     assert all(samples is None for sensitivity, samples, _ in seen if not sensitivity)
+
+
+def test_a_long_list_of_raised_tensors_is_summarized(capsys) -> None:
+    """Hundreds raised (a detector's budget): the summary names the first SHOWN_RAISED in the
+    ranking's order and counts the rest by kind; its title counts tensors and layers' weights
+    apart."""
+    from ember.commands.compile import SHOWN_RAISED, _print_budget
+    report = {"outputs": [{"name": "y", "sqnr_db": 7.0, "top1_agreement": None,
+                           "top1_accuracy_fp32": None}],
+              "cycles": 100, "dram_bytes_moved": 10, "dram_image_bytes": 5}
+    raised = [{"tensor": f"t{i}", "how": "int16", "gain_db": -0.01, "nodes": []}
+              for i in range(30)] + \
+        [{"tensor": f"w{i}", "how": "int16 weights", "gain_db": 0.02, "nodes": [f"conv{i}"]}
+         for i in range(5)]
+    _print_budget({"int8": report, "chosen": {**report, "cycles": 250}, "raised": raised,
+                   "evaluations": 16, "samples": 8})
+    out = capsys.readouterr().out
+    assert "30 tensors int16 and 5 layers' weights int16 raised" in out
+    assert "raised t0 " in out and f"raised t{SHOWN_RAISED - 1} " in out
+    assert f"raised t{SHOWN_RAISED} " not in out and "raised w0" not in out
+    assert f"... and {35 - SHOWN_RAISED} more" in out
+    assert f"{30 - SHOWN_RAISED} tensors int16 and 5 layers' weights int16 (--json lists" in out
+    assert "-0.01 dB expected" in out and "+-" not in out
