@@ -537,6 +537,12 @@ class _Rewriter:
         # The nearest code to each bound: a clamp then errs by at most half a step.
         q_lo = qmin if lo is None else max(qmin, int(_quantize_array(lo, params, dtype)))
         q_hi = qmax if hi is None else min(qmax, int(_quantize_array(hi, params, dtype)))
+        if dtype == "int16" and q_lo == qmin + 1 and params.zero_point[0] == 0:
+            # A lower bound at the symmetric range's end (an LSTM's clip, which calibrated its
+            # range): -(2^(b-1) - 1), one code above the type's own end. Clamping at the
+            # type's end instead, which a wide REQUANT's high byte bounds, lets one code more
+            # through, a step past the clip's bound.
+            q_lo = qmin
         if dtype == "int16" and not table and \
                 numerics.wide_clamp(q_lo >> 8, max(q_lo, q_hi) >> 8) != \
                 (q_lo, max(q_lo, q_hi)):

@@ -266,3 +266,23 @@ def test_an_add_broadcast_along_one_axis_or_a_max_still_refuses_int16() -> None:
     _refused(proto, "p", r"^int16 tensor 'p': read by Add 'centre'; only Convs")
     _refused(two_terms("Max", "larger"), "p",
              r"^int16 tensor 'p': read by Max 'larger'; only Convs")
+
+
+def test_an_lstm_with_peepholes_and_a_clip_runs_int16_through_its_clips() -> None:
+    """With peepholes, each gate's Clip (the LSTM's `clip`) is fused into the peephole's Add;
+    the Clip's output stands for both. Its bound calibrated the range, so its lower code is
+    the symmetric range's end, -(2^15 - 1): clamped at the type's end instead, which a wide
+    REQUANT bounds. Every step tensor but the fused Adds' int16, bit-exact."""
+    proto = recurrent(P=True, clip=3.0)
+    graph = optimized_graph(proto)
+    users = graph.users()
+    fused = {name for name in step_tensors(proto)
+             if [node.op for node in users.get(name, [])] == ["Clip"]}
+    names = [name for name in step_tensors(proto) if name not in fused]
+    assert len(fused) > T and len(names) > 10 * T
+    built = build(proto, names)
+    qgraph = built.qgraph
+    wide = {qgraph.origin.get(name, name) for name, value in qgraph.values.items()
+            if value.type.dtype == "int16"}
+    assert set(names) <= wide
+    check_bit_exact(qgraph, built.compiled, model_samples(proto, 3, 1))
