@@ -117,6 +117,18 @@ class AccuracyReport:
     # accelerator. Reported with bit_exact, when a program was checked.
     host_segments: tuple[dict[str, Any], ...] = ()
 
+    @property
+    def quantized_as(self) -> str:
+        """What the model was quantized to, for titles: int8, and what the options (or the
+        program's record) raised to int16."""
+        tensors = len(self.options.get("int16_tensors") or ())
+        weights = len(self.options.get("int16_weights") or ())
+        raised = [f"{tensors} tensor{'s' * (tensors != 1)}" if tensors else "",
+                  ("1 layer's weights" if weights == 1 else f"{weights} layers' weights")
+                  if weights else ""]
+        raised = [r for r in raised if r]
+        return "int8" if not raised else f"int8 with {' and '.join(raised)} int16"
+
     def to_json(self) -> dict[str, Any]:
         """Stable keys; the top-level metrics are those of the first output."""
         first = self.outputs[0]
@@ -186,7 +198,8 @@ class AccuracyReport:
         return counts
 
     def print(self, console: Console, max_layers: int = 15) -> None:
-        table = Table(title=f"{self.model}: int8 vs fp32 onnxruntime, {self.samples} samples")
+        table = Table(title=f"{self.model}: {self.quantized_as} vs fp32 onnxruntime, "
+                            f"{self.samples} samples")
         for col in ("output", "SQNR dB", "cosine", "max |err|", "top-1 agree", "top-1 fp32",
                     "top-1 int8"):
             table.add_column(col, justify="left" if col == "output" else "right")

@@ -96,3 +96,15 @@ def test_kernel_columns_flag_lossy_kernels_lowest_kernel_sqnr_first() -> None:
     plain = AccuracyReport(model="m.onnx", samples=10, outputs=_report().outputs,
                            layers=_report().layers)
     assert "kernel" not in plain.html() and plain.to_json()["lossy_kernels"] == []
+
+
+def test_the_titles_say_what_was_raised_to_int16() -> None:
+    plain = _report()
+    assert plain.quantized_as == "int8"
+    mixed = AccuracyReport(model="m.onnx", samples=10, outputs=plain.outputs,
+                           options={"int16_tensors": ["a", "b"], "int16_weights": ["conv"]})
+    assert mixed.quantized_as == "int8 with 2 tensors and 1 layer's weights int16"
+    title = mixed.html().split("<h1>")[1].split("</h1>")[0]
+    assert title.replace("&#39;", "'") == \
+        "Accuracy of <code>m.onnx</code>: int8 with 2 tensors and 1 layer's weights int16 " \
+        "against fp32 onnxruntime"
