@@ -18,7 +18,7 @@ import numpy as np
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node, QuantParams, Type, Value
 from compiler.graph.ops import OPS
-from quantizer.requant import ratio
+from quantizer.requant import add_ratios, ratio
 from simulator import numerics
 from simulator.numerics import RANGES
 
@@ -81,8 +81,8 @@ def _fold_into(graph: Graph, producer: Node, rescale: Node) -> Graph:
             graph.type_of(n).dtype == "int16" for n in producer.inputs[:2]):
         # An int16 operand's ADD (`numerics.wide_add`): lanes 0 and 1 scale to the output,
         # at lane 2's shift.
-        reals = [m * 2.0**-(31 + shifts[2]) * factor for m in multipliers[:2]]
-        multipliers, shifts = numerics.add_multipliers(*reals, *ratio(max(reals), where))
+        multipliers, shifts = add_ratios(*(m * 2.0**-(31 + shifts[2]) * factor
+                                           for m in multipliers[:2]), where)
     else:
         # Only the entries that scale to the output (ADD's first two rescale its inputs).
         for i in range(len(multipliers))[OPS[producer.op].quant.output_multipliers]:

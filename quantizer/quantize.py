@@ -46,7 +46,7 @@ from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypo
                             norm_copies, table_input, wide_values)
 from quantizer.options import QuantOptions
 from quantizer.wide_weights import input_bits, weight_bits, weight_nodes
-from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, ratio, ratios
+from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, add_ratios, ratio, ratios
 from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
 from simulator import numerics
@@ -1042,8 +1042,8 @@ def add(r: _Rewriter, node: Node) -> None:
     pa, pb = r.quant_of(a), r.quant_of(b)
     out, out_params, qclamp = r.requant_output(node)
     if "int16" in (r.values[a].type.dtype, r.values[b].type.dtype):
-        to_out = (pa.scale[0] / out_params.scale[0], pb.scale[0] / out_params.scale[0])
-        multipliers, shifts = numerics.add_multipliers(*to_out, *ratio(max(to_out), where))
+        multipliers, shifts = add_ratios(pa.scale[0] / out_params.scale[0],
+                                         pb.scale[0] / out_params.scale[0], where)
     else:
         larger = max(pa.scale[0], pb.scale[0])
         reals = (pa.scale[0] / larger, pb.scale[0] / larger,

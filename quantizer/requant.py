@@ -34,6 +34,14 @@ def ratio(real: float, where: str) -> tuple[int, int]:
     return multiplier, shift
 
 
+def add_ratios(x_ratio: float, y_ratio: float, where: str
+               ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """The parameter lanes of an ADD with an int16 operand (`numerics.wide_add`): each
+    operand's ratio to the output scale, at the larger one's shift (`numerics.add_multipliers`
+    of its `ratio`)."""
+    return numerics.add_multipliers(x_ratio, y_ratio, *ratio(max(x_ratio, y_ratio), where))
+
+
 def ratios(reals: Iterable[float], where: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Per-channel (multipliers, shifts) as two tuples; one warning for the clamped ones."""
     reals = [float(r) for r in reals]

@@ -559,8 +559,16 @@ def interpolate(x, table, dtype: str = "int8", zoom: int = 0, origin: int = 0) -
         index = np.where(inside, KNOTS + (offset >> step), index)
         fraction = np.where(inside, offset & ((1 << step) - 1), fraction)
         shift = np.where(inside, step, shift)
-    first = table[index]
-    fine = (first << shift) + (table[index + 1] - first) * fraction
+    return weigh_knots(table[index], table[index + 1], fraction, shift, dtype)
+
+
+def weigh_knots(first, second, fraction, shift, dtype: str = "int8") -> np.ndarray:
+    """Two knots' int16 entries weighed by `fraction` of 2^`shift` (`interpolate`'s step, and
+    the quantizer's when it places a window, `int8.knot_window`): first 2^shift + (second -
+    first) fraction, exact in int64, rounded once, half away from zero, by the shift plus the
+    entries' fraction bits (KNOT_FRACTION_BITS), saturated to `dtype` codes."""
+    first = np.asarray(first, np.int64)
+    fine = (first << shift) + (np.asarray(second, np.int64) - first) * fraction
     out = rounding_shift(fine, shift + KNOT_FRACTION_BITS[dtype])
     return np.clip(out, *RANGES[dtype]).astype(dtype)
 

@@ -495,7 +495,6 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
     knots and of knots 2^(8 - zoom) codes apart everywhere are computed once for every code,
     and a window's gain is a difference of prefix sums."""
     lo_code, hi_code = span
-    top = (1 << 15) - 1
     x = np.arange(-(1 << 15), 1 << 15, dtype=np.int64)
     exact = fp32(numerics.dequantize(x, in_scale, in_zero_point,
                                      arithmetic=np.float64).astype(np.float32), **attrs)
@@ -510,21 +509,19 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
         step = numerics.KNOT_BITS - zoom
         width = numerics.window_codes(zoom)
         # Knots 2^step codes apart from the lowest code up, past the highest by a window.
-        grid = -(1 << 15) + (np.arange(((1 << 16) + width >> step) + 1, dtype=np.int64) << step)
+        grid = -(1 << 15) + (np.arange((((1 << 16) + width) >> step) + 1, dtype=np.int64)
+                             << step)
         table = _knot_entries(fp32, attrs, grid, in_scale, in_zero_point, out_scale,
                               out_zero_point, out_dtype, out_codes)
         offset = x + (1 << 15)
-        first = table[offset >> step].astype(np.int64)
-        fraction = offset & ((1 << step) - 1)
-        value = (first << step) + (table[(offset >> step) + 1] - first) * fraction
-        value = numerics.rounding_shift(value, step + numerics.KNOT_FRACTION_BITS[out_dtype])
-        value = np.clip(value, *RANGES[out_dtype])
+        value = numerics.weigh_knots(table[offset >> step], table[(offset >> step) + 1],
+                                     offset & ((1 << step) - 1), step, out_dtype)
         gain = np.concatenate([[0.0], np.cumsum(coarse_error - weight * (value - exact) ** 2)])
         starts = np.arange(0, 1 << 16, 1 << step)  # window origins, as offsets from -2^15
         ends = np.minimum(starts + width, 1 << 16)
         gains = gain[ends] - gain[starts]
         k = int(np.argmax(gains))
-        if gains[k] > best_gain and -(1 << 15) + starts[k] <= top:
+        if gains[k] > best_gain:
             best, best_gain = (zoom, int(-(1 << 15) + starts[k])), float(gains[k])
     return best
 
