@@ -176,7 +176,7 @@ class _Rewriter:
             joint = [node for node in users.get(member, []) if node.name in self.wide_weights]
             found = accumulator_bits(self.g, member, max(-lo, hi), self.opts.per_channel,
                                      self.opts.schema == "power2", self.opts.bias_correction,
-                                     skip={node.name for node in joint})
+                                     skip={node.name for node in joint}, wide=self.wide)
             found = input_bits(self.g, member, joint, found, max(-lo, hi),
                                self.opts.per_channel, self.opts.schema == "power2",
                                fixed=bool(inputs))

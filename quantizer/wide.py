@@ -15,13 +15,17 @@ The previous block's LayerNorm output added into the stream is measured alike (`
 So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: int16 in one
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
-ConvTranspose's, Gemm's or MatMul's output (REQUANT wide=1), an Add's or Sub's (ADD wide=1:
+ConvTranspose's, Gemm's or MatMul's output, by a constant weight or of two activations
+(REQUANT wide=1), an Add's or Sub's (ADD wide=1:
 a residual stream, an LSTM step's gates, its cell state), a
 table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes), an
 AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activations' (MUL
 wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
 ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
-array (COMPUTE shift), Adds and Subs, which read both planes of an operand that is whole, a
+array (COMPUTE shift), MatMuls of two activations, which stream or PRELOAD its planes (an
+attention's Q, K, V or probabilities: `numerics.activation_passes`, their codes narrowed to
+the bits the accumulator holds with the other operand's, `product_bits`), Adds and Subs,
+which read both planes of an operand that is whole, a
 slice of another tensor or broadcast over the other (a value per channel, pixel or image;
 a constant bias is then int16 codes too), table ops, which interpolate
 between 257 knots by the low byte, or a window of finer ones where the function bends (LUT
@@ -316,7 +320,8 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
     if not _writes(graph, producers, producer) or producer.name in keep:
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
-                            f"by a constant weight (a Relu fused into it), an Add or Sub of "
+                            f"by a constant weight (a Relu fused into it) or of two "
+                            f"activations, an Add or Sub of "
                             f"two activations (one broadcast per channel, pixel or image) or "
                             f"of one and a constant, a Mul of two activations, a table op "
                             f"(Sigmoid, "
@@ -326,12 +331,12 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
 
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
-    """Whether `node` requantizes into int16 codes: an array op by a constant weight (REQUANT
-    wide), an Add or Sub (`_vector_add`: ADD wide), a table op (LUT wide), an average (AVGPOOL
-    wide) or a product of two activations (MUL wide)."""
-    return bool(_by_constant(graph, node) or _vector_add(graph, node)
-                or _table(graph, node) or OPS[node.op].lower in _AVERAGES
-                or _activation_product(graph, node))
+    """Whether `node` requantizes into int16 codes: an array op by a constant weight or a
+    MatMul of two activations (REQUANT wide), an Add or Sub (`_vector_add`: ADD wide), a table
+    op (LUT wide), an average (AVGPOOL wide) or a product of two activations (MUL wide)."""
+    return bool(_by_constant(graph, node) or activation_matmul(graph, node)
+                or _vector_add(graph, node) or _table(graph, node)
+                or OPS[node.op].lower in _AVERAGES or _activation_product(graph, node))
 
 
 def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
@@ -358,13 +363,14 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
-        if not (on_array or _vector_add(graph, reader) or table or average
-                or _activation_product(graph, reader)):
+        if not (on_array or activation_matmul(graph, reader) or _vector_add(graph, reader)
+                or table or average or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
                                 f"{reader.name!r}{linear}; only Convs, ConvTransposes, Gemms "
-                                f"and MatMuls by a constant weight (on the array), Adds and "
+                                f"and MatMuls by a constant weight or of two activations (on "
+                                f"the array), Adds and "
                                 f"Subs of two activations or of one and a constant, Muls of "
                                 f"two activations (one broadcast per channel, pixel or image), "
                                 f"table ops (Sigmoid, "
@@ -502,9 +508,27 @@ def _by_constant(graph: Graph, node: Node) -> bool:
         graph.values[node.inputs[1]].is_const and not node.attrs.get("transA", 0)
 
 
+def activation_matmul(graph: Graph, node: Node) -> bool:
+    """A MatMul or Gemm of two activations without a bias (attention's Q·Kᵀ and P·V), of
+    ranks >= 2: the array reads either operand's int16 planes (PRELOAD's w_offset and
+    COMPUTE's x_offset take each plane's) and REQUANT writes int16
+    (`numerics.activation_passes`)."""
+    return OPS[node.op].lower in (Lower.GEMM, Lower.MATMUL) and len(node.inputs) >= 2 and \
+        not (len(node.inputs) > 2 and node.inputs[2]) and \
+        all(name and not graph.values[name].is_const and len(graph.type_of(name).shape) >= 2
+            for name in node.inputs[:2])
+
+
+def product_terms(graph: Graph, node: Node) -> int:
+    """K, the terms each output of a MatMul or Gemm of two activations sums."""
+    a = graph.type_of(node.inputs[0]).shape
+    return int(a[-2] if node.attrs.get("transA", 0) else a[-1])
+
+
 def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
                      power2: bool, bias_correction: bool = False,
-                     skip: frozenset[str] | set[str] = frozenset()) -> int:
+                     skip: frozenset[str] | set[str] = frozenset(),
+                     wide: frozenset[str] | set[str] = frozenset()) -> int:
     """The most bits b (<= 16) of symmetric int16 codes for tensor `name`, of real range
     [-amax, amax], such that no reader's int32 accumulator can overflow: for every output
     channel c of every reader, 2^(b-1) S_c + min(2^(b-1) B_c + 1, 2^24 + 1) <= 2^31 - 1, where
@@ -517,9 +541,16 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
     magnitude (the producer clamps to b bits: `numerics.wide_clamp`), so |sum w x + bias| <
     2^31 and the two passes' int32 sum is exact. The weight scales are the quantizer's before
     any floor (a floor only shrinks codes), so the bound holds for the codes it makes.
-    Readers in `skip` (int16 weights: `wide_weights.input_bits`) are not counted."""
+    Readers in `skip` (int16 weights: `wide_weights.input_bits`) are not counted.
+    A MatMul of two activations of K terms bounds its operands alone (`product_bits`): the
+    other operand is int16 when in `wide`."""
     bits = 16
     for reader in _users(graph).get(name, []):
+        if activation_matmul(graph, reader):
+            other = [x for x in reader.inputs[:2] if x != name]
+            bits = min(bits, product_bits(product_terms(graph, reader),
+                                          bool(other) and other[0] in wide))
+            continue
         if not _by_constant(graph, reader) or reader.name in skip:
             continue  # an Add or a table op: the vector unit's int16 operands have no such bound
         attrs = OPS[reader.op].bind(reader.name, reader.attrs)
@@ -539,6 +570,18 @@ def accumulator_bits(graph: Graph, name: str, amax: float, per_channel: bool,
                 2.0**(bits - 1) * b_c + 1, BIAS_CODE_LIMIT + 1) > 2**31 - 1):
             bits -= 1
     return bits
+
+
+def product_bits(terms: int, other_wide: bool) -> int:
+    """The most bits b (<= 16) of symmetric int16 codes for an operand of a MatMul of two
+    activations summing `terms` products, whose int32 accumulator must hold any sum: terms *
+    2^(b-1) * m <= 2^31 - 1, m the other operand's largest magnitude, 2^8 for int8 codes less
+    a zero point (at most 255), 2^(b-1) for int16 codes of the same b (the two share the
+    accumulator's bits evenly). A b-bit code is at most 2^(b-1) in magnitude (the producer
+    clamps: `numerics.wide_clamp`), so the passes' int32 sum is exact
+    (`numerics.activation_passes`)."""
+    room = int(np.floor(np.log2((2**31 - 1) / max(terms, 1))))  # bits the two magnitudes share
+    return min(16, room // 2 + 1 if other_wide else room - 8 + 1)
 
 
 # Per graph (the budget quantizes one graph hundreds of times, and a group of int16 values asks

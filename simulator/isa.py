@@ -63,7 +63,9 @@ store -> vector -> compute -> load.
   own cycles; an int16 weight (`numerics.split_weight`) is two tiles, each PRELOADed and
   streamed in its own pass, its high part's with shift=7 and its low part's with shift=0;
   an int16 activation through int16 weights is four passes, the shifts added
-  (`numerics.wide_passes`: 15, 7, 8 and 0).
+  (`numerics.wide_passes`: 15, 7, 8 and 0); a MatMul of two int16 activations is four passes
+  too, the stationary operand's planes PRELOADed with w_offset 0 and -128 as the streamed
+  one's are with x_offset (`numerics.activation_passes`: 16, 8, 8 and 0).
   The strides let one COMPUTE apply one kernel tap of a strided convolution to a whole
   output tile. k <= the preloaded k, n <= L.
 - REQUANT: accumulator rows [acc, acc + rows) -> scratchpad rows [sp, sp + rows) by
@@ -195,6 +197,7 @@ import operator
 from dataclasses import dataclass
 from typing import Callable
 
+from simulator import numerics
 from simulator.errors import SimulatorError
 from simulator.units import MEMORIES, Work, array, dma, host, vector
 
@@ -388,7 +391,8 @@ COMPUTE = InsnDef("COMPUTE", 0x04, "compute",
                   (F("sp", _ROW), F("acc", _ROW), F("m_outer", 16, default=1), F("m_inner", 16),
                    F("outer_stride", _ROW, default=0), F("inner_stride", 8, default=1),
                    F("k", 16), F("n", 16), F("accumulate", 1, default=0),
-                   F("x_offset", 8, signed=True, default=0), F("shift", 4, default=0)),
+                   F("x_offset", 8, signed=True, default=0),
+                   F("shift", numerics.ARRAY_SHIFT_MAX.bit_length(), default=0)),
                   run=array.compute, cycles=array.compute_cycles, work=array.compute_work,
                   access=array.compute_access, latency=array.compute_latency)
 REQUANT = InsnDef("REQUANT", 0x05, "vector",

@@ -134,10 +134,11 @@ def matmul_accumulate(acc, a, b) -> np.ndarray:
 
 # The most terms of one product that float32 sums exactly: see `array_pass`.
 ARRAY_PASS_FLOAT32_TERMS = 256
-# The largest left shift of an array pass (COMPUTE's 4-bit `shift`); an int16 operand's high
-# plane takes WIDE_HIGH_SHIFT.
-ARRAY_SHIFT_MAX = 15
+# An int16 operand's high plane weighs 2^WIDE_HIGH_SHIFT against its low plane's. The largest
+# left shift of an array pass (COMPUTE's `shift`, a field of as many bits as it needs) is two
+# such planes' product: a MatMul of two int16 activations (`activation_passes`).
 WIDE_HIGH_SHIFT = 8
+ARRAY_SHIFT_MAX = 2 * WIDE_HIGH_SHIFT
 
 
 def array_pass(acc, x, w, shift: int = 0) -> np.ndarray:
@@ -386,6 +387,19 @@ def wide_passes() -> tuple[tuple[int, int, int], ...]:
     15, 7, 8 and 0, the largest COMPUTE's 4-bit field holds (ARRAY_SHIFT_MAX)."""
     return ((0, 0, WIDE_HIGH_SHIFT + WEIGHT_HIGH_SHIFT), (1, 0, WEIGHT_HIGH_SHIFT),
             (0, 1, WIDE_HIGH_SHIFT), (1, 1, 0))
+
+
+def activation_passes(a_wide: bool, b_wide: bool) -> tuple[tuple[int, int, int], ...]:
+    """The array passes of a MatMul of two activations, in the order the compiler emits them
+    for each K slice: (streamed operand a's plane, stationary operand b's plane, COMPUTE
+    shift), plane 0 the high one (an int8 operand's only plane). Each plane of an int16 operand
+    is int8 codes (`split_wide`): its high plane weighs 2^8, its low plane holds the low byte
+    - 128, offset by -WIDE_LOW_OFFSET on the array (x_offset, or PRELOAD's w_offset). So with
+    a = 2^8 a_h + a_l and b = 2^8 b_h + b_l, a b = 2^16 a_h b_h + 2^8 a_l b_h + 2^8 a_h b_l +
+    a_l b_l: passes shifted 16, 8, 8 and 0 (ARRAY_SHIFT_MAX), b's high plane first (one
+    PRELOAD for a's planes in turn)."""
+    return tuple((a, b, WIDE_HIGH_SHIFT * ((a_wide and a == 0) + (b_wide and b == 0)))
+                 for b in range(1 + b_wide) for a in range(1 + a_wide))
 
 
 def pass_magnitude(codes, weights: bool) -> np.ndarray:

@@ -275,7 +275,10 @@ class MatMulLayer:
     (m, n) at y_offsets. b is the stationary operand, a tile of k rows of n lanes (PRELOAD
     w_offset = b_zp), a's rows stream (COMPUTE x_offset = a_zp): both zero points are
     subtracted on the array, exactly as `int8.matmul_int8` does. y's rows are n contiguous
-    bytes at stride y_row from y_offsets[g]."""
+    bytes at stride y_row from y_offsets[g]. An int16 operand (or y) is two planes of int8
+    codes in its buffer, the low one `a_plane` (`b_plane`, `y_plane`) bytes after the high
+    one at the same offsets (0: int8): the array takes each pair of planes in a pass of its
+    own (`numerics.activation_passes`), and REQUANT wide=1 writes y's two."""
 
     node: str
     a: Operand
@@ -293,6 +296,9 @@ class MatMulLayer:
     out_zero_point: int
     qclamp: tuple[int, int]
     macs: int
+    a_plane: int = 0
+    b_plane: int = 0
+    y_plane: int = 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -430,21 +430,25 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
 
 def tile_matmul(layer: MatMulLayer, arch: Arch) -> MatMulTiles:
     """K slices of at most the array's rows (and the lanes, which a transposing LOAD fills),
-    output-channel blocks of the lanes, and as many rows of a per tile as the memories hold."""
+    output-channel blocks of the lanes, and as many rows of a per tile as the memories hold.
+    An int16 operand or product takes each of its buffers twice over, a plane in each half."""
     k_block = min(arch.array.rows, arch.lanes)
     n_block = min(arch.array.cols, arch.lanes)
     slices = ceil_div(layer.k, k_block)
-    weight_rows = layer.k  # all K rows of a block of b, in one LOAD
-    fit_sp = (arch.scratchpad.rows - BUFFERS * weight_rows) // (BUFFERS * (slices + 1))
+    a_planes, b_planes, y_planes = (2 if plane else 1 for plane in
+                                    (layer.a_plane, layer.b_plane, layer.y_plane))
+    weight_rows = b_planes * layer.k  # all K rows of a block of b, in one LOAD a plane
+    per_row = a_planes * slices + y_planes
+    fit_sp = (arch.scratchpad.rows - BUFFERS * weight_rows) // (BUFFERS * per_row)
     fit_acc = (arch.accumulator.rows - PARAM_ROWS) // BUFFERS
     fit = min(fit_sp, fit_acc, _MAX_FIELD, _ELEMENTWISE_TILE_ROWS)
     if fit < 1:
-        raise _too_small(layer.node, "scratchpad", BUFFERS * (weight_rows + slices + 1),
+        raise _too_small(layer.node, "scratchpad", BUFFERS * (weight_rows + per_row),
                          arch.scratchpad.rows, "one row of the product")
     rows = ceil_div(layer.m, ceil_div(layer.m, min(fit, layer.m)))
     weights = Region("scratchpad", 0, weight_rows)
-    inputs = Region("scratchpad", weights.end, slices * rows)
-    outputs = Region("scratchpad", inputs.end, rows)
+    inputs = Region("scratchpad", weights.end, a_planes * slices * rows)
+    outputs = Region("scratchpad", inputs.end, y_planes * rows)
     params = Region("accumulator", 0, PARAM_ROWS, 1)
     acc = Region("accumulator", params.end, rows)
     return MatMulTiles(rows, k_block, n_block, inputs, weights, outputs, acc, params)

@@ -474,8 +474,9 @@ def _knot_entries(fp32, attrs, codes, in_scale, in_zero_point, out_scale, out_ze
     only at the int16 entries' bounds (twice the output's range: an interpolation towards a
     knot past the range still reaches the range's end where the function does)."""
     real_in = numerics.dequantize(codes, in_scale, in_zero_point, arithmetic=np.float64)
-    real_out = np.nan_to_num(fp32(real_in.astype(np.float32), **attrs), nan=0.0,
-                             posinf=np.inf, neginf=-np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):  # ±inf saturates below
+        real_out = np.nan_to_num(fp32(real_in.astype(np.float32), **attrs), nan=0.0,
+                                 posinf=np.inf, neginf=-np.inf)
     if fine is None:
         fine = 2 ** numerics.KNOT_FRACTION_BITS[out_dtype]
     lo, hi = out_codes if fine == 1 else RANGES["int16"]
@@ -496,9 +497,13 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
     and a window's gain is a difference of prefix sums."""
     lo_code, hi_code = span
     x = np.arange(-(1 << 15), 1 << 15, dtype=np.int64)
-    exact = fp32(numerics.dequantize(x, in_scale, in_zero_point,
-                                     arithmetic=np.float64).astype(np.float32), **attrs)
-    exact = np.nan_to_num(np.asarray(exact, np.float64), nan=0.0) / out_scale + out_zero_point
+    # Every int16 code, far outside the calibrated range too: the function may overflow
+    # float32 there (a mask's large scale), and the clip to the output's codes takes ±inf.
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = fp32(numerics.dequantize(x, in_scale, in_zero_point,
+                                         arithmetic=np.float64).astype(np.float32), **attrs)
+        exact = np.nan_to_num(np.asarray(exact, np.float64), nan=0.0) / out_scale + \
+            out_zero_point
     exact = np.clip(exact, *(out_codes if out_dtype == "int16" else RANGES[out_dtype]))
     weight = ((x >= lo_code) & (x <= hi_code)).astype(np.float64)
     coarse = wide_table(fp32, attrs, in_scale, in_zero_point, "int16", out_scale,

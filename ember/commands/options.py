@@ -167,7 +167,9 @@ def quantization_options(command):
         click.option("--int16", "int16_tensors", multiple=True, metavar="NAME[,NAME...]",
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm, MatMul or "
-                          "ConvTranspose layers, Adds and Subs (residual streams, an LSTM's "
+                          "ConvTranspose layers, by constant weights or of two activations "
+                          "(attention's Q, K, V and context), Adds and Subs (residual "
+                          "streams, an LSTM's "
                           "steps: slices, broadcast terms and biases too), Muls such as a "
                           "squeeze-and-excitation gate's or a peephole's, pools or table ops "
                           "such as "

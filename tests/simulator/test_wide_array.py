@@ -28,12 +28,15 @@ def test_the_shift_field_round_trips_and_defaults_to_the_old_word():
     offset = isa._LAYOUT["COMPUTE"][-1][1]  # the shift is the row's last field
     assert isa.encode(plain) >> offset == 0
     assert isa.encode(insn) == isa.encode(plain) | 8 << offset
-    with pytest.raises(SimulatorError, match="shift = 16 does not fit in 4 bits"):
-        isa.COMPUTE(sp=0, acc=0, m_inner=1, k=1, n=1, shift=16)
+    # Two int16 activations' high planes: 2^16 (`numerics.activation_passes`), in 5 bits.
+    top = isa.COMPUTE(sp=0, acc=0, m_inner=1, k=1, n=1, shift=numerics.ARRAY_SHIFT_MAX)
+    assert isa.decode(isa.encode(top)).args["shift"] == 16
+    with pytest.raises(SimulatorError, match="shift = 32 does not fit in 5 bits"):
+        isa.COMPUTE(sp=0, acc=0, m_inner=1, k=1, n=1, shift=32)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(0, 15))
+@given(st.integers(0, 2**32 - 1), st.integers(0, numerics.ARRAY_SHIFT_MAX))
 def test_shift_wrap_is_the_product_times_2_to_the_shift_modulo_2_to_the_32(seed, shift):
     rng = np.random.default_rng(seed)
     x = rng.integers(-(2**31), 2**31, 50)

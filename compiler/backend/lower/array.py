@@ -184,7 +184,8 @@ def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (Fa
     """A MatMul (or Gemm) of two activations (attention's Q·Kᵀ and P·V): one GEMM per index
     of the leading axes (numpy's broadcasting), each operand read in place at its own strides
     (a Gemm's transA/transB swap the last two), so a Transpose before it is free
-    (`MatMulLayer`)."""
+    (`MatMulLayer`). Either operand, and the product, may be int16 (`quantizer.wide`): two
+    planes each, at the same offsets in their buffers' two halves."""
     x, z, y = node.inputs[0], node.inputs[1], node.outputs[0]
     y_shape = lw.shape(y)
     if len(lw.shape(x)) < 2 or len(lw.shape(z)) < 2:
@@ -193,11 +194,12 @@ def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (Fa
         raise unsupported(node, f"a product of two activations with a bias input "
                                 f"{node.inputs[2]!r}")
     a = int8_attrs(node)
-    for name in (x, z):
-        if lw.g.type_of(name).dtype == "int16":
-            raise unsupported(node, f"its input {name!r} is int16; a product of two "
-                                    f"activations reads int8 operands only")
-    multiplier, shift, out_zero, qclamp = requant_params(node, 1)
+    for name, zero in ((x, "a_zero_point"), (z, "b_zero_point")):
+        if lw.g.type_of(name).dtype == "int16" and int(a.get(zero, 0)):
+            raise unsupported(node, f"its int16 input {name!r} has zero point "
+                                    f"{int(a.get(zero, 0))}; int16 operands are symmetric")
+    wide = lw.g.type_of(y).dtype == "int16"
+    multiplier, shift, out_zero, qclamp = requant_params(node, 1, wide)
     operands, shapes = [], []
     for name, swap in zip((x, z), transposed):
         shape = lw.shape(name)
@@ -222,7 +224,9 @@ def _activation_matmul(lw: Walk, node: Node, transposed: tuple[bool, bool] = (Fa
     lw.layers.append(MatMulLayer(
         node.name, *operands, ty, y_offsets, y_strides[-2], m, k, n,
         int(a.get("a_zero_point", 0)), int(a.get("b_zero_point", 0)), int(multiplier[0]),
-        int(shift[0]), out_zero, qclamp, macs=node_macs(lw.g, node)))
+        int(shift[0]), out_zero, qclamp, macs=node_macs(lw.g, node),
+        a_plane=lw.wide_input(node, x), b_plane=lw.wide_input(node, z),
+        y_plane=lw.planes[ty] if wide else 0))
 
 
 def _product_place(lw: Walk, y: str) -> tuple[str, tuple[int, ...]]:
