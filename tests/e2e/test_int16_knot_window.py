@@ -140,3 +140,22 @@ def test_the_window_follows_the_codes_the_input_takes() -> None:
     assert origin <= 3 / scale < origin + numerics.window_codes(zoom)
     assert origin > -3 / scale
     assert int8.knot_window(fn, {}, scale, 0, *out) != (zoom, origin)
+
+
+def test_a_function_that_overflows_outside_the_span_builds_its_table_quietly() -> None:
+    """The window search and the knots weigh every int16 code, far past the calibrated span
+    too, where a map by a large constant (a mask's) overflows float32: the clip to the
+    output's codes takes ±inf, and no RuntimeWarning reaches the user."""
+    scale = 300.0 / 32767
+    out_scale = 3e37 / 32767
+
+    def huge(v):
+        return v * np.float32(1e37)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        knots = int8.knot_window(huge, {}, scale, 0, out_scale, 0, "int16",
+                                 numerics.RANGES["int16"], span=(-100, 100))
+        table = int8.wide_table(huge, {}, scale, 0, "int16", out_scale, 0, "int16",
+                                numerics.RANGES["int16"], knots)
+    assert table.max() == numerics.RANGES["int16"][1]
