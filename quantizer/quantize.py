@@ -108,7 +108,7 @@ class _Rewriter:
                                 else "never",
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
-        self.g, self.wide = norm_copies(self.g, self.wide)
+        self.g, self.wide = norm_copies(self.g, self.wide, set(self.opts.int16_tensors))
         groups = array_values(self.g, self.opts.int16_tensors, self.keep, self.fused)
         for group in groups:
             self.wide |= set(group)
@@ -122,7 +122,7 @@ class _Rewriter:
         # After the copies: the int16 one a residual Add reads keeps the norm's own channels.
         self.g, smoothed = smooth_norms(
             self.g, self.opts.smooth_norms if self.dtype == "int8" else "never",
-            lambda name: self.profile.tensors.get(self.onnx_name(name)))
+            lambda name: self.profile.tensors.get(self.onnx_name(name)), self.wide)
         for name, (lo, hi) in smoothed.items():
             self.ranges[name] = self.params_over(lo, hi, self.dtype_of(name))
         masks = additive_mask_ranges(self.g, self.real_range)

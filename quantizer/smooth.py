@@ -36,10 +36,13 @@ MIN_SPREAD = 4.0
 ALPHA = 0.5
 
 
-def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats | None]
+def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats | None],
+                 wide: set[str] | frozenset[str] = frozenset()
                  ) -> tuple[Graph, dict[str, tuple[float, float]]]:
     """`graph` with each qualifying LayerNorm smoothed into its readers, and the real range
-    of each smoothed output (by its new name: the profile has none)."""
+    of each smoothed output (by its new name: the profile has none). A LayerNorm whose output
+    is int16 (in `wide`) is not smoothed: its outlier channels cost int8's steps, not int16's,
+    and the int16 value must keep its name."""
     if mode == "never":
         return graph, {}
     users = graph.users()
@@ -54,7 +57,7 @@ def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats 
             continue
         y = node.outputs[0]
         stats = stats_of(y)
-        if y in graph.outputs or stats is None or stats.channel_min is None:
+        if y in graph.outputs or y in wide or stats is None or stats.channel_min is None:
             continue
         chain = _linear_readers(graph, users, y)
         channels = graph.type_of(y).shape[-1]

@@ -16,20 +16,20 @@ So are a spectrum's two parts, the Convs or Gemms whose outputs a Hypot reads: i
 scale for the pair (`hypot_operands`), the magnitude's ADD reading both planes of each.
 Every other value stays 8-bit, unless named: `QuantOptions.int16_tensors` makes a Conv's,
 ConvTranspose's, Gemm's or MatMul's output, by a constant weight or of two activations
-(REQUANT wide=1), an Add's or Sub's (ADD wide=1:
-a residual stream, an LSTM step's gates, its cell state), a
-table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes), an
-AveragePool's or GlobalAveragePool's (AVGPOOL wide=1) or a Mul of two activations' (MUL
-wide=1: a squeeze-and-excitation block's product) int16 for readers that are Convs,
-ConvTransposes, Gemms or MatMuls by constant weights, which stream its two planes through the
-array (COMPUTE shift), MatMuls of two activations, which stream or PRELOAD its planes (an
-attention's Q, K, V or probabilities: `numerics.activation_passes`, their codes narrowed to
-the bits the accumulator holds with the other operand's, `product_bits`), Adds and Subs,
-which read both planes of an operand that is whole, a
-slice of another tensor or broadcast over the other (a value per channel, pixel or image;
-a constant bias is then int16 codes too), table ops, which interpolate
-between 257 knots by the low byte, or a window of finer ones where the function bends (LUT
-in_wide=1, zoom, `numerics.interpolate`, `int8.knot_window`), into int8 or int16
+(REQUANT wide=1), an Add's or Sub's (ADD wide=1: a residual stream, an LSTM step's gates, its
+cell state), a table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes),
+an AveragePool's or GlobalAveragePool's (AVGPOOL wide=1), a Mul of two activations' (MUL
+wide=1: a squeeze-and-excitation block's product) or a LayerNorm's (LAYERNORM out_wide: the
+norm is then not smoothed, `smooth_norms`, and no int8 copy is made, `norm_copies`) int16 for
+readers that are Convs, ConvTransposes, Gemms or MatMuls by constant weights, which stream its
+two planes through the array (COMPUTE shift), MatMuls of two activations, which stream or
+PRELOAD its planes (attention's Q, K, V or context: `numerics.activation_passes`, the codes
+narrowed to the bits the accumulator holds with the other operand's, `product_bits`),
+LayerNorms of a tensor of its own (LAYERNORM wide), Adds and Subs, which read both planes of
+an operand that is whole, a slice of another tensor or broadcast over the other (a value per
+channel, pixel or image; a constant bias is then int16 codes too), table ops, which
+interpolate between 257 knots by the low byte, or a window of finer ones where the function
+bends (LUT in_wide=1, zoom, `numerics.interpolate`, `int8.knot_window`), into int8 or int16
 codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
 activations, one broadcast as a gate or not (MUL a_wide, b_wide: `numerics.mul` multiplies
 the whole codes) (`array_values`). The
@@ -124,18 +124,20 @@ def hypot_operands(graph: Graph, wide: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def norm_copies(graph: Graph, wide: set[str]) -> tuple[Graph, set[str]]:
+def norm_copies(graph: Graph, wide: set[str], named: frozenset[str] | set[str] = frozenset()
+                ) -> tuple[Graph, set[str]]:
     """`graph` with each int16 LayerNorm output that other nodes read too computed twice: an
     int16 copy (`<name>/wide`, the same node's parameters) for the residual Adds, and the
     original, 8-bit, for the rest (the array's Gemms read int8). One more LAYERNORM pass costs
-    less than the residual stream's precision that an 8-bit operand loses. Returns the graph and
-    the int16 set with the copies' names in place of the originals'."""
+    less than the residual stream's precision that an 8-bit operand loses. An output `named`
+    int16 (`QuantOptions.int16_tensors`) is int16 for every reader: no copy. Returns the graph
+    and the int16 set with the copies' names in place of the originals'."""
     users = graph.users()
     copies = {}
     for node in graph.nodes:
         y = node.outputs[0] if node.op == LAYER_NORMALIZATION.name else None
-        if y in wide and any(reader.op != ADD.name or reader.outputs[0] not in wide
-                             for reader in users[y]):
+        if y in wide and y not in named and any(
+                reader.op != ADD.name or reader.outputs[0] not in wide for reader in users[y]):
             copies[y] = f"{y}/wide"
     if not copies:
         return graph, wide
@@ -323,7 +325,8 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
                             f"by a constant weight (a Relu fused into it) or of two "
                             f"activations, an Add or Sub of "
                             f"two activations (one broadcast per channel, pixel or image) or "
-                            f"of one and a constant, a Mul of two activations, a table op "
+                            f"of one and a constant, a Mul of two activations, a LayerNorm "
+                            f"(not into a Concat), a table op "
                             f"(Sigmoid, "
                             f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
                             f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
@@ -336,7 +339,8 @@ def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
     op (LUT wide), an average (AVGPOOL wide) or a product of two activations (MUL wide)."""
     return bool(_by_constant(graph, node) or activation_matmul(graph, node)
                 or _vector_add(graph, node) or _table(graph, node)
-                or OPS[node.op].lower in _AVERAGES or _activation_product(graph, node))
+                or OPS[node.op].lower in _AVERAGES or _activation_product(graph, node)
+                or _norm_writes(graph, node))
 
 
 def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, list[Node]],
@@ -363,8 +367,10 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
+        norm = OPS[reader.op].lower is Lower.LAYER_NORM and reader.inputs[0] == name and \
+            _own_tensor(graph, producers, name)
         if not (on_array or activation_matmul(graph, reader) or _vector_add(graph, reader)
-                or table or average or _activation_product(graph, reader)):
+                or table or average or norm or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
@@ -373,6 +379,7 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"the array), Adds and "
                                 f"Subs of two activations or of one and a constant, Muls of "
                                 f"two activations (one broadcast per channel, pixel or image), "
+                                f"LayerNorms (of a tensor of its own, not a view), "
                                 f"table ops (Sigmoid, "
                                 f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
@@ -506,6 +513,19 @@ def _by_constant(graph: Graph, node: Node) -> bool:
     """A Conv, Gemm (not transA) or MatMul whose weight (input 1) is a constant."""
     return OPS[node.op].lower in _ARRAY and len(node.inputs) > 1 and \
         graph.values[node.inputs[1]].is_const and not node.attrs.get("transA", 0)
+
+
+def _norm_writes(graph: Graph, node: Node) -> bool:
+    """A LayerNorm whose output is a tensor of its own (LAYERNORM out_wide writes both planes
+    of it; not into a Concat's buffer)."""
+    return OPS[node.op].lower is Lower.LAYER_NORM and not any(
+        OPS[reader.op].lower is Lower.CONCAT for reader in _users(graph).get(node.outputs[0], []))
+
+
+def _own_tensor(graph: Graph, producers: dict[str, Node], name: str) -> bool:
+    """Whether value `name` is the whole of a tensor its producer writes (not a view, a slice
+    or a copy's: LAYERNORM reads an int16 input's two planes from a tensor of its own)."""
+    return name in producers and not moves(graph, producers[name])
 
 
 def activation_matmul(graph: Graph, node: Node) -> bool:

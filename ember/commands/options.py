@@ -168,7 +168,8 @@ def quantization_options(command):
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm, MatMul or "
                           "ConvTranspose layers, by constant weights or of two activations "
-                          "(attention's Q, K, V and context), Adds and Subs (residual "
+                          "(attention's Q, K, V and context), LayerNorms, Adds and Subs "
+                          "(residual "
                           "streams, an LSTM's "
                           "steps: slices, broadcast terms and biases too), Muls such as a "
                           "squeeze-and-excitation gate's or a peephole's, pools or table ops "

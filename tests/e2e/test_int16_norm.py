@@ -1,0 +1,117 @@
+"""int16 through LayerNorms: a LayerNorm's output named int16 (`QuantOptions.int16_tensors`) is
+int16 for every reader, the residual sum it is carried into and the Gemm it feeds, which
+streams both planes (LAYERNORM out_wide; one pass, no int8 copy beside it); such a norm is not
+smoothed (SmoothQuant moves outlier channels into the readers' weights for int8's sake; the
+int16 value keeps its name, and the Gemm's int8 weights of an outlier channel's row then weigh
+that much more); a LayerNorm reads an int16 input that is a tensor of its own
+(LAYERNORM wide). Bit-exact; the output closer to fp32; what the unit cannot do refused in one
+line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from ember.flow import CompileOptions, compile_model, optimized_graph, quantize_model
+from quantizer.errors import QuantizeError
+from quantizer.options import QuantOptions
+from simulator import isa
+from tests.e2e.flow import check_bit_exact, value_sqnr_db
+from tests.e2e.test_wide_residual import C, S, carried_stream, samples, wide_values
+from tests.onnx_builder import model
+from tests.quantizer.util import profile_of
+
+
+def _quantized(proto, names, feeds=None):
+    profile = profile_of(proto, feeds or samples(8, 0), optimized_graph(proto))
+    return quantize_model(proto, profile, QuantOptions(int16_tensors=tuple(names))).qgraph
+
+
+def test_a_named_norm_output_is_int16_for_every_reader_and_not_smoothed() -> None:
+    proto = carried_stream()
+    auto = _quantized(proto, ())
+    named = _quantized(proto, ("y",))
+    assert "y" in wide_values(named) and "y/wide" not in named.values
+    assert [n.name for n in named.nodes if n.op == "LayerNormalization"] == ["norm", "norm2"]
+    gemm = next(n for n in named.nodes if n.op in ("Gemm", "MatMul"))
+    assert named.type_of(gemm.inputs[0]).dtype == "int16"
+    assert [n.name for n in auto.nodes if n.op == "LayerNormalization"] == \
+        ["norm/smooth", "norm/wide", "norm2"]
+
+
+def test_an_int16_norm_output_is_closer_to_fp32() -> None:
+    """The norm's output int16 (and the sum it reads): its own rounding far below int8's, and
+    its error from the input on closer to fp32 (by less: the int8 model input's error
+    remains). A norm without outlier channels: none to smooth either way."""
+    proto = _norm_after("plain")
+    feeds = _feeds(8, 0)
+    graph = optimized_graph(proto)
+    int8 = _quantized(proto, (), feeds)
+    wide = _quantized(proto, ("m", "m2", "s", "n"), feeds)
+    assert [n.name for n in int8.nodes if n.op == "LayerNormalization"] == ["norm"]
+    test = feeds  # the calibration data itself: no clipping, only each type's rounding
+    assert value_sqnr_db(graph, wide, "n", test) > value_sqnr_db(graph, int8, "n", test) + 40
+    assert value_sqnr_db(graph, wide, "n", test, stored=False) > \
+        value_sqnr_db(graph, int8, "n", test, stored=False) + 3  # the int8 input a's error
+
+
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_a_named_norm_output_runs_bit_exactly(preset: str) -> None:
+    proto = carried_stream()
+    profile = profile_of(proto, samples(8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile,
+                          CompileOptions(quant=QuantOptions(int16_tensors=("y",))), preset)
+    norms = [i for i in built.compiled.program.instructions if i.op is isa.LAYERNORM]
+    assert [(i.args["wide"], i.args["out_wide"]) for i in norms] == [(1, 1), (1, 0)]
+    assert built.compiled.program.host_segments == ()
+    check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
+
+
+def _feeds(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"a": rng.normal(0, 1, (1, S, C)).astype(np.float32)} for _ in range(count)]
+
+
+def _norm_after(kind: str):
+    """a [1, S, C] -> MatMul -> m; with kind "view" m -> Reshape [S, C] -> LayerNorm -> y
+    (the norm reads a view of m); with "concat" LayerNorm(m) -> n, Concat(n, a) -> y; with
+    "plain" LayerNorm(m + a @ w3) -> n, n -> MatMul -> y."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.normal(0, C ** -0.5, (C, C)).astype(np.float32),
+             "gamma": np.ones(C, np.float32), "beta": np.zeros(C, np.float32),
+             "flat": np.array([S, C], np.int64)}
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"], name="dense")]
+    if kind == "view":
+        nodes += [helper.make_node("Reshape", ["m", "flat"], ["f"], name="flatten"),
+                  helper.make_node("LayerNormalization", ["f", "gamma", "beta"], ["y"],
+                                   name="norm")]
+        out = [S, C]
+    elif kind == "plain":
+        inits["w2"] = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
+        inits["w3"] = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
+        nodes += [helper.make_node("MatMul", ["a", "w3"], ["m2"], name="dense3"),
+                  helper.make_node("Add", ["m", "m2"], ["s"], name="residual"),
+                  helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["n"],
+                                   name="norm"),
+                  helper.make_node("MatMul", ["n", "w2"], ["y"], name="dense2")]
+        out = [1, S, C]
+    else:
+        nodes += [helper.make_node("LayerNormalization", ["m", "gamma", "beta"], ["n"],
+                                   name="norm"),
+                  helper.make_node("Concat", ["n", "a"], ["y"], name="join", axis=1)]
+        out = [1, 2 * S, C]
+    return model(nodes, {"a": [1, S, C]}, {"y": out}, inits, opset=17)
+
+
+@pytest.mark.parametrize("kind, name, says", [
+    ("view", "m", "read by LayerNormalization 'norm'"),
+    ("concat", "n", "made by LayerNormalization 'norm'"),
+])
+def test_what_the_unit_cannot_do_is_refused_in_one_line(kind: str, name: str, says: str) -> None:
+    proto = _norm_after(kind)
+    with pytest.raises(QuantizeError) as caught:
+        _quantized(proto, (name,), _feeds(4, 0))
+    message = str(caught.value)
+    assert "\n" not in message and "int16 tensor" in message and repr(name) in message and \
+        says in message
