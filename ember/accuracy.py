@@ -497,7 +497,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         for name, stats in tallies.outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, setup.params, tallies.layer_kernel,
                      tallies.layer_ideal)
-    weights, floats = _weights(graph, qgraph) if evaluation.per_layer else ((), {})
+    weights, floats = _weights(graph, qgraph, quantized.float_weights) \
+        if evaluation.per_layer else ((), {})
     if evaluation.sensitivity and layers:
         # Every sample in memory, in this process: kept by the shard that ran here, or read
         # again here when the shards ran elsewhere (the same samples, the same references).
@@ -792,11 +793,12 @@ def _layers(qgraph: Graph, own: dict[str, ErrorStats], acc: dict[str, ErrorStats
     return tuple(layers)
 
 
-def _weights(graph: Graph, qgraph: Graph) -> tuple[tuple[WeightAccuracy, ...],
-                                                    dict[str, np.ndarray]]:
+def _weights(graph: Graph, qgraph: Graph, float_weights: Mapping[str, np.ndarray]
+             ) -> tuple[tuple[WeightAccuracy, ...], dict[str, np.ndarray]]:
     """Each integer weight of a Conv, Gemm or MatMul (the first node that reads it), with its
     own SQNR (its float values against its codes dequantized), and its float values by the
-    integer weight's name (for `sensitivities`)."""
+    integer weight's name (for `sensitivities`): the quantizer's (`float_weights`: a smoothed
+    weight's are in no graph), else its origin's in `graph`."""
     rows, floats = [], {}
     for node in qgraph.nodes:
         row = OPS[node.op]
@@ -805,15 +807,19 @@ def _weights(graph: Graph, qgraph: Graph) -> tuple[tuple[WeightAccuracy, ...],
         value = qgraph.values[node.inputs[1]]
         origin = graph.values.get(qgraph.origin.get(value.name, value.name))
         quant = value.type.quant
-        if not value.is_const or quant is None or origin is None or origin.const is None or \
-                np.shape(origin.const) != np.shape(value.const):
+        real = float_weights.get(value.name)
+        if real is None and origin is not None:
+            real = origin.const
+        if not value.is_const or quant is None or real is None or \
+                np.shape(real) != np.shape(value.const):
             continue
-        real = np.asarray(origin.const, np.float64)
+        real = np.asarray(real, np.float64)
         error = ErrorStats()
         error.add(real, numerics.dequantize(value.const, quant.scale, quant.zero_point,
                                             axis=quant.axis, arithmetic=np.float64))
         floats[value.name] = real
-        rows.append(WeightAccuracy(origin.name, value.name, node.name, node.op,
+        rows.append(WeightAccuracy(origin.name if origin is not None else value.name,
+                                   value.name, node.name, node.op,
                                    value.type.dtype, error.sqnr_db))
     return tuple(rows), floats
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from compiler.backend.program import BackendOptions, Compiled
@@ -87,6 +88,8 @@ class Quantized:
     model: onnx.ModelProto  # as imported: its input shapes fixed when shapes were given
     graph: Graph  # fp32, after the graph passes: the per-layer reference, same names
     qgraph: Graph  # int8: the integer reference the program matches bit for bit
+    # Each integer weight's float values by its name (a smoothed one's are in no other graph).
+    float_weights: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ class Quantizer:
         if options.equalize != self.equalize:
             raise ValueError(f"imported with equalize={self.equalize!r}, asked to quantize "
                              f"with {options.equalize!r}")
-        return Quantized(self.model, self.graph, quantize(self.graph, self.profile, options))
+        floats: dict[str, np.ndarray] = {}
+        qgraph = quantize(self.graph, self.profile, options, floats)
+        return Quantized(self.model, self.graph, qgraph, floats)
 
 
 def compile_model(model: ModelSource, profile: ProfileSource,

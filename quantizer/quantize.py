@@ -56,13 +56,20 @@ from simulator.numerics import RANGES
 WEIGHT_QMAX = 127  # weights are symmetric int8 in [-127, 127], so negation never overflows
 
 
-def quantize(graph: Graph, profile: Profile, options: QuantOptions = QuantOptions()) -> Graph:
-    """The int8 graph of `graph` (run `compiler.pipeline.optimize` first: BN must be folded)."""
+def quantize(graph: Graph, profile: Profile, options: QuantOptions = QuantOptions(),
+             float_weights: dict[str, np.ndarray] | None = None) -> Graph:
+    """The int8 graph of `graph` (run `compiler.pipeline.optimize` first: BN must be folded).
+    `float_weights`, if given, receives each integer weight's float values by its name: those
+    of a weight a pass of the quantizer's made (a LayerNorm's smoothing scales its readers'
+    weights: `quantizer.smooth`) are in no graph but the quantizer's own."""
     check_quantizable(graph, options)
     rewriter = _Rewriter(graph, profile, options)
     rewriter.check_profile()
     qgraph = cleanup(rewriter.run())
     verify_int8(qgraph)
+    if float_weights is not None:
+        float_weights.update({name: array for name, array in rewriter.float_weights.items()
+                              if name in qgraph.values})
     return qgraph
 
 
@@ -89,6 +96,7 @@ class _Rewriter:
         self.floating: dict[str, str] = {}   # fp32 activation → the name of its float value
         self.ranges: dict[str, QuantParams] = {}
         self.weights: dict[tuple[str, int | None, tuple[float, ...], int], str] = {}
+        self.float_weights: dict[str, np.ndarray] = {}  # an integer weight -> its floats
         producers = graph.producers()
         self.float_primary = set(graph.inputs) | set(graph.outputs) | {
             out for node in graph.nodes if node.name in self.keep for out in node.outputs}
@@ -450,6 +458,7 @@ class _Rewriter:
         while qname in self.values:
             qname, k = f"{name}/q{'' if axis is None else axis}_{k}", k + 1
         self.weights[key] = self.const(qname, q, params, name)
+        self.float_weights[qname] = self.g.values[name].const
         return qname
 
     def _rounded(self, name: str, scales: tuple[float, ...], axis: int | None,

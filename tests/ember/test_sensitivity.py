@@ -152,3 +152,25 @@ def test_weights_dequantized_once_change_no_output(build) -> None:
         feeds = sample()
         want, got = ort.run(as_written, feeds), ort.run(dequantized, feeds)
         assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_a_smoothed_layers_weights_are_listed_with_their_own_floats(tmp_path) -> None:
+    """A LayerNorm's smoothing scales its reader's weights into values no model file holds
+    (`quantizer.smooth`): they are listed too, measured against the quantizer's own floats
+    (their own SQNR an int8 weight's, not the unsmoothed weights' against smoothed codes), so
+    the budget can raise them."""
+    from ember.accuracy import Evaluation, measure
+    from tests.e2e.test_wide_residual import carried_stream
+    from tests.e2e.test_wide_residual import samples as stream_samples
+    path = tmp_path / "m.onnx"
+    onnx.save(carried_stream(), path)
+    for name, count, seed in (("calib", 8, 0), ("eval", 2, 1)):
+        feeds = stream_samples(count, seed)
+        np.savez(tmp_path / f"{name}.npz",
+                 **{k: np.concatenate([s[k] for s in feeds]) for k in feeds[0]})
+    assert invoke("quantize-profile", path, "--data", tmp_path / "calib.npz", "-o",
+                  tmp_path / "p.json").exit_code == 0
+    report = measure(str(path), str(tmp_path / "p.json"),
+                     Evaluation(str(tmp_path / "eval.npz"), per_layer=True), QuantOptions())
+    (weight,) = report.weights
+    assert weight.value == "w/smooth" and weight.node == "dense" and weight.own_sqnr_db > 35
