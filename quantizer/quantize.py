@@ -41,7 +41,7 @@ from quantizer.checks import check_quantizable, integer_node, is_float
 from quantizer.cleanup import cleanup
 from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
-from quantizer.smooth import smooth_norms
+from quantizer.smooth import smooth_norms, smoothed_name
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
                             norm_copies, table_input, wide_values)
 from quantizer.options import QuantOptions
@@ -116,23 +116,31 @@ class _Rewriter:
                                 else "never",
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
                                 self.real_range)
-        self.g, self.wide = norm_copies(self.g, self.wide, set(self.opts.int16_tensors))
+        self.g, self.wide = norm_copies(self.g, self.wide)
         groups = array_values(self.g, self.opts.int16_tensors, self.keep, self.fused)
+        # After the copies: the int16 one a residual Add reads keeps the norm's own channels.
+        # A smoothed norm's output and the views to its Gemms are renamed (their values are
+        # x / f); an int16 one stays int16 under its new name, smoothed too: int16 keeps its
+        # outlier channels, and smoothing keeps the Gemms' int8 weights of those channels'
+        # rows from weighing them up.
+        self.g, smoothed = smooth_norms(
+            self.g, self.opts.smooth_norms if self.dtype == "int8" else "never",
+            lambda name: self.profile.tensors.get(self.onnx_name(name)))
+        producers = self.g.producers()
+        groups = [[smoothed_name(m) if smoothed_name(m) in producers else m for m in group]
+                  for group in groups]
         for group in groups:
             self.wide |= set(group)
         self.wide_weights = weight_nodes(self.g, self.opts.int16_weights, self.keep)
         for group in groups:  # one scale a group, narrowed to what the accumulators hold
-            self._wide_group(group)
+            self._wide_group(group, smoothed)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
             self.ranges[a] = self.ranges[b] = self.params_over(lo, hi, "int16")
-        # After the copies: the int16 one a residual Add reads keeps the norm's own channels.
-        self.g, smoothed = smooth_norms(
-            self.g, self.opts.smooth_norms if self.dtype == "int8" else "never",
-            lambda name: self.profile.tensors.get(self.onnx_name(name)), self.wide)
         for name, (lo, hi) in smoothed.items():
-            self.ranges[name] = self.params_over(lo, hi, self.dtype_of(name))
+            if name not in self.wide:  # an int16 one's are its group's
+                self.ranges[name] = self.params_over(lo, hi)
         masks = additive_mask_ranges(self.g, self.real_range)
         for name, (lo, hi) in masks.items():
             self.ranges[name] = self.params_over(lo, hi)
@@ -165,15 +173,18 @@ class _Rewriter:
         return Graph(self.g.name, self.g.inputs, self.g.outputs, tuple(self.nodes),
                      dict(self.values), self.g.opset, dict(self.origin))
 
-    def _wide_group(self, group: list[str]) -> None:
+    def _wide_group(self, group: list[str], smoothed: dict[str, tuple[float, float]]) -> None:
         """The parameters of an int16 group (`quantizer.wide.wide_group`: values holding the
         same codes through views, Concats, MaxPools, ...): one scale over the union of its
-        profiled ranges, its codes of the fewest bits any member's array readers' int32
+        profiled ranges (a smoothed norm output's, `smoothed`: the profile's divided by the
+        smoothing), its codes of the fewest bits any member's array readers' int32
         accumulators allow (`accumulator_bits`), so that every producer in the group
         requantizes into the codes every reader takes."""
         name = group[0]
         profiled = [m for m in group if self.onnx_name(m) in self.profile.tensors]
-        ranges = [self.real_range(m) for m in profiled or [name]]
+        ranges = [smoothed[m] for m in group if m in smoothed] + \
+            [self.real_range(m) for m in profiled]
+        ranges = ranges or [self.real_range(name)]
         lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
         inputs = [m for m in group if m in self.g.inputs]
         users = self.g.users()

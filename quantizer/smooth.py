@@ -36,13 +36,15 @@ MIN_SPREAD = 4.0
 ALPHA = 0.5
 
 
-def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats | None],
-                 wide: set[str] | frozenset[str] = frozenset()
+def smoothed_name(name: str) -> str:
+    """The name of value (or constant) `name` smoothed: its values are no longer the model's."""
+    return f"{name}/smooth"
+
+
+def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats | None]
                  ) -> tuple[Graph, dict[str, tuple[float, float]]]:
     """`graph` with each qualifying LayerNorm smoothed into its readers, and the real range
-    of each smoothed output (by its new name: the profile has none). A LayerNorm whose output
-    is int16 (in `wide`) is not smoothed: its outlier channels cost int8's steps, not int16's,
-    and the int16 value must keep its name."""
+    of each smoothed output (by its new name, `smoothed_name`: the profile has none)."""
     if mode == "never":
         return graph, {}
     users = graph.users()
@@ -57,7 +59,7 @@ def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats 
             continue
         y = node.outputs[0]
         stats = stats_of(y)
-        if y in graph.outputs or y in wide or stats is None or stats.channel_min is None:
+        if y in graph.outputs or stats is None or stats.channel_min is None:
             continue
         chain = _linear_readers(graph, users, y)
         channels = graph.type_of(y).shape[-1]
@@ -71,16 +73,16 @@ def smooth_norms(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats 
         w_reach = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
         f = (np.maximum(reach, 1e-12) ** ALPHA /
              np.maximum(w_reach, 1e-12) ** (1 - ALPHA)).astype(np.float64)
-        rename = {y: f"{y}/smooth", **{v.outputs[0]: f"{v.outputs[0]}/smooth" for v in views}}
+        rename = {y: smoothed_name(y), **{v.outputs[0]: smoothed_name(v.outputs[0]) for v in views}}
         for old, new in rename.items():
             values[new] = dataclasses.replace(graph.values[old], name=new)
-        gamma = _const(values, f"{node.inputs[1]}/smooth",
+        gamma = _const(values, smoothed_name(node.inputs[1]),
                        graph.values[node.inputs[1]].const / f)
         inputs = [node.inputs[0], gamma]
         if len(node.inputs) > 2 and node.inputs[2]:
-            inputs.append(_const(values, f"{node.inputs[2]}/smooth",
+            inputs.append(_const(values, smoothed_name(node.inputs[2]),
                                  graph.values[node.inputs[2]].const / f))
-        nodes[node.name] = node.with_(name=f"{node.name}/smooth", inputs=tuple(inputs),
+        nodes[node.name] = node.with_(name=smoothed_name(node.name), inputs=tuple(inputs),
                                       outputs=(rename[y],))
         for view in views:
             nodes[view.name] = view.with_(inputs=(rename[view.inputs[0]], *view.inputs[1:]),
@@ -140,7 +142,7 @@ def _scaled_reader(graph: Graph, values: dict, node: Node, rename: dict,
     weight = node.inputs[1]
     dtype = graph.values[weight].const.dtype
     scaled = rows.T if node.attrs.get("transB", 0) else rows
-    name = _const(values, f"{weight}/smooth", scaled.astype(dtype))
+    name = _const(values, smoothed_name(weight), scaled.astype(dtype))
     return node.with_(inputs=(rename.get(node.inputs[0], node.inputs[0]), name,
                               *node.inputs[2:]))
 

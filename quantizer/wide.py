@@ -19,8 +19,8 @@ ConvTranspose's, Gemm's or MatMul's output, by a constant weight or of two activ
 (REQUANT wide=1), an Add's or Sub's (ADD wide=1: a residual stream, an LSTM step's gates, its
 cell state), a table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes),
 an AveragePool's or GlobalAveragePool's (AVGPOOL wide=1), a Mul of two activations' (MUL
-wide=1: a squeeze-and-excitation block's product) or a LayerNorm's (LAYERNORM out_wide: the
-norm is then not smoothed, `smooth_norms`, and no int8 copy is made, `norm_copies`) int16 for
+wide=1: a squeeze-and-excitation block's product) or a LayerNorm's (LAYERNORM out_wide,
+smoothed as an int8 one would be: `smooth_norms`, the name then `smoothed_name`'s) int16 for
 readers that are Convs, ConvTransposes, Gemms or MatMuls by constant weights, which stream its
 two planes through the array (COMPUTE shift), MatMuls of two activations, which stream or
 PRELOAD its planes (attention's Q, K, V or context: `numerics.activation_passes`, the codes
@@ -124,20 +124,19 @@ def hypot_operands(graph: Graph, wide: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def norm_copies(graph: Graph, wide: set[str], named: frozenset[str] | set[str] = frozenset()
-                ) -> tuple[Graph, set[str]]:
+def norm_copies(graph: Graph, wide: set[str]) -> tuple[Graph, set[str]]:
     """`graph` with each int16 LayerNorm output that other nodes read too computed twice: an
     int16 copy (`<name>/wide`, the same node's parameters) for the residual Adds, and the
-    original, 8-bit, for the rest (the array's Gemms read int8). One more LAYERNORM pass costs
-    less than the residual stream's precision that an 8-bit operand loses. An output `named`
-    int16 (`QuantOptions.int16_tensors`) is int16 for every reader: no copy. Returns the graph
-    and the int16 set with the copies' names in place of the originals'."""
+    original, 8-bit unless named int16 too, for the rest (the array's Gemms, which its
+    smoothing may then scale: `quantizer.smooth`). One more LAYERNORM pass costs less than the
+    residual stream's precision that an 8-bit operand loses. Returns the graph and the int16
+    set with the copies' names in place of the originals'."""
     users = graph.users()
     copies = {}
     for node in graph.nodes:
         y = node.outputs[0] if node.op == LAYER_NORMALIZATION.name else None
-        if y in wide and y not in named and any(
-                reader.op != ADD.name or reader.outputs[0] not in wide for reader in users[y]):
+        if y in wide and any(reader.op != ADD.name or reader.outputs[0] not in wide
+                             for reader in users[y]):
             copies[y] = f"{y}/wide"
     if not copies:
         return graph, wide

@@ -1,9 +1,7 @@
 """int16 through LayerNorms: a LayerNorm's output named int16 (`QuantOptions.int16_tensors`) is
-int16 for every reader, the residual sum it is carried into and the Gemm it feeds, which
-streams both planes (LAYERNORM out_wide; one pass, no int8 copy beside it); such a norm is not
-smoothed (SmoothQuant moves outlier channels into the readers' weights for int8's sake; the
-int16 value keeps its name, and the Gemm's int8 weights of an outlier channel's row then weigh
-that much more); a LayerNorm reads an int16 input that is a tensor of its own
+written int16 (LAYERNORM out_wide) and the Gemm it feeds streams both planes; it is smoothed
+as its int8 form would be (SmoothQuant moves outlier channels into the readers' weights, whose
+int8 codes would otherwise weigh them up), under the smoothed name; a LayerNorm reads an int16 input that is a tensor of its own
 (LAYERNORM wide). Bit-exact; the output closer to fp32; what the unit cannot do refused in one
 line."""
 
@@ -28,16 +26,24 @@ def _quantized(proto, names, feeds=None):
     return quantize_model(proto, profile, QuantOptions(int16_tensors=tuple(names))).qgraph
 
 
-def test_a_named_norm_output_is_int16_for_every_reader_and_not_smoothed() -> None:
+def test_a_named_norm_output_is_smoothed_and_int16() -> None:
+    """y feeds a Gemm and is carried into the next sum: the sum's copy (norm/wide) is int16 as
+    before, and y named int16 is smoothed as its int8 form would be (channel 5, 30 times the
+    others, moved into the Gemm's weights), under the smoothed name, int16; the Gemm's output
+    is no worse than int8 y's."""
     proto = carried_stream()
+    graph = optimized_graph(proto)
     auto = _quantized(proto, ())
     named = _quantized(proto, ("y",))
-    assert "y" in wide_values(named) and "y/wide" not in named.values
-    assert [n.name for n in named.nodes if n.op == "LayerNormalization"] == ["norm", "norm2"]
-    gemm = next(n for n in named.nodes if n.op in ("Gemm", "MatMul"))
-    assert named.type_of(gemm.inputs[0]).dtype == "int16"
-    assert [n.name for n in auto.nodes if n.op == "LayerNormalization"] == \
+    assert {"y/smooth", "y/wide"} <= set(wide_values(named))
+    assert [n.name for n in named.nodes if n.op == "LayerNormalization"] == \
+        [n.name for n in auto.nodes if n.op == "LayerNormalization"] == \
         ["norm/smooth", "norm/wide", "norm2"]
+    gemm = next(n for n in named.nodes if n.op in ("Gemm", "MatMul"))
+    assert named.type_of(gemm.inputs[0]).dtype == "int16" and gemm.inputs[1] == "w/smooth"
+    test = samples(4, 9)
+    assert value_sqnr_db(graph, named, "p", test, stored=False) >= \
+        value_sqnr_db(graph, auto, "p", test, stored=False)
 
 
 def test_an_int16_norm_output_is_closer_to_fp32() -> None:
@@ -63,7 +69,8 @@ def test_a_named_norm_output_runs_bit_exactly(preset: str) -> None:
     built = compile_model(proto, profile,
                           CompileOptions(quant=QuantOptions(int16_tensors=("y",))), preset)
     norms = [i for i in built.compiled.program.instructions if i.op is isa.LAYERNORM]
-    assert [(i.args["wide"], i.args["out_wide"]) for i in norms] == [(1, 1), (1, 0)]
+    # norm/smooth (int16 now), norm/wide (the sum's copy), norm2
+    assert [(i.args["wide"], i.args["out_wide"]) for i in norms] == [(1, 1), (1, 1), (1, 0)]
     assert built.compiled.program.host_segments == ()
     check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
 
