@@ -130,7 +130,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
                                                class_axes=axes),
-                                    progress, cluster)
+                                    progress, cluster, target)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
         built = compile_model(model, profile_path, options, target, progress)
@@ -164,11 +164,12 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
 
 
 def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
-                   allow_host: bool, evaluation: Evaluation, progress, where: Where) -> Choice:
+                   allow_host: bool, evaluation: Evaluation, progress, where: Where,
+                   target: str) -> Choice:
     """The search's choice; a missed budget is exit 3 with the best measured, no program."""
     try:
         return choose(model, profile_path, evaluation, options.quant, budget, allow_host,
-                      options.input_shapes, progress, where)
+                      options.input_shapes, progress, where, target)
     except BudgetMissed as missed:
         click.echo(f"ember: budget not met, no program written: {missed}", err=True)
         sys.exit(3)
@@ -185,7 +186,10 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                              "top1_agreement": o.top1_agreement,
                              "top1_per_position": o.top1_per_position}
                             for o in report.outputs]}
-    return {"met": choice.met, "evaluations": choice.evaluations,
+    estimated = choice.estimated_cycles
+    return {"met": choice.met, "evaluations": choice.evaluations, "pruned": choice.pruned,
+            "estimated_cycles": {"int8": estimated[0], "chosen": estimated[1]}
+            if estimated else None,
             "budget": dataclasses.asdict(choice.budget) if choice.budget else None,
             "samples": choice.report.samples,
             "raised": [r.to_json() for r in choice.raised],
@@ -234,10 +238,21 @@ def _print_budget(spent: dict) -> None:
                        ("dram_image_bytes", "DRAM image bytes")):
         change = after[key] / before[key] - 1 if before[key] else 0.0
         table.add_row(label, f"{before[key]:,}", f"{after[key]:,} ({change:+.1%})")
+    estimated = spent.get("estimated_cycles")
+    if estimated:
+        change = estimated["chosen"] / estimated["int8"] - 1 if estimated["int8"] else 0.0
+        table.add_row("cycles estimated from the graph", f"{estimated['int8']:,}",
+                      f"{estimated['chosen']:,} ({change:+.1%})")
+    if spent.get("pruned"):
+        table.add_row("dropped by the pruning (costliest per dB first)", "",
+                      f"{spent['pruned']} of {spent['pruned'] + len(spent['raised'])}")
     for raised in spent["raised"][:SHOWN_RAISED]:
         how = "int16" if raised["how"] == "int16" else \
             f"int16 weights ({raised['nodes'][0]})" if raised["how"] == "int16 weights" else \
             f"fp32 on the host ({', '.join(raised['nodes'])})"
+        cost = raised.get("cost_cycles")
+        if cost is not None:
+            how += f", {cost:+,} cycles est."
         table.add_row(f"raised {raised['tensor']}", f"{raised['gain_db']:+.2f} dB expected", how)
     rest = spent["raised"][SHOWN_RAISED:]
     if rest:
