@@ -269,7 +269,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
             high = middle
         else:
             low = middle
-    model = CycleModel(int8.qgraph, target if isinstance(target, Arch) else Arch.load(target))
+    model = CycleModel(int8.qgraph, target if isinstance(target, Arch) else Arch.load(target),
+                       int8.graph)
     if high is None:
         best = max(measured, key=lambda n: budget.margin(measured[n]))
         raised = _priced(candidates.raised(best), model)

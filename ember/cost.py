@@ -32,6 +32,7 @@ from compiler.backend.partition import flops
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower
+from quantizer.wide import wide_group
 from simulator.arch import Arch
 
 _ARRAY = {Lower.CONV, Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL}
@@ -60,8 +61,11 @@ class CycleModel:
     weights raised (`cycles`); built once per graph, priced per configuration in
     microseconds."""
 
-    def __init__(self, graph: Graph, arch: Arch):
-        self.graph, self.arch = graph, arch
+    def __init__(self, graph: Graph, arch: Arch, fp32: Graph | None = None):
+        """`graph` quantized; `fp32` the graph it was quantized from, whose int16 groups
+        (`quantizer.wide.wide_group`: the values a Concat, view or copy joins) say which
+        values raising one tensor raises with it."""
+        self.graph, self.arch, self.fp32 = graph, arch, fp32
         self.nodes = [node for node in graph.nodes if OPS[node.op].lower not in _FREE]
         self._array = {node.name: self._array_cycles(node) for node in self.nodes
                        if OPS[node.op].lower in _ARRAY and self._weight(node) is not None}
@@ -80,14 +84,18 @@ class CycleModel:
 
     def item(self, tensor: str, how: str, nodes: Iterable[str] = ()) -> Wide:
         """One raised item (`budget.Raised`'s fields) in the graph's terms: an ONNX tensor's
-        values (those derived from it and their views) int16, a layer's weights int16, or
-        nodes kept in fp32."""
+        values (those derived from it or from its int16 group, and their views) int16, a
+        layer's weights int16, or nodes kept in fp32."""
         if how == "int16 weights":
             return Wide(weights=frozenset(nodes))
         if how == "fp32":
             return Wide(host=frozenset(nodes))
         origin = self.graph.origin
-        found = {name for name in self.graph.values if origin.get(name, name) == tensor
+        names = {tensor}
+        if self.fp32 is not None and tensor in self.fp32.values and \
+                not self.fp32.values[tensor].is_const:
+            names.update(wide_group(self.fp32, tensor))
+        found = {name for name in self.graph.values if origin.get(name, name) in names
                  and not self.graph.values[name].is_const}
         return Wide(values=frozenset(v for name in found for v in self._views[name]))
 

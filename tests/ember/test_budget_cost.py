@@ -147,3 +147,25 @@ def test_the_costliest_per_db_go_first_a_gain_near_zero_counted_as_the_floor() -
               budget.Raised("c", "int16", 0.5, (), 1000), budget.Raised("d", "int16", 1.0, (), 0),
               budget.Raised("e", "int16", 0.001, (), 100)]
     assert budget.drop_order(priced) == [4, 2, 1, 0]
+
+
+def test_a_concats_inputs_and_output_are_raised_together(tmp_path) -> None:
+    """Raising one input of a Concat raises the whole group it joins (`wide_group`): its
+    other input and its output too; so once the output is raised, raising an input as well
+    costs nothing more (the pruning never spends a measurement dropping it)."""
+    rng = np.random.default_rng(2)
+    w = {f"w{i}": rng.normal(0, .3, (16, 8 if i < 2 else 32, 1, 1)).astype(np.float32)
+         for i in range(3)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="c0"),
+             helper.make_node("Conv", ["x", "w1"], ["b"], name="c1"),
+             helper.make_node("Concat", ["a", "b"], ["cat"], name="cat", axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"], name="c2")]
+    proto = model(nodes, {"x": [1, 8, 8, 8]}, {"y": [1, 16, 8, 8]}, w)
+    data = {"x": rng.standard_normal((4, 8, 8, 8)).astype(np.float32)}
+    folder = profiled(tmp_path, proto, data, data)
+    quantized = Quantizer(str(folder / "m.onnx"), str(folder / "p.json"))(QuantOptions())
+    cycles = CycleModel(quantized.qgraph, Arch.load("default"), quantized.graph)
+    a, cat = cycles.item("a", "int16"), cycles.item("cat", "int16")
+    assert {"a", "b"} <= a.values and a.values == cat.values
+    assert marginal(cycles, {"a": a, "cat": cat}) == {"a": 0, "cat": 0}
+    assert cycles.cycles(a) > cycles.cycles()
