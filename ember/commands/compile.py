@@ -53,8 +53,8 @@ from simulator.errors import listing
               help="Accuracy budget: raise the fewest tensors and layers' weights above int8 "
                    "(int16 on the accelerator; with --allow-host, fp32 on the host as a last "
                    "resort), in the order the sensitivity analysis ranks them, until every "
-                   "output's SQNR on --data is at least DB; exit 3 if no configuration gets "
-                   "there.")
+                   "output's SQNR on --data is at least DB, then drop the costliest in cycles "
+                   "that it does not need; exit 3 if no configuration gets there.")
 @click.option("--max-drop", type=click.FloatRange(min=0), metavar="POINTS",
               help="Accuracy budget, as --min-sqnr: top-1 accuracy on --data's labels at most "
                    "POINTS below fp32's.")
@@ -89,9 +89,10 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     any other axis. The header records the shape.
 
     With --min-sqnr, --max-drop or --min-agreement and evaluation --data, the fewest tensors
-    and layers' weights are raised above int8 until the budget holds (mixed precision); the
-    summary lists them and what they cost in cycles and DRAM bytes against the all-int8
-    program. The search measures many configurations: --cluster local:N runs each one's
+    and layers' weights are raised above int8 until the budget holds (mixed precision), then
+    those costing the most cycles per dB of expected gain are dropped while it still holds
+    (each drop measured); the summary lists what stays raised, each item's estimated cycles,
+    and what the choice costs in cycles and DRAM bytes against the all-int8 program. The search measures many configurations: --cluster local:N runs each one's
     samples, and the ranking's runs, in N processes (the choice is the same).
 
     \b
