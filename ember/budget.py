@@ -16,12 +16,11 @@ each step is measured, never assumed).
 
 The fewest items are not the cheapest: an int16 input and int16 weights make a layer's four
 array passes, and on a detector the bisection's prefix holds hundreds of items that gain a few
-hundredths of a dB each at the cost of whole layers' passes. So each item's cost in cycles is
-estimated from the quantized graph (`ember.cost`, no compile), the ranking is taken in order
-of gain per cycle (`by_gain_per_cycle`) rather than gain, and once the search meets the
-budget it prunes (`_prune`): the raised items are dropped costliest per dB of expected gain
-first, in batches that grow while the budget holds, each step measured. The choice reports
-each raised item's estimated cost.
+hundredths of a dB each at the cost of whole layers' passes. So the search then prunes
+(`_prune`): each raised item's cost in cycles is estimated from the quantized graph
+(`ember.cost`, no compile), and the items are dropped costliest per dB of expected gain first,
+in batches that grow while the budget holds, each step measured. The choice reports each
+raised item's estimated cost.
 """
 
 from __future__ import annotations
@@ -245,9 +244,6 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
             return quantizer(opts)
 
     int8 = quantize(options)
-    model = CycleModel(int8.qgraph, target if isinstance(target, Arch) else Arch.load(target),
-                       int8.graph)
-    ranked = by_gain_per_cycle(ranked, model)
     candidates = _Candidates(ranked, options, allow_host, int8.graph, quantize)
     measured: dict[int, AccuracyReport] = {0: baseline}
 
@@ -274,6 +270,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
             high = middle
         else:
             low = middle
+    model = CycleModel(int8.qgraph, target if isinstance(target, Arch) else Arch.load(target),
+                       int8.graph)
     if high is None:
         best = max(measured, key=lambda n: budget.margin(measured[n]))
         raised = _priced(candidates.raised(best), model)
@@ -309,37 +307,15 @@ def _priced(raised: Sequence[Raised], model: CycleModel) -> tuple[Raised, ...]:
     return tuple(dataclasses.replace(r, cost_cycles=costs[k]) for k, r in enumerate(raised))
 
 
-def by_gain_per_cycle(ranked: list[tuple[str, float, str | None]], model: CycleModel
-                      ) -> list[tuple[str, float, str | None]]:
-    """`ranked` (name, gain, node: a tensor's or, with a node, that layer's weights), sorted
-    by gain, reordered by gain per estimated cycle of raising it alone (a gain counted as at
-    least LOSS_FLOOR_DB): first those that cost nothing and gain (by gain), then the rest by
-    gain per cycle, last those that cost nothing and gain nothing. The search's prefix then
-    holds what buys the most dB per cycle; `_prune` drops what it did not need."""
-    base = model.cycles()
-
-    def key(item: tuple[str, float, str | None]) -> tuple[int, float]:
-        name, gain, node = item
-        wide = model.item(name, "int16 weights", (node,)) if node else model.item(name, "int16")
-        cost = model.cycles(wide) - base
-        if cost > 0:
-            return (1, -max(gain, LOSS_FLOOR_DB) / cost)
-        return (0, -gain) if gain > LOSS_FLOOR_DB else (2, -gain)
-    return sorted(ranked, key=key)
-
-
 def drop_order(raised: Sequence[Raised]) -> list[int]:
     """The indices of `raised` (priced) in the order the pruning tries to drop them: the most
     cycles per dB of expected gain first, a gain under LOSS_FLOOR_DB counted as that much
-    (so among items that gain next to nothing the costliest go first); those the estimate
-    prices at nothing last, the least gain first (their cost hides under a busier unit, or
-    another raised item raises them anyway: fewer raised is still simpler)."""
-    def key(k: int) -> tuple[int, float]:
+    (so among items that gain next to nothing the costliest go first), never one that costs
+    nothing."""
+    def key(k: int) -> tuple[float, float]:
         cost = raised[k].cost_cycles or 0
-        if cost > 0:
-            return (0, -cost / max(raised[k].gain_db, LOSS_FLOOR_DB))
-        return (1, raised[k].gain_db)
-    return sorted(range(len(raised)), key=key)
+        return (-cost / max(raised[k].gain_db, LOSS_FLOOR_DB), -cost)
+    return sorted((k for k, r in enumerate(raised) if (r.cost_cycles or 0) > 0), key=key)
 
 
 def _prune(raised: tuple[Raised, ...], report: AccuracyReport, model: CycleModel,
