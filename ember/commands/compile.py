@@ -53,8 +53,8 @@ from simulator.errors import listing
               help="Accuracy budget: raise the fewest tensors and layers' weights above int8 "
                    "(int16 on the accelerator; with --allow-host, fp32 on the host as a last "
                    "resort), in the order the sensitivity analysis ranks them, until every "
-                   "output's SQNR on --data is at least DB; exit 3 if no configuration gets "
-                   "there.")
+                   "output's SQNR on --data is at least DB, then drop the costliest in cycles "
+                   "that it does not need; exit 3 if no configuration gets there.")
 @click.option("--max-drop", type=click.FloatRange(min=0), metavar="POINTS",
               help="Accuracy budget, as --min-sqnr: top-1 accuracy on --data's labels at most "
                    "POINTS below fp32's.")
@@ -89,9 +89,10 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     any other axis. The header records the shape.
 
     With --min-sqnr, --max-drop or --min-agreement and evaluation --data, the fewest tensors
-    and layers' weights are raised above int8 until the budget holds (mixed precision); the
-    summary lists them and what they cost in cycles and DRAM bytes against the all-int8
-    program. The search measures many configurations: --cluster local:N runs each one's
+    and layers' weights are raised above int8 until the budget holds (mixed precision), then
+    those costing the most cycles per dB of expected gain are dropped while it still holds
+    (each drop measured); the summary lists what stays raised, each item's estimated cycles,
+    and what the choice costs in cycles and DRAM bytes against the all-int8 program. The search measures many configurations: --cluster local:N runs each one's
     samples, and the ranking's runs, in N processes (the choice is the same).
 
     \b
@@ -130,7 +131,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
                                                class_axes=axes),
-                                    progress, cluster)
+                                    progress, cluster, target)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
         built = compile_model(model, profile_path, options, target, progress)
@@ -164,11 +165,12 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
 
 
 def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
-                   allow_host: bool, evaluation: Evaluation, progress, where: Where) -> Choice:
+                   allow_host: bool, evaluation: Evaluation, progress, where: Where,
+                   target: str) -> Choice:
     """The search's choice; a missed budget is exit 3 with the best measured, no program."""
     try:
         return choose(model, profile_path, evaluation, options.quant, budget, allow_host,
-                      options.input_shapes, progress, where)
+                      options.input_shapes, progress, where, target)
     except BudgetMissed as missed:
         click.echo(f"ember: budget not met, no program written: {missed}", err=True)
         sys.exit(3)
@@ -185,7 +187,10 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                              "top1_agreement": o.top1_agreement,
                              "top1_per_position": o.top1_per_position}
                             for o in report.outputs]}
-    return {"met": choice.met, "evaluations": choice.evaluations,
+    estimated = choice.estimated_cycles
+    return {"met": choice.met, "evaluations": choice.evaluations, "pruned": choice.pruned,
+            "estimated_cycles": {"int8": estimated[0], "chosen": estimated[1]}
+            if estimated else None,
             "budget": dataclasses.asdict(choice.budget) if choice.budget else None,
             "samples": choice.report.samples,
             "raised": [r.to_json() for r in choice.raised],
@@ -234,10 +239,21 @@ def _print_budget(spent: dict) -> None:
                        ("dram_image_bytes", "DRAM image bytes")):
         change = after[key] / before[key] - 1 if before[key] else 0.0
         table.add_row(label, f"{before[key]:,}", f"{after[key]:,} ({change:+.1%})")
+    estimated = spent.get("estimated_cycles")
+    if estimated:
+        change = estimated["chosen"] / estimated["int8"] - 1 if estimated["int8"] else 0.0
+        table.add_row("cycles estimated from the graph", f"{estimated['int8']:,}",
+                      f"{estimated['chosen']:,} ({change:+.1%})")
+    if spent.get("pruned"):
+        table.add_row("dropped by the pruning (costliest per dB first)", "",
+                      f"{spent['pruned']} of {spent['pruned'] + len(spent['raised'])}")
     for raised in spent["raised"][:SHOWN_RAISED]:
         how = "int16" if raised["how"] == "int16" else \
             f"int16 weights ({raised['nodes'][0]})" if raised["how"] == "int16 weights" else \
             f"fp32 on the host ({', '.join(raised['nodes'])})"
+        cost = raised.get("cost_cycles")
+        if cost is not None:
+            how += f", {cost:+,} cycles est."
         table.add_row(f"raised {raised['tensor']}", f"{raised['gain_db']:+.2f} dB expected", how)
     rest = spent["raised"][SHOWN_RAISED:]
     if rest:

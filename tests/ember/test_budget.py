@@ -56,6 +56,10 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     before, after = spent["int8"], spent["chosen"]
     assert before["outputs"][0]["sqnr_db"] < 12 and after["outputs"][0]["sqnr_db"] >= 18
     assert after["cycles"] > before["cycles"]  # mid's reader streams two planes
+    # mid's estimated cost (`ember.cost`): what the estimate adds to the all-int8 program's
+    estimated = spent["estimated_cycles"]
+    assert spent["raised"][0]["cost_cycles"] == estimated["chosen"] - estimated["int8"] > 0
+    assert spent["pruned"] == 0
     checked = invoke("accuracy", bad / "m.onnx", bad / "m.ember", "--profile", bad / "p.json",
                      "--data", bad / "eval.npz", "--json")
     assert checked.exit_code == 0, checked.output
@@ -66,6 +70,7 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     table = _compile(bad, "--min-sqnr", 18).output  # the gain with its own sign, once
     gain = spent["raised"][0]["gain_db"]
     assert f"{gain:+.2f} dB expected" in table and "+-" not in table
+    assert f"int16, {spent['raised'][0]['cost_cycles']:+,} cycles est." in table
 
 
 def test_a_search_in_two_processes_chooses_what_one_does(bad) -> None:
