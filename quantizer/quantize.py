@@ -97,6 +97,7 @@ class _Rewriter:
         self.ranges: dict[str, QuantParams] = {}
         self.weights: dict[tuple[str, int | None, tuple[float, ...], int], str] = {}
         self.float_weights: dict[str, np.ndarray] = {}  # an integer weight -> its floats
+        self.casts: dict[str, Node] = {}  # a Cast of a model input's integers, not yet emitted
         producers = graph.producers()
         self.float_primary = set(graph.inputs) | set(graph.outputs) | {
             out for node in graph.nodes if node.name in self.keep for out in node.outputs}
@@ -403,7 +404,14 @@ class _Rewriter:
         return qname
 
     def float_input(self, name: str) -> str:
-        """The float value of activation `name`, dequantizing its integer value on first use."""
+        """The float value of activation `name`, dequantizing its integer value on first use
+        (or, a model input's integers cast to float, the Cast: `cast`)."""
+        cast = self.casts.pop(name, None)
+        if cast is not None:
+            fname = self.add_value(self._float_name(name), self.g.type_of(name),
+                                   origin=self.onnx_name(name))
+            self.emit(cast.op, cast.name, cast.inputs, (fname,), cast.attrs)
+            self.floating[name] = fname
         if name in self.floating:
             return self.floating[name]
         qname = self.quantized[name]
@@ -687,9 +695,11 @@ def gather(r: _Rewriter, node: Node) -> None:
 
 
 def cast(r: _Rewriter, node: Node) -> None:
-    """A model input's integers cast to float: that float value is the input itself, which
-    `quant_input` quantizes (a QuantizeLinear of the integers, the host's at the input)."""
+    """A model input's integers cast to float: `quant_input` quantizes the integers themselves
+    (a QuantizeLinear of them, the host's at the input); a reader kept in fp32 reads the Cast,
+    emitted then (`float_input`)."""
     r.floating[node.outputs[0]] = node.inputs[0]
+    r.casts[node.outputs[0]] = node
 
 
 def clamp(r: _Rewriter, node: Node) -> None:

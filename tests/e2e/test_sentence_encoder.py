@@ -11,9 +11,11 @@ import numpy as np
 import onnx
 import pytest
 
+from compiler.backend.program import BackendOptions
 from compiler.graph.evaluate import evaluate
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from examples import zoo
+from quantizer.options import QuantOptions
 from quantizer.reference import run_int8
 from tests.cli import assert_one_line_error, invoke
 from tests.e2e.flow import check_bit_exact
@@ -131,3 +133,19 @@ def test_the_qdq_export_casts_the_integer_mask_and_onnxruntime_runs_it(encoder) 
         got = session.run(None, feeds)[0]
         cosine = float((want * got).sum() / np.linalg.norm(want) / np.linalg.norm(got))
         assert cosine > 0.99
+
+
+def test_a_reader_of_the_masks_cast_kept_in_fp32_reads_the_cast(encoder) -> None:
+    """The mask's Cast is the input's quantization, but a reader kept in fp32 (as the budget's
+    --allow-host keeps one) reads floats: the Cast is emitted for it, not the int64 input
+    (which failed the graph's type check), and the program with its host segment is
+    bit-exact."""
+    proto, profile = encoder
+    options = CompileOptions(quant=QuantOptions(keep_fp32=("mask.heads/mask.float/early",)),
+                             backend=BackendOptions(allow_host=True))
+    built = compile_model(proto, profile, options, "default")
+    casts = [node for node in built.qgraph.nodes if node.op == "Cast"]
+    assert [(node.inputs, built.qgraph.type_of(node.outputs[0]).dtype) for node in casts] == \
+        [(("attention_mask",), "float32")]
+    assert built.compiled.program.host_segments
+    check_bit_exact(built.qgraph, built.compiled, sentences(2, 1))
