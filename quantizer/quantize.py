@@ -116,7 +116,7 @@ class _Rewriter:
         self.wide = wide_values(self.g, self.opts.wide_norm_inputs if self.dtype == "int8"
                                 else "never",
                                 lambda name: self.profile.tensors[self.onnx_name(name)],
-                                self.real_range)
+                                self.real_range, self.keep)
         self.g, self.wide = norm_copies(self.g, self.wide)
         groups = array_values(self.g, self.opts.int16_tensors, self.keep, self.fused)
         # After the copies: the int16 one a residual Add reads keeps the norm's own channels.

@@ -64,9 +64,11 @@ MIN_STEPS = 8
 
 
 def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
-                range_of: Callable[[str], tuple[float, float]]) -> set[str]:
+                range_of: Callable[[str], tuple[float, float]],
+                keep: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """The fp32 activations to quantize as int16 under `mode`: "never", "always" (every
-    qualifying value) or "auto" (those the profile shows int8 loses)."""
+    qualifying value) or "auto" (those the profile shows int8 loses); none that a node kept
+    in fp32 (`keep`) writes or reads: a host segment reads and writes 8-bit codes."""
     if mode == "never":
         return set()
     producers, users = graph.producers(), graph.users()
@@ -107,7 +109,9 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
         if all(p is not None for p in projections) and \
                 any(loses(p.outputs[0]) for p in projections):
             chosen.update(p.outputs[0] for p in projections)
-    return chosen
+    return {name for name in chosen
+            if (name not in producers or producers[name].name not in keep)
+            and not any(reader.name in keep for reader in users.get(name, []))}
 
 
 def hypot_operands(graph: Graph, wide: set[str]) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from compiler.backend.program import BackendOptions
 from ember.flow import CompileOptions, compile_model, optimized_graph
 from quantizer.options import QuantOptions
 from simulator import isa
@@ -205,4 +206,18 @@ def test_an_int16_norm_output_runs_bit_exactly(preset: str) -> None:
     built = compile_model(proto, profile, CompileOptions(), preset)
     program = built.compiled.program
     assert any(i.op is isa.LAYERNORM and i.args["out_wide"] for i in program.instructions)
+    check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
+
+
+def test_a_residual_read_by_a_norm_kept_in_fp32_stays_int8() -> None:
+    """The LayerNorm kept in fp32 on the host (as the budget's --allow-host keeps one): the sum
+    it reads, which int8 loses, stays int8 all the same (a host segment reads 8-bit codes),
+    and the program with its host segment compiles and runs bit-exactly."""
+    proto = residual_block(outlier=100.0)
+    profile = profile_of(proto, samples(8, 0), optimized_graph(proto))
+    options = CompileOptions(quant=QuantOptions(keep_fp32=("norm",)),
+                             backend=BackendOptions(allow_host=True))
+    built = compile_model(proto, profile, options, "default")
+    assert wide_values(built.qgraph) == []
+    assert built.compiled.program.host_segments
     check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
