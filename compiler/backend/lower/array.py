@@ -265,10 +265,13 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     weights = _weight_codes(weights)
     if x in lw.views:
         return _matmul_view(lw, node, weights, bias_index)
+    if not _rows_contiguous(lw.layouts[tensor].order().reshape(m, k)):
+        # Its bytes in another order (a host segment's row-major output read through a
+        # Transpose): one strided copy into its own order, which this and later readers use.
+        lw.in_order(node, x)
+        tensor = lw.source(node, x)
     order = lw.layouts[tensor].order().reshape(m, k)
-    rows = order // k
-    if not np.array_equal(rows, np.broadcast_to(np.arange(m)[:, None], (m, k))) or \
-            not np.all(order % k == (order[0] % k)[None, :]):
+    if not _rows_contiguous(order):
         raise unsupported(node, f"input {x!r} is a view whose rows are not contiguous "
                                 f"(a layout copy is not implemented)")
     # Physical feature j of every row is logical feature perm[j] (a flattened channels-last
@@ -276,6 +279,14 @@ def _matmul(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
     perm = order[0] % k
     dense = weights[:, perm].reshape(n_out, k, 1, 1)
     _gemm_layer(lw, node, tensor, None, m, k, dense, bias_index, x_plane)
+
+
+def _rows_contiguous(order: np.ndarray) -> bool:
+    """Whether the (m, k) byte positions `order` of a matrix keep each row's k features
+    together, every row in the same feature order."""
+    m, k = order.shape
+    return bool(np.array_equal(order // k, np.broadcast_to(np.arange(m)[:, None], (m, k)))
+                and np.all(order % k == (order[0] % k)[None, :]))
 
 
 def _matmul_view(lw: Walk, node: Node, weights: np.ndarray, bias_index: int) -> None:
