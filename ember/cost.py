@@ -8,11 +8,12 @@ sum over its nodes. On the int8 DB text detector the real program's layers, pric
 measured busy time in the same way, sum to 0.88 of its cycles; the estimate is a guide to
 what an item costs against another, and the compile's cycles remain the figure reported.
 
-- The array (Conv, ConvTranspose, Gemm, MatMul by a constant): one cycle per output pixel for
-  each tile of `rows` input channels by `cols` output channels and each tap (a grouped
-  convolution packs as many groups into a tile as fit, the rest of it zeros), times its
-  passes: two for an int16 input (two byte planes), two for int16 weights (two parts), four
-  for both (`numerics.wide_passes`).
+- The array (Conv, ConvTranspose, Gemm, MatMul by a constant or of two activations): one
+  cycle per output pixel (row) for each tile of `rows` input channels by `cols` output
+  channels and each tap (a grouped convolution packs as many groups into a tile as fit, the
+  rest of it zeros), times its passes: two for an int16 input (two byte planes), two for int16
+  weights (two parts) or an int16 second activation, four for both (`numerics.wide_passes`,
+  `numerics.activation_passes`).
 - The vector unit: one element per lane and pass, channels padded to the array's lanes; a
   pass more for each int16 operand's and output's second plane (requantization, ADD), the
   products of the planes for MUL, and a table's int16 input two more (`units.vector`).
@@ -28,18 +29,19 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from compiler.backend.partition import flops
+from compiler.backend.tiling import ceil_div
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
 from compiler.graph.ops import OPS, Lower
-from quantizer.wide import wide_group
+from quantizer.wide import activation_matmul, wide_group
 from simulator.arch import Arch
 
 _ARRAY = {Lower.CONV, Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL}
 # Bindings, views and buffers the program shares: no work of their own.
 _FREE = {Lower.VIEW, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.QUANTIZE, Lower.DEQUANTIZE}
-_BYTES = {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "float16": 2, "int32": 4,
-          "float32": 4, "int64": 8, "float64": 8}
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class CycleModel:
         self.graph, self.arch, self.fp32 = graph, arch, fp32
         self.nodes = [node for node in graph.nodes if OPS[node.op].lower not in _FREE]
         self._array = {node.name: self._array_cycles(node) for node in self.nodes
-                       if OPS[node.op].lower in _ARRAY and self._weight(node) is not None}
+                       if OPS[node.op].lower in _ARRAY and (self._weight(node) is not None
+                                                            or activation_matmul(graph, node))}
         self._host = {node.name: arch.host_cycles(flops(graph, node)) for node in self.nodes}
         users = graph.users()
         self._views: dict[str, set[str]] = {}
@@ -116,19 +119,23 @@ class CycleModel:
 
         moved = sum(size(name) for name in acts + outs)
         if node.name in wide.host or not any(g.type_of(name).quant is not None for name in outs):
-            return self._host[node.name] + _ceil(moved, arch.dma.bytes_per_cycle)
+            return self._host[node.name] + ceil_div(moved, arch.dma.bytes_per_cycle)
         lower = OPS[node.op].lower
         weight = self._weight(node)
+        wide_weights = False
         if weight is not None and weight in g.values:
             wide_weights = node.name in wide.weights or g.type_of(weight).dtype == "int16"
             moved += g.type_of(weight).size * (2 if wide_weights else 1)
-        dma = _ceil(moved, arch.dma.bytes_per_cycle)
+        dma = ceil_div(moved, arch.dma.bytes_per_cycle)
         out_rows = sum(self._elements(name) for name in outs)
         out_planes = max((planes(name) for name in outs), default=1)
         if node.name in self._array:
-            passes = planes(acts[0]) * (2 if wide_weights else 1)
+            # A pass per pair of planes: of the input and the weights' parts, or of the two
+            # activations (`numerics.wide_passes`, `numerics.activation_passes`).
+            second = planes(acts[1]) if weight is None else (2 if wide_weights else 1)
+            passes = planes(acts[0]) * second
             vector = out_planes * out_rows
-            return max(self._array[node.name] * passes, _ceil(vector, arch.vector.lanes), dma)
+            return max(self._array[node.name] * passes, ceil_div(vector, arch.vector.lanes), dma)
         in_planes = [planes(name) for name in acts] or [1]
         if lower is Lower.MUL:
             passes = math.prod(in_planes) + out_planes - 1
@@ -137,7 +144,7 @@ class CycleModel:
         else:  # ADD and the like: a pass more for each second plane
             passes = out_planes + sum(p - 1 for p in in_planes)
         rows = max([out_rows, *(self._elements(name) for name in acts)])
-        return max(_ceil(passes * rows, arch.vector.lanes), dma)
+        return max(ceil_div(passes * rows, arch.vector.lanes), dma)
 
     def _weight(self, node: Node) -> str | None:
         """The constant weight an array node reads (its second input), or None."""
@@ -153,10 +160,14 @@ class CycleModel:
         w = g.type_of(node.inputs[1]).shape
         x, y = g.type_of(node.inputs[0]).shape, g.type_of(node.outputs[0]).shape
         lower = OPS[node.op].lower
+        if self._weight(node) is None:  # a MatMul of two activations: a GEMM per head
+            k = x[-2] if node.attrs.get("transA") else x[-1]
+            n = y[-1]
+            return math.prod(y) // max(1, n) * ceil_div(k, rows) * ceil_div(n, cols)
         if lower in (Lower.GEMM, Lower.MATMUL):
             k, n = (w[1], w[0]) if node.attrs.get("transB") else (w[-2], w[-1])
             pixels = math.prod(x) // max(1, x[-1]) if lower is Lower.MATMUL else x[0]
-            return pixels * _ceil(k, rows) * _ceil(n, cols)
+            return pixels * ceil_div(k, rows) * ceil_div(n, cols)
         group = int(node.attrs.get("group", 1))
         if lower is Lower.CONV_TRANSPOSE:  # w: (Cin, Cout/group, taps...)
             cin_g, cout_g, pixels = w[0] // group, w[1], math.prod(x) // max(1, x[1])
@@ -164,7 +175,7 @@ class CycleModel:
             cin_g, cout_g, pixels = w[1], w[0] // group, math.prod(y) // max(1, y[1])
         taps = math.prod(w[2:])
         packed = max(1, min(group, rows // max(1, cin_g), cols // max(1, cout_g)))
-        tiles = _ceil(group, packed) * _ceil(cin_g * packed, rows) * _ceil(cout_g * packed, cols)
+        tiles = ceil_div(group, packed) * ceil_div(cin_g * packed, rows) * ceil_div(cout_g * packed, cols)
         return pixels * taps * tiles
 
     def _elements(self, name: str) -> int:
@@ -174,16 +185,12 @@ class CycleModel:
         if not shape:
             return lanes
         axis = 1 if len(shape) == 4 else len(shape) - 1
-        return math.prod(shape) // max(1, shape[axis]) * _ceil(shape[axis], lanes) * lanes
+        return math.prod(shape) // max(1, shape[axis]) * ceil_div(shape[axis], lanes) * lanes
 
     def _bytes(self, name: str, raised: bool) -> int:
         t = self.graph.type_of(name)
         return self._elements(name) * (2 if raised and t.dtype in ("int8", "uint8")
-                                       else _BYTES.get(t.dtype, 4))
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
+                                       else np.dtype(t.dtype).itemsize)
 
 
 def marginal(model: CycleModel, items: Mapping[object, Wide]) -> dict[object, int]:

@@ -92,8 +92,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     and layers' weights are raised above int8 until the budget holds (mixed precision), then
     those costing the most cycles per dB of expected gain are dropped while it still holds
     (each drop measured); the summary lists what stays raised, each item's estimated cycles,
-    and what the choice costs in cycles and DRAM bytes against the all-int8 program. The search measures many configurations: --cluster local:N runs each one's
-    samples, and the ranking's runs, in N processes (the choice is the same).
+    and what the choice costs in cycles and DRAM bytes against the all-int8 program. The
+    search measures many configurations: --cluster local:N runs each one's samples, and the
+    ranking's runs, in N processes (the choice is the same).
 
     \b
     Examples:

@@ -1,9 +1,9 @@
 """int16 through LayerNorms: a LayerNorm's output named int16 (`QuantOptions.int16_tensors`) is
 written int16 (LAYERNORM out_wide) and the Gemm it feeds streams both planes; it is smoothed
 as its int8 form would be (SmoothQuant moves outlier channels into the readers' weights, whose
-int8 codes would otherwise weigh them up), under the smoothed name; a LayerNorm reads an int16 input that is a tensor of its own
-(LAYERNORM wide). Bit-exact; the output closer to fp32; what the unit cannot do refused in one
-line."""
+int8 codes would otherwise weigh them up), under the smoothed name; a LayerNorm reads an int16
+input that is a tensor of its own (LAYERNORM wide). Bit-exact; the output closer to fp32; what
+the unit cannot do refused in one line."""
 
 from __future__ import annotations
 

@@ -95,7 +95,8 @@ def test_pruning_drops_the_costly_item_the_budget_does_not_need(convs) -> None:
     the costliest per dB first and keeps mid alone, within PRUNE_EVALUATIONS; were the
     weights needed too, it would keep both."""
     _, quantizer, cycles = convs
-    raised = (budget.Raised("mid", "int16", 3.0), budget.Raised("w2", "int16 weights", 1.0, ("c2",)))
+    raised = (budget.Raised("mid", "int16", 3.0),
+              budget.Raised("w2", "int16 weights", 1.0, ("c2",)))
     measured = []
 
     def run(opts, needs):
@@ -169,3 +170,22 @@ def test_a_concats_inputs_and_output_are_raised_together(tmp_path) -> None:
     assert {"a", "b"} <= a.values and a.values == cat.values
     assert marginal(cycles, {"a": a, "cat": cat}) == {"a": 0, "cat": 0}
     assert cycles.cycles(a) > cycles.cycles()
+
+
+def test_a_product_of_two_int16_activations_is_priced_on_the_array() -> None:
+    """A MatMul of two activations runs on the array: raising one operand to int16 doubles its
+    passes, both quadruple them (`numerics.activation_passes`), and the estimate follows."""
+    from ember.flow import optimized_graph, quantize_model
+    from tests.e2e.flow import model_samples
+    from tests.e2e.test_attention import product
+    from tests.quantizer.util import profile_of
+    proto = product((1, 64, 64), (1, 64, 64), False)
+    graph = optimized_graph(proto)
+    quantized = quantize_model(proto, profile_of(proto, model_samples(proto, 4), graph))
+    model = CycleModel(quantized.qgraph, Arch.load("default"), quantized.graph)
+    node = next(n for n in quantized.qgraph.nodes if n.name == "product")
+    array = model._array[node.name]
+    int8 = model.node_cycles(node, Wide())
+    one = model.node_cycles(node, model.item("ap", "int16"))
+    both = model.node_cycles(node, model.item("ap", "int16") | model.item("bp", "int16"))
+    assert (int8, one, both) == (array, 2 * array, 4 * array)
