@@ -16,7 +16,9 @@ what an item costs against another, and the compile's cycles remain the figure r
   `numerics.activation_passes`).
 - The vector unit: one element per lane and pass, channels padded to the array's lanes; a
   pass more for each int16 operand's and output's second plane (requantization, ADD), the
-  products of the planes for MUL, and a table's int16 input two more (`units.vector`).
+  products of the planes for MUL, and a table's int16 input two more; a Softmax or
+  LayerNorm three passes over its rows, two more for an int16 input and one for an int16
+  output (`units.vector`).
 - DMA: each activation read and written, two bytes an int16 element, and the weights, two
   bytes each when int16, at the port's bytes per cycle.
 - A node kept in fp32 on the host: its FLOPs at the host's rate (`Arch.host_cycles`) and its
@@ -141,6 +143,8 @@ class CycleModel:
             passes = math.prod(in_planes) + out_planes - 1
         elif lower in (Lower.LUT, Lower.CHANNEL_LUT):
             passes = out_planes + 2 * (in_planes[0] - 1)
+        elif lower in (Lower.SOFTMAX, Lower.LAYER_NORM):  # three passes over each row
+            passes = 3 + 2 * (in_planes[0] - 1) + out_planes - 1
         else:  # ADD and the like: a pass more for each second plane
             passes = out_planes + sum(p - 1 for p in in_planes)
         rows = max([out_rows, *(self._elements(name) for name in acts)])

@@ -217,6 +217,12 @@ class _Rewriter:
                 f"{where}: {bits}-bit codes, so that its readers' int32 "
                 f"accumulators cannot overflow"), stacklevel=3)
         params = self.params_over(lo, hi, "int16", bits)
+        producers = self.g.producers()
+        fixed = [producers[m] for m in group
+                 if m in producers and OPS[producers[m].op].quant is Quant.FIXED_OUTPUT]
+        if fixed:  # a Softmax's probabilities: its fixed steps, in codes of `bits` bits
+            out = OPS[fixed[0].op].fixed_output(1.0, "int16", self.dtype, bits)
+            params = QuantParams.per_tensor(out.scale, out.zero_point)
         for member in group:
             self.wide_bits[member] = bits
             self.ranges[member] = params
@@ -824,11 +830,16 @@ def fixed_output(r: _Rewriter, node: Node) -> None:
     """Softmax, LogSoftmax: a table of the input scale; the output's type is the row's
     (`OpDef.fixed_output`), not the profile's."""
     x = r.quant_input(node.inputs[0])
-    fixed = OPS[node.op].fixed_output(r.quant_of(x).scale[0], r.dtype)
+    y = node.outputs[0]
+    fixed = OPS[node.op].fixed_output(r.quant_of(x).scale[0], r.dtype_of(y),
+                                      r.values[x].type.dtype, r.wide_bits.get(y, 16))
     out_params = QuantParams.per_tensor(fixed.scale, fixed.zero_point)
     table_name = r.const(f"{node.name}/table", fixed.table)
-    out = r.activation(node.outputs[0], out_params)
-    r.emit(node.op, node.name, (x, table_name), (out,), {**node.attrs, **fixed.attrs})
+    out = r.activation(y, out_params)
+    attrs = {**node.attrs, **fixed.attrs}
+    if r.values[x].type.dtype != r.dtype_of(y):  # int16 on one side (`quantizer.wide`)
+        attrs["out_dtype"] = r.dtype_of(y)
+    r.emit(node.op, node.name, (x, table_name), (out,), attrs)
 
 
 def normalize(r: _Rewriter, node: Node) -> None:

@@ -19,13 +19,17 @@ ConvTranspose's, Gemm's or MatMul's output, by a constant weight or of two activ
 (REQUANT wide=1), an Add's or Sub's (ADD wide=1: a residual stream, an LSTM step's gates, its
 cell state), a table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes),
 an AveragePool's or GlobalAveragePool's (AVGPOOL wide=1), a Mul of two activations' (MUL
-wide=1: a squeeze-and-excitation block's product) or a LayerNorm's (LAYERNORM out_wide,
-smoothed as an int8 one would be: `smooth_norms`, the name then `smoothed_name`'s) int16 for
+wide=1: a squeeze-and-excitation block's product), a LayerNorm's (LAYERNORM out_wide,
+smoothed as an int8 one would be: `smooth_norms`, the name then `smoothed_name`'s) or a
+Softmax's along the last axis (SOFTMAX out_wide: probabilities in steps of 2^-15, coarser
+where an accumulator narrows them; LogSoftmax stays 8-bit) int16 for
 readers that are Convs, ConvTransposes, Gemms or MatMuls by constant weights, which stream its
 two planes through the array (COMPUTE shift), MatMuls of two activations, which stream or
 PRELOAD its planes (attention's Q, K, V or context: `numerics.activation_passes`, the codes
 narrowed to the bits the accumulator holds with the other operand's, `product_bits`),
-LayerNorms of a tensor of its own (LAYERNORM wide), Adds and Subs, which read both planes of
+LayerNorms and Softmaxes along the last axis of a tensor's rows in order, its own or a
+Reshape's (LAYERNORM, SOFTMAX wide: a Softmax's exp of an int16 distance is a table entry for
+its high byte times one for its low byte, `numerics.wide_exps`), Adds and Subs, which read both planes of
 an operand that is whole, a slice of another tensor or broadcast over the other (a value per
 channel, pixel or image; a constant bias is then int16 codes too), table ops, which
 interpolate between 257 knots by the low byte, or a window of finer ones where the function
@@ -50,8 +54,8 @@ from typing import Callable
 import numpy as np
 
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import (ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, SUB, Lower, Quant,
-                                ViewKind)
+from compiler.graph.ops import (ADD, HYPOT, LAYER_NORMALIZATION, MUL, OPS, SOFTMAX, SUB, Lower,
+                                Quant, ViewKind)
 from profiler.format import TensorStats
 from quantizer.calibrate import abs_histogram, weight_scales
 from quantizer.errors import QuantizeError
@@ -329,7 +333,7 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
                             f"activations, an Add or Sub of "
                             f"two activations (one broadcast per channel, pixel or image) or "
                             f"of one and a constant, a Mul of two activations, a LayerNorm "
-                            f"(not into a Concat), a table op "
+                            f"or Softmax (not into a Concat), a table op "
                             f"(Sigmoid, "
                             f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
                             f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
@@ -370,8 +374,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
                                 f"windows of {_window(graph, reader)} codes may sum past "
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
-        norm = OPS[reader.op].lower is Lower.LAYER_NORM and reader.inputs[0] == name and \
-            _own_tensor(graph, producers, name)
+        norm = _row_op(graph, reader) and reader.inputs[0] == name and \
+            _rows_in_order(graph, producers, name)
         if not (on_array or activation_matmul(graph, reader) or _vector_add(graph, reader)
                 or table or average or norm or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
@@ -382,7 +386,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"the array), Adds and "
                                 f"Subs of two activations or of one and a constant, Muls of "
                                 f"two activations (one broadcast per channel, pixel or image), "
-                                f"LayerNorms (of a tensor of its own, not a view), "
+                                f"LayerNorms and Softmaxes along the last axis (of a tensor's "
+                                f"rows in order: its own, or a Reshape's), "
                                 f"table ops (Sigmoid, "
                                 f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
@@ -519,16 +524,35 @@ def _by_constant(graph: Graph, node: Node) -> bool:
 
 
 def _norm_writes(graph: Graph, node: Node) -> bool:
-    """A LayerNorm whose output is a tensor of its own (LAYERNORM out_wide writes both planes
-    of it; not into a Concat's buffer)."""
-    return OPS[node.op].lower is Lower.LAYER_NORM and not any(
+    """A LayerNorm or Softmax whose output is a tensor of its own (LAYERNORM and SOFTMAX
+    out_wide write both planes of it; not into a Concat's buffer)."""
+    return _row_op(graph, node) and not any(
         OPS[reader.op].lower is Lower.CONCAT for reader in _users(graph).get(node.outputs[0], []))
 
 
-def _own_tensor(graph: Graph, producers: dict[str, Node], name: str) -> bool:
-    """Whether value `name` is the whole of a tensor its producer writes (not a view, a slice
-    or a copy's: LAYERNORM reads an int16 input's two planes from a tensor of its own)."""
-    return name in producers and not moves(graph, producers[name])
+def _row_op(graph: Graph, node: Node) -> bool:
+    """A LayerNorm, or a Softmax (not LogSoftmax) along the last axis: the vector unit's row
+    ops that read and write int16 codes (LAYERNORM, SOFTMAX wide and out_wide)."""
+    if OPS[node.op].lower is Lower.LAYER_NORM:
+        return True
+    if node.op != SOFTMAX.name:
+        return False
+    rank = len(graph.type_of(node.inputs[0]).shape)
+    return OPS[node.op].bind(node.name, node.attrs)["axis"] % rank == rank - 1
+
+
+def _rows_in_order(graph: Graph, producers: dict[str, Node], name: str) -> bool:
+    """Whether value `name` is a tensor's own values in row-major order, the tensor's or a
+    Reshape's of it: a Gemm's or MatMul's output, or one of rank 3 at most, not a view, a
+    slice or a copy's (LAYERNORM and SOFTMAX read an int16 input's two planes by rows, and
+    only 8-bit codes are copied into order)."""
+    while name in producers and OPS[producers[name].op].view in (ViewKind.RESHAPE,
+                                                                ViewKind.SAME):
+        name = producers[name].inputs[0]
+    if name not in producers or moves(graph, producers[name]):
+        return False
+    return OPS[producers[name].op].lower in (Lower.GEMM, Lower.MATMUL) or \
+        len(graph.type_of(name).shape) <= 3
 
 
 def activation_matmul(graph: Graph, node: Node) -> bool:

@@ -146,7 +146,12 @@ store -> vector -> compute -> load.
   fraction bits `shift`). The table is int32 in the accumulator, flat in rows of L from
   `table`: the 256 exp entries (entry d for a code d below the row's maximum), and with log=1
   the 257 log-mantissa entries after them (`softmax_table_rows`); load it with a LOAD. Other
-  lanes are left as they are.
+  lanes are left as they are. With wide=1 (softmax only) the input is int16, its low plane's
+  `blocks` after the high plane's (as LAYERNORM's), and the table is 512 entries: exp by the
+  distance's high byte, then by its low byte, multiplied (`numerics.wide_exps`); the first two
+  passes read both planes and the second multiplies (five in all). With out_wide=1 the output
+  is int16 codes of scale 2^-(8 + fine_bits) from out_offset 0, written as LAYERNORM's two planes
+  (the last pass writes both: one more).
 - LAYERNORM: rows of C = (blocks - 1) * L + n int8 channels addressed as SOFTMAX's (src, dst,
   rows, n, blocks, stride) -> the same lanes at dst, by `numerics.layer_norm`: integer mean and
   variance of each row, an integer square root, the normalized value in Q16 rescaled per
@@ -434,7 +439,9 @@ SOFTMAX = InsnDef("SOFTMAX", 0x0D, "vector",
                   (F("src", _ROW), F("dst", _ROW), F("rows", 16), F("n", 16),
                    F("blocks", 16, default=1), F("stride", _ROW, default=0), F("table", _ROW),
                    F("log", 1, default=0), F("shift", 5, default=0),
-                   F("out_offset", 8, signed=True, default=0)),
+                   F("out_offset", 8, signed=True, default=0),
+                   F("wide", 1, default=0), F("out_wide", 1, default=0),
+                   F("fine_bits", 3, default=0)),
                   run=vector.softmax, cycles=vector.softmax_cycles, work=vector.softmax_work,
                   access=vector.softmax_access)
 REDUCE = InsnDef("REDUCE", 0x0F, "vector",

@@ -635,6 +635,9 @@ SOFTMAX_OUT_BITS = 8
 LOG_MANTISSA_BITS = 8
 LOG_FRACTION_BITS = 16
 EXP_ENTRIES = 256  # one per distance max - x of int8 codes
+# An int16 input's table: exp(-s_x 256 h) for the distance's high byte h, then exp(-s_x l) for
+# its low byte l, each in Q(SOFTMAX_EXP_BITS); their rounded product is the distance's entry.
+WIDE_EXP_ENTRIES = 2 * EXP_ENTRIES
 LOG_ENTRIES = (1 << LOG_MANTISSA_BITS) + 1  # ln(1 + j / 256) for j in 0..256; j = 256 is ln 2
 
 
@@ -721,10 +724,14 @@ def reduce_rows(x, op: str, in_offset=0, multiplier=0, shift=0, out_offset=0, *,
     return requantize(root, multiplier, shift, out_offset, dtype=dtype)
 
 
-def _exp_sum(x, exp_table, axis: int):
-    """(max - x, T[max - x] summed along `axis`): the first two passes of softmax over a row."""
+def _exp_sum(x, exp_table, axis: int, in_dtype: str = "int8"):
+    """(max - x, T[max - x] summed along `axis`): the first two passes of softmax over a row.
+    For int16 codes the distance d < 2^16 takes `wide_exps`."""
     x = np.asarray(x, np.int64)
     distance = np.max(x, axis=axis, keepdims=True) - x
+    if in_dtype == "int16":
+        exps = wide_exps(distance, exp_table)
+        return distance, exps, np.sum(exps, axis=axis, keepdims=True)
     if distance.size and distance.max() >= EXP_ENTRIES:
         raise SimulatorError(f"softmax: codes {distance.max()} apart in one row; the exp table "
                              f"has {EXP_ENTRIES} entries (int8 codes)")
@@ -732,14 +739,33 @@ def _exp_sum(x, exp_table, axis: int):
     return distance, exps, np.sum(exps, axis=axis, keepdims=True)
 
 
-def softmax(x, exp_table, out_offset, *, axis: int = -1, dtype: str = "int8") -> np.ndarray:
-    """Integer softmax along `axis`: p = round(2^8 * T[max - x] / sum T[max - x]) + out_offset,
-    clamped to `dtype`. T (EXP_ENTRIES int32) holds exp(-s_x * d) in Q(SOFTMAX_EXP_BITS), so the
-    output's scale is 2^-8 (probability 1 saturates at 255/256); the sum is at least T[0] = 2^20,
-    and the division rounds half up, exactly."""
-    _, exps, total = _exp_sum(x, exp_table, axis)
-    p = divide_rounding(exps << SOFTMAX_OUT_BITS, total) + out_offset
-    return np.clip(p, *RANGES[dtype]).astype(dtype)
+def wide_exps(distance, exp_table) -> np.ndarray:
+    """T[d] for int16 codes' distances d = 256 h + l below a row's maximum: the table's coarse
+    entry for h times its fine entry for l (`WIDE_EXP_ENTRIES`, each in Q(SOFTMAX_EXP_BITS)),
+    rounded back to Q(SOFTMAX_EXP_BITS). T[0] is exactly 2^20, as int8's."""
+    table = np.asarray(exp_table, np.int64)
+    if table.size != WIDE_EXP_ENTRIES:
+        raise SimulatorError(f"softmax: an int16 input reads {WIDE_EXP_ENTRIES} exp entries "
+                             f"(by the distance's high byte, then its low byte); the table "
+                             f"has {table.size}")
+    d = np.asarray(distance, np.int64)
+    if d.size and (d.min() < 0 or d.max() >= 1 << 16):
+        raise SimulatorError(f"softmax: distance {d.max()} outside int16 codes' [0, 2^16)")
+    return rounding_shift(table[d >> 8] * table[EXP_ENTRIES + (d & 0xFF)], SOFTMAX_EXP_BITS)
+
+
+def softmax(x, exp_table, out_offset, *, axis: int = -1, dtype: str = "int8",
+            in_dtype: str = "int8", out_bits: int = SOFTMAX_OUT_BITS) -> np.ndarray:
+    """Integer softmax along `axis`: p = round(2^b * T[max - x] / sum T[max - x]) + out_offset,
+    clamped to `dtype` and to the 2^b codes from out_offset. T holds exp(-s_x * d) in
+    Q(SOFTMAX_EXP_BITS): EXP_ENTRIES int32 for int8 codes, or for int16 codes (`in_dtype`)
+    `wide_exps` of WIDE_EXP_ENTRIES. So the output's scale is 2^-b (b = out_bits: 8 for int8
+    codes, up to 15 for int16 ones of zero point 0; probability 1 saturates at the top code);
+    the sum is at least T[0] = 2^20, and the division rounds half up, exactly."""
+    _, exps, total = _exp_sum(x, exp_table, axis, in_dtype)
+    p = divide_rounding(exps << out_bits, total) + out_offset
+    lo, hi = RANGES[dtype]
+    return np.clip(p, lo, min(hi, out_offset + (1 << out_bits) - 1)).astype(dtype)
 
 
 def _floor_log2(x) -> np.ndarray:

@@ -464,10 +464,12 @@ class SoftmaxLayer:
     out_zero_point: int
     views: tuple[View, View]  # of x and y in their buffers
     norm: bool = False
-    # LayerNorm of an int16 x (LAYERNORM wide=1): the bytes from x's high plane to its low one
-    # (0: x is int8); likewise of an int16 y (out_wide=1, a residual stream's operand).
+    # An int16 x (LAYERNORM or SOFTMAX wide=1): the bytes from x's high plane to its low one
+    # (0: x is int8); likewise of an int16 y (out_wide=1: a residual stream's operand, or
+    # probabilities in steps of 2^-(8 + fine_bits)).
     x_plane: int = 0
     y_plane: int = 0
+    fine_bits: int = 0
     # A row reduction (REDUCE op max, min or l2: ReduceMax, ReduceMin, ReduceL2 over the
     # contiguous axis): x's `channels` per row to one value in y's one channel (l2's rescale:
     # `table`, the int32 multiplier and shift).

@@ -412,7 +412,7 @@ def tile_softmax(layer: SoftmaxLayer, arch: Arch) -> SoftmaxTiles:
     fit = arch.scratchpad.rows // (BUFFERS * (planes * blocks + y_planes * out_blocks))
     table_rows = 1 if layer.reduce else \
         isa.layernorm_table_rows(arch.lanes, c) if layer.norm else \
-        isa.softmax_table_rows(arch.lanes, int(layer.log))
+        isa.softmax_table_rows(arch.lanes, int(layer.log), int(bool(layer.x_plane)))
     if fit < 1:
         raise _too_small(layer.node, "scratchpad",
                          BUFFERS * (planes * blocks + y_planes * out_blocks),

@@ -158,7 +158,7 @@ def zero_point_fold(weight: Weight, attrs: Mapping[str, Any], a: Value, b: Value
 # on quantized nodes; the fp32 reference never sees them).
 INT8_ATTRS = frozenset({"x_zero_point", "a_zero_point", "b_zero_point", "multiplier", "shift",
                         "out_zero_point", "qclamp", "out_dtype", "counts", "table_of",
-                        "knots"})
+                        "knots", "fine_bits"})
 
 # Softmax: the output is a probability in int8 of scale 2^-8 (zero point -128; 0 for uint8).
 SOFTMAX_OUT_SCALE = 2.0**-numerics.SOFTMAX_OUT_BITS
@@ -531,9 +531,13 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
     return best
 
 
-def softmax_table(in_scale: float) -> np.ndarray:
-    """exp(-in_scale * d) in Q(SOFTMAX_EXP_BITS) for d = max - x in 0..255 (compile time)."""
+def softmax_table(in_scale: float, in_dtype: str = "int8") -> np.ndarray:
+    """exp(-in_scale * d) in Q(SOFTMAX_EXP_BITS) for d = max - x in 0..255 (compile time); for
+    int16 codes, those of d = 256 h for h in 0..255, then those of d in 0..255
+    (`numerics.wide_exps` multiplies one of each)."""
     d = np.arange(numerics.EXP_ENTRIES, dtype=np.float64)
+    if in_dtype == "int16":
+        d = np.concatenate([d * numerics.EXP_ENTRIES, d])
     return np.rint(np.exp(-in_scale * d) * 2.0**numerics.SOFTMAX_EXP_BITS).astype(np.int32)
 
 
@@ -564,27 +568,42 @@ class FixedOutput:
     attrs: Mapping[str, Any]
 
 
-def softmax_output(in_scale: float, dtype: str) -> FixedOutput:
-    """Softmax: probabilities of scale 2^-8 from the lowest code (probability 0)."""
+def softmax_output(in_scale: float, dtype: str, in_dtype: str = "int8",
+                   out_bits: int = 16) -> FixedOutput:
+    """Softmax: probabilities of scale 2^-8 from the lowest code (probability 0); int16 ones
+    (`dtype`) of scale 2^-(b - 1) from code 0, for codes of b = `out_bits` bits (the zero
+    point of every int16 value, and b below 16 where an accumulator narrows them), SOFTMAX's
+    `fine_bits` the bits past 8."""
+    table = softmax_table(in_scale, in_dtype)
+    if dtype == "int16":
+        fine_bits = out_bits - 1 - numerics.SOFTMAX_OUT_BITS
+        return FixedOutput(2.0**-(out_bits - 1), 0, table,
+                           {"out_zero_point": 0, "fine_bits": fine_bits, "out_dtype": "int16"})
     zero = RANGES[dtype][0]
-    return FixedOutput(SOFTMAX_OUT_SCALE, zero, softmax_table(in_scale), {"out_zero_point": zero})
+    return FixedOutput(SOFTMAX_OUT_SCALE, zero, table, {"out_zero_point": zero})
 
 
-def log_softmax_output(in_scale: float, dtype: str) -> FixedOutput:
+def log_softmax_output(in_scale: float, dtype: str, in_dtype: str = "int8",
+                       out_bits: int = 8) -> FixedOutput:
     """LogSoftmax keeps the input's scale, its zero point the highest code (log-probability 0):
     y = s_x (x - max) - ln(sum exp(s_x (x - max))), whose first term is a whole number of the
     input's steps, so only the logarithm rounds (to half a step, as the input did), and the
     codes reach the logits' own range below 0 (lower log-probabilities saturate). A profiled
     scale would be about as wide (the output's range is the logits' range plus ln C at most)
     but round the first term too."""
+    if "int16" in (dtype, in_dtype):
+        raise ValueError("LogSoftmax reads and writes 8-bit codes")
     zero = RANGES[dtype][1]
     return FixedOutput(in_scale, zero, log_softmax_table(in_scale),
                        {"out_zero_point": zero, "shift": log_softmax_shift(in_scale)})
 
 
-def softmax_int8(x, table, *, axis=-1, out_zero_point=-128):
-    """`numerics.softmax` along `axis` (the exp table from `softmax_table`)."""
-    return numerics.softmax(x, table, out_zero_point, axis=axis, dtype=str(x.dtype))
+def softmax_int8(x, table, *, axis=-1, out_zero_point=-128, fine_bits=0, out_dtype=None):
+    """`numerics.softmax` along `axis` (the exp table from `softmax_table`); x and the output
+    (`out_dtype`, else x's type) may be int16."""
+    return numerics.softmax(x, table, out_zero_point, axis=axis,
+                            dtype=out_dtype or ("int8" if x.dtype == np.int16 else str(x.dtype)),
+                            in_dtype=str(x.dtype), out_bits=numerics.SOFTMAX_OUT_BITS + fine_bits)
 
 
 def log_softmax_int8(x, table, *, axis=-1, out_zero_point=127, shift=0):

@@ -168,7 +168,8 @@ def quantization_options(command):
                      callback=_names,
                      help="Hold these tensors (ONNX names: outputs of Conv, Gemm, MatMul or "
                           "ConvTranspose layers, by constant weights or of two activations "
-                          "(attention's Q, K, V and context), LayerNorms, Adds and Subs "
+                          "(attention's Q, K, V and context), LayerNorms, Softmaxes along "
+                          "the last axis (their scores and probabilities), Adds and Subs "
                           "(residual "
                           "streams, an LSTM's "
                           "steps: slices, broadcast terms and biases too), Muls such as a "

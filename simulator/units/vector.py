@@ -276,10 +276,11 @@ def lut(state, insn) -> None:
     sp[:, dst] = np.concatenate(numerics.split_wide(y), axis=1) if wide else y
 
 
-def softmax_table_rows(lanes: int, log: int) -> int:
-    """Accumulator rows of a SOFTMAX's table: the exp entries (and with log=1 the log entries
-    after them), int32, `lanes` per row."""
-    entries = numerics.EXP_ENTRIES + (numerics.LOG_ENTRIES if log else 0)
+def softmax_table_rows(lanes: int, log: int, wide: int = 0) -> int:
+    """Accumulator rows of a SOFTMAX's table: the exp entries (an int16 input's two sets with
+    wide=1; with log=1 the log entries after them), int32, `lanes` per row."""
+    entries = (numerics.WIDE_EXP_ENTRIES if wide else numerics.EXP_ENTRIES) + \
+        (numerics.LOG_ENTRIES if log else 0)
     return ceil_div(entries, lanes)
 
 
@@ -318,10 +319,18 @@ def _write_channel_rows(state, a: dict, y: np.ndarray, first: int = 0) -> None:
 
 def softmax(state, insn) -> None:
     a = insn.args
+    if a["log"] and (a["wide"] or a["out_wide"] or a["fine_bits"]):
+        raise SimulatorError("SOFTMAX: log=1 reads and writes int8 codes; wide, out_wide and "
+                             "fine_bits are softmax's")
+    if a["fine_bits"] and not a["out_wide"]:
+        raise SimulatorError(f"SOFTMAX: fine_bits={a['fine_bits']} refines an int16 output's "
+                             f"steps; it needs out_wide=1")
     x = _channel_rows(state, a, "SOFTMAX")
+    if a["wide"]:  # int16 codes: the low plane's blocks follow the high plane's
+        x = numerics.join_wide(x, _channel_rows(state, a, "SOFTMAX", a["blocks"]))
     lanes = state.scratchpad.shape[2]
     table = shared(state.accumulator[:, rows(state.accumulator, a["table"],
-                                             softmax_table_rows(lanes, a["log"]),
+                                             softmax_table_rows(lanes, a["log"], a["wide"]),
                                              "accumulator (table)")])
     if table is None:
         return _each_sample(state, insn, softmax)
@@ -331,8 +340,17 @@ def softmax(state, insn) -> None:
                                  table[numerics.EXP_ENTRIES:][:numerics.LOG_ENTRIES], a["shift"],
                                  a["out_offset"])
     else:
-        y = numerics.softmax(x, table[:numerics.EXP_ENTRIES], a["out_offset"])
-    _write_channel_rows(state, a, y)
+        entries = numerics.WIDE_EXP_ENTRIES if a["wide"] else numerics.EXP_ENTRIES
+        y = numerics.softmax(x, table[:entries], a["out_offset"],
+                             dtype="int16" if a["out_wide"] else "int8",
+                             in_dtype="int16" if a["wide"] else "int8",
+                             out_bits=numerics.SOFTMAX_OUT_BITS + a["fine_bits"])
+    if a["out_wide"]:  # int16 results: the high plane's blocks, then the low plane's
+        high, low = numerics.split_wide(y)
+        _write_channel_rows(state, a, high)
+        _write_channel_rows(state, a, low, a["blocks"])
+    else:
+        _write_channel_rows(state, a, y)
 
 
 def layernorm_table_rows(lanes: int, channels: int) -> int:
@@ -457,9 +475,12 @@ def pool_cycles(arch, insn) -> int:
 def softmax_cycles(arch, insn) -> int:
     """Three passes over the rows' channel blocks (the maximum; the table lookups and their
     sum; the division or the subtraction of the logarithm), and one step per row for its
-    reciprocal or logarithm."""
+    reciprocal or logarithm; a wide input's two planes make the first two passes read twice
+    the blocks (the second's two lookups multiplied in the same pass), a wide output's two
+    planes the last one write twice."""
     a = insn.args
-    return 3 * ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes) + a["rows"]
+    once = ceil_div(a["rows"] * a["blocks"] * arch.lanes, arch.vector.lanes)
+    return (3 + 2 * a["wide"] + a["out_wide"]) * once + a["rows"]
 
 
 def layernorm_cycles(arch, insn) -> int:
@@ -535,9 +556,12 @@ def lut_work(arch, insn) -> Work:
 def softmax_work(arch, insn) -> Work:
     a = insn.args
     elements = a["rows"] * a["blocks"]
-    return Work(local_bytes=3 * elements * arch.scratchpad.row_bytes
-                + softmax_table_rows(arch.lanes, a["log"]) * arch.accumulator.row_bytes,
-                scratchpad_end=(a["dst"] + (a["blocks"] - 1) * a["stride"] + a["rows"]
+    written = (1 + a["out_wide"]) * a["blocks"]
+    return Work(local_bytes=(3 + a["wide"] + a["out_wide"]) * elements
+                * arch.scratchpad.row_bytes
+                + softmax_table_rows(arch.lanes, a["log"], a["wide"])
+                * arch.accumulator.row_bytes,
+                scratchpad_end=(a["dst"] + (written - 1) * a["stride"] + a["rows"]
                                 if elements else 0))
 
 
@@ -598,18 +622,19 @@ def lut_access(arch, insn) -> tuple[Access, ...]:
 
 def softmax_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    table = (Access(ACCUMULATOR, a["table"],
-                    a["table"] + softmax_table_rows(arch.lanes, a["log"]), False),)
-    return table + tuple(
-        Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
-        for base, write in ((a["src"], False), (a["dst"], True)) for b in range(a["blocks"]))
+    return _row_accesses(a, softmax_table_rows(arch.lanes, a["log"], a["wide"]))
 
 
 def layernorm_access(arch, insn) -> tuple[Access, ...]:
     a = insn.args
-    rows_ = layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes))
-    table = (Access(ACCUMULATOR, a["table"], a["table"] + rows_, False),)
-    read = (1 + a["wide"]) * a["blocks"]  # a wide input's low plane: blocks after the high
+    return _row_accesses(a, layernorm_table_rows(arch.lanes, _row_channels(a, arch.lanes)))
+
+
+def _row_accesses(a: dict, table_rows: int) -> tuple[Access, ...]:
+    """A SOFTMAX's or LAYERNORM's: its table, and each channel block of the source and the
+    destination (an int16 input's or output's low plane: `blocks` more after the high)."""
+    table = (Access(ACCUMULATOR, a["table"], a["table"] + table_rows, False),)
+    read = (1 + a["wide"]) * a["blocks"]
     return table + tuple(
         Access(SCRATCHPAD, base + b * a["stride"], base + b * a["stride"] + a["rows"], write)
         for base, write, blocks in ((a["src"], False, read),

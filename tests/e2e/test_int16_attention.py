@@ -158,12 +158,12 @@ def test_qdq_export_keeps_the_int16_products() -> None:
     assert types.get("qh") == types.get("ctx") == 5  # TensorProto.INT16
 
 
-@pytest.mark.parametrize("name, says", [
-    ("p", "made by Softmax 'softmax'"),
-    ("scaled", "read by Add 'add_mask'"),
+@pytest.mark.parametrize("name, says, axis", [
+    ("p", "made by Softmax 'softmax'", -2),  # along a column: its copies move 8-bit codes
+    ("scaled", "read by Add 'add_mask'", -1),
 ])
-def test_what_is_left_is_refused_in_one_line(name: str, says: str) -> None:
-    proto = attention(s=8, d=16, heads=2)
+def test_what_is_left_is_refused_in_one_line(name: str, says: str, axis: int) -> None:
+    proto = attention(s=8, d=16, heads=2, softmax_axis=axis)
     profile = profile_of(proto, model_samples(proto, 8), optimized_graph(proto))
     with pytest.raises(QuantizeError) as caught:
         quantize_model(proto, profile, QuantOptions(int16_tensors=(name,)))

@@ -75,6 +75,20 @@ def test_a_named_norm_output_runs_bit_exactly(preset: str) -> None:
     check_bit_exact(built.qgraph, built.compiled, samples(2, 1))
 
 
+@pytest.mark.parametrize("preset", ["default", "edge"])
+def test_a_norm_reads_an_int16_reshape_of_a_gemm_output(preset: str) -> None:
+    """m int16, read by the norm through a Reshape (its rows in the Gemm's order): LAYERNORM
+    reads both planes through the View, bit-exact, no host segment."""
+    proto = _norm_after("view")
+    profile = profile_of(proto, _feeds(8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile,
+                          CompileOptions(quant=QuantOptions(int16_tensors=("m",))), preset)
+    norms = [i for i in built.compiled.program.instructions if i.op is isa.LAYERNORM]
+    assert {(i.args["wide"], i.args["out_wide"]) for i in norms} == {(1, 0)}
+    assert built.compiled.program.host_segments == ()
+    check_bit_exact(built.qgraph, built.compiled, _feeds(2, 1))
+
+
 def _feeds(count: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     return [{"a": rng.normal(0, 1, (1, S, C)).astype(np.float32)} for _ in range(count)]
@@ -82,8 +96,9 @@ def _feeds(count: int, seed: int) -> list[dict]:
 
 def _norm_after(kind: str):
     """a [1, S, C] -> MatMul -> m; with kind "view" m -> Reshape [S, C] -> LayerNorm -> y
-    (the norm reads a view of m); with "concat" LayerNorm(m) -> n, Concat(n, a) -> y; with
-    "plain" LayerNorm(m + a @ w3) -> n, n -> MatMul -> y."""
+    (the norm reads a view of m, its rows in order); with "transpose" m -> Transpose -> y
+    (its rows strided); with "concat" LayerNorm(m) -> n, Concat(n, a) -> y; with "plain"
+    LayerNorm(m + a @ w3) -> n, n -> MatMul -> y."""
     rng = np.random.default_rng(0)
     inits = {"w": rng.normal(0, C ** -0.5, (C, C)).astype(np.float32),
              "gamma": np.ones(C, np.float32), "beta": np.zeros(C, np.float32),
@@ -94,6 +109,12 @@ def _norm_after(kind: str):
                   helper.make_node("LayerNormalization", ["f", "gamma", "beta"], ["y"],
                                    name="norm")]
         out = [S, C]
+    elif kind == "transpose":
+        inits.update(gamma=np.ones(S, np.float32), beta=np.zeros(S, np.float32))
+        nodes += [helper.make_node("Transpose", ["m"], ["t"], perm=[0, 2, 1], name="turn"),
+                  helper.make_node("LayerNormalization", ["t", "gamma", "beta"], ["y"],
+                                   name="norm")]
+        out = [1, C, S]
     elif kind == "plain":
         inits["w2"] = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
         inits["w3"] = rng.normal(0, C ** -0.5, (C, C)).astype(np.float32)
@@ -112,7 +133,7 @@ def _norm_after(kind: str):
 
 
 @pytest.mark.parametrize("kind, name, says", [
-    ("view", "m", "read by LayerNormalization 'norm'"),
+    ("transpose", "m", "read by LayerNormalization 'norm'"),
     ("concat", "n", "made by LayerNormalization 'norm'"),
 ])
 def test_what_the_unit_cannot_do_is_refused_in_one_line(kind: str, name: str, says: str) -> None:

@@ -705,6 +705,50 @@ def test_a_layernorm_with_out_wide_writes_int16_as_two_planes():
     narrow = isa.LAYERNORM(src=100, dst=300, rows=rows, n=5, blocks=2, stride=stride, table=200)
     assert insn.op.cycles(ARCH, insn) > narrow.op.cycles(ARCH, narrow)
 
+def test_a_wide_softmax_reads_and_writes_two_planes():
+    """SOFTMAX wide=1, out_wide=1 over C = L + 5 channels: the int16 input's low plane's blocks
+    after the high plane's, the 512-entry table (exp by the distance's high byte, then its
+    low byte), numerics.softmax's int16 probabilities in steps of 2^-(8 + fine_bits) written
+    as two planes; two passes more than int8's for the input, one for the output."""
+    from compiler.graph.int8 import softmax_table
+    state = fresh()
+    c, rows_, stride = L + 5, 3, 8
+    x = rng.integers(-3000, 3000, (rows_, c))
+    high, low = numerics.split_wide(x)
+    _write_blocks(state, 100, stride, high)
+    _write_blocks(state, 100 + 2 * stride, stride, low)
+    table = softmax_table(0.002, "int16")
+    table_rows = isa.softmax_table_rows(L, 0, 1)
+    packed = np.zeros(table_rows * L, np.int32)
+    packed[:table.size] = table
+    state.accumulator[0][200:200 + table_rows] = packed.reshape(-1, L)
+    insn = isa.SOFTMAX(src=100, dst=300, rows=rows_, n=5, blocks=2, stride=stride, table=200,
+                       wide=1, out_wide=1, fine_bits=7)
+    run(state, insn)
+    want = numerics.softmax(x, table, 0, dtype="int16", in_dtype="int16", out_bits=15)
+    assert want.max() > 127  # the int16 steps are used
+    planes = [np.concatenate([state.scratchpad[0][base:base + rows_],
+                              state.scratchpad[0][base + stride:base + stride + rows_, :5]],
+                             axis=1)
+              for base in (300, 300 + 2 * stride)]
+    np.testing.assert_array_equal(numerics.join_wide(*planes), want)
+    narrow = isa.SOFTMAX(src=100, dst=300, rows=rows_, n=5, blocks=2, stride=stride, table=200)
+    once = -(-rows_ * 2 * L // ARCH.vector.lanes)
+    assert isa.SOFTMAX.cycles(ARCH, insn) - isa.SOFTMAX.cycles(ARCH, narrow) == 3 * once
+    assert (1, 200, 200 + table_rows, False) in isa.SOFTMAX.access(ARCH, insn)
+    assert (0, 100 + 3 * stride, 100 + 3 * stride + rows_, False) in \
+        isa.SOFTMAX.access(ARCH, insn)  # the low plane's second block
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"fine_bits": 3}, "needs out_wide=1"),
+    ({"log": 1, "wide": 1}, "log=1 reads and writes int8"),
+])
+def test_softmax_fields_without_a_form_are_refused(fields, says):
+    with pytest.raises(SimulatorError, match=says):
+        run(fresh(), isa.SOFTMAX(src=0, dst=40, rows=1, n=4, table=100, **fields))
+
+
 @pytest.mark.parametrize("op", ["max", "min", "l2"])
 def test_reduce_writes_one_value_per_row_in_lane_0(op):
     """REDUCE over C = L + 5 channels (two blocks, SOFTMAX's addressing): numerics.reduce_rows

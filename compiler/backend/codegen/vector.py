@@ -347,7 +347,9 @@ def softmax_steps(layer: SoftmaxLayer, tiles: SoftmaxTiles, ctx: Context,
                                wide=int(bool(layer.x_plane)), out_wide=int(bool(layer.y_plane)))
         else:
             work = instruction(node, isa.SOFTMAX, **rows, log=int(layer.log),
-                               shift=layer.shift, out_offset=layer.out_zero_point)
+                               shift=layer.shift, out_offset=layer.out_zero_point,
+                               wide=int(bool(layer.x_plane)), out_wide=int(bool(layer.y_plane)),
+                               fine_bits=layer.fine_bits)
         stores = [dma(isa.STORE, layer.y, layer.views[1], dst, b, True)
                   for b in range(1 if layer.reduce else tiles.blocks)]
         if layer.y_plane:  # an int16 output's low plane, its blocks after the high plane's

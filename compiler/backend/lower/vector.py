@@ -741,27 +741,55 @@ def lower_softmax(lw: Walk, node: Node) -> None:
     shape = lw.shape(x)
     a = int8_attrs(node)
     axis = a["axis"] % len(shape)
-    int8 = lw.g.type_of(x).dtype == "int8"
-    rows = _row_major_views(lw, node, (x,), y) if int8 and axis == len(shape) - 1 else None
+    dtype = lw.g.type_of(x).dtype
+    # int16 codes out (`quantizer.wide`): two planes of a tensor of its own, as a LayerNorm's
+    # (SOFTMAX out_wide; an int16 input's: `_wide_rows`).
+    y_plane = math.prod(shape) if lw.g.type_of(y).dtype == "int16" else 0
+    rows = _row_major_views(lw, node, (x,), y) \
+        if dtype in ("int8", "int16") and axis == len(shape) - 1 else None
     if rows is None and len(shape) > 4:
         raise unsupported(node, f"it normalizes axis {axis} of a rank-{len(shape)} value; "
                                 f"ranks up to 4 lower")
-    if not int8:
+    if dtype not in ("int8", "int16"):
         raise unsupported(node, "its input is not int8")
     table = np.asarray(lw.g.values[node.inputs[1]].const, np.int32).reshape(-1)
     layer = functools.partial(
         SoftmaxLayer, node.name, table=table,
         log=table.size == numerics.EXP_ENTRIES + numerics.LOG_ENTRIES,
-        shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]))
+        shift=int(a.get("shift", 0)), out_zero_point=int(a["out_zero_point"]),
+        y_plane=y_plane, fine_bits=int(a.get("fine_bits", 0)))
     if rows is not None:
         (tx, view), (ty, y_view) = rows
     elif block_axis(len(shape), axis) != 3:
+        if dtype == "int16" or y_plane:
+            raise unsupported(node, f"it normalizes axis {axis} of {list(shape)}, whose "
+                                    f"elements are not contiguous: the copies around it move "
+                                    f"8-bit codes only, and its input or output is int16")
         return _softmax_across(lw, node, axis, layer)
     else:
         view = lw.need_view(node, x)  # first: it may copy x into order, a new buffer
         tx = lw.source(node, x)
         ty, y_view = lw.output(y, Layout.channels_last(shape))
-    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
+    x_plane = _wide_rows(lw, node, tx, (ty, y_view))
+    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape))),
+                           x_plane=x_plane))
+
+
+def _wide_rows(lw: Walk, node: Node, tx: str, y_side) -> int:
+    """A row op's (SOFTMAX, LAYERNORM) int16 planes: the bytes from the input's high plane to
+    its low one in tensor `tx` that holds it (0 for int8 codes), read through the input's
+    View (a Reshape of a Gemm's output) shifted by them; an int16 output (`y_side`: its
+    tensor and View) a tensor of its own."""
+    x, y = node.inputs[0], node.outputs[0]
+    ty, y_view = y_side
+    if lw.g.type_of(y).dtype == "int16" and (ty != y or (y_view is not None and y_view.offset)):
+        raise unsupported(node, f"its int16 output {y!r} is a view of another tensor")
+    if lw.g.type_of(x).dtype != "int16":
+        return 0
+    if tx not in lw.planes:
+        raise unsupported(node, f"its int16 input {x!r} would need a copy into order (8-bit "
+                                f"copies only)")
+    return lw.planes[tx]
 
 
 def lower_layer_norm(lw: Walk, node: Node) -> None:
@@ -770,17 +798,14 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     its int32 parameters the node's fourth input."""
     x, y = node.inputs[0], node.outputs[0]
     shape = lw.shape(x)
-    # An int16 input (a residual stream) is two planes of a tensor of its own (`_add`).
-    x_plane = math.prod(shape) if lw.g.type_of(x).dtype == "int16" else 0
-    if x_plane and (x in lw.views or lw.buffer.get(x) != x):
-        raise unsupported(node, f"its int16 input {x!r} is a view of another tensor")
-    # Likewise an int16 output (a residual Add's operand, `quantizer.wide.norm_copies`).
+    # An int16 output (a residual Add's operand, `quantizer.wide.norm_copies`) is two planes
+    # of a tensor of its own; an int16 input's: `_wide_rows`.
     y_plane = math.prod(shape) if lw.g.type_of(y).dtype == "int16" else 0
     rows = _row_major_views(lw, node, (x,), y)
     table = np.asarray(lw.g.values[node.inputs[3]].const, np.int32).reshape(-1)
     layer = functools.partial(SoftmaxLayer, node.name, table=table, log=False, shift=0,
                               out_zero_point=int(int8_attrs(node)["out_zero_point"]),
-                              norm=True, x_plane=x_plane, y_plane=y_plane)
+                              norm=True, y_plane=y_plane)
     if rows is not None:
         (tx, view), (ty, y_view) = rows
     elif block_axis(len(shape), len(shape) - 1) == 3:
@@ -790,12 +815,9 @@ def lower_layer_norm(lw: Walk, node: Node) -> None:
     else:
         raise unsupported(node, f"it normalizes the last axis of {list(shape)}, whose elements "
                                 "are not contiguous in memory")
-    if x_plane and (tx != x or (view is not None and view.offset)):
-        raise unsupported(node, f"its int16 input {x!r} would need a copy into order (8-bit "
-                                f"copies only)")
-    if y_plane and (ty != y or (y_view is not None and y_view.offset)):
-        raise unsupported(node, f"its int16 output {y!r} is a view of another tensor")
-    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape)))))
+    x_plane = _wide_rows(lw, node, tx, (ty, y_view))
+    lw.layers.append(layer(tx, ty, views=(view, y_view or View.dense(block_shape(shape))),
+                           x_plane=x_plane))
 
 
 def _softmax_across(lw: Walk, node: Node, axis: int, layer) -> None:

@@ -110,7 +110,7 @@ class Walk:
         if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
                 OPS[node.op].lower not in WIDE_READERS:
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a Sub, a Mul, a "
-                                    f"LayerNormalization, a Hypot, a Conv, ConvTranspose, Gemm "
+                                    f"LayerNormalization, a Softmax, a Hypot, a Conv, ConvTranspose, Gemm "
                                     f"or MatMul by a constant weight, a table op, a pool, a "
                                     f"view, Concat, Transpose or Resize, and a model output "
                                     f"read int16 values")
@@ -409,7 +409,8 @@ WIDE_READERS = frozenset({
     Lower.LAYER_NORM, Lower.ADD, Lower.SUB, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
     Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
     Lower.CHANNEL_LUT, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE,
-    Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL})
+    Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL,
+    Lower.SOFTMAX})
 
 # Rules whose output is not a fresh tensor a layer writes: views of their input, and the model's
 # inputs (written by the host, at their bindings).
