@@ -429,19 +429,23 @@ def _vector_add(graph: Graph, node: Node) -> bool:
     if other.is_const:
         return len(other.type.shape) <= len(shape) and \
             np.broadcast_shapes(other.type.shape, shape) == shape
-    return other.type.shape == shape or _broadcasts(other.type.shape, shape)
+    rows = _rows_in_order(graph, graph.producers(), node.inputs[whole[0]])
+    return other.type.shape == shape or _broadcasts(other.type.shape, shape, rows)
 
 
-def _broadcasts(other: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+def _broadcasts(other: tuple[int, ...], shape: tuple[int, ...], rows: bool = False) -> bool:
     """Whether an activation of shape `other` broadcasts over `shape` as the vector unit's ADD
     reads a second operand: of the same rank, one value per channel (every pixel axis 1: one
     row for all pixels, b_once), per pixel (the channel axis 1: lane 0 for every lane,
     b_splat) or per image (both), for each image or for all. The channels are a map's axis 1
-    and a row-major value's last axis; the pixels are the others but a map's N."""
+    and a row-major value's last axis (a rank-4 value's too when its rows are in order,
+    `rows`: attention's scores [B, H, S, S], a mask [B, 1, 1, S] over them); the pixels are the
+    others but a rank-4 value's first, N."""
     if len(other) != len(shape) or not shape:
         return False
-    channel = 1 if len(shape) == 4 else len(shape) - 1
-    pixels = (2, 3) if len(shape) == 4 else tuple(range(len(shape) - 1))
+    channel = len(shape) - 1 if rows or len(shape) != 4 else 1
+    pixels = tuple(range(1, 3)) if rows and len(shape) == 4 else \
+        (2, 3) if len(shape) == 4 else tuple(range(len(shape) - 1))
     return other[channel] in (1, shape[channel]) and \
         (len(shape) != 4 or other[0] in (1, shape[0])) and \
         (all(other[i] == 1 for i in pixels) or all(other[i] == shape[i] for i in pixels))
@@ -543,7 +547,8 @@ def _row_op(graph: Graph, node: Node) -> bool:
 
 def _rows_in_order(graph: Graph, producers: dict[str, Node], name: str) -> bool:
     """Whether value `name` is a tensor's own values in row-major order, the tensor's or a
-    Reshape's of it: a Gemm's or MatMul's output, or one of rank 3 at most, not a view, a
+    Reshape's of it: a Gemm's or MatMul's output, an elementwise Add's, Sub's or Mul's of such
+    an operand (a mask added to attention's scores), or one of rank 3 at most; not a view, a
     slice or a copy's (LAYERNORM and SOFTMAX read an int16 input's two planes by rows, and
     only 8-bit codes are copied into order)."""
     while name in producers and OPS[producers[name].op].view in (ViewKind.RESHAPE,
@@ -551,8 +556,12 @@ def _rows_in_order(graph: Graph, producers: dict[str, Node], name: str) -> bool:
         name = producers[name].inputs[0]
     if name not in producers or moves(graph, producers[name]):
         return False
-    return OPS[producers[name].op].lower in (Lower.GEMM, Lower.MATMUL) or \
-        len(graph.type_of(name).shape) <= 3
+    producer = producers[name]
+    if OPS[producer.op].lower in (Lower.ADD, Lower.SUB, Lower.MUL):  # as its operand of its shape
+        shape = graph.type_of(name).shape
+        return any(not graph.values[x].is_const and graph.type_of(x).shape == shape and
+                   _rows_in_order(graph, producers, x) for x in producer.inputs if x)
+    return OPS[producer.op].lower in (Lower.GEMM, Lower.MATMUL) or len(graph.type_of(name).shape) <= 3
 
 
 def activation_matmul(graph: Graph, node: Node) -> bool:

@@ -1,4 +1,5 @@
-"""int16 through Softmax: an int16 input (its scores or logits finer than int8's steps) and
+"""int16 through Softmax: an int16 input (its scores or logits finer than int8's steps, a
+mask added to the scores along their rows) and
 int16 probabilities (steps of 2^-15, or coarser where a reader's accumulator narrows them),
 on the vector unit's SOFTMAX (wide, out_wide, fine_bits): the exp of an int16 distance as the
 product of a table entry for its high byte and one for its low byte (`numerics.wide_exps`).
@@ -77,6 +78,21 @@ def test_attention_probabilities_int16_beside_int16_values(preset: str) -> None:
         built = _built(proto, ("vb", "p"), preset)
     assert _softmax_flags(built) == {(0, 1, 5)}
     assert built.qgraph.type_of("p").quant.scale[0] == 2.0 ** -13
+
+
+@pytest.mark.parametrize("preset", ["edge", "default"])
+def test_masked_scores_int16_into_int16_probabilities(preset: str) -> None:
+    """Attention's scores plus a mask computed from the model's keep flags ([B, 1, 1, S], by
+    ADD over the scores' rows, which are in order), int16, read by SOFTMAX wide=1; the
+    probabilities int16 too; two images in a batch."""
+    proto = attention(s=12, d=32, heads=2, batch=2, bias=True, computed_mask=True)
+    built = _built(proto, ("scaled", "masked", "p"), preset)
+    assert _softmax_flags(built) == {(1, 1, 7)}
+    adds = [i for i, node in zip(built.compiled.program.instructions,
+                                 built.compiled.program.source)
+            if i.op is isa.ADD and node == "add_mask"]
+    assert adds and all(i.args["a_wide"] and i.args["wide"] and not i.args["b_wide"]
+                        for i in adds)
 
 
 def test_int16_softmax_is_closer_to_fp32() -> None:
