@@ -454,7 +454,9 @@ def _broadcasts(other: tuple[int, ...], shape: tuple[int, ...], rows: bool = Fal
 def _activation_product(graph: Graph, node: Node) -> bool:
     """A Mul of two activations, one of its output's shape and the other of it too or, of rank
     4, broadcast over it as the vector unit's MUL reads it (a squeeze-and-excitation gate
-    [N, C, 1, 1], a value per pixel [N, 1, H, W] or per image): MUL reads and writes int16
+    [N, C, 1, 1], a value per pixel [N, 1, H, W] or per image), or of rank 3 a value per row
+    or per channel of a row-major value (`_broadcasts`: a pooling's weight per token [N, S,
+    1]): MUL reads and writes int16
     codes, through Views too (a_wide, b_wide, wide; `numerics.mul`). Or a Mul of an activation
     of its output's shape by a constant tensor that broadcasts to it (an LSTM's peephole P ⊙ C,
     a GRU's r ⊙ Rbh), int16 codes when the Mul is int16 (`quantize.mul`); a Mul by a scalar is
@@ -472,9 +474,12 @@ def _activation_product(graph: Graph, node: Node) -> bool:
     shapes = [graph.type_of(name).shape for name in node.inputs]
     if shape not in shapes:
         return False
+    whole = node.inputs[0] if shapes[0] == shape else node.inputs[1]
     other = shapes[1] if shapes[0] == shape else shapes[0]
     if other == shape:
         return True
+    if len(shape) == 3:  # row-major: a value per row (a pooling's mask weights) or per channel
+        return _broadcasts(other, shape, _rows_in_order(graph, graph.producers(), whole))
     return len(shape) == 4 and len(other) == 4 and other[0] in (1, shape[0]) and \
         other[1] in (1, shape[1]) and other[2:] in ((1, 1), shape[2:])
 

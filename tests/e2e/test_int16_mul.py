@@ -235,3 +235,32 @@ def test_an_int16_map_whose_global_pool_fits_once_is_pooled_from_one_buffer() ->
     assert pools and all(i.args["in_wide"] and i.args["in_h"] == 64 for i in pools)
     assert 2 * (2 * 64 * 64 + 1) > built.compiled.program.arch.scratchpad.rows
     check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
+
+
+def _pooling():
+    """A sentence encoder's masked pooling: x [N, S, D] -> MatMul -> h (rows in order); a
+    weight per token [N, S, 1] from x by MatMul and Sigmoid -> g; m = h * g -> MatMul -> y."""
+    rng = np.random.default_rng(5)
+    s, d = 12, 24
+    inits = {"w1": (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32),
+             "w2": (rng.standard_normal((d, 1)) / np.sqrt(d)).astype(np.float32),
+             "w3": (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="dense"),
+             helper.make_node("MatMul", ["x", "w2"], ["g0"], name="score"),
+             helper.make_node("Sigmoid", ["g0"], ["g"], name="gate"),
+             helper.make_node("Mul", ["h", "g"], ["m"], name="weigh"),
+             helper.make_node("MatMul", ["m", "w3"], ["y"], name="out")]
+    return model(nodes, {"x": [2, s, d]}, {"y": [2, s, d]}, inits, opset=17)
+
+
+@pytest.mark.parametrize("preset", PRESETS[:2])
+@pytest.mark.parametrize("names", [("h",), ("h", "m")], ids="+".join)
+def test_a_weight_per_row_multiplies_int16_rows(names, preset) -> None:
+    """A row-major product by a value per row (MiniLM's pooling weights): MUL reads the int16
+    rows (a_wide), the weight broadcast over each row's lanes; three samples in a batch."""
+    proto = _pooling()
+    built = build(proto, names, preset)
+    mul = _mul(built.compiled.program)
+    assert mul.args["a_wide"] == 1 and mul.args["b_wide"] == 0
+    assert mul.args["wide"] == int("m" in names)
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
