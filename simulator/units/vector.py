@@ -325,9 +325,7 @@ def softmax(state, insn) -> None:
     if a["fine_bits"] and not a["out_wide"]:
         raise SimulatorError(f"SOFTMAX: fine_bits={a['fine_bits']} refines an int16 output's "
                              f"steps; it needs out_wide=1")
-    x = _channel_rows(state, a, "SOFTMAX")
-    if a["wide"]:  # int16 codes: the low plane's blocks follow the high plane's
-        x = numerics.join_wide(x, _channel_rows(state, a, "SOFTMAX", a["blocks"]))
+    x = _row_codes(state, a, "SOFTMAX")
     lanes = state.scratchpad.shape[2]
     table = shared(state.accumulator[:, rows(state.accumulator, a["table"],
                                              softmax_table_rows(lanes, a["log"], a["wide"]),
@@ -345,7 +343,22 @@ def softmax(state, insn) -> None:
                              dtype="int16" if a["out_wide"] else "int8",
                              in_dtype="int16" if a["wide"] else "int8",
                              out_bits=numerics.SOFTMAX_OUT_BITS + a["fine_bits"])
-    if a["out_wide"]:  # int16 results: the high plane's blocks, then the low plane's
+    _write_row_codes(state, a, y)
+
+
+def _row_codes(state, a: dict, mnemonic: str) -> np.ndarray:
+    """A SOFTMAX's or LAYERNORM's rows: int8 codes, or with wide=1 int16 ones, the low
+    plane's blocks after the high plane's."""
+    x = _channel_rows(state, a, mnemonic)
+    if a["wide"]:
+        x = numerics.join_wide(x, _channel_rows(state, a, mnemonic, a["blocks"]))
+    return x
+
+
+def _write_row_codes(state, a: dict, y: np.ndarray) -> None:
+    """A SOFTMAX's or LAYERNORM's results: int8 codes, or with out_wide=1 int16 ones, the
+    high plane's blocks, then the low plane's."""
+    if a["out_wide"]:
         high, low = numerics.split_wide(y)
         _write_channel_rows(state, a, high)
         _write_channel_rows(state, a, low, a["blocks"])
@@ -365,9 +378,7 @@ def _row_channels(a: dict, lanes: int) -> int:
 
 def layernorm(state, insn) -> None:
     a = insn.args
-    x = _channel_rows(state, a, "LAYERNORM")
-    if a["wide"]:  # int16 codes: the low plane's blocks follow the high plane's
-        x = numerics.join_wide(x, _channel_rows(state, a, "LAYERNORM", a["blocks"]))
+    x = _row_codes(state, a, "LAYERNORM")
     lanes = state.scratchpad.shape[2]
     c = _row_channels(a, lanes)
     table = shared(state.accumulator[:, rows(state.accumulator, a["table"],
@@ -380,12 +391,7 @@ def layernorm(state, insn) -> None:
                             table[1 + 2 * c:1 + 3 * c], a["out_offset"],
                             dtype="int16" if a["out_wide"] else "int8",
                             in_dtype="int16" if a["wide"] else "int8")
-    if a["out_wide"]:  # int16 results: the high plane's blocks, then the low plane's
-        high, low = numerics.split_wide(y)
-        _write_channel_rows(state, a, high)
-        _write_channel_rows(state, a, low, a["blocks"])
-    else:
-        _write_channel_rows(state, a, y)
+    _write_row_codes(state, a, y)
 
 
 def reduce(state, insn) -> None:
