@@ -397,7 +397,10 @@ def _layers(graph: Graph, qgraph: Graph) -> list[_Layer]:
         value = qgraph.values[node.inputs[1]]
         quant = value.type.quant
         weight = qgraph.origin.get(value.name, value.name)
-        x = qgraph.origin.get(node.inputs[0], node.inputs[0])
+        # The float node's own input: the origin of its int8 input may be a value before a
+        # view (silero-vad's 1-D STFT Conv reads its window through a Reshape to 2-D).
+        x = by_name[node.name].inputs[0] if node.name in by_name else \
+            qgraph.origin.get(node.inputs[0], node.inputs[0])
         if not value.is_const or quant is None or value.type.dtype != "int8" or \
                 weight in seen or weight not in graph.values or \
                 graph.values[weight].const is None or x not in graph.values or \

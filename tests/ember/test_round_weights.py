@@ -331,3 +331,26 @@ def test_the_inputs_option_and_files_that_do_not_record_it(rounded, tmp_path) ->
     old = load_rounding(str(tmp_path / "old.npz"))
     assert old.keys() == weights.keys()
     assert all(np.array_equal(old[k].codes, weights[k].codes) for k in old)
+
+
+def test_a_one_dimensional_conv_is_rounded_on_its_own_input(tmp_path) -> None:
+    """A Conv1d (silero-vad's STFT and encoder) runs as a 2-D Conv of its input reshaped: the
+    rounding reads the input the float node multiplies (the reshaped one), not the value
+    before the view, and chooses codes that bring the layer's output closer."""
+    rng = np.random.default_rng(6)
+    proto = model([helper.make_node("Conv", ["x", "w"], ["h"], name="c1", strides=[2],
+                                    pads=[1, 1]),
+                   helper.make_node("Relu", ["h"], ["y"], name="relu")],
+                  {"x": [1, 4, 40]}, {"y": [1, 8, 20]},
+                  {"w": rng.normal(0, .3, (8, 4, 4)).astype(np.float32)})
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    mix = rng.normal(size=(4, 4))
+    calib = np.einsum("ij,njl->nil", mix, rng.normal(size=(16, 4, 40))).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=calib[:, None])
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "-o", tmp_path / "p.json").exit_code == 0
+    result = invoke("round-weights", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
+                    "--data", tmp_path / "calib.npz", "-o", tmp_path / "r.npz", "--json")
+    assert result.exit_code == 0, result.output
+    (layer,) = json.loads(result.stdout)["layers"]
+    assert layer["node"] == "c1" and layer["chosen_error"] <= layer["nearest_error"]
