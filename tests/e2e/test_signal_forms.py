@@ -16,7 +16,11 @@ from compiler.passes.conv1d_as_2d import conv1d_as_2d
 from compiler.passes.pad_as_4d import pad_as_4d
 from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import evaluate
-from tests.e2e.flow import compile_and_check
+from compiler.backend.program import BackendOptions
+from ember.flow import CompileOptions, compile_model, optimized_graph
+from quantizer.options import QuantOptions
+from tests.e2e.flow import check_bit_exact, compile_and_check, model_samples
+from tests.quantizer.util import profile_of
 from tests.onnx_builder import model
 
 
@@ -65,3 +69,21 @@ def test_the_passes_lift_the_signal_forms_and_keep_fp32() -> None:
 def test_an_stft_encoder_runs_whole_on_the_accelerator(preset: str) -> None:
     compiled, _ = compile_and_check(stft_encoder(), preset)
     assert compiled.program.host_segments == ()
+
+
+@pytest.mark.parametrize("preset", ["edge", "default"])
+def test_a_magnitude_kept_in_fp32_reads_8_bit_parts(preset: str) -> None:
+    """The quantizer's own int16 parts of a spectrum (`--wide-norm-inputs always`) stay int8
+    when their magnitude is kept in fp32: a host segment reads 8-bit codes (a budget with
+    --allow-host kept silero-vad's, and its program failed at the host segment's binding)."""
+    proto = stft_encoder()
+    profile = profile_of(proto, model_samples(proto, 8, 0), optimized_graph(proto))
+    magnitude = next(n.name for n in optimized_graph(proto).nodes if n.op == "Hypot")
+    for keep, wide in (((), True), ((magnitude,), False)):
+        built = compile_model(proto, profile, CompileOptions(
+            quant=QuantOptions(wide_norm_inputs="always", keep_fp32=keep),
+            backend=BackendOptions(allow_host=True)), preset)
+        int16 = [v for v in built.qgraph.values if built.qgraph.type_of(v).dtype == "int16"]
+        assert bool(int16) == wide
+        assert len(built.compiled.program.host_segments) == (0 if wide else 1)
+        check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 2, 1))
