@@ -106,7 +106,7 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
                     operand not in graph.outputs and loses(operand):
                 chosen.add(operand)  # the previous block's output, the stream carried on
     for node in graph.nodes:  # a spectrum's two parts, into its magnitude
-        if node.op != HYPOT.name or node.name in keep:  # the host reads their 8-bit codes
+        if node.op != HYPOT.name:
             continue
         projections = [_projection(graph, producers, users, operand)
                        for operand in node.inputs[:2]]

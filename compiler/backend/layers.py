@@ -504,6 +504,7 @@ class HostPort:
     dtype: str
     strides: tuple[int, ...]
     offset: int = 0  # bytes from the tensor's start (a part of a buffer: a slice, say)
+    plane: int = 0  # int16: bytes from the high plane to the low one (each at `strides`)
 
 
 @dataclass(frozen=True, eq=False)

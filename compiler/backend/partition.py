@@ -34,7 +34,7 @@ from compiler.graph.serialize import graph_to_dict
 from simulator.errors import listing
 
 # The element types a host port may carry (those a program binding describes).
-PORT_DTYPES = ("int8", "uint8", "float32")  # and int32, a model input's integers
+PORT_DTYPES = ("int8", "uint8", "int16", "float32")  # and int32, a model input's integers
 # The lowerings that are a program binding: QuantizeLinear and DequantizeLinear, which wrap every
 # stretch of fp32 nodes and are at home on the accelerator only at a model boundary.
 BINDINGS = frozenset({Lower.QUANTIZE, Lower.DEQUANTIZE})
@@ -184,21 +184,24 @@ class HostSegments:
         dtype = self.g.type_of(tensor if tensor in self.g.values else name).dtype
         if any(b.tensor == tensor and b.dtype == "int32" for b in lw.inputs):
             dtype = "int32"  # a model input's integers, bound as the indexed DMA reads them
+        # An int16 value's two planes of int8 codes: the strides of one, the low plane after.
+        plane = lw.planes[tensor] if dtype == "int16" else 0
         if name in lw.strided:  # read by MatMuls of two activations at these strides
             offset, strides = lw.strided[name]
-            return HostPort(name, tensor, self.g.type_of(name).shape, dtype, strides, offset)
+            return HostPort(name, tensor, self.g.type_of(name).shape, dtype, strides, offset,
+                            plane)
         view = lw.views.get(name)
         if view is not None:
             shape = self.g.type_of(name).shape
             block = (*view.strides, 1)  # bytes per step of N, H, W, C (int8)
             strides = tuple(block[block_axis(len(shape), a)] for a in range(len(shape)))
-            return HostPort(name, tensor, shape, dtype, strides, view.offset)
+            return HostPort(name, tensor, shape, dtype, strides, view.offset, plane)
         dims = tuple(lw.layouts[tensor].dims)
-        strides = lw.layouts[tensor].strides(dims, np.dtype(dtype).itemsize)
+        strides = lw.layouts[tensor].strides(dims, 1 if plane else np.dtype(dtype).itemsize)
         if int(np.prod(dims, dtype=np.int64)) != self.g.type_of(name).size or strides is None:
             raise CompileError(f"value {name!r}, on the host, is a view of {tensor!r} that no "
                                f"strided access describes")
-        return HostPort(name, tensor, dims, dtype, strides)
+        return HostPort(name, tensor, dims, dtype, strides, plane=plane)
 
     def _tensor(self, name: str) -> str:
         """A DRAM tensor for value `name`, in the layout the accelerator's layers expect."""
@@ -211,6 +214,8 @@ class HostSegments:
         else:
             layout = Layout.channels_last(t.shape)
         lw = self.lw
+        if t.dtype == "int16":  # two planes of int8 codes, as the accelerator's layers hold it
+            return lw.new_tensor(name, layout)
         lw.tensors[name] = Tensor(name, t.size * np.dtype(t.dtype).itemsize)
         lw.layouts[name] = layout
         lw.buffer[name] = name

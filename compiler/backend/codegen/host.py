@@ -49,7 +49,7 @@ def _binding(port: HostPort, plan: DramPlan) -> dict:
     if port.tensor not in plan.addresses:
         raise CompileError(f"internal: host tensor {port.tensor!r} has no DRAM address")
     return IOBinding(port.value, plan.addresses[port.tensor] + port.offset, port.shape, 1.0, 0,
-                     port.dtype, port.strides).to_dict()
+                     port.dtype, port.strides, port.plane).to_dict()
 
 
 def host_segments(lowered: Lowered, plan: DramPlan) -> tuple[dict, ...]:
