@@ -72,7 +72,8 @@ def wide_values(graph: Graph, mode: str, stats_of: Callable[[str], TensorStats],
                 keep: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """The fp32 activations to quantize as int16 under `mode`: "never", "always" (every
     qualifying value) or "auto" (those the profile shows int8 loses); none that a node kept
-    in fp32 (`keep`) writes or reads: a host segment reads and writes 8-bit codes."""
+    in fp32 (`keep`) writes or reads directly (a rule from when host segments took 8-bit
+    codes only; they take int16 bindings since)."""
     if mode == "never":
         return set()
     producers, users = graph.producers(), graph.users()
