@@ -276,8 +276,8 @@ def array_values(graph: Graph, names, keep: set[str], fused: dict[str, Node]
     GlobalAveragePool or by a Mul of two activations (`_writes`). Every reader that is no
     moving node of the group is such a Conv, ConvTranspose, Gemm or MatMul as its first input,
     an Add or Sub (`_vector_add`), a table op, an AveragePool or GlobalAveragePool or a Mul
-    of two activations (`_activation_product`) (`_check_readers`);
-    none of them is kept in fp32, and a Concat's inputs are activations. Raises
+    of two activations (`_activation_product`) (`_check_readers`), or a node kept in fp32
+    (a host segment reads and writes both planes); a Concat's inputs are activations. Raises
     QuantizeError naming the first value that is not (and the named tensor, when it was
     reached through its group)."""
     producers, users = graph.producers(), graph.users()
@@ -310,11 +310,8 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
                   where: str, keep: set[str], fused: dict[str, Node]) -> None:
     """That `producer` may write int16 value `name`: a moving node of its group, or
     `_writes`."""
-    if producer.name in keep:
-        raise QuantizeError(f"{where}: made by {producer.op} {producer.name!r}, kept in fp32 "
-                            f"(the host writes fp32)")
-    if moves(graph, producer):
-        return
+    if producer.name in keep or moves(graph, producer):
+        return  # kept in fp32: the host quantizes its output into both planes
     clamp = None
     if OPS[producer.op].quant is Quant.CLAMP and producer.inputs[0] in producers and \
             fused.get(producers[producer.inputs[0]].name) is producer:
@@ -357,8 +354,7 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
     readers = users.get(name, [])
     for reader in readers:
         if reader.name in keep:
-            raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, "
-                                f"kept in fp32 (the host reads int8 codes)")
+            continue  # kept in fp32: the host reads both planes (a segment's int16 binding)
         if moves(graph, reader) and name in moved_inputs(reader):
             continue  # its outputs are of the group, checked in turn
         on_array = _by_constant(graph, reader) and reader.inputs[0] == name and \

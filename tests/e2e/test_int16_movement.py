@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from compiler.backend.program import BackendOptions
 from ember.flow import CompileOptions, compile_model, optimized_graph, quantize_model
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
@@ -232,9 +233,21 @@ def test_a_linear_resize_of_int16_is_refused() -> None:
                               "a nearest one copies int16)")
 
 
-def test_a_pool_kept_in_fp32_is_refused() -> None:
-    message = _refused(models.max_pool(), ("mid",), keep=("pool",))
-    assert message.startswith("int16 tensor 'mid': read by MaxPool 'pool', kept in fp32")
+@pytest.mark.parametrize("names", [("mid",), ("m",), ("mid", "m")], ids="+".join)
+def test_a_pool_kept_in_fp32_reads_and_writes_int16(names) -> None:
+    """The pool kept in fp32 on the host: its int16 input read from both planes, its output
+    quantized into both planes for the Conv after it (host segments' int16 bindings; a
+    MaxPool's input and output are one group, int16 together, kept or not); bit-exact, two
+    samples in a batch."""
+    proto = models.max_pool()
+    profile = profile_of(proto, model_samples(proto, 4, 0), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(
+        quant=QuantOptions(int16_tensors=names, keep_fp32=("pool",)),
+        backend=BackendOptions(allow_host=True)))
+    (segment,) = built.compiled.program.host_segments
+    bound = segment["inputs"] + segment["outputs"]
+    assert [(b["dtype"], b["plane"] > 0) for b in bound] == [("int16", True)] * 2
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 2, 1))
 
 
 def test_a_concat_with_a_constant_is_refused() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from compiler.backend.program import BackendOptions
 from compiler.graph import int8
 from ember.cost import CycleModel, Wide
 from ember.flow import CompileOptions, compile_model, optimized_graph, quantize_model
@@ -154,3 +155,19 @@ def test_the_cycle_estimate_prices_the_planes() -> None:
     softmax = next(n for n in qgraph.nodes if n.op == "Softmax")
     both = Wide(values=frozenset({softmax.inputs[0], softmax.outputs[0]}))
     assert model.node_cycles(softmax, both) == 2 * model.node_cycles(softmax, Wide())
+
+
+@pytest.mark.parametrize("names", [("p",), ("masked",), ("masked", "p")], ids="+".join)
+def test_a_softmax_kept_in_fp32_reads_and_writes_int16(names) -> None:
+    """The Softmax kept on the host (--keep-fp32, --allow-host): the host segment reads the
+    int16 masked scores from both planes and quantizes the int16 probabilities into both, its
+    bindings int16 where the value is; bit-exact, two images in a batch."""
+    proto = attention(s=12, d=32, heads=2, batch=2, bias=True, computed_mask=True)
+    profile = profile_of(proto, model_samples(proto, 8), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(
+        quant=QuantOptions(int16_tensors=names, keep_fp32=("softmax",)),
+        backend=BackendOptions(allow_host=True)))
+    (segment,) = built.compiled.program.host_segments
+    assert [b["dtype"] for b in segment["inputs"] + segment["outputs"]] == \
+        ["int16" if name in names else "int8" for name in ("masked", "p")]
+    check_bit_exact(built.qgraph, built.compiled, model_samples(proto, 3, 1))
