@@ -198,6 +198,17 @@ def test_round_weights_usage(rounded, tmp_path) -> None:
     assert "error-compensated" in help_text and "--weight-rounding" in help_text
 
 
+def _profiled_and_rounded(folder) -> dict:
+    """`quantize-profile` then `round-weights` of folder/m.onnx on folder/calib.npz: the
+    rounding's JSON report (its codes in folder/r.npz)."""
+    assert invoke("quantize-profile", folder / "m.onnx", "--data", folder / "calib.npz",
+                  "-o", folder / "p.json").exit_code == 0
+    result = invoke("round-weights", folder / "m.onnx", "--profile", folder / "p.json",
+                    "--data", folder / "calib.npz", "-o", folder / "r.npz", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
 def test_a_layer_the_samples_cannot_pin_down_keeps_its_nearest_codes(tmp_path) -> None:
     """A Gemm of 96 inputs read by 4 samples: codes chosen on two of them fit those two and
     fail on the other two, so the layer keeps its nearest codes (the output as without the
@@ -209,12 +220,7 @@ def test_a_layer_the_samples_cannot_pin_down_keeps_its_nearest_codes(tmp_path) -
     onnx.save(proto, str(tmp_path / "m.onnx"))
     np.savez(tmp_path / "calib.npz", x=rng.normal(size=(4, 96)).astype(np.float32))
     np.savez(tmp_path / "eval.npz", x=rng.normal(size=(8, 96)).astype(np.float32))
-    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
-                  "-o", tmp_path / "p.json").exit_code == 0
-    result = invoke("round-weights", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
-                    "--data", tmp_path / "calib.npz", "-o", tmp_path / "r.npz", "--json")
-    assert result.exit_code == 0, result.output
-    (layer,) = json.loads(result.stdout)["layers"]
+    (layer,) = _profiled_and_rounded(tmp_path)["layers"]
     assert layer["compensated"] is False and layer["chosen_error"] == layer["nearest_error"]
     plain = invoke("accuracy", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
                    tmp_path / "eval.npz", "--json")
@@ -347,10 +353,5 @@ def test_a_one_dimensional_conv_is_rounded_on_its_own_input(tmp_path) -> None:
     mix = rng.normal(size=(4, 4))
     calib = np.einsum("ij,njl->nil", mix, rng.normal(size=(16, 4, 40))).astype(np.float32)
     np.savez(tmp_path / "calib.npz", x=calib[:, None])
-    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
-                  "-o", tmp_path / "p.json").exit_code == 0
-    result = invoke("round-weights", tmp_path / "m.onnx", "--profile", tmp_path / "p.json",
-                    "--data", tmp_path / "calib.npz", "-o", tmp_path / "r.npz", "--json")
-    assert result.exit_code == 0, result.output
-    (layer,) = json.loads(result.stdout)["layers"]
+    (layer,) = _profiled_and_rounded(tmp_path)["layers"]
     assert layer["node"] == "c1" and layer["chosen_error"] <= layer["nearest_error"]
