@@ -179,7 +179,8 @@ class CycleModel:
             cin_g, cout_g, pixels = w[1], w[0] // group, math.prod(y) // max(1, y[1])
         taps = math.prod(w[2:])
         packed = max(1, min(group, rows // max(1, cin_g), cols // max(1, cout_g)))
-        tiles = ceil_div(group, packed) * ceil_div(cin_g * packed, rows) * ceil_div(cout_g * packed, cols)
+        tiles = ceil_div(group, packed) * ceil_div(cin_g * packed, rows) * \
+            ceil_div(cout_g * packed, cols)
         return pixels * taps * tiles
 
     def _elements(self, name: str) -> int:

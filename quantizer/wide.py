@@ -29,9 +29,10 @@ PRELOAD its planes (attention's Q, K, V or context: `numerics.activation_passes`
 narrowed to the bits the accumulator holds with the other operand's, `product_bits`),
 LayerNorms and Softmaxes along the last axis of a tensor's rows in order, its own or a
 Reshape's (LAYERNORM, SOFTMAX wide: a Softmax's exp of an int16 distance is a table entry for
-its high byte times one for its low byte, `numerics.wide_exps`), Adds and Subs, which read both planes of
-an operand that is whole, a slice of another tensor or broadcast over the other (a value per
-channel, pixel or image; a constant bias is then int16 codes too), table ops, which
+its high byte times one for its low byte, `numerics.wide_exps`), Adds and Subs, which read
+both planes of an operand that is whole, a slice of another tensor or broadcast over the
+other (a value per channel, pixel or image; a constant bias is then int16 codes too), table
+ops, which
 interpolate between 257 knots by the low byte, or a window of finer ones where the function
 bends (LUT in_wide=1, zoom, `numerics.interpolate`, `int8.knot_window`), into int8 or int16
 codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of two
@@ -563,7 +564,8 @@ def _rows_in_order(graph: Graph, producers: dict[str, Node], name: str) -> bool:
         shape = graph.type_of(name).shape
         return any(not graph.values[x].is_const and graph.type_of(x).shape == shape and
                    _rows_in_order(graph, producers, x) for x in producer.inputs if x)
-    return OPS[producer.op].lower in (Lower.GEMM, Lower.MATMUL) or len(graph.type_of(name).shape) <= 3
+    return OPS[producer.op].lower in (Lower.GEMM, Lower.MATMUL) or \
+        len(graph.type_of(name).shape) <= 3
 
 
 def activation_matmul(graph: Graph, node: Node) -> bool:

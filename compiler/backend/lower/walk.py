@@ -110,7 +110,8 @@ class Walk:
         if self.g.type_of(name).dtype == "int16" and "table_of" not in node.attrs and \
                 OPS[node.op].lower not in WIDE_READERS:
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a Sub, a Mul, a "
-                                    f"LayerNormalization, a Softmax, a Hypot, a Conv, ConvTranspose, Gemm "
+                                    f"LayerNormalization, a Softmax, a Hypot, a Conv, "
+                                    f"ConvTranspose, Gemm "
                                     f"or MatMul by a constant weight, a table op, a pool, a "
                                     f"view, Concat, Transpose or Resize, and a model output "
                                     f"read int16 values")
