@@ -19,7 +19,8 @@ ConvTranspose's, Gemm's or MatMul's output, by a constant weight or of two activ
 (REQUANT wide=1), an Add's or Sub's (ADD wide=1: a residual stream, an LSTM step's gates, its
 cell state), a table op's (Sigmoid, HardSwish, ...: LUT wide=1, its 256 entries int16 codes),
 an AveragePool's or GlobalAveragePool's (AVGPOOL wide=1), a Mul of two activations' (MUL
-wide=1: a squeeze-and-excitation block's product), a LayerNorm's (LAYERNORM out_wide,
+wide=1: a squeeze-and-excitation block's product), a Hypot's (ADD op hypot, wide=1: a
+spectrum's magnitude), a LayerNorm's (LAYERNORM out_wide,
 smoothed as an int8 one would be: `smooth_norms`, the name then `smoothed_name`'s) or a
 Softmax's along the last axis (SOFTMAX out_wide: probabilities in steps of 2^-15, coarser
 where an accumulator narrows them; LogSoftmax stays 8-bit) int16 for
@@ -39,7 +40,8 @@ codes, averages, which sum whole int16 codes (AVGPOOL in_wide=1), and Muls of tw
 activations, one broadcast as a gate or not (MUL a_wide, b_wide: `numerics.mul` multiplies
 the whole codes) (`array_values`). The
 values that hold the same codes, through views, Slices, Splits, Transposes, Concats, MaxPools
-(MAXPOOL wide=1, a compare of whole values: `numerics.window_max`) and nearest Resizes, are
+(MAXPOOL wide=1, a compare of whole values: `numerics.window_max`), nearest Resizes and edge,
+reflect or wrap Pads (their borders copies of input rows: a speech model's framed signal), are
 one group (`wide_group`): int16 together, in one scale over their ranges, as the int8 path
 gives a Concat's inputs one by Rescales (here each producer requantizes into it, and a copy
 moves each plane). A group's codes are narrowed to the bits its array readers' int32
@@ -208,11 +210,11 @@ def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:
 # ConvTranspose is one convolution per output phase.
 _ARRAY = (Lower.CONV, Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL)
 # The lowerings whose outputs hold their inputs' codes unchanged, in their scale and type:
-# views, copies (Concat, a Transpose or a nearest Resize: identity tables over each plane) and
-# a max (MAXPOOL wide, `numerics.window_max`). An int16 value and the values it flows into or
+# views, copies (Concat, a Transpose, a nearest Resize or an edge, reflect or wrap Pad: identity
+# tables over each plane) and a max (MAXPOOL wide, `numerics.window_max`). An int16 value and the values it flows into or
 # from through them are one group (`wide_group`): int16 all, in one scale.
 _MOVES = (Lower.VIEW, Lower.SLICE, Lower.SPLIT, Lower.TRANSPOSE, Lower.CONCAT, Lower.MAX_POOL,
-          Lower.GLOBAL_MAX_POOL, Lower.RESIZE)
+          Lower.GLOBAL_MAX_POOL, Lower.RESIZE, Lower.PAD)
 # The averages the vector unit runs over int16 codes (AVGPOOL in_wide, wide): window sums of
 # whole values, requantized once.
 _AVERAGES = (Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL)
@@ -227,12 +229,15 @@ MIN_ARRAY_BITS = 9
 def moves(graph: Graph, node: Node) -> bool:
     """Whether `node` carries its inputs' codes to its outputs unchanged (`_MOVES`; a Resize
     when nearest: a linear one weighs neighbours by ADDs, which read int16 over whole tensors
-    only)."""
+    only; a Pad when it copies input rows into its border, edge, reflect or wrap: a constant
+    one's border is the LOAD's one pad code, a byte)."""
     row = OPS[node.op]
     if row.lower not in _MOVES:
         return False
-    return row.lower is not Lower.RESIZE or \
-        row.bind(node.name, node.attrs)["mode"] == "nearest"
+    mode = row.bind(node.name, node.attrs).get("mode")
+    return row.lower is Lower.RESIZE and mode == "nearest" or \
+        row.lower is Lower.PAD and mode != "constant" or \
+        row.lower not in (Lower.RESIZE, Lower.PAD)
 
 
 def moved_inputs(node: Node) -> tuple[str, ...]:
@@ -331,20 +336,23 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
                             f"by a constant weight (a Relu fused into it) or of two "
                             f"activations, an Add or Sub of "
                             f"two activations (one broadcast per channel, pixel or image) or "
-                            f"of one and a constant, a Mul of two activations, a LayerNorm "
+                            f"of one and a constant, a Mul of two activations, a Hypot, "
+                            f"a LayerNorm "
                             f"or Softmax (not into a Concat), a table op "
                             f"(Sigmoid, "
                             f"HardSwish, ..., and an Add or Mul by a scalar), an AveragePool "
-                            f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool or "
-                            f"nearest Resize of int16 values writes int16")
+                            f"or GlobalAveragePool, or a view, Concat, Transpose, MaxPool, "
+                            f"nearest Resize or edge, reflect or wrap Pad of int16 values "
+                            f"writes int16")
 
 
 def _writes(graph: Graph, producers: dict[str, Node], node: Node) -> bool:
     """Whether `node` requantizes into int16 codes: an array op by a constant weight or a
     MatMul of two activations (REQUANT wide), an Add or Sub (`_vector_add`: ADD wide), a table
-    op (LUT wide), an average (AVGPOOL wide) or a product of two activations (MUL wide)."""
+    op (LUT wide), an average (AVGPOOL wide), a product of two activations (MUL wide) or a
+    magnitude (ADD op hypot, wide: the root of the squares' exact sum, requantized once)."""
     return bool(_by_constant(graph, node) or activation_matmul(graph, node)
-                or _vector_add(graph, node) or _table(graph, node)
+                or _vector_add(graph, node) or _table(graph, node) or OPS[node.op] is HYPOT
                 or OPS[node.op].lower in _AVERAGES or _activation_product(graph, node)
                 or _norm_writes(graph, node))
 
@@ -389,8 +397,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"table ops (Sigmoid, "
                                 f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "
-                                f"MaxPools and nearest Resizes (int16 all, in one scale) "
-                                f"read int16")
+                                f"MaxPools, nearest Resizes and edge, reflect or wrap Pads "
+                                f"(int16 all, in one scale) read int16")
     # An output: the host reads it. A part no node reads (a Split's unused gate) is a view
     # of its group's codes: nothing to check.
     if not readers and name not in graph.outputs and \

@@ -84,11 +84,11 @@ store -> vector -> compute -> load.
   by bounds computed at run time); with op=hypot, sqrt((a - a_offset)^2 + (b - b_offset)^2)
   requantized by lane 2 (`numerics.hypot`: a spectrum's magnitude, its operands in one scale).
   The b rows are [b, b + rows), or the one row b for every row with b_once=1; with b_splat=1,
-  lane 0 of each b row stands for every lane (as MUL's). With wide=1 (op add only) the sum is
-  int16, clamped to [qmin * 256, qmax * 256 + 255] (`numerics.wide_clamp`, as REQUANT's),
-  written as two planes (`numerics.split_wide`): the high bytes to [dst, dst + rows), the low
-  bytes to [dst + rows, dst + 2 rows); it takes twice the cycles (a residual stream a
-  LAYERNORM, an Add or the array reads).
+  lane 0 of each b row stands for every lane (as MUL's). With wide=1 (op add or hypot) the sum
+  or magnitude is int16, clamped to [qmin * 256, qmax * 256 + 255] (`numerics.wide_clamp`, as
+  REQUANT's), written as two planes (`numerics.split_wide`): the high bytes to [dst, dst +
+  rows), the low bytes to [dst + rows, dst + 2 rows); it takes twice the cycles (a residual
+  stream a LAYERNORM, an Add or the array reads; a spectrum's magnitude).
   With a_wide=1 (b_wide=1) operand a (b) is int16: its high plane's rows at a (b), its low
   plane's right after them; an add's sum then rounds once (`numerics.wide_add`: lanes 0
   and 1 the operands' multipliers at lane 2's shift, no alignment); op add or hypot only, and

@@ -109,13 +109,15 @@ def add(state, insn) -> None:
     if wide_in and ADD_OPS[a["op"]] not in ("add", "hypot"):
         raise SimulatorError(f"ADD: an int16 operand (a_wide, b_wide) adds or takes a "
                              f"magnitude; op {ADD_OPS[a['op']]!r} has no wide form")
-    if a["wide"]:  # an int16 sum, qmin and qmax its high byte's: high plane at dst, low after
-        if ADD_OPS[a["op"]] != "add":
-            raise SimulatorError(f"ADD: wide=1 writes an int16 sum; op {ADD_OPS[a['op']]!r} "
-                                 f"has no wide form")
-        total = numerics.add(x, y, a["a_offset"], a["b_offset"], multipliers, shifts,
-                             a["out_offset"], *numerics.wide_clamp(a["qmin"], a["qmax"]),
-                             dtype="int16", wide=bool(wide_in))
+    if a["wide"]:  # an int16 sum or magnitude, qmin and qmax its high byte's: high plane at
+        # dst, low after
+        if ADD_OPS[a["op"]] not in ("add", "hypot"):
+            raise SimulatorError(f"ADD: wide=1 writes an int16 sum or magnitude; op "
+                                 f"{ADD_OPS[a['op']]!r} has no wide form")
+        clamp = numerics.wide_clamp(a["qmin"], a["qmax"])
+        common = (x, y, a["a_offset"], a["b_offset"], multipliers, shifts, a["out_offset"])
+        total = numerics.add(*common, *clamp, dtype="int16", wide=bool(wide_in)) \
+            if ADD_OPS[a["op"]] == "add" else numerics.hypot(*common, *clamp, dtype="int16")
         sp[:, rows(sp, a["dst"], 2 * a["rows"], "scratchpad")] = np.concatenate(
             numerics.split_wide(total), axis=1)
         return

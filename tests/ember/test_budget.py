@@ -325,3 +325,33 @@ def test_a_long_list_of_raised_tensors_is_summarized(capsys) -> None:
     assert f"... and {35 - SHOWN_RAISED} more" in out
     assert f"{30 - SHOWN_RAISED} tensors int16 and 5 layers' weights int16 (--json lists" in out
     assert "-0.01 dB expected" in out and "+-" not in out
+
+
+def test_a_tensor_the_quantizer_made_int16_is_not_raised_again(tmp_path) -> None:
+    """A spectrum's parts, int16 by the quantizer's own rule (`--wide-norm-inputs always`
+    here): raising them is a no-op, so the ranking leaves them out. Before, the gate refused
+    them as named tensors (a Hypot reads them) and --allow-host kept their magnitude in fp32 on
+    the host, which then read them as int8: silero-vad lost 8 dB that way."""
+    from tests.e2e.test_signal_forms import stft_encoder
+    proto = stft_encoder()
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(0)
+    for name, count in (("calib", 8), ("eval", 4)):
+        np.savez(tmp_path / f"{name}.npz", x=rng.standard_normal((count, 2, 64)).astype(
+            np.float32).reshape(count * 2, 64))
+    assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
+                  "--input-shape", "x=2,64", "-o", tmp_path / "p.json").exit_code == 0
+    options = budget.QuantOptions(wide_norm_inputs="always")
+    parts = {n.outputs[0] for n in optimized_graph(proto).nodes
+             if n.op == "Conv" and "part" in n.name}
+    assert len(parts) == 2
+    try:
+        choice = budget.choose(str(tmp_path / "m.onnx"), str(tmp_path / "p.json"),
+                               budget.Evaluation(str(tmp_path / "eval.npz")), options,
+                               budget.Budget(min_sqnr=90), allow_host=True,
+                               input_shapes={"x": (2, 64)})
+    except budget.BudgetMissed as missed:
+        choice = missed.best
+    touched = {r.tensor for r in choice.raised} | {n for r in choice.raised for n in r.nodes} | \
+        {tensor for tensor, _ in choice.passed_over}
+    assert choice.raised and not touched & (parts | {"re", "im"})

@@ -241,6 +241,29 @@ def test_add_op_hypot_matches_numerics():
     np.testing.assert_array_equal(state.scratchpad[0][90:94], numerics.hypot(
         a16, b16, 0, 0, [0, 0, m16], [0, 0, s16], -128, -128, 127))
 
+
+def test_a_wide_hypot_writes_its_int16_magnitude_as_two_planes():
+    """ADD op=hypot wide=1 (a speech model's spectrum magnitude, int16 for the encoder that
+    reads it): numerics.hypot's int16 codes, high bytes at dst, low bytes after them, in one
+    pass more than the int8 magnitude."""
+    state = fresh()
+    m, s = numerics.quantize_multiplier(200 / 2**numerics.HYPOT_FRACTION_BITS)
+    _params(state, 10, [0, 0, m], [0, 0, s])
+    a16, b16 = rng.integers(-30000, 30000, (2, 4, L))
+    state.scratchpad[0][60:64], state.scratchpad[0][64:68] = numerics.split_wide(a16)
+    state.scratchpad[0][70:74], state.scratchpad[0][74:78] = numerics.split_wide(b16)
+    insn = isa.ADD(a=60, b=70, dst=90, rows=4, param=10, op="hypot", a_wide=1, b_wide=1, wide=1)
+    run(state, insn)
+    want = numerics.hypot(a16, b16, 0, 0, [0, 0, m], [0, 0, s], 0, *numerics.RANGES["int16"],
+                          dtype="int16")
+    assert want.max() > 127 * 256  # the magnitude needs the 16 bits
+    got = numerics.join_wide(state.scratchpad[0][90:94], state.scratchpad[0][94:98])
+    np.testing.assert_array_equal(got, want)
+    assert isa.ADD.access(ARCH, insn)[-1] == (0, 90, 98, True)
+    assert isa.ADD.cycles(ARCH, insn) == isa.ADD.cycles(ARCH, isa.ADD(**{
+        **insn.args, "wide": 0})) + isa.ADD.cycles(ARCH, isa.ADD(**{
+            **insn.args, "wide": 0, "a_wide": 0, "b_wide": 0}))
+
 @pytest.mark.parametrize("b_step, b_splat", [(1, 0), (0, 0), (0, 1), (1, 1)])
 def test_mul_matches_numerics_with_b_broadcast(b_step, b_splat):
     state = fresh()

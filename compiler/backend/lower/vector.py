@@ -111,6 +111,9 @@ def lower_pad(lw: Walk, node: Node) -> None:
     if mode != "constant":  # edge, reflect, wrap: copies of input rows and columns
         lower_index_map(lw, node, border_runs)
         return
+    if lw.g.type_of(x).dtype == "int16":
+        raise unsupported(node, "a constant Pad of int16 codes (its LOAD pads with one byte; "
+                                "an edge, reflect or wrap Pad copies int16 rows)")
     widest = isa.LOAD.field("pad_top").range[1]
     if max(begin + end) > widest:
         raise unsupported(node, f"it pads {max(begin + end)} pixels; a LOAD pads at most "
@@ -431,13 +434,12 @@ def _add(lw: Walk, node: Node, negate_b: bool, op: str = "add") -> None:
 
 def _wide_op(lw: Walk, node: Node, op: str) -> None:
     """Refuse int16 codes where ADD has no wide form: a Max or Min (an extremum of int16
-    codes), a Hypot's int16 magnitude."""
+    codes)."""
     a_wide, b_wide, wide = (lw.g.type_of(n).dtype == "int16"
                             for n in (*node.inputs[:2], node.outputs[0]))
-    if ((a_wide or b_wide or wide) and op not in ("add", "hypot")) or (op == "hypot" and wide):
+    if (a_wide or b_wide or wide) and op not in ("add", "hypot"):
         raise unsupported(node, f"its int16 operand or result is a {node.op}; the vector "
-                                f"unit's ADD adds int16 codes, and a Hypot reads int16 parts "
-                                f"into an int8 magnitude")
+                                f"unit's ADD adds int16 codes or takes their magnitude")
 
 
 def _sum_clamp(node: Node, a: dict, y: str, lw: Walk) -> tuple[int, int]:

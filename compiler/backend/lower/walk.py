@@ -111,10 +111,9 @@ class Walk:
                 OPS[node.op].lower not in WIDE_READERS:
             raise unsupported(node, f"its input {name!r} is int16; only an Add, a Sub, a Mul, a "
                                     f"LayerNormalization, a Softmax, a Hypot, a Conv, "
-                                    f"ConvTranspose, Gemm "
-                                    f"or MatMul by a constant weight, a table op, a pool, a "
-                                    f"view, Concat, Transpose or Resize, and a model output "
-                                    f"read int16 values")
+                                    f"ConvTranspose, Gemm or MatMul by a constant weight, a "
+                                    f"table op, a pool, a view, Concat, Transpose, Resize or "
+                                    f"Pad, and a model output read int16 values")
         return self.buffer[name]
 
     def wide_input(self, node: Node, name: str) -> int:
@@ -405,13 +404,14 @@ def requant_params(node: Node, channels: int, wide: bool = False):
 # (both planes streamed), the vector unit's ADD (an Add or Sub: a residual stream, an LSTM
 # step's gates, a map by a scalar constant), MUL of two activations (a_wide, b_wide),
 # LAYERNORM, table LUTs and pools (MAXPOOL wide, AVGPOOL in_wide), copies plane by plane
-# (Concat, Transpose, a nearest Resize), views, and the output bindings.
+# (Concat, Transpose, a nearest Resize, an edge, reflect or wrap Pad), views, and the output
+# bindings.
 WIDE_READERS = frozenset({
     Lower.LAYER_NORM, Lower.ADD, Lower.SUB, Lower.MUL, Lower.VIEW, Lower.HYPOT, Lower.CONV,
     Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL, Lower.DEQUANTIZE, Lower.LUT,
     Lower.CHANNEL_LUT, Lower.SLICE, Lower.SPLIT, Lower.CONCAT, Lower.TRANSPOSE, Lower.RESIZE,
     Lower.MAX_POOL, Lower.GLOBAL_MAX_POOL, Lower.AVERAGE_POOL, Lower.GLOBAL_AVERAGE_POOL,
-    Lower.SOFTMAX})
+    Lower.SOFTMAX, Lower.PAD})
 
 # Rules whose output is not a fresh tensor a layer writes: views of their input, and the model's
 # inputs (written by the host, at their bindings).
