@@ -43,7 +43,7 @@ from quantizer.errors import QuantizeError, QuantizeWarning
 from quantizer.masks import additive_mask_ranges
 from quantizer.smooth import smooth_norms, smoothed_name
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
-                            norm_copies, table_input, wide_values)
+                            norm_copies, table_input, wide_values, within_bounds)
 from quantizer.options import QuantOptions
 from quantizer.wide_weights import input_bits, weight_bits, weight_nodes
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, add_ratios, ratio, ratios
@@ -187,6 +187,10 @@ class _Rewriter:
             [self.real_range(m) for m in profiled]
         ranges = ranges or [self.real_range(name)]
         lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        producers = self.g.producers()
+        for member in group:  # a saturating function's bounds (`wide.within_bounds`)
+            if member in producers:
+                lo, hi = within_bounds(self.g, producers[member], lo, hi)
         inputs = [m for m in group if m in self.g.inputs]
         users = self.g.users()
         bits, narrowest = 16, name
@@ -217,7 +221,6 @@ class _Rewriter:
                 f"{where}: {bits}-bit codes, so that its readers' int32 "
                 f"accumulators cannot overflow"), stacklevel=3)
         params = self.params_over(lo, hi, "int16", bits)
-        producers = self.g.producers()
         fixed = [producers[m] for m in group
                  if m in producers and OPS[producers[m].op].quant is Quant.FIXED_OUTPUT]
         if fixed:  # a Softmax's probabilities: its fixed steps, in codes of `bits` bits
