@@ -213,8 +213,9 @@ def int8_steps_under_median(stats: TensorStats, lo: float, hi: float) -> float:
 _ARRAY = (Lower.CONV, Lower.CONV_TRANSPOSE, Lower.GEMM, Lower.MATMUL)
 # The lowerings whose outputs hold their inputs' codes unchanged, in their scale and type:
 # views, copies (Concat, a Transpose, a nearest Resize or an edge, reflect or wrap Pad: identity
-# tables over each plane) and a max (MAXPOOL wide, `numerics.window_max`). An int16 value and the values it flows into or
-# from through them are one group (`wide_group`): int16 all, in one scale.
+# tables over each plane) and a max (MAXPOOL wide, `numerics.window_max`). An int16 value and
+# the values it flows into or from through them are one group (`wide_group`): int16 all, in
+# one scale.
 _MOVES = (Lower.VIEW, Lower.SLICE, Lower.SPLIT, Lower.TRANSPOSE, Lower.CONCAT, Lower.MAX_POOL,
           Lower.GLOBAL_MAX_POOL, Lower.RESIZE, Lower.PAD)
 # The averages the vector unit runs over int16 codes (AVGPOOL in_wide, wide): window sums of
