@@ -32,9 +32,12 @@ def _accuracy(files, *args: str):
 
 @pytest.fixture
 def coarse_knots(monkeypatch):
-    """int16 tables without their window of finer knots (`int8.knot_window`): 257 knots over
-    the input's whole range, a kernel known to lose."""
+    """int16 tables without their window of finer knots (`int8.knot_window`) and at the
+    function's own values (not fitted, `int8._fitted_knots`): 257 knots over the input's whole
+    range, a kernel known to lose."""
     monkeypatch.setattr("quantizer.quantize.knot_window", lambda *args, **kwargs: (0, 0))
+    monkeypatch.setattr("compiler.graph.int8._fitted_knots",
+                        lambda exact, at_knots, *args: at_knots)
 
 
 def test_the_lossy_table_is_flagged_and_the_convs_are_at_their_rounding(files,
