@@ -24,6 +24,7 @@ import numpy as np
 from compiler.graph.int8 import (
     Quant,
     channel_slopes,
+    code_density,
     knot_window,
     layer_norm_params,
     lookup_table,
@@ -630,7 +631,11 @@ class _Rewriter:
         out = (out_params.scale[0], out_params.zero_point[0], out_dtype, self.code_range(y))
         knots = (0, 0)
         if in_dtype == "int16":
-            knots = knot_window(*form, *out, span=self._code_span(name, x))
+            span = self._code_span(name, x)
+            stats = self.profile.tensors.get(self.onnx_name(name))
+            density = None if stats is None else code_density(
+                stats.bin_edges, stats.hist, source.scale[0], source.zero_point[0], span)
+            knots = knot_window(*form, *out, span=span, density=density)
         return (wide_table(*form, in_dtype, *out, knots=knots),
                 {"knots": knots} if knots[0] else {})
 

@@ -551,20 +551,23 @@ def _knot_entries(fp32, attrs, codes, in_scale, in_zero_point, out_scale, out_ze
 
 def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: float,
                 in_zero_point: int, out_scale: float, out_zero_point: int, out_dtype: str,
-                out_codes: tuple[int, int], span: tuple[int, int] = (-(1 << 15), (1 << 15) - 1)
-                ) -> tuple[int, int]:
+                out_codes: tuple[int, int], span: tuple[int, int] = (-(1 << 15), (1 << 15) - 1),
+                density: np.ndarray | None = None) -> tuple[int, int]:
     """Where an int16 input's window of finer knots goes (`numerics.interpolate`): the (zoom,
     origin) whose table errs least, in squared output codes against the function, summed over
-    the input codes of `span` (the calibrated range's), or (0, 0) when no window removes a
-    quarter of the coarse knots' error (a map they follow: its rounding, not its bends). For
-    each zoom, every origin on its knots' grid is weighed at once: the errors of the coarse
-    knots and of knots 2^(8 - zoom) codes apart everywhere are computed once for every code,
-    and a window's gain is a difference of prefix sums."""
+    the input codes of `span` (the calibrated range's), each weighed by `density` (the share
+    of the calibration data at each of the 65,536 codes, `code_density`) when given, or
+    (0, 0) when no window removes a quarter of the coarse knots' error (a map they follow: its
+    rounding, not its bends). For each zoom, every origin on its knots' grid is weighed at
+    once: the errors of the coarse knots and of knots 2^(8 - zoom) codes apart everywhere are
+    computed once for every code, and a window's gain is a difference of prefix sums."""
     lo_code, hi_code = span
     x = np.arange(-(1 << 15), 1 << 15, dtype=np.int64)
     exact = _exact_codes(fp32, attrs, in_scale, in_zero_point, out_scale, out_zero_point,
                          out_dtype, out_codes)
     weight = ((x >= lo_code) & (x <= hi_code)).astype(np.float64)
+    if density is not None:
+        weight *= density
     coarse = wide_table(fp32, attrs, in_scale, in_zero_point, "int16", out_scale,
                         out_zero_point, out_dtype, out_codes)
     coarse_error = weight * (numerics.interpolate(x, coarse, out_dtype) - exact) ** 2
@@ -588,6 +591,30 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
         if gains[k] > best_gain:
             best, best_gain = (zoom, int(-(1 << 15) + starts[k])), float(gains[k])
     return best
+
+
+# The share of a window search's weight spread evenly over the calibrated span, the rest by
+# the data: a region the calibration samples missed still counts a little.
+DENSITY_FLOOR = 0.01
+
+
+def code_density(edges: np.ndarray, counts: np.ndarray, scale: float, zero_point: int,
+                 span: tuple[int, int]) -> np.ndarray:
+    """The share of the calibration data at each int16 code (a histogram's bins, `edges` and
+    `counts`, each at the code of its centre), DENSITY_FLOOR of it spread evenly over `span`:
+    where the input's values are, so that a window of finer knots goes to the bends the data
+    meets (a HardSwish's at -3 and 3), not to one at the range's far end (where its output's
+    range clips it) that a few values reach."""
+    density = np.zeros(1 << 16)
+    total = float(np.sum(counts))
+    lo, hi = span
+    if total > 0:
+        centres = (np.asarray(edges[:-1], np.float64) + np.asarray(edges[1:], np.float64)) / 2
+        codes = np.clip(np.rint(centres / scale) + zero_point, lo, hi).astype(np.int64)
+        np.add.at(density, codes + (1 << 15), np.asarray(counts, np.float64) / total)
+    density *= 1 - DENSITY_FLOOR
+    density[lo + (1 << 15):hi + (1 << 15) + 1] += DENSITY_FLOOR / (hi - lo + 1)
+    return density
 
 
 def softmax_table(in_scale: float, in_dtype: str = "int8") -> np.ndarray:

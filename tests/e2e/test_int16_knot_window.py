@@ -193,3 +193,31 @@ def test_the_knots_are_fitted_so_a_curved_stretch_errs_both_ways(windowed: bool)
     else:
         assert errors["values"][0] > 0.25 and abs(errors["fitted"][0]) < 0.05
         assert errors["fitted"][1] < 0.8 * errors["values"][1]
+
+
+def test_the_window_goes_where_the_data_is() -> None:
+    """A HardSwish whose input spans [-100, 30] and output [-0.4, 30]: its output's range
+    clips it at 30, a third bend at the input range's far end. Weighed evenly over the span, one
+    window stretched coarsely over all three (zoom 2, 2.5 codes rms over the bends at -3 and 3);
+    weighed by where the calibration data is (`int8.code_density`: most of it within a few
+    units of 0, as a BatchNorm's output), it holds -3 and 3 finely, within the output's
+    rounding there."""
+    in_scale, out_scale = 100 / 32767, 30 / 32767
+    out = (out_scale, 0, "int16", numerics.RANGES["int16"])
+    values = np.random.default_rng(0).normal(0, 2, 100000)
+    counts, edges = np.histogram(values, bins=2048, range=(-100, 30))
+    span = (-32767, int(30 / in_scale))
+    density = int8.code_density(edges, counts, in_scale, 0, span)
+    assert density.sum() == pytest.approx(1.0)
+    codes = np.arange(-(2**15), 2**15)
+    exact = np.clip(_hardswish(codes * in_scale) / out_scale, -32768, 32767)
+    bends = np.abs(codes * in_scale) < 3.5
+    found = {}
+    for weighed in (None, density):
+        knots = int8.knot_window(_hardswish, {}, in_scale, 0, *out, span=span, density=weighed)
+        table = int8.wide_table(_hardswish, {}, in_scale, 0, "int16", *out, knots=knots)
+        error = numerics.interpolate(codes, table, "int16", *knots) - exact
+        found["even" if weighed is None else "data"] = (knots, np.sqrt((error[bends] ** 2).mean()))
+    (zoom, origin), rms = found["data"]
+    assert origin <= -3 / in_scale and 3 / in_scale < origin + numerics.window_codes(zoom)
+    assert zoom > found["even"][0][0] and rms < 0.5 < found["even"][1]
