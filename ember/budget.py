@@ -230,13 +230,9 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
     progress("budget: ranking tensors and weights by sensitivity", 0, None)
     ranking = run(options, sensitivity=True)
-    # (name, gain, node): a tensor's (node None), or a layer's weights (the node reading them).
-    # A tensor the quantizer made int16 itself (a spectrum's parts, a residual stream) has
-    # nothing to raise: offered to the host instead, silero-vad's parts took their Hypot to an
-    # fp32 segment that read them as int8, 8 dB lost.
+    # (name, gain, node): a tensor's (node None), or a layer's weights (the node reading them)
     ranked = [(layer.name, layer.gain_db, None) for layer in ranking.layers
-              if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB
-              and not layer.precision.startswith("int16")]
+              if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
     ranked += [(w.name, w.gain_db, w.node) for w in ranking.weights
                if w.gain_db is not None and w.gain_db >= MIN_GAIN_DB and w.precision == "int8"]
     ranked.sort(key=lambda item: -item[1])

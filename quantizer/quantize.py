@@ -137,6 +137,8 @@ class _Rewriter:
         for group in groups:  # one scale a group, narrowed to what the accumulators hold
             self._wide_group(group, smoothed)
         for a, b in hypot_operands(self.g, self.wide):  # one scale for both parts
+            if a in self.wide_bits:
+                continue  # named: one group already (`wide.wide_group`)
             lo = min(self.real_range(a)[0], self.real_range(b)[0])
             hi = max(self.real_range(a)[1], self.real_range(b)[1])
             self.ranges[a] = self.ranges[b] = self.params_over(lo, hi, "int16")

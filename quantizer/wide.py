@@ -254,7 +254,9 @@ def wide_group(graph: Graph, name: str) -> list[str]:
     way: into their outputs from their moved inputs, and from a Concat's output or input to
     its other inputs. They hold the same codes, so they are int16 together and share one
     scale, as the int8 path's Concat rescales its inputs to one (here none is rescaled: each
-    value's producer writes the group's scale). In graph order of discovery, `name` first."""
+    value's producer writes the group's scale). A Hypot's two operands are one group too:
+    its kernel squares codes of one scale (a spectrum's parts, as `hypot_operands` pairs
+    them). In graph order of discovery, `name` first."""
     producers, users = graph.producers(), graph.users()
     group, todo = [name], [name]
     while todo:
@@ -266,6 +268,8 @@ def wide_group(graph: Graph, name: str) -> list[str]:
         for reader in users.get(value, []):
             if moves(graph, reader) and value in moved_inputs(reader):
                 linked += [*moved_inputs(reader), *reader.outputs]
+            elif OPS[reader.op] is HYPOT and value in reader.inputs[:2]:
+                linked += list(reader.inputs[:2])  # squared in one scale (`numerics.hypot`)
         for other in linked:
             if other and other not in group:
                 group.append(other)
@@ -385,8 +389,9 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"int32 (at most {MAX_WIDE_WINDOW} int16 codes)")
         norm = _row_op(graph, reader) and reader.inputs[0] == name and \
             _rows_in_order(graph, producers, name)
+        magnitude = OPS[reader.op] is HYPOT  # its operands one group (`wide_group`)
         if not (on_array or activation_matmul(graph, reader) or _vector_add(graph, reader)
-                or table or average or norm or _activation_product(graph, reader)):
+                or table or average or norm or magnitude or _activation_product(graph, reader)):
             linear = " (a linear Resize: only a nearest one copies int16)" \
                 if OPS[reader.op].lower is Lower.RESIZE else ""
             raise QuantizeError(f"{where}: read by {reader.op} "
@@ -396,7 +401,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
                                 f"Subs of two activations or of one and a constant, Muls of "
                                 f"two activations (one broadcast per channel, pixel or image), "
                                 f"LayerNorms and Softmaxes along the last axis (of a tensor's "
-                                f"rows in order: its own, or a Reshape's), "
+                                f"rows in order: its own, or a Reshape's), Hypots (both "
+                                f"operands int16, in one scale), "
                                 f"table ops (Sigmoid, "
                                 f"HardSwish, ..., and Adds or Muls by a scalar), AveragePools and "
                                 f"GlobalAveragePools, and views, Concats, Transposes, "

@@ -149,3 +149,19 @@ def test_an_int16_signal_through_a_constant_pad_is_refused() -> None:
     message = str(caught.value)
     assert "\n" not in message and "(with 'x', which it flows into or from unchanged): read by " \
         "Pad 'Pad_0'" in message and "edge, reflect or wrap Pads" in message
+
+
+@pytest.mark.parametrize("preset", ["edge", "default"])
+def test_naming_one_spectrum_part_int16_takes_the_other(preset: str) -> None:
+    """A Hypot squares codes of one scale: its two operands are one int16 group, so naming the
+    real part makes the imaginary one int16 in the same parameters (no Rescale between them),
+    and the magnitude's ADD reads both planes of each. Bit-exact, batched."""
+    proto = stft_encoder()
+    profile = profile_of(proto, model_samples(proto, 8, 0), optimized_graph(proto))
+    built = compile_model(proto, profile, CompileOptions(quant=QuantOptions(
+        int16_tensors=("re",), wide_norm_inputs="never")), preset)
+    qgraph = built.qgraph
+    assert qgraph.type_of("re").dtype == qgraph.type_of("im").dtype == "int16"
+    assert qgraph.values["re"].type.quant == qgraph.values["im"].type.quant
+    assert not any(node.op == "Rescale" for node in qgraph.nodes)
+    check_bit_exact(qgraph, built.compiled, model_samples(proto, 3, 1))

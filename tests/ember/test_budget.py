@@ -327,11 +327,13 @@ def test_a_long_list_of_raised_tensors_is_summarized(capsys) -> None:
     assert "-0.01 dB expected" in out and "+-" not in out
 
 
-def test_a_tensor_the_quantizer_made_int16_is_not_raised_again(tmp_path) -> None:
+def test_a_spectrum_part_the_quantizer_made_int16_is_raised_as_one_group(tmp_path) -> None:
     """A spectrum's parts, int16 by the quantizer's own rule (`--wide-norm-inputs always`
-    here): raising them is a no-op, so the ranking leaves them out. Before, the gate refused
-    them as named tensors (a Hypot reads them) and --allow-host kept their magnitude in fp32 on
-    the host, which then read them as int8: silero-vad lost 8 dB that way."""
+    here), are ranked like any tensor (naming an int16 tensor can still gain: a named one
+    stays int16 beside a node the host keeps). Named, a part takes the other with it (a
+    Hypot's operands are one group), so it is raised as int16. Before, the gate refused a
+    named part (a Hypot read it) and --allow-host kept the magnitude in fp32 on the host,
+    which then read the parts as int8: silero-vad lost 8 dB that way."""
     from tests.e2e.test_signal_forms import stft_encoder
     proto = stft_encoder()
     onnx.save(proto, str(tmp_path / "m.onnx"))
@@ -341,17 +343,17 @@ def test_a_tensor_the_quantizer_made_int16_is_not_raised_again(tmp_path) -> None
             np.float32).reshape(count * 2, 64))
     assert invoke("quantize-profile", tmp_path / "m.onnx", "--data", tmp_path / "calib.npz",
                   "--input-shape", "x=2,64", "-o", tmp_path / "p.json").exit_code == 0
-    options = budget.QuantOptions(wide_norm_inputs="always")
-    parts = {n.outputs[0] for n in optimized_graph(proto).nodes
-             if n.op == "Conv" and "part" in n.name}
-    assert len(parts) == 2
+    graph = optimized_graph(proto)
+    hypot = next(n for n in graph.nodes if n.op == "Hypot")
     try:
         choice = budget.choose(str(tmp_path / "m.onnx"), str(tmp_path / "p.json"),
-                               budget.Evaluation(str(tmp_path / "eval.npz")), options,
+                               budget.Evaluation(str(tmp_path / "eval.npz")),
+                               budget.QuantOptions(wide_norm_inputs="always"),
                                budget.Budget(min_sqnr=90), allow_host=True,
                                input_shapes={"x": (2, 64)})
     except budget.BudgetMissed as missed:
         choice = missed.best
-    touched = {r.tensor for r in choice.raised} | {n for r in choice.raised for n in r.nodes} | \
-        {tensor for tensor, _ in choice.passed_over}
-    assert choice.raised and not touched & (parts | {"re", "im"})
+    hows = {r.tensor: r.how for r in choice.raised}
+    assert {hows.get(part) for part in hypot.inputs[:2]} == {"int16"}
+    assert not any(hypot.name in r.nodes for r in choice.raised)
+    assert not {tensor for tensor, _ in choice.passed_over} & set(hypot.inputs[:2])
