@@ -490,18 +490,17 @@ def _fitted_knots(exact: np.ndarray, at_knots: np.ndarray, out_dtype: str,
     x = np.arange(-(1 << 15), 1 << 15, dtype=np.int64)
     fine = 2 ** numerics.KNOT_FRACTION_BITS[out_dtype]
     count = numerics.KNOTS
-    served = np.ones(x.shape, bool)
-    stretches = []
+    offset, step = x - origin, numerics.KNOT_BITS - zoom
+    inside = (offset >= 0) & (offset < numerics.window_codes(zoom)) if zoom else \
+        np.zeros(x.shape, bool)
+    # (knot index, fraction between it and the next, the codes) of the coarse knots, then of
+    # the window's
+    stretches = [((x[~inside] >> numerics.KNOT_BITS) + 128,
+                  (x[~inside] & ((1 << numerics.KNOT_BITS) - 1)) / (1 << numerics.KNOT_BITS),
+                  ~inside)]
     if zoom:
-        step = numerics.KNOT_BITS - zoom
-        offset = x - origin
-        inside = (offset >= 0) & (offset < numerics.window_codes(zoom))
-        served = ~inside
         stretches.append((offset[inside] >> step,
                           (offset[inside] & ((1 << step) - 1)) / (1 << step), inside))
-    stretches.insert(0, ((x[served] >> numerics.KNOT_BITS) + 128,
-                         (x[served] & ((1 << numerics.KNOT_BITS) - 1)) / (1 << numerics.KNOT_BITS),
-                         served))
     fitted = []
     for k, (index, t, codes) in enumerate(stretches):
         prior = at_knots[k * count:(k + 1) * count] / fine
@@ -568,8 +567,12 @@ def knot_window(fp32: Callable[..., Any], attrs: Mapping[str, Any], in_scale: fl
     weight = ((x >= lo_code) & (x <= hi_code)).astype(np.float64)
     if density is not None:
         weight *= density
-    coarse = wide_table(fp32, attrs, in_scale, in_zero_point, "int16", out_scale,
-                        out_zero_point, out_dtype, out_codes)
+    # The coarse knots fitted as `wide_table` fits them; each candidate window's at the
+    # function's values (fitting it too could only lower its error further).
+    coarse = _fitted_knots(exact, _knot_entries(
+        fp32, attrs, (np.arange(numerics.KNOTS, dtype=np.int64) - 128) << numerics.KNOT_BITS,
+        in_scale, in_zero_point, out_scale, out_zero_point, out_dtype, out_codes),
+        out_dtype, out_codes, 0, 0)
     coarse_error = weight * (numerics.interpolate(x, coarse, out_dtype) - exact) ** 2
     best, best_gain = (0, 0), coarse_error.sum() / 4
     for zoom in range(1, numerics.MAX_ZOOM + 1):
