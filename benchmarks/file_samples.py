@@ -232,10 +232,12 @@ def features(content: bytes) -> np.ndarray:
     return np.asarray(beg + end, np.int32)
 
 
-def file_features(n: int, seed: int) -> dict[str, np.ndarray]:
-    """n files, one kind after another from a seed's own order: {"bytes": (n, 1, 2048)}."""
+def file_features(n: int, seed: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """n files, one kind after another from a seed's own order: {"bytes": (n, 1, 2048)}, and
+    each file's kind (Magika's name for it)."""
     rng = np.random.default_rng(seed)
     names = list(KINDS)
     order = rng.permutation(len(names))
-    rows = [features(KINDS[names[order[i % len(names)]]](rng)) for i in range(n)]
-    return {"bytes": np.stack(rows)[:, None, :]}
+    kinds = [names[order[i % len(names)]] for i in range(n)]
+    rows = [features(KINDS[kind](rng)) for kind in kinds]
+    return {"bytes": np.stack(rows)[:, None, :]}, kinds

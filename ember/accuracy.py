@@ -145,6 +145,10 @@ class Evaluation:
     batch: int | None = None  # samples the simulator runs at once (None: `Machine.batch`)
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
     class_axes: ClassAxes = ClassAxes()  # where each output's class scores lie (top-1)
+    # The blank class of the outputs scored per position, read as CTC heads: their labels are
+    # one row of class indices per sample (`sequence_labels`), each decoded sample right or
+    # wrong as a whole (`Top1`).
+    ctc_blank: int | None = None
 
 
 def program_options(program: Program, profile_path: str) -> QuantOptions:
@@ -371,6 +375,41 @@ def class_labels(labels: np.ndarray, classes: int, where: str) -> np.ndarray:
     return labels.astype(np.int64)
 
 
+def sequence_labels(labels: np.ndarray, classes: int, blank: int, where: str) -> np.ndarray:
+    """Labels as a CTC head's (`--ctc-blank`) reads them: one row per sample of class indices
+    in [0, classes), never the blank, padded at the end with -1 (texts of any length)."""
+    expected = (f"expected one row of class indices per sample, [N, longest], each in [0, "
+                f"{classes}) and not the blank {blank}, padded at the end with -1")
+    labels = np.asarray(labels)
+    if labels.ndim == 1 and labels.dtype.kind in "biuf":
+        raise EmberError(f"{where}: labels of shape {list(labels.shape)}, one class per sample; "
+                         f"--ctc-blank compares whole sequences: {expected}")
+    if labels.ndim != 2 or labels.dtype.kind not in "iu":
+        raise EmberError(f"{where}: labels of shape {list(labels.shape)} and type "
+                         f"{labels.dtype}; {expected}")
+    labels = labels.astype(np.int64)
+    padding = labels == -1
+    bad = ((labels < 0) & ~padding) | (labels >= classes) | (labels == blank)
+    bad[:, 1:] |= padding[:, :-1] & ~padding[:, 1:]  # a class after padding
+    if np.any(bad):
+        sample, step = (int(i) for i in np.argwhere(bad)[0])
+        raise EmberError(f"{where}: label {labels[sample, step]} at sample {sample}, position "
+                         f"{step}; {expected}")
+    return labels
+
+
+def ctc_batch_axis(shape: Sequence[int], class_axis: int, batch: int, name: str) -> int:
+    """Where a CTC head's samples lie among its scores' other two axes ([batch, steps,
+    classes] or [steps, batch, classes]): the axis of the run's batch size, the first if both
+    are."""
+    others = [n for axis, n in enumerate(shape) if axis != class_axis]
+    if len(others) != 2 or batch not in others:
+        raise EmberError(f"--ctc-blank: output {name!r} has shape {_shape_text(shape)}; a CTC "
+                         f"head's scores are [batch, steps, classes] or [steps, batch, "
+                         f"classes], one axis of them the batch ({batch})")
+    return others.index(batch)
+
+
 def _fake_quant(x: np.ndarray, params: QuantParams, dtype: str) -> np.ndarray:
     """x rounded onto its quantization grid and clamped: the tensor's own quantization error
     (in the evaluation's own float type)."""
@@ -421,17 +460,39 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                     for name, axis in class_axes.items()
                     if math.prod(shapes[name]) // shapes[name][axis] != batch}
     per_sample = [name for name in class_axes if name not in per_position]
-    if labels is not None and evaluation.labels and per_position and not per_sample:
+    blank = evaluation.ctc_blank
+    if blank is not None and not per_position:
+        raise EmberError(f"--ctc-blank {blank} reads an output scored per position as a CTC "
+                         f"head's: name its class axis with --class-axis (e.g. --class-axis "
+                         f"{next(iter(shapes))}=-1)")
+    if labels is not None and evaluation.labels and per_position and not per_sample and \
+            blank is None:
         name = next(iter(per_position))
         raise EmberError(f"--labels {evaluation.labels}: labels are one class index per "
                          f"sample, and output {name!r} is scored per position (class axis "
-                         f"{class_axes[name]} of {_shape_text(shapes[name])}): per-position "
-                         f"labels are not supported; drop --labels (top-1 agreement with "
-                         f"fp32 needs none)")
-    # Each per-sample classifier output's labels, checked against its number of classes.
-    truth = {} if labels is None else {
-        name: class_labels(labels, shapes[name][class_axes[name]], where_labels)
-        for name in per_sample}
+                         f"{class_axes[name]} of {_shape_text(shapes[name])}): give "
+                         f"--ctc-blank for a CTC head's texts, or drop --labels (top-1 "
+                         f"agreement with fp32 needs none)")
+    # Top-1's counters: a CTC head's know its blank and where its samples lie.
+    counters = {name: Top1(axis) for name, axis in class_axes.items()}
+    if blank is not None:
+        for name in per_position:
+            classes = shapes[name][class_axes[name]]
+            if not 0 <= blank < classes:
+                raise EmberError(f"--ctc-blank {blank}: output {name!r} has {classes:,} "
+                                 f"classes (axis {class_axes[name]} of "
+                                 f"{_shape_text(shapes[name])}); the blank is one of them")
+            counters[name] = Top1(class_axes[name], blank=blank, batch_axis=ctc_batch_axis(
+                shapes[name], class_axes[name], batch, name))
+    # Each classifier output's labels, checked against its number of classes: one class per
+    # sample, or a CTC head's row of classes.
+    truth = {}
+    if labels is not None:
+        truth = {name: class_labels(labels, shapes[name][class_axes[name]], where_labels)
+                 for name in per_sample if blank is None or not per_position}
+        if blank is not None:
+            truth.update({name: sequence_labels(labels, shapes[name][class_axes[name]], blank,
+                                                where_labels) for name in per_position})
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
                    _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
     total = source.count()
@@ -441,7 +502,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     with cluster.Cluster(where) as running:
         in_process = running.where.address is None and running.where.processes == 1
         job = _Job(model_path, profile_path, options, input_shapes, evaluation, source, specs,
-                   batch, class_axes, truth, where_labels, in_process)
+                   batch, counters, truth, where_labels, in_process)
         shared = cluster.Shared(job)
         if in_process:  # the shard runs here: it takes what was just built
             cluster.cached(shared, "setup", lambda: setup)
@@ -463,7 +524,11 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                          f"{_shape_text(shapes[name])} scores at each of {per_position[name]:,} "
                          f"positions a sample, {tallies.top1[name].positions:,} in all"
                          + ("; no top-1 accuracy: the labels are one class index per sample"
-                            if labels is not None else ""))
+                            if labels is not None and blank is None else "")
+                         + (f"; its accuracy is of whole texts: each sample's argmaxes "
+                            f"decoded as CTC's (repeats merged, blank {blank} dropped) and "
+                            f"right only when equal to its label row"
+                            if name in truth and blank is not None else ""))
     layer_own, layer_acc = tallies.layer_own, tallies.layer_acc
     if evaluation.per_layer:
         unmeasured = [out for node in graph.nodes for out in node.outputs
@@ -493,7 +558,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("approx") if name in top1 else None,
                        shape=tuple(shapes[name]), class_axis=class_axes.get(name),
                        top1_positions=top1[name].positions if name in top1 else None,
-                       top1_per_position=name in per_position)
+                       top1_per_position=name in per_position,
+                       sequences=name in truth and blank is not None)
         for name, stats in tallies.outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, setup.params, tallies.layer_kernel,
                      tallies.layer_ideal)
@@ -546,8 +612,11 @@ class _Job:
     source: batching.Source
     specs: list[InputSpec]
     batch: int  # the model's samples per run: shards start on whole batches
-    class_axes: dict[str, int]  # each classifier output's class axis (`ClassAxes.resolve`)
-    truth: dict[str, np.ndarray]  # each per-sample classifier output's class index per sample
+    # Each classifier output's empty counts: its class axis (`ClassAxes.resolve`) and, for a
+    # CTC head, its blank and batch axis.
+    top1: dict[str, Top1]
+    # Each classifier output's labels: a class index per sample, or a CTC head's row of them.
+    truth: dict[str, np.ndarray]
     labels_where: str  # the file labels came from, for errors
     in_process: bool  # the shards run in this process (local:1): all cores, no copies
 
@@ -633,7 +702,8 @@ class _Tallies:
             for name, stats in theirs.items():
                 mine.setdefault(name, empty()).merge(stats)
         for name, top1 in other.top1.items():
-            self.top1.setdefault(name, Top1(top1.axis)).merge(top1)
+            self.top1.setdefault(name, Top1(top1.axis, blank=top1.blank,
+                                            batch_axis=top1.batch_axis)).merge(top1)
         theirs = other.first_difference
         if theirs is not None and (self.first_difference is None or
                                    theirs["sample"] < self.first_difference["sample"]):
@@ -680,7 +750,8 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
     evaluation, graph, qgraph = job.evaluation, setup.graph, setup.qgraph
     start = shard.samples.start
     tallies = _Tallies(outputs={name: ErrorStats() for name in graph.outputs},
-                       top1={name: Top1(axis) for name, axis in job.class_axes.items()})
+                       top1={name: dataclasses.replace(counts)
+                             for name, counts in job.top1.items()})
     exactness = setup.exactness_here()
     if exactness is not None:
         exactness.restart(start)
@@ -838,4 +909,6 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "data": evaluation.data, "samples": evaluation.samples,
             "program": evaluation.program,
             # With --class-axis: each classifier output's class axis, resolved (0 or more).
-            **({"class_axes": dict(class_axes)} if evaluation.class_axes.given else {})}
+            **({"class_axes": dict(class_axes)} if evaluation.class_axes.given else {}),
+            **({"ctc_blank": evaluation.ctc_blank} if evaluation.ctc_blank is not None
+               else {})}

@@ -72,10 +72,10 @@ RANKING_SAMPLES = 32
 @dataclass(frozen=True)
 class Budget:
     """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
-    classifier output's top-1 accuracy at most `max_drop` points below fp32's; each classifier
-    output's top-1 agreeing with fp32's on at least `min_agreement` percent of the samples, or
-    of the positions of one scored per position (`Evaluation.class_axes`; no labels needed:
-    fp32's own answers are the reference)."""
+    classifier output's top-1 accuracy (a CTC head's: of whole texts) at most `max_drop` points
+    below fp32's; each classifier output's top-1 agreeing with fp32's on at least
+    `min_agreement` percent of the samples, or of the positions of one scored per position
+    (`Evaluation.class_axes`; no labels needed: fp32's own answers are the reference)."""
 
     min_sqnr: float | None = None
     max_drop: float | None = None
@@ -93,8 +93,8 @@ class Budget:
             if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
                 drop = drop_points(output)
                 if drop > self.max_drop:
-                    return (f"output {output.name!r}: top-1 {drop:.2f} points below fp32 > "
-                            f"{self.max_drop}")
+                    return (f"output {output.name!r}: {output.accuracy_name} {drop:.2f} "
+                            f"points below fp32 > {self.max_drop}")
             if self.min_agreement is not None and output.top1_agreement is not None and \
                     100 * output.top1_agreement < self.min_agreement:
                 of = f" of {output.top1_positions:,} positions" \
@@ -123,7 +123,8 @@ class Budget:
             if self.min_sqnr is not None:
                 parts.append(f"{output.name} {output.sqnr_db:.2f} dB")
             if self.max_drop is not None and output.top1_accuracy_fp32 is not None:
-                parts.append(f"{output.name} top-1 {100 * output.top1_accuracy_int8:.2f}% "
+                parts.append(f"{output.name} {output.accuracy_name} "
+                             f"{100 * output.top1_accuracy_int8:.2f}% "
                              f"(fp32 {100 * output.top1_accuracy_fp32:.2f}%)")
             if self.min_agreement is not None and output.top1_agreement is not None:
                 parts.append(f"{output.name} {_top1(output)} agreement "
@@ -211,11 +212,11 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                                                for o in baseline.outputs):
         sequence = next((o for o in baseline.outputs if o.top1_per_position), None)
         if sequence is not None:
-            raise EmberError(f"--max-drop compares top-1 with labels, one class index per "
-                             f"sample, and output {sequence.name!r} is scored per position "
-                             f"(--class-axis {sequence.name}={sequence.class_axis}): per-"
-                             f"position labels are not supported; use --min-agreement, which "
-                             f"needs none")
+            raise EmberError(f"--max-drop compares accuracy with labels, and output "
+                             f"{sequence.name!r} is scored per position (--class-axis "
+                             f"{sequence.name}={sequence.class_axis}): for a CTC head, give "
+                             f"--ctc-blank and one row of class indices per sample as labels; "
+                             f"else use --min-agreement, which needs none")
         raise EmberError(f"--max-drop needs labels for a classifier output: give --labels, or a "
                          f"'labels' array in --data {evaluation.data}")
     if budget.min_agreement is not None and not any(o.top1_agreement is not None

@@ -17,7 +17,7 @@ from ember.accuracy import Evaluation
 from ember.budget import Budget, BudgetMissed, Choice, choose
 from ember.cluster import Where
 from ember.commands.options import (class_axes_from, class_axis_option, cluster_option,
-                                    data_options, image_options_from,
+                                    ctc_blank_option, data_options, image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
@@ -64,16 +64,18 @@ from simulator.errors import listing
                    "of its positions for an output --class-axis names (a sequence's steps).")
 @data_options("--data", what="Evaluation data for --min-sqnr, --max-drop and --min-agreement")
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
-              help="Labels for --max-drop (one class index per sample, or one-hot rows), when "
-                   "--data holds none.")
+              help="Labels for --max-drop (one class index per sample, or one-hot rows; with "
+                   "--ctc-blank, one row of class indices per sample), when --data holds none.")
 @class_axis_option
+@ctc_blank_option
 @input_shape_option
 @cluster_option
 @json_option
 def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_buffer: bool,
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
              min_agreement: float | None, data: str | None, samples: int | None,
-             labels_path: str | None, class_axes: tuple[str, ...], input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
+             labels_path: str | None, class_axes: tuple[str, ...], ctc_blank: int | None,
+             input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
              **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
@@ -104,6 +106,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
       ember compile model.onnx --profile model.profile.json --data eval.npz --max-drop 0.5
       ember compile crnn.onnx --profile crnn.profile.json --data eval.npz \\
           --min-agreement 99 --class-axis -1
+      ember compile crnn.onnx --profile crnn.profile.json --data eval_with_texts.npz \\
+          --max-drop 0.5 --class-axis -1 --ctc-blank 0
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
@@ -118,6 +122,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                "drop --data)")
     if labels_path is not None and max_drop is None:
         raise click.UsageError("--labels is for --max-drop")
+    if ctc_blank is not None and max_drop is None:
+        raise click.UsageError("--ctc-blank says how texts are scored against labels: it is "
+                               "for --max-drop")
     if class_axes and min_agreement is None and max_drop is None:
         raise click.UsageError("--class-axis says where top-1 is read: it is for "
                                "--min-agreement and --max-drop")
@@ -131,7 +138,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
             choice = _within_budget(model, profile_path, options, budget, allow_host,
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
-                                               class_axes=axes),
+                                               class_axes=axes, ctc_blank=ctc_blank),
                                     progress, cluster, target)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
@@ -186,7 +193,8 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                              "top1_accuracy": o.top1_accuracy_int8,
                              "top1_accuracy_fp32": o.top1_accuracy_fp32,
                              "top1_agreement": o.top1_agreement,
-                             "top1_per_position": o.top1_per_position}
+                             "top1_per_position": o.top1_per_position,
+                             "accuracy_name": o.accuracy_name}
                             for o in report.outputs]}
     estimated = choice.estimated_cycles
     return {"met": choice.met, "evaluations": choice.evaluations, "pruned": choice.pruned,
@@ -234,7 +242,8 @@ def _print_budget(spent: dict) -> None:
             table.add_row(f"{b['name']} {per}top-1 agreement with fp32",
                           f"{100 * b['top1_agreement']:.2f}%", f"{100 * a['top1_agreement']:.2f}%")
         if b["top1_accuracy_fp32"] is not None:
-            table.add_row(f"{b['name']} top-1 (fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",
+            table.add_row(f"{b['name']} {b['accuracy_name']} "
+                          f"(fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",
                           f"{100 * b['top1_accuracy']:.2f}%", f"{100 * a['top1_accuracy']:.2f}%")
     for key, label in (("cycles", "cycles"), ("dram_bytes_moved", "DRAM bytes moved"),
                        ("dram_image_bytes", "DRAM image bytes")):

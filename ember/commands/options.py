@@ -102,6 +102,15 @@ class_axis_option = click.option(
          "[batch, classes] outputs, on their last axis]")
 
 
+ctc_blank_option = click.option(
+    "--ctc-blank", type=click.IntRange(min=0), metavar="CLASS",
+    help="Read each output --class-axis scores per position as a CTC head's, CLASS its blank, "
+         "and score whole texts against the labels: each sample's argmaxes with repeats merged "
+         "and blanks dropped must equal its label row exactly (labels: one row of class "
+         "indices per sample, padded at the end with -1). Its accuracy is then the share of "
+         "texts read right, which --max-drop reads (PaddleOCR's and most CRNNs' blank: 0).")
+
+
 def class_axes_from(values: tuple[str, ...]):
     """The `ClassAxes` that `--class-axis` values name."""
     from ember.accuracy import ClassAxes

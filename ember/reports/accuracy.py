@@ -39,6 +39,19 @@ class OutputAccuracy:
     class_axis: int | None = None
     top1_positions: int | None = None
     top1_per_position: bool = False
+    # The accuracies are of whole texts: a CTC head's decoded samples against label rows.
+    sequences: bool = False
+
+    @property
+    def accuracy_name(self) -> str:
+        """What its accuracy against labels counts, in words."""
+        return "text accuracy" if self.sequences else "top-1"
+
+    def accuracy_text(self, accuracy: float | None) -> str:
+        """An accuracy for a table cell; a CTC head's says it counts whole texts."""
+        if accuracy is None:
+            return "—"
+        return f"{accuracy:.2%}" + (" of texts" if self.sequences else "")
 
     @property
     def agreement_text(self) -> str:
@@ -205,8 +218,8 @@ class AccuracyReport:
             table.add_column(col, justify="left" if col == "output" else "right")
         for o in self.outputs:
             table.add_row(o.name, f"{o.sqnr_db:.2f}", f"{o.cosine:.5f}", f"{o.max_abs_error:.4g}",
-                          o.agreement_text, _pct(o.top1_accuracy_fp32),
-                          _pct(o.top1_accuracy_int8))
+                          o.agreement_text, o.accuracy_text(o.top1_accuracy_fp32),
+                          o.accuracy_text(o.top1_accuracy_int8))
         console.print(table)
         if self.layers:
             order = "largest output gain first" if self.sensitivity else "worst first"

@@ -131,6 +131,15 @@ def is_classifier(shape: tuple[int, ...]) -> bool:
     return len(shape) == 2 and shape[1] > 1
 
 
+def ctc_decode(steps: np.ndarray, blank: int) -> list[int]:
+    """CTC's greedy decoding of one sequence's argmax classes: repeats merged, blanks
+    dropped (a blank between two equal classes keeps both)."""
+    steps = np.asarray(steps).reshape(-1)
+    kept = np.ones(steps.shape, bool)
+    kept[1:] = steps[1:] != steps[:-1]
+    return steps[kept & (steps != blank)].tolist()
+
+
 @dataclass
 class Top1:
     """Counts for top-1 agreement between two classifiers and accuracy against labels.
@@ -147,8 +156,15 @@ class Top1:
     correct_reference: int = 0
     correct_approx: int = 0
     labelled: int = 0
+    # A CTC head's scores ([batch, steps, classes] or [steps, batch, classes]): with labels,
+    # each sample's greedy decoding (`ctc_decode`) is compared whole with its label row.
+    blank: int | None = None
+    batch_axis: int = 0  # of the argmaxes (the scores without their class axis)
 
     def add(self, reference: np.ndarray, approx: np.ndarray, labels: np.ndarray | None) -> None:
+        if labels is not None and self.blank is not None:
+            self._add_sequences(reference, approx, labels)
+            labels = None
         ref_class = np.asarray(reference).argmax(axis=self.axis).reshape(-1)
         app_class = np.asarray(approx).argmax(axis=self.axis).reshape(-1)
         self.positions += ref_class.size
@@ -163,6 +179,22 @@ class Top1:
             self.labelled += labels.size
             self.correct_reference += int(np.sum(ref_class == labels))
             self.correct_approx += int(np.sum(app_class == labels))
+
+    def _add_sequences(self, reference: np.ndarray, approx: np.ndarray,
+                       labels: np.ndarray) -> None:
+        """One label row per sample (class indices, padded with -1), each decoded sequence
+        right when it equals its row exactly."""
+        decoded = [np.moveaxis(np.asarray(scores).argmax(axis=self.axis), self.batch_axis, 0)
+                   for scores in (reference, approx)]
+        labels = np.asarray(labels)
+        if labels.ndim != 2 or labels.shape[0] != len(decoded[0]):
+            raise ValueError(f"labels of shape {labels.shape} for {len(decoded[0])} sequences: "
+                             f"expected one row each")
+        for row, ref_steps, app_steps in zip(labels, *decoded):
+            truth = row[row >= 0].tolist()
+            self.labelled += 1
+            self.correct_reference += ctc_decode(ref_steps, self.blank) == truth
+            self.correct_approx += ctc_decode(app_steps, self.blank) == truth
 
     @property
     def agreement(self) -> float:
