@@ -174,7 +174,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
         return
     first = reports[best].outputs[0]
     table = Table(title=f"{Path(model).name} vs fp32, output {first.name!r}")
-    for column in ("calibration", "SQNR dB", "cosine", "top-1 agree", "top-1 int8"):
+    for column in ("calibration", "SQNR dB", "cosine", "top-1 agree", "int8 accuracy"):
         table.add_column(column, justify="left" if column == "calibration" else "right")
     for method, report in reports.items():
         out = report.outputs[0]
@@ -182,7 +182,7 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
                       (" (default)" if method == QuantOptions().calibration else ""),
                       f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}",
                       out.agreement_text,
-                      "—" if out.top1_accuracy_int8 is None else f"{out.top1_accuracy_int8:.2%}")
+                      out.accuracy_text(out.top1_accuracy_int8))
     console.results().print(table)
 
 
@@ -203,5 +203,6 @@ def _gate(report, min_sqnr: float | None, max_top1_drop: float | None) -> str | 
         else:
             drop = 100 * (1 - first.top1_agreement)
         if drop > max_top1_drop:
-            return f"top-1 drop {drop:.2f} points > --max-top1-drop {max_top1_drop}"
+            return (f"{first.accuracy_name} drop {drop:.2f} points > --max-top1-drop "
+                    f"{max_top1_drop}")
     return None

@@ -213,8 +213,8 @@ class AccuracyReport:
     def print(self, console: Console, max_layers: int = 15) -> None:
         table = Table(title=f"{self.model}: {self.quantized_as} vs fp32 onnxruntime, "
                             f"{self.samples} samples")
-        for col in ("output", "SQNR dB", "cosine", "max |err|", "top-1 agree", "top-1 fp32",
-                    "top-1 int8"):
+        for col in ("output", "SQNR dB", "cosine", "max |err|", "top-1 agree", "fp32 accuracy",
+                    "int8 accuracy"):
             table.add_column(col, justify="left" if col == "output" else "right")
         for o in self.outputs:
             table.add_row(o.name, f"{o.sqnr_db:.2f}", f"{o.cosine:.5f}", f"{o.max_abs_error:.4g}",
