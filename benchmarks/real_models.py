@@ -42,6 +42,8 @@ them is reported beside fp32's: the direction classifier's upright or turned lin
 classifier's kind, open_nsfw's safe-for-work photos (smoothed noise, all safe), each
 recognizer's text (PP-OCRv4's upright word crops, padded as PP-OCR pads them, and ddddocr's
 lower-case captchas: whole texts read right after CTC's greedy decoding, `--ctc-blank 0`),
+whether each of the VAD's chunks is speech (most of it within an utterance, from a
+sentence's first sample above 2% of its peak to its last: `--threshold speech_probs=0.5`),
 and each encoder sentence's paraphrase. --max-drop takes them into the budget.
 The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
 MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
@@ -80,7 +82,7 @@ from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
 from ember import budget, cluster, rounding
 from ember import ort as ember_ort
-from ember.accuracy import BitExactness, ClassAxes, Evaluation, ctc_batch_axis
+from ember.accuracy import BitExactness, ClassAxes, Decisions, Evaluation, ctc_batch_axis
 from ember.errors import EmberError
 from ember.reports.metrics import Top1
 from ember.flow import CompileOptions, compile_model, profile_model, quantize_model
@@ -277,9 +279,11 @@ SENTENCES = ("The quick brown fox jumps over the lazy dog.",
 VAD_RATE, VAD_HOP, VAD_CONTEXT, VAD_CHUNKS = 16000, 512, 64, 8
 
 
-def _speech(seed: int) -> np.ndarray:
+def _speech(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Sentences spoken by espeak-ng at 16 kHz, each between half a second of silence, with a
-    little noise: windows of it hold speech, silence and their edges."""
+    little noise: windows of it hold speech, silence and their edges. And where the speech is:
+    each sentence from its first sample to its last above 2% of its peak (an utterance, its
+    pauses between words included, as a voice detector marks it)."""
     import wave
     from scipy.signal import resample_poly
     rng = np.random.default_rng(seed)
@@ -297,20 +301,30 @@ def _speech(seed: int) -> np.ndarray:
                 rate = w.getframerate()
                 pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2") / 32768.0
         silence = np.zeros(VAD_RATE // 2)
-        parts += [silence, resample_poly(pcm, VAD_RATE, rate)]
-    audio = np.concatenate(parts + [np.zeros(VAD_RATE // 2)])
-    return (audio + rng.normal(0, 0.003, audio.shape)).astype(np.float32)
+        spoken = resample_poly(pcm, VAD_RATE, rate)
+        loud = np.flatnonzero(np.abs(spoken) > 0.02 * np.abs(spoken).max())
+        voiced = np.zeros(len(spoken), bool)
+        voiced[loud[0]:loud[-1] + 1] = True
+        parts += [(silence, np.zeros(len(silence), bool)), (spoken, voiced)]
+    parts.append((np.zeros(VAD_RATE // 2), np.zeros(VAD_RATE // 2, bool)))
+    audio = np.concatenate([p[0] for p in parts])
+    return (audio + rng.normal(0, 0.003, audio.shape)).astype(np.float32), \
+        np.concatenate([p[1] for p in parts])
 
 
-def speech_chunks(n: int, seed: int) -> np.ndarray:
+def speech_chunks(n: int, seed: int) -> Labelled:
     """n windows of VAD_CHUNKS consecutive 512-sample frames, each with the 64 samples before
-    it as context (silero's 16 kHz chunks of 576): (n, VAD_CHUNKS, 576)."""
-    audio = _speech(0)
+    it as context (silero's 16 kHz chunks of 576): (n, VAD_CHUNKS, 576); and whether each
+    frame is speech (most of its 512 samples within an utterance): (n, VAD_CHUNKS)."""
+    audio, voiced = _speech(0)
     rng = np.random.default_rng(seed)
     span = VAD_CHUNKS * VAD_HOP
     starts = rng.integers(VAD_CONTEXT, len(audio) - span, n)
-    return np.stack([np.stack([audio[s + k * VAD_HOP - VAD_CONTEXT:s + (k + 1) * VAD_HOP]
-                               for k in range(VAD_CHUNKS)]) for s in starts])
+    chunks = np.stack([np.stack([audio[s + k * VAD_HOP - VAD_CONTEXT:s + (k + 1) * VAD_HOP]
+                                 for k in range(VAD_CHUNKS)]) for s in starts])
+    speech = [[int(voiced[s + k * VAD_HOP:s + (k + 1) * VAD_HOP].mean() > 0.5)
+               for k in range(VAD_CHUNKS)] for s in starts]
+    return Labelled(chunks, speech)
 
 
 def zero_initial_state(member: Path, cache: Path) -> onnx.ModelProto:
@@ -446,6 +460,9 @@ class RealModel:
     # reads them: a class index per sample, or a CTC head's row of class indices (padded -1)
     labels: Callable[[list, onnx.ModelProto, Path], np.ndarray] | None = None
     ctc_blank: int | None = None  # the CTC head's blank class (`--ctc-blank`)
+    # Its first output's scores are yes/no decisions above this (`--threshold`): labels are
+    # 0 or 1 per score.
+    threshold: float | None = None
 
 
 def class_indices(names: tuple[str, ...]) -> Callable:
@@ -455,9 +472,10 @@ def class_indices(names: tuple[str, ...]) -> Callable:
     return labels
 
 
-def paraphrases(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
-    """Each sentence's paraphrase among the samples (-1: none): the encoder's retrieval
-    labels (the benchmark's own metric; `ember --max-drop` reads classifiers)."""
+def as_drawn(truths: list, proto: onnx.ModelProto, cache: Path) -> np.ndarray:
+    """Truths that are labels as they are: each chunk's speech (0 or 1), each sentence's
+    paraphrase among the samples (-1: none; the encoder's retrieval labels, which the
+    benchmark scores itself: `ember --max-drop` reads classifiers)."""
     return np.array(truths, np.int64)
 
 
@@ -536,11 +554,12 @@ MODELS = {m.name: m for m in (
               (1, SEQUENCE), sentences, "retrieval top-1",
               "all-MiniLM-L6-v2 sentence encoder (BERT, 6 layers, 12 heads), its safetensors "
               "weights built as ONNX opset 17 in torch's export form, mean pooling",
-              convert=minilm_l6, labels=paraphrases),
+              convert=minilm_l6, labels=as_drawn),
     RealModel("silero-vad", "silero-vad", "silero_vad/data/silero_vad_16k_sequence.onnx",
               (VAD_CHUNKS, 576), speech_chunks, "frame agreement",
               "silero VAD v6 sequence model (STFT as Conv1d, Conv1d encoder, LSTM), opset 16, "
-              "zero initial state", convert=zero_initial_state),
+              "zero initial state", convert=zero_initial_state,
+              labels=as_drawn, threshold=0.5),
     RealModel("ddddocr", "ddddocr", "ddddocr/common.onnx", (1, 1, 64, 160),
               grey(captcha, 64, 160), "top-1",
               "ddddocr 1.6.1 captcha recognizer (CRNN: a convolutional backbone with SiLU, "
@@ -557,7 +576,7 @@ MODELS = {m.name: m for m in (
               (1, SEQUENCE), sentences, "retrieval top-1",
               "paraphrase-MiniLM-L3-v2 sentence encoder (BERT, 3 layers, int64 input_ids and "
               "attention_mask, masked mean pooling), torch opset 17, the sentence embedding "
-              "output only", convert=sentence_embedding, labels=paraphrases),
+              "output only", convert=sentence_embedding, labels=as_drawn),
 )}
 
 
@@ -627,9 +646,10 @@ class Accuracy:
     counter (`Top1`, a CTC head's whole texts with `ctc_blank`), or for the encoder, the
     share of sentences whose nearest other sentence is their paraphrase."""
 
-    def __init__(self, task: str, ctc_blank: int | None = None):
+    def __init__(self, model: RealModel):
+        task = model.task
         self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
-        self.ctc_blank = ctc_blank
+        self.ctc_blank, self.threshold = model.ctc_blank, model.threshold
         self.task_scores: list[float] = []
         self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
         self.labels: list = []
@@ -652,9 +672,10 @@ class Accuracy:
 
     def _count(self, reference: np.ndarray, approx: np.ndarray, label: np.ndarray) -> None:
         if self.on_labels is None:
-            self.on_labels = Top1(-1) if self.ctc_blank is None else Top1(
-                -1, blank=self.ctc_blank,
-                batch_axis=ctc_batch_axis(reference.shape, reference.ndim - 1, 1, "output"))
+            self.on_labels = Top1(threshold=self.threshold) if self.threshold is not None \
+                else Top1(-1) if self.ctc_blank is None else Top1(
+                    -1, blank=self.ctc_blank,
+                    batch_axis=ctc_batch_axis(reference.shape, reference.ndim - 1, 1, "output"))
         self.on_labels.add(reference, approx, label[None])
 
     def result(self) -> dict:
@@ -806,7 +827,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
         except Exception as err:
             row.calibrations[method] = {"error": one_line(err)}
             continue
-        accuracy = Accuracy(model.task, model.ctc_blank)
+        accuracy = Accuracy(model)
         for i, ref in enumerate(reference):
             outputs = run_int8(qgraph, feed(evaluation, i))
             accuracy.add(ref, [outputs[o] for o in qgraph.outputs], label_of(labels, i))
@@ -834,7 +855,7 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
     log(f"{model.name}: ember int8 over {count(evaluation)} samples, each also simulated "
         f"(in batches) and checked bit for bit")
     exactness = BitExactness(compiled.program, qgraph)
-    accuracy = Accuracy(model.task, model.ctc_blank)
+    accuracy = Accuracy(model)
     for i, ref in enumerate(reference):
         outputs = run_int8(qgraph, feed(evaluation, i), keep_all=True)
         exactness.add(outputs)
@@ -855,10 +876,11 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     --max-drop reads the labels of a classifier or CTC head; for a model without them it is
     left out of the budget (and said so)."""
     data = folder / f"{model.name}-eval.npz"
-    classified = labels is not None and model.task == "top-1"
+    classified = labels is not None and (model.task == "top-1" or model.threshold is not None)
     np.savez(data, **{name: array if model.shape[0] == 1 else
                       array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()},
-             **({"labels": labels} if classified else {}))
+             **({"labels": labels.reshape(-1) if model.shape[0] != 1 else labels}
+                if classified else {}))
     unlabelled = wanted.max_drop is not None and not classified
     if unlabelled:
         wanted = replace(wanted, max_drop=None)
@@ -870,13 +892,17 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
         (f" --class-axis {model.class_axis}" if model.class_axis is not None and
          (wanted.min_agreement is not None or wanted.max_drop is not None) else "") + \
         (f" --ctc-blank {ctc}" if ctc is not None else "") + \
+        (f" --threshold {proto_outputs(path)[0]}={model.threshold:g}"
+         if model.threshold is not None else "") + \
         (" (no labels: --max-drop left out)" if unlabelled else "")
     log(f"{model.name}: the fewest tensors raised for {words}")
     started = time.perf_counter()
     try:
         choice = budget.choose(str(path), str(profile_path),
                                Evaluation(str(data), class_axes=ClassAxes(model.class_axis),
-                                          ctc_blank=ctc),
+                                          ctc_blank=ctc, decisions=Decisions(by_output=(
+                                              (proto_outputs(path)[0], model.threshold),)
+                                              if model.threshold is not None else ())),
                                quant, wanted, True, shapes, where=WHERE)
     except budget.BudgetMissed as missed:
         choice = missed.best
@@ -909,6 +935,10 @@ def labelled_accuracy(report, which: str) -> float | None:
     """The worst labelled output's accuracy (fp32's or int8's) in a budget's report."""
     return min((getattr(o, f"top1_accuracy_{which}") for o in report.outputs
                 if o.top1_accuracy_fp32 is not None), default=None)
+
+
+def proto_outputs(path: Path) -> list[str]:
+    return [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
 
 
 def input_name(proto: onnx.ModelProto) -> str:
@@ -951,7 +981,7 @@ def ort_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
                 failures.append(f"{config}: {one_line(err)}")
                 continue
             for label, session in sessions:
-                accuracy = Accuracy(model.task, model.ctc_blank)
+                accuracy = Accuracy(model)
                 for i, ref in enumerate(reference):
                     accuracy.add(ref, session.run(None, feed(evaluation, i)), label_of(labels, i))
                 result = accuracy.result()
@@ -1061,6 +1091,7 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
         model = MODELS[r.model]
         on_labels = "" if model.labels is None else "; on labels: " + (
             "whole texts read right (CTC, blank 0)" if model.ctc_blank is not None else
+            f"each decision (score > {model.threshold:g})" if model.threshold is not None else
             "the nearest other sentence is its paraphrase" if model.task == "retrieval top-1"
             else "top-1")
         print(f"- {r.model}: {r.about}; input {model.shape}; task metric {model.task}"

@@ -54,6 +54,69 @@ def _shape_text(shape: Sequence[int]) -> str:
     return f"[{', '.join(map(str, shape))}]"
 
 
+def _per_output(values: Sequence[str], option: str, what: str, convert: Callable,
+                described: str) -> tuple[object, tuple[tuple[str, object], ...]]:
+    """An option's values as typed, WHAT for every output or OUTPUT=WHAT for one (the last
+    '=' splits, so an output name may hold one): (every, ((output, value), ...))."""
+    every = None
+    by_output: dict[str, object] = {}
+    for value in values:
+        name, equals, text = value.rpartition("=")
+        try:
+            converted = convert(text)
+        except ValueError:
+            raise EmberError(f"{option} {value!r}: expected {what} or OUTPUT={what}, {what} "
+                             f"{described}") from None
+        if equals and not name:
+            raise EmberError(f"{option} {value!r}: no output name before '='; give "
+                             f"OUTPUT={what}, or {what} alone for every output")
+        before = by_output.get(name) if equals else every
+        if before is not None and before != converted:
+            which = f"output {name!r}" if equals else "every output"
+            raise EmberError(f"{option} given twice for {which} ({before} and {converted}): "
+                             f"give one")
+        if equals:
+            by_output[name] = converted
+        else:
+            every = converted
+    return every, tuple(by_output.items())
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Outputs read as yes/no decisions (`--threshold [OUTPUT=]T`): each score above T is a
+    yes, at every position (a binary classifier's one probability or logit, a voice detector's
+    speech probability per chunk, a text detector's pixels). Top-1 agreement and accuracy then
+    count decisions (`Top1.threshold`); labels are 0 or 1 for each."""
+
+    every: float | None = None
+    by_output: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def parse(cls, values: Sequence[str]) -> Decisions:
+        def finite(text: str) -> float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+        return cls(*_per_output(values, "--threshold", "T", finite, "a finite number"))
+
+    @property
+    def given(self) -> bool:
+        return self.every is not None or bool(self.by_output)
+
+    def resolve(self, shapes: Mapping[str, Sequence[int]], model: str) -> dict[str, float]:
+        """Each decision output's threshold, by output name."""
+        named = dict(self.by_output)
+        unknown = [name for name in named if name not in shapes]
+        if unknown:
+            outputs = ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
+            raise EmberError(f"--threshold {unknown[0]}={named[unknown[0]]}: {model} has no "
+                             f"output {unknown[0]!r}; its outputs: {outputs}")
+        return {name: named.get(name, self.every) for name in shapes
+                if named.get(name, self.every) is not None}
+
+
 @dataclass(frozen=True)
 class ClassAxes:
     """Which axis of each output holds its class scores (`--class-axis [OUTPUT=]AXIS`,
@@ -68,30 +131,9 @@ class ClassAxes:
 
     @classmethod
     def parse(cls, values: Sequence[str]) -> ClassAxes:
-        """From the option's values as typed: AXIS, or OUTPUT=AXIS (the last '=' splits, so
-        an output name may hold one)."""
-        every: int | None = None
-        by_output: dict[str, int] = {}
-        for value in values:
-            name, equals, text = value.rpartition("=")
-            try:
-                axis = int(text)
-            except ValueError:
-                raise EmberError(f"--class-axis {value!r}: expected AXIS or OUTPUT=AXIS, AXIS "
-                                 f"an integer (negative counts from the last axis)") from None
-            if equals and not name:
-                raise EmberError(f"--class-axis {value!r}: no output name before '='; give "
-                                 f"OUTPUT=AXIS, or AXIS alone for every output")
-            before = by_output.get(name) if equals else every
-            if before is not None and before != axis:
-                which = f"output {name!r}" if equals else "every output"
-                raise EmberError(f"--class-axis given twice for {which} ({before} and {axis}): "
-                                 f"give one")
-            if equals:
-                by_output[name] = axis
-            else:
-                every = axis
-        return cls(every, tuple(by_output.items()))
+        """From the option's values as typed: AXIS, or OUTPUT=AXIS."""
+        return cls(*_per_output(values, "--class-axis", "AXIS", int,
+                                "an integer (negative counts from the last axis)"))
 
     @property
     def given(self) -> bool:
@@ -145,6 +187,7 @@ class Evaluation:
     batch: int | None = None  # samples the simulator runs at once (None: `Machine.batch`)
     images: ImageOptions = ImageOptions()  # preprocessing, when `data` is a folder of images
     class_axes: ClassAxes = ClassAxes()  # where each output's class scores lie (top-1)
+    decisions: Decisions = Decisions()  # the outputs read as yes/no at a threshold
     # The blank class of the outputs scored per position, read as CTC heads: their labels are
     # one row of class indices per sample (`sequence_labels`), each decoded sample right or
     # wrong as a whole (`Top1`).
@@ -398,6 +441,27 @@ def sequence_labels(labels: np.ndarray, classes: int, blank: int, where: str) ->
     return labels
 
 
+def decision_labels(labels: np.ndarray, decisions: int, where: str) -> np.ndarray:
+    """Labels of a decision output (`--threshold`): 0 or 1 for each of a sample's `decisions`
+    positions, a row per sample ([N], or [N, decisions] in any shape of that many), as
+    [N, decisions]."""
+    expected = (f"expected 0 or 1 for each of a sample's {decisions:,} decisions: "
+                + ("[N]" if decisions == 1 else f"[N, {decisions}]"))
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "biuf" or labels.ndim == 0 or \
+            math.prod(labels.shape[1:]) != decisions:
+        raise EmberError(f"{where}: labels of shape {list(labels.shape)} and type "
+                         f"{labels.dtype}; {expected}")
+    rows = labels.reshape(len(labels), decisions)
+    bad = (rows != 0) & (rows != 1)
+    if np.any(bad):
+        sample, position = (int(i) for i in np.argwhere(bad)[0])
+        raise EmberError(f"{where}: label {rows[sample, position].item()!r} at sample {sample}"
+                         + (f", position {position}" if decisions > 1 else "")
+                         + f"; {expected}")
+    return rows.astype(np.int64)
+
+
 def ctc_batch_axis(shape: Sequence[int], class_axis: int, batch: int, name: str) -> int:
     """Where a CTC head's samples lie among its scores' other two axes ([batch, steps,
     classes] or [steps, batch, classes]): the axis of the run's batch size, the first if both
@@ -453,7 +517,15 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     labels = read_labels(evaluation)
     where_labels = evaluation.labels or evaluation.data
     shapes = {name: graph.type_of(name).shape for name in graph.outputs}
-    class_axes = evaluation.class_axes.resolve(shapes, Path(model_path).name)
+    thresholds = evaluation.decisions.resolve(shapes, Path(model_path).name)
+    twice = [name for name, _ in evaluation.class_axes.by_output if name in thresholds]
+    if twice:
+        raise EmberError(f"output {twice[0]!r}: --class-axis reads class scores and --threshold "
+                         f"yes/no scores; give one of them for it")
+    class_axes = evaluation.class_axes.resolve(
+        {name: shape for name, shape in shapes.items() if name not in thresholds},
+        Path(model_path).name)
+    decided = {name: math.prod(shapes[name]) // batch for name in thresholds}
     # A run that compares more argmaxes than it holds samples reads its output per position
     # (a sequence's steps, a map's pixels); labels are one class index per sample.
     per_position = {name: math.prod(shapes[name]) // shapes[name][axis] // batch
@@ -473,8 +545,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                          f"{class_axes[name]} of {_shape_text(shapes[name])}): give "
                          f"--ctc-blank for a CTC head's texts, or drop --labels (top-1 "
                          f"agreement with fp32 needs none)")
-    # Top-1's counters: a CTC head's know its blank and where its samples lie.
+    # Top-1's counters: a CTC head's know its blank and where its samples lie; a decision
+    # output's, its threshold.
     counters = {name: Top1(axis) for name, axis in class_axes.items()}
+    counters.update({name: Top1(threshold=t) for name, t in thresholds.items()})
     if blank is not None:
         for name in per_position:
             classes = shapes[name][class_axes[name]]
@@ -493,6 +567,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         if blank is not None:
             truth.update({name: sequence_labels(labels, shapes[name][class_axes[name]], blank,
                                                 where_labels) for name in per_position})
+        truth.update({name: decision_labels(labels, decided[name], where_labels)
+                      for name in thresholds})
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
                    _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
     total = source.count()
@@ -512,7 +588,12 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         raise EmberError(f"--data {evaluation.data}: no samples")
     notes = []
     for name in graph.outputs:
-        if name not in class_axes:
+        if name in thresholds:
+            notes.append(f"output {name!r}: yes/no decisions, a score above {thresholds[name]:g} "
+                         f"a yes, at each of its {decided[name]:,} positions a sample "
+                         f"({tallies.top1[name].positions:,} in all), agreement and accuracy "
+                         f"counted per decision")
+        elif name not in class_axes:
             notes.append(f"output {name!r} of shape {_shape_text(shapes[name])} is not a "
                          f"classifier ([batch, classes]): top-1 figures omitted, the other "
                          f"metrics kept; --class-axis {name}=AXIS names where its class "
@@ -558,8 +639,9 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                        top1[name].accuracy("approx") if name in top1 else None,
                        shape=tuple(shapes[name]), class_axis=class_axes.get(name),
                        top1_positions=top1[name].positions if name in top1 else None,
-                       top1_per_position=name in per_position,
-                       sequences=name in truth and blank is not None)
+                       top1_per_position=name in per_position or decided.get(name, 1) > 1,
+                       sequences=name in truth and blank is not None and name in class_axes,
+                       threshold=thresholds.get(name))
         for name, stats in tallies.outputs.items())
     layers = _layers(qgraph, layer_own, layer_acc, setup.params, tallies.layer_kernel,
                      tallies.layer_ideal)
@@ -590,7 +672,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
                           layers=layers, weights=weights,
                           options=_option_record(options, evaluation, profile_path,
-                                                 class_axes),
+                                                 class_axes, thresholds),
                           notes=tuple(notes),
                           bit_exact=None if exactness is None else first_difference is None,
                           first_difference=None if exactness is None else first_difference,
@@ -703,7 +785,8 @@ class _Tallies:
                 mine.setdefault(name, empty()).merge(stats)
         for name, top1 in other.top1.items():
             self.top1.setdefault(name, Top1(top1.axis, blank=top1.blank,
-                                            batch_axis=top1.batch_axis)).merge(top1)
+                                            batch_axis=top1.batch_axis,
+                                            threshold=top1.threshold)).merge(top1)
         theirs = other.first_difference
         if theirs is not None and (self.first_difference is None or
                                    theirs["sample"] < self.first_difference["sample"]):
@@ -896,7 +979,7 @@ def _weights(graph: Graph, qgraph: Graph, float_weights: Mapping[str, np.ndarray
 
 
 def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: str,
-                   class_axes: Mapping[str, int]) -> dict:
+                   class_axes: Mapping[str, int], thresholds: Mapping[str, float]) -> dict:
     return {"ember_version": profile_format.tool_version(), "calibration": options.calibration,
             "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
@@ -911,4 +994,5 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             # With --class-axis: each classifier output's class axis, resolved (0 or more).
             **({"class_axes": dict(class_axes)} if evaluation.class_axes.given else {}),
             **({"ctc_blank": evaluation.ctc_blank} if evaluation.ctc_blank is not None
-               else {})}
+               else {}),
+            **({"thresholds": dict(thresholds)} if thresholds else {})}

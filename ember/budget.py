@@ -133,6 +133,8 @@ class Budget:
 
 
 def _top1(output) -> str:
+    if output.threshold is not None:
+        return f"each decision (> {output.threshold:g})"
     return "per-position top-1" if output.top1_per_position else "top-1"
 
 
@@ -225,8 +227,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                             for o in baseline.outputs)
         raise EmberError(f"--min-agreement needs a classifier output ([batch, classes] "
                          f"scores, or one whose class axis --class-axis OUTPUT=AXIS names); "
-                         f"this model's outputs are {outputs}: name a class axis, or use "
-                         f"--min-sqnr")
+                         f"this model's outputs are {outputs}: name a class axis, read yes/no "
+                         f"scores with --threshold OUTPUT=T, or use --min-sqnr")
     if budget.shortfall(baseline) is None:
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
     progress("budget: ranking tensors and weights by sensitivity", 0, None)

@@ -16,7 +16,7 @@ from ember.accuracy import Evaluation, compiles_again_to, measure
 from ember.cluster import Where
 from ember.commands.options import (QUANT_FIELDS, batch_option, class_axes_from,
                                     class_axis_option, cluster_option, ctc_blank_option,
-                                    data_options,
+                                    data_options, decisions_from, threshold_option,
                                     image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, refuse_conflicts,
@@ -42,6 +42,7 @@ EXIT_GATE_FAILED = 3
                    "with -1. Anything else is refused.")
 @class_axis_option
 @ctc_blank_option
+@threshold_option
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first; and its integer "
@@ -71,7 +72,8 @@ EXIT_GATE_FAILED = 3
 @cluster_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None,
-             class_axes: tuple[str, ...], ctc_blank: int | None, samples: int | None, per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
+             class_axes: tuple[str, ...], ctc_blank: int | None, thresholds: tuple[str, ...],
+             samples: int | None, per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
              compare_calibrations: bool, min_sqnr: float | None,
              max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
              cluster: Where, as_json: bool, **kwargs) -> None:
@@ -113,7 +115,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     evaluation = Evaluation(data=data, labels=labels_path, samples=samples, per_layer=per_layer,
                             sensitivity=sensitivity, program=program,
                             images=image_options_from(kwargs), batch=batch,
-                            class_axes=class_axes_from(class_axes), ctc_blank=ctc_blank)
+                            class_axes=class_axes_from(class_axes), ctc_blank=ctc_blank,
+                            decisions=decisions_from(thresholds))
     if compare_calibrations:
         given = [name for name, value in (("PROGRAM", program), ("--per-layer", per_layer),
                                           ("--html", html_path), ("--emit-onnx", emit_onnx))

@@ -17,7 +17,8 @@ from ember.accuracy import Evaluation
 from ember.budget import Budget, BudgetMissed, Choice, choose
 from ember.cluster import Where
 from ember.commands.options import (class_axes_from, class_axis_option, cluster_option,
-                                    ctc_blank_option, data_options, image_options_from,
+                                    ctc_blank_option, data_options, decisions_from,
+                                    threshold_option, image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
@@ -68,6 +69,7 @@ from simulator.errors import listing
                    "--ctc-blank, one row of class indices per sample), when --data holds none.")
 @class_axis_option
 @ctc_blank_option
+@threshold_option
 @input_shape_option
 @cluster_option
 @json_option
@@ -75,7 +77,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
              min_agreement: float | None, data: str | None, samples: int | None,
              labels_path: str | None, class_axes: tuple[str, ...], ctc_blank: int | None,
-             input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
+             thresholds: tuple[str, ...], input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
              **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
@@ -128,6 +130,9 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     if class_axes and min_agreement is None and max_drop is None:
         raise click.UsageError("--class-axis says where top-1 is read: it is for "
                                "--min-agreement and --max-drop")
+    if thresholds and min_agreement is None and max_drop is None:
+        raise click.UsageError("--threshold says which outputs are yes/no decisions: it is "
+                               "for --min-agreement and --max-drop")
     axes = class_axes_from(class_axes)
     options = CompileOptions(quant_options_from(quant_kwargs),
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
@@ -138,7 +143,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
             choice = _within_budget(model, profile_path, options, budget, allow_host,
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
-                                               class_axes=axes, ctc_blank=ctc_blank),
+                                               class_axes=axes, ctc_blank=ctc_blank,
+                                               decisions=decisions_from(thresholds)),
                                     progress, cluster, target)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)

@@ -111,6 +111,21 @@ ctc_blank_option = click.option(
          "texts read right, which --max-drop reads (PaddleOCR's and most CRNNs' blank: 0).")
 
 
+threshold_option = click.option(
+    "--threshold", "thresholds", multiple=True, metavar="[OUTPUT=]T",
+    help="Read an output's scores as yes/no decisions, a score above T a yes, at every "
+         "position: a binary classifier's one probability (T 0.5) or logit (T 0), a voice "
+         "detector's speech probability per chunk. Top-1 agreement and accuracy then count "
+         "decisions, and labels are 0 or 1 for each ([N], or [N, positions]). OUTPUT=T for one "
+         "output (repeatable), T alone for every output.")
+
+
+def decisions_from(values: tuple[str, ...]):
+    """The `Decisions` that `--threshold` values name."""
+    from ember.accuracy import Decisions
+    return Decisions.parse(values)
+
+
 def class_axes_from(values: tuple[str, ...]):
     """The `ClassAxes` that `--class-axis` values name."""
     from ember.accuracy import ClassAxes

@@ -41,11 +41,15 @@ class OutputAccuracy:
     top1_per_position: bool = False
     # The accuracies are of whole texts: a CTC head's decoded samples against label rows.
     sequences: bool = False
+    # Yes/no decisions, a score above it a yes (`--threshold`): top-1 counts decisions.
+    threshold: float | None = None
 
     @property
     def accuracy_name(self) -> str:
         """What its accuracy against labels counts, in words."""
-        return "text accuracy" if self.sequences else "top-1"
+        return "text accuracy" if self.sequences else \
+            f"accuracy of decisions > {self.threshold:g}" if self.threshold is not None else \
+            "top-1"
 
     def accuracy_text(self, accuracy: float | None) -> str:
         """An accuracy for a table cell; a CTC head's says it counts whole texts."""
@@ -59,7 +63,8 @@ class OutputAccuracy:
         if self.top1_agreement is None:
             return "—"
         if self.top1_per_position:
-            return f"{self.top1_agreement:.2%} of {self.top1_positions:,} positions"
+            what = "decisions" if self.threshold is not None else "positions"
+            return f"{self.top1_agreement:.2%} of {self.top1_positions:,} {what}"
         return f"{self.top1_agreement:.2%}"
 
 

@@ -160,13 +160,22 @@ class Top1:
     # each sample's greedy decoding (`ctc_decode`) is compared whole with its label row.
     blank: int | None = None
     batch_axis: int = 0  # of the argmaxes (the scores without their class axis)
+    # Yes/no scores: each position's class is whether its score is above the threshold (no
+    # class axis); labels are 0 or 1 per position.
+    threshold: float | None = None
 
     def add(self, reference: np.ndarray, approx: np.ndarray, labels: np.ndarray | None) -> None:
         if labels is not None and self.blank is not None:
             self._add_sequences(reference, approx, labels)
             labels = None
-        ref_class = np.asarray(reference).argmax(axis=self.axis).reshape(-1)
-        app_class = np.asarray(approx).argmax(axis=self.axis).reshape(-1)
+        if self.threshold is not None:
+            ref_class, app_class = ((np.asarray(scores) > self.threshold).reshape(-1)
+                                    .astype(np.int64) for scores in (reference, approx))
+            if labels is not None:
+                labels = np.asarray(labels).reshape(-1)
+        else:
+            ref_class = np.asarray(reference).argmax(axis=self.axis).reshape(-1)
+            app_class = np.asarray(approx).argmax(axis=self.axis).reshape(-1)
         self.positions += ref_class.size
         self.agree += int(np.sum(ref_class == app_class))
         if labels is not None:

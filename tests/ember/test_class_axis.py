@@ -245,7 +245,8 @@ def test_min_agreement_without_a_class_axis_is_refused(sequence) -> None:
     assert_one_line_error(_compile(sequence, "--min-agreement", 99),
                           "--min-agreement needs a classifier output ([batch, classes] scores, "
                           "or one whose class axis --class-axis OUTPUT=AXIS names); this "
-                          "model's outputs are 'y' [1, 6, 5]")
+                          "model's outputs are 'y' [1, 6, 5]: name a class axis, read yes/no "
+                          "scores with --threshold OUTPUT=T")
 
 
 def test_max_drop_of_a_per_position_output_is_refused(sequence, tmp_path) -> None:
