@@ -873,19 +873,24 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
     evaluation samples: the options it chose (or, when missed, the best it measured), and in
     `row.budget` what it raised, the SQNR before and after, and both programs' cycles.
-    --max-drop reads the labels of a classifier or CTC head; for a model without them it is
-    left out of the budget (and said so)."""
+    --max-drop reads the labels of a classifier, CTC head or yes/no output, --min-agreement
+    its top-1; for a model without them they are left out of the budget (and said so)."""
     data = folder / f"{model.name}-eval.npz"
-    classified = labels is not None and (model.task == "top-1" or model.threshold is not None)
+    classifier = model.task == "top-1" or model.threshold is not None
+    classified = labels is not None and classifier
     np.savez(data, **{name: array if model.shape[0] == 1 else
                       array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()},
              **({"labels": labels.reshape(-1) if model.shape[0] != 1 else labels}
                 if classified else {}))
-    unlabelled = wanted.max_drop is not None and not classified
-    if unlabelled:
-        wanted = replace(wanted, max_drop=None)
+    left_out = [flag for flag, value, usable in (
+        ("--max-drop", wanted.max_drop, classified),
+        ("--min-agreement", wanted.min_agreement, classifier)) if value is not None and not usable]
+    if left_out:
+        wanted = replace(wanted, **{flag[2:].replace("-", "_"): None for flag in left_out})
+        why = f"{' and '.join(left_out)} left out: " + \
+            ("not a classifier" if not classifier else "no labels")
         if not wanted.given:
-            row.budget = {"budget": "--max-drop: no labels", "met": None}
+            row.budget = {"budget": why, "met": None}
             return quant
     ctc = model.ctc_blank if wanted.max_drop is not None else None
     words = budget_words(wanted) + \
@@ -894,7 +899,7 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
         (f" --ctc-blank {ctc}" if ctc is not None else "") + \
         (f" --threshold {proto_outputs(path)[0]}={model.threshold:g}"
          if model.threshold is not None else "") + \
-        (" (no labels: --max-drop left out)" if unlabelled else "")
+        (f" ({why})" if left_out else "")
     log(f"{model.name}: the fewest tensors raised for {words}")
     started = time.perf_counter()
     try:
