@@ -42,7 +42,8 @@ them is reported beside fp32's: the direction classifier's upright or turned lin
 classifier's kind, open_nsfw's safe-for-work photos (smoothed noise, all safe), each
 recognizer's text (PP-OCRv4's upright word crops, padded as PP-OCR pads them, and ddddocr's
 lower-case captchas: whole texts read right after CTC's greedy decoding, `--ctc-blank 0`),
-whether each of the VAD's chunks is speech (most of it within an utterance, from a
+the text detector's lines of text (F1 of the boxes DB's post-processing finds, matched one
+to one at IoU 0.5; the benchmark's own metric), whether each of the VAD's chunks is speech (most of it within an utterance, from a
 sentence's first sample above 2% of its peak to its last: `--threshold speech_probs=0.5`),
 and each encoder sentence's paraphrase. --max-drop takes them into the budget.
 The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
@@ -128,13 +129,23 @@ def photos_nhwc_bgr(n: int, seed: int) -> Labelled:
                     ["sfw"] * n)
 
 
-def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> Image.Image:
+def page(rng: np.random.Generator, height: int, width: int, unit: float = 0
+         ) -> tuple[Image.Image, np.ndarray]:
     """A document page: titles, paragraphs of word-like strings, ruled tables and figures, at
-    `unit` pixels per point (default: an 800-pixel page's)."""
+    `unit` pixels per point (default: an 800-pixel page's); and the box of each line of text
+    on it, [lines, 4] as x0, y0, x1, y1 (its ink, within the page)."""
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     unit = unit or max(height, width) / 800
     y = int(rng.uniform(20, 40) * unit)
+    lines = []
+
+    def line(at: tuple[int, int], text: str, font) -> None:
+        draw.text(at, text, fill="black", font=font)
+        x0, y0, x1, y1 = draw.textbbox(at, text, font=font)
+        x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
+        if x1 > x0 and y1 > y0:
+            lines.append((x0, y0, x1, y1))
 
     def words(count: int) -> str:
         return " ".join("".join(chr(rng.integers(97, 123)) for _ in range(rng.integers(2, 9)))
@@ -145,14 +156,13 @@ def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> 
         left = int(rng.uniform(20, 60) * unit)
         if kind == "title":
             size = int(rng.uniform(22, 32) * unit)
-            draw.text((left, y), words(3).title(), fill="black",
-                      font=ImageFont.load_default(size))
+            line((left, y), words(3).title(), ImageFont.load_default(size))
             y += int(size * 1.8)
         elif kind == "text":
             size = int(rng.uniform(11, 16) * unit)
             font = ImageFont.load_default(size)
             for _ in range(rng.integers(3, 8)):
-                draw.text((left, y), words(int(width / (size * 4))), fill="black", font=font)
+                line((left, y), words(int(width / (size * 4))), font)
                 y += int(size * 1.5)
             y += size
         else:
@@ -172,7 +182,7 @@ def page(rng: np.random.Generator, height: int, width: int, unit: float = 0) -> 
                                fill=tuple(int(v) for v in rng.integers(150, 255, 3)))
                 draw.ellipse([left + 20, y + 10, left + box_h, y + box_h - 10], fill=color)
             y += box_h + int(20 * unit)
-    return image
+    return image, np.array(lines, np.int64).reshape(-1, 4)
 
 
 def text_line(rng: np.random.Generator, height: int, width: int) -> tuple[Image.Image, int]:
@@ -458,7 +468,8 @@ class RealModel:
     class_axis: int | None = None
     # (the samples' truths, the model, the cache) -> labels as `ember compile --max-drop`
     # reads them: a class index per sample, or a CTC head's row of class indices (padded -1)
-    labels: Callable[[list, onnx.ModelProto, Path], np.ndarray] | None = None
+    # (a text detector's: each page's boxes, as drawn)
+    labels: Callable[[list, onnx.ModelProto, Path], np.ndarray | list] | None = None
     ctc_blank: int | None = None  # the CTC head's blank class (`--ctc-blank`)
     # Its first output's scores are yes/no decisions above this (`--threshold`): labels are
     # 0 or 1 per score.
@@ -534,7 +545,8 @@ MODELS = {m.name: m for m in (
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 256, 256),
               rendered(lambda rng, h, w: page(rng, h, w, unit=0.8), 256, 256, *IMAGENET),
               "mask IoU@0.3",
-              "PP-OCRv4 DB text detector (ConvTranspose, Resize), opset 12"),
+              "PP-OCRv4 DB text detector (ConvTranspose, Resize), opset 12",
+              labels=lambda truths, proto, cache: truths),  # each page's text-line boxes
     RealModel("ocr-cls", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
               (1, 3, 48, 192), rendered(text_line, 48, 192, (0.5,) * 3, (0.5,) * 3), "top-1",
@@ -654,6 +666,7 @@ class Accuracy:
         self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
         self.labels: list = []
         self.on_labels: Top1 | None = None
+        self.found = {"reference": BoxCounts(), "approx": BoxCounts()}  # a text detector's
 
     def add(self, reference: list[np.ndarray], approx: list[np.ndarray], label=None) -> None:
         ref = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in reference])
@@ -667,7 +680,10 @@ class Accuracy:
             self.labels.append(label)
         else:
             self.task_scores.append(task_score(self.task, reference, approx))
-            if label is not None:
+            if label is not None and self.task == "mask IoU@0.3":
+                for which, scores in (("reference", reference), ("approx", approx)):
+                    self.found[which].add(text_boxes(np.asarray(scores[0])[0, 0]), label)
+            elif label is not None:
                 self._count(reference[0], np.asarray(approx[0]), np.asarray(label))
 
     def _count(self, reference: np.ndarray, approx: np.ndarray, label: np.ndarray) -> None:
@@ -687,6 +703,9 @@ class Accuracy:
         if self.on_labels is not None:
             result.update(labelled_fp32=self.on_labels.accuracy("reference"),
                           labelled=self.on_labels.accuracy("approx"))
+        elif self.found["reference"].truths:
+            result.update(labelled_fp32=self.found["reference"].f1,
+                          labelled=self.found["approx"].f1)
         elif self.embeddings and all(label is not None for label in self.labels):
             ref, app = (np.stack(side) for side in zip(*self.embeddings))
             partner = np.array(self.labels)
@@ -694,6 +713,52 @@ class Accuracy:
             result.update(labelled_fp32=float(np.mean((nearest(ref) == partner)[counted])),
                           labelled=float(np.mean((nearest(app) == partner)[counted])))
         return result
+
+
+def text_boxes(probability: np.ndarray) -> np.ndarray:
+    """DB's post-processing as PP-OCR does it, with axis-aligned boxes: the pixels above 0.3,
+    each connected region whose mean probability is at least 0.6 and whose sides are 3 pixels
+    or more, grown by its area * 1.5 / perimeter on every side (DB's unclip): [boxes, 4]."""
+    from scipy import ndimage
+    regions, _ = ndimage.label(probability > 0.3)
+    boxes = []
+    for index, found in enumerate(ndimage.find_objects(regions), start=1):
+        rows, cols = found
+        height, width = rows.stop - rows.start, cols.stop - cols.start
+        if min(height, width) < 3 or probability[regions == index].mean() < 0.6:
+            continue
+        grow = height * width * 1.5 / (2 * (height + width))
+        boxes.append((cols.start - grow, rows.start - grow, cols.stop + grow, rows.stop + grow))
+    return np.array(boxes, np.float64).reshape(-1, 4)
+
+
+@dataclass
+class BoxCounts:
+    """Detected boxes matched one to one with the true ones at IoU 0.5 or more, greedily by
+    IoU (the detection benchmarks' rule): precision, recall and their F1."""
+
+    true_positives: int = 0
+    found: int = 0
+    truths: int = 0
+
+    def add(self, boxes: np.ndarray, truth: np.ndarray) -> None:
+        self.found += len(boxes)
+        self.truths += len(truth)
+        if not len(boxes) or not len(truth):
+            return
+        low = np.maximum(boxes[:, None, :2], truth[None, :, :2])
+        high = np.minimum(boxes[:, None, 2:], truth[None, :, 2:])
+        overlap = np.prod(np.clip(high - low, 0, None), axis=2)
+        area = lambda b: np.prod(b[:, 2:] - b[:, :2], axis=1)  # noqa: E731
+        iou = overlap / (area(boxes)[:, None] + area(truth)[None, :] - overlap)
+        while iou.size and iou.max() >= 0.5:
+            i, j = np.unravel_index(iou.argmax(), iou.shape)
+            self.true_positives += 1
+            iou[i, :] = iou[:, j] = 0
+
+    @property
+    def f1(self) -> float:
+        return 2 * self.true_positives / max(self.found + self.truths, 1)
 
 
 def nearest(vectors: np.ndarray) -> np.ndarray:
@@ -1097,6 +1162,8 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
         on_labels = "" if model.labels is None else "; on labels: " + (
             "whole texts read right (CTC, blank 0)" if model.ctc_blank is not None else
             f"each decision (score > {model.threshold:g})" if model.threshold is not None else
+            "F1 of the text lines found (DB's post-processing, IoU >= 0.5)"
+            if model.task == "mask IoU@0.3" else
             "the nearest other sentence is its paraphrase" if model.task == "retrieval top-1"
             else "top-1")
         print(f"- {r.model}: {r.about}; input {model.shape}; task metric {model.task}"
