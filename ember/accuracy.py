@@ -82,6 +82,18 @@ def _per_output(values: Sequence[str], option: str, what: str, convert: Callable
     return every, tuple(by_output.items())
 
 
+def _named_outputs(by_output: Sequence[tuple[str, object]], shapes: Mapping[str, Sequence[int]],
+                   model: str, option: str) -> dict[str, object]:
+    """An option's values by output name, each name one of the model's outputs."""
+    named = dict(by_output)
+    unknown = [name for name in named if name not in shapes]
+    if unknown:
+        outputs = ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
+        raise EmberError(f"{option} {unknown[0]}={named[unknown[0]]}: {model} has no output "
+                         f"{unknown[0]!r}; its outputs: {outputs}")
+    return named
+
+
 @dataclass(frozen=True)
 class Decisions:
     """Outputs read as yes/no decisions (`--threshold [OUTPUT=]T`): each score above T is a
@@ -107,12 +119,7 @@ class Decisions:
 
     def resolve(self, shapes: Mapping[str, Sequence[int]], model: str) -> dict[str, float]:
         """Each decision output's threshold, by output name."""
-        named = dict(self.by_output)
-        unknown = [name for name in named if name not in shapes]
-        if unknown:
-            outputs = ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
-            raise EmberError(f"--threshold {unknown[0]}={named[unknown[0]]}: {model} has no "
-                             f"output {unknown[0]!r}; its outputs: {outputs}")
+        named = _named_outputs(self.by_output, shapes, model, "--threshold")
         return {name: named.get(name, self.every) for name in shapes
                 if named.get(name, self.every) is not None}
 
@@ -142,12 +149,7 @@ class ClassAxes:
     def resolve(self, shapes: Mapping[str, Sequence[int]], model: str) -> dict[str, int]:
         """Each classifier output's class axis (0 or more), by output name; refuses a name
         that is not an output, an axis the output lacks, and an axis of one class."""
-        named = dict(self.by_output)
-        unknown = [name for name in named if name not in shapes]
-        if unknown:
-            outputs = ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
-            raise EmberError(f"--class-axis {unknown[0]}={named[unknown[0]]}: {model} has no "
-                             f"output {unknown[0]!r}; its outputs: {outputs}")
+        named = _named_outputs(self.by_output, shapes, model, "--class-axis")
         axes = {}
         for name, shape in shapes.items():
             axis = named.get(name, self.every)
