@@ -518,59 +518,10 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where_labels = evaluation.labels or evaluation.data
-    shapes = {name: graph.type_of(name).shape for name in graph.outputs}
-    thresholds = evaluation.decisions.resolve(shapes, Path(model_path).name)
-    twice = [name for name, _ in evaluation.class_axes.by_output if name in thresholds]
-    if twice:
-        raise EmberError(f"output {twice[0]!r}: --class-axis reads class scores and --threshold "
-                         f"yes/no scores; give one of them for it")
-    class_axes = evaluation.class_axes.resolve(
-        {name: shape for name, shape in shapes.items() if name not in thresholds},
-        Path(model_path).name)
-    decided = {name: math.prod(shapes[name]) // batch for name in thresholds}
-    # A run that compares more argmaxes than it holds samples reads its output per position
-    # (a sequence's steps, a map's pixels); labels are one class index per sample.
-    per_position = {name: math.prod(shapes[name]) // shapes[name][axis] // batch
-                    for name, axis in class_axes.items()
-                    if math.prod(shapes[name]) // shapes[name][axis] != batch}
-    per_sample = [name for name in class_axes if name not in per_position]
+    scoring = _scoring(evaluation, graph, batch, labels, where_labels, Path(model_path).name)
+    shapes, class_axes, thresholds = scoring.shapes, scoring.class_axes, scoring.thresholds
+    per_position, decided, truth = scoring.per_position, scoring.decided, scoring.truth
     blank = evaluation.ctc_blank
-    if blank is not None and not per_position:
-        raise EmberError(f"--ctc-blank {blank} reads an output scored per position as a CTC "
-                         f"head's: name its class axis with --class-axis (e.g. --class-axis "
-                         f"{next(iter(shapes))}=-1)")
-    if labels is not None and evaluation.labels and per_position and not per_sample and \
-            blank is None:
-        name = next(iter(per_position))
-        raise EmberError(f"--labels {evaluation.labels}: labels are one class index per "
-                         f"sample, and output {name!r} is scored per position (class axis "
-                         f"{class_axes[name]} of {_shape_text(shapes[name])}): give "
-                         f"--ctc-blank for a CTC head's texts, or drop --labels (top-1 "
-                         f"agreement with fp32 needs none)")
-    # Top-1's counters: a CTC head's know its blank and where its samples lie; a decision
-    # output's, its threshold.
-    counters = {name: Top1(axis) for name, axis in class_axes.items()}
-    counters.update({name: Top1(threshold=t) for name, t in thresholds.items()})
-    if blank is not None:
-        for name in per_position:
-            classes = shapes[name][class_axes[name]]
-            if not 0 <= blank < classes:
-                raise EmberError(f"--ctc-blank {blank}: output {name!r} has {classes:,} "
-                                 f"classes (axis {class_axes[name]} of "
-                                 f"{_shape_text(shapes[name])}); the blank is one of them")
-            counters[name] = Top1(class_axes[name], blank=blank, batch_axis=ctc_batch_axis(
-                shapes[name], class_axes[name], batch, name))
-    # Each classifier output's labels, checked against its number of classes: one class per
-    # sample, or a CTC head's row of classes.
-    truth = {}
-    if labels is not None:
-        truth = {name: class_labels(labels, shapes[name][class_axes[name]], where_labels)
-                 for name in per_sample if blank is None or not per_position}
-        if blank is not None:
-            truth.update({name: sequence_labels(labels, shapes[name][class_axes[name]], blank,
-                                                where_labels) for name in per_position})
-        truth.update({name: decision_labels(labels, decided[name], where_labels)
-                      for name in thresholds})
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
                    _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
     total = source.count()
@@ -580,7 +531,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     with cluster.Cluster(where) as running:
         in_process = running.where.address is None and running.where.processes == 1
         job = _Job(model_path, profile_path, options, input_shapes, evaluation, source, specs,
-                   batch, counters, truth, where_labels, in_process)
+                   batch, scoring.counters, truth, where_labels, in_process)
         shared = cluster.Shared(job)
         if in_process:  # the shard runs here: it takes what was just built
             cluster.cached(shared, "setup", lambda: setup)
@@ -684,6 +635,80 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
 
 
 @dataclass(frozen=True)
+class _Scoring:
+    """How each output is scored beyond SQNR: its class axis or threshold, how many argmaxes
+    or decisions a sample holds, its counters (`Top1`) and its labels."""
+
+    shapes: dict[str, tuple[int, ...]]
+    class_axes: dict[str, int]
+    thresholds: dict[str, float]
+    per_position: dict[str, int]  # a sequence's or map's argmaxes a sample
+    decided: dict[str, int]  # a yes/no output's decisions a sample
+    counters: dict[str, Top1]  # empty, one per scored output
+    truth: dict[str, np.ndarray]  # each labelled output's labels
+
+
+def _scoring(evaluation: Evaluation, graph: Graph, batch: int, labels: np.ndarray | None,
+             where_labels: str, model: str) -> _Scoring:
+    """Resolve --class-axis, --threshold and --ctc-blank against the model's outputs and check
+    the labels for each scored output (one-line errors for what does not fit)."""
+    shapes = {name: graph.type_of(name).shape for name in graph.outputs}
+    thresholds = evaluation.decisions.resolve(shapes, model)
+    twice = [name for name, _ in evaluation.class_axes.by_output if name in thresholds]
+    if twice:
+        raise EmberError(f"output {twice[0]!r}: --class-axis reads class scores and --threshold "
+                         f"yes/no scores; give one of them for it")
+    class_axes = evaluation.class_axes.resolve(
+        {name: shape for name, shape in shapes.items() if name not in thresholds},
+        model)
+    decided = {name: math.prod(shapes[name]) // batch for name in thresholds}
+    # A run that compares more argmaxes than it holds samples reads its output per position
+    # (a sequence's steps, a map's pixels); labels are one class index per sample.
+    per_position = {name: math.prod(shapes[name]) // shapes[name][axis] // batch
+                    for name, axis in class_axes.items()
+                    if math.prod(shapes[name]) // shapes[name][axis] != batch}
+    per_sample = [name for name in class_axes if name not in per_position]
+    blank = evaluation.ctc_blank
+    if blank is not None and not per_position:
+        raise EmberError(f"--ctc-blank {blank} reads an output scored per position as a CTC "
+                         f"head's: name its class axis with --class-axis (e.g. --class-axis "
+                         f"{next(iter(shapes))}=-1)")
+    if labels is not None and evaluation.labels and per_position and not per_sample and \
+            blank is None:
+        name = next(iter(per_position))
+        raise EmberError(f"--labels {evaluation.labels}: labels are one class index per "
+                         f"sample, and output {name!r} is scored per position (class axis "
+                         f"{class_axes[name]} of {_shape_text(shapes[name])}): give "
+                         f"--ctc-blank for a CTC head's texts, or drop --labels (top-1 "
+                         f"agreement with fp32 needs none)")
+    # Top-1's counters: a CTC head's know its blank and where its samples lie; a decision
+    # output's, its threshold.
+    counters = {name: Top1(axis) for name, axis in class_axes.items()}
+    counters.update({name: Top1(threshold=t) for name, t in thresholds.items()})
+    if blank is not None:
+        for name in per_position:
+            classes = shapes[name][class_axes[name]]
+            if not 0 <= blank < classes:
+                raise EmberError(f"--ctc-blank {blank}: output {name!r} has {classes:,} "
+                                 f"classes (axis {class_axes[name]} of "
+                                 f"{_shape_text(shapes[name])}); the blank is one of them")
+            counters[name] = Top1(class_axes[name], blank=blank, batch_axis=ctc_batch_axis(
+                shapes[name], class_axes[name], batch, name))
+    # Each classifier output's labels, checked against its number of classes: one class per
+    # sample, or a CTC head's row of classes.
+    truth = {}
+    if labels is not None:
+        truth = {name: class_labels(labels, shapes[name][class_axes[name]], where_labels)
+                 for name in per_sample if blank is None or not per_position}
+        if blank is not None:
+            truth.update({name: sequence_labels(labels, shapes[name][class_axes[name]], blank,
+                                                where_labels) for name in per_position})
+        truth.update({name: decision_labels(labels, decided[name], where_labels)
+                      for name in thresholds})
+    return _Scoring(shapes, class_axes, thresholds, per_position, decided, counters, truth)
+
+
+@dataclass(frozen=True)
 class _Job:
     """What every shard of one evaluation needs, sent once per worker: paths and the data
     source (which reads its files where the worker runs), never the samples."""
@@ -696,8 +721,8 @@ class _Job:
     source: batching.Source
     specs: list[InputSpec]
     batch: int  # the model's samples per run: shards start on whole batches
-    # Each classifier output's empty counts: its class axis (`ClassAxes.resolve`) and, for a
-    # CTC head, its blank and batch axis.
+    # Each scored output's empty counts (`_Scoring.counters`): its class axis, a CTC head's
+    # blank and batch axis, a yes/no output's threshold.
     top1: dict[str, Top1]
     # Each classifier output's labels: a class index per sample, or a CTC head's row of them.
     truth: dict[str, np.ndarray]
