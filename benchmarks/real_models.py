@@ -1176,7 +1176,8 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
     if compared:
         print()
         print("ember's integer reference (bit-exact with the program) by --calibration, SQNR dB "
-              "/ task metric, beside onnxruntime's best; "
+              "/ task metric (/ on labels, where the samples have them), beside onnxruntime's "
+              "best; "
               + ("the program's own is marked *:" if program else "ember's default is marked *:"))
         print()
         print("| model | " + " | ".join(compared) + " | ORT best |")
@@ -1186,10 +1187,14 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
             for method in compared:
                 result = r.calibrations.get(method, {})
                 cells.append(("failed" if "error" in result else
-                              f"{result['sqnr_db']:.2f} / {result['task']:.0%}" if result else "")
+                              f"{result['sqnr_db']:.2f} / {result['task']:.0%}" +
+                              (f" / {result['labelled']:.1%}" if "labelled" in result else "")
+                              if result else "")
                              + (" *" if result and method == (r.calibration if program else
                                                               QuantOptions().calibration) else ""))
-            ort = f"{r.ort['sqnr_db']:.2f} / {r.ort['task']:.0%}" if r.ort else r.ort_config[:60]
+            ort = (f"{r.ort['sqnr_db']:.2f} / {r.ort['task']:.0%}" +
+                   (f" / {r.ort['labelled']:.1%}" if "labelled" in r.ort else "")) if r.ort \
+                else r.ort_config[:60]
             print(f"| {r.model} ({r.calib}/{r.samples}) | " + " | ".join(cells) + f" | {ort} |")
     print()
     for r in rows:
