@@ -90,7 +90,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     executes bit for bit; onnxruntime runs the fp32 model on the same samples. Per output:
     top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|. Top-1
     reads [batch, classes] outputs; --class-axis names the class axis of a sequence or map,
-    whose top-1 agreement is then per position (each step, token or pixel).
+    whose top-1 agreement is then per position (each step, token or pixel). --ctc-blank scores
+    a CTC head's whole texts against label rows; --threshold reads yes/no scores as decisions.
 
     Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
     warning names any that differ from the calibration images' (recorded in the profile and
@@ -107,6 +108,10 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
       ember accuracy resnet.onnx resnet.ember --profile resnet.profile.json \\
           --data imagenet_val/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
       ember accuracy crnn.onnx --profile crnn.profile.json --data eval.npz --class-axis -1
+      ember accuracy crnn.onnx --profile crnn.profile.json --data texts.npz --class-axis -1 \\
+          --ctc-blank 0
+      ember accuracy vad.onnx --profile vad.profile.json --data chunks.npz \\
+          --threshold speech_probs=0.5
     """
     options = quant_options_from(kwargs)
     if sensitivity and not per_layer:

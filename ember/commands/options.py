@@ -108,7 +108,8 @@ ctc_blank_option = click.option(
          "and score whole texts against the labels: each sample's argmaxes with repeats merged "
          "and blanks dropped must equal its label row exactly (labels: one row of class "
          "indices per sample, padded at the end with -1). Its accuracy is then the share of "
-         "texts read right, which --max-drop reads (PaddleOCR's and most CRNNs' blank: 0).")
+         "texts read right, what `compile --max-drop` holds (PaddleOCR's and most CRNNs' "
+         "blank: 0).")
 
 
 threshold_option = click.option(
