@@ -1060,21 +1060,21 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
             row.budget = {"budget": why, "met": None}
             return quant
     ctc = model.ctc_blank if wanted.max_drop is not None else None
+    # The first output's scores are yes/no decisions (`--threshold OUTPUT=T`).
+    decisions = Decisions(by_output=((proto_outputs(path)[0], model.threshold),)) \
+        if model.threshold is not None else Decisions()
     words = budget_words(wanted) + \
         (f" --class-axis {model.class_axis}" if model.class_axis is not None and
          (wanted.min_agreement is not None or wanted.max_drop is not None) else "") + \
         (f" --ctc-blank {ctc}" if ctc is not None else "") + \
-        (f" --threshold {proto_outputs(path)[0]}={model.threshold:g}"
-         if model.threshold is not None else "") + \
+        "".join(f" --threshold {name}={t:g}" for name, t in decisions.by_output) + \
         (f" ({why})" if left_out else "")
     log(f"{model.name}: the fewest tensors raised for {words}")
     started = time.perf_counter()
     try:
         choice = budget.choose(str(path), str(profile_path),
                                Evaluation(str(data), class_axes=ClassAxes(model.class_axis),
-                                          ctc_blank=ctc, decisions=Decisions(by_output=(
-                                              (proto_outputs(path)[0], model.threshold),)
-                                              if model.threshold is not None else ())),
+                                          ctc_blank=ctc, decisions=decisions),
                                quant, wanted, True, shapes, where=WHERE)
     except budget.BudgetMissed as missed:
         choice = missed.best
@@ -1291,9 +1291,10 @@ def budget_table(rows: list[Row]) -> None:
     """What the accuracy budget raised on each model, and what it cost in cycles."""
     print()
     print("Accuracy budget (`ember compile --data eval BUDGET --allow-host`): the fewest "
-          "tensors and weights raised, SQNR of the worst output and top-1 agreement with fp32 "
-          "(classifiers; per time step where the model table names a class axis), cycles of the all-int8 program and of the chosen one (bit-exact: the "
-          "table above)")
+          "tensors and weights raised, SQNR of the worst output, top-1 agreement with fp32 "
+          "(classifiers; per time step where the model table names a class axis), the accuracy "
+          "on the samples' labels where the budget reads them, cycles of the all-int8 program "
+          "and of the chosen one (bit-exact: the table above)")
     print()
     print("| model | budget | met | raised (int16 / int16 weights / fp32) | SQNR int8 → chosen | "
           "agreement int8 → chosen | on labels: int8 → chosen (fp32) | cycles int8 → chosen | "
