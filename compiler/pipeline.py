@@ -34,6 +34,7 @@ from compiler.passes.fold_bias import fold_bias
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fold_pad import fold_pad
 from compiler.passes.fold_scale import fold_scale
+from compiler.passes.fuse_channel_map import fuse_channel_map
 from compiler.passes.fuse_gates import fuse_gates
 from compiler.passes.fuse_hypot import fuse_hypot
 from compiler.passes.fuse_layer_norm import fuse_layer_norm
@@ -77,6 +78,9 @@ GRAPH_PASSES: list[Pass] = [
     fold_pad,          # after folding, which makes pads constant: zero Pad → the Conv's pads
     fold_batchnorm,    # Conv/Gemm + BN → one Conv/Gemm: BN costs nothing on the accelerator
     fuse_gates,        # before bias folding takes hard-sigmoid's "+ 3": x * Sigmoid(x) → Swish
+    fuse_channel_map,  # after gate fusion, which makes an equalized HardSwish one op; before
+    #                    channel_affine takes its per-channel Muls: Mul → table op → Mul → one
+    #                    table per channel
     fold_bias,         # after BN folding: a constant Add after a Conv/Gemm/MatMul → its bias
     fold_scale,        # after bias folding: attention's 1/√Dh → the query projection's weights
     channel_affine,    # after BN folding: the BNs left, and per-channel Add/Mul... by constants,

@@ -16,6 +16,15 @@ the paper does and equalizes through it as through a ReLU, replacing those ReLU6
 changes the fp32 model where an activation exceeded 6 (ember's accuracy report measures that
 against the model as given); mode "exact" leaves ReLU6 chains alone.
 
+Mode "all" also equalizes through any other activation f between the two Convs, one elementwise
+function of one value (HardSwish, SiLU, GELU, Sigmoid, as one node or written out in primitive
+operators): f becomes Mul(x, s) → f → Mul(·, 1/s), the same function of the scaled values, and
+the compiler fuses the three into one 256-entry table per channel (`fuse_channel_map`), so
+only the equalized values are rounded to 8 bits. Depthwise-heavy nets with HardSwish
+(MobileNetV3, PP-LCNet, PicoDet) are where this pays: a Conv's output channel whose range is
+small beside the tensor's, read by a depthwise Conv that amplifies it, loses its signal to one
+int8 step of the shared activation scale; equalized, its range is the others'.
+
 The rewrite works on ONNX so that `ember quantize-profile` profiles the equalized model and the
 profile's fingerprint names it; `ember compile` and `ember accuracy` apply the same rewrite
 before they check the profile. BatchNormalization after a Conv is folded into it first (the
@@ -24,13 +33,21 @@ ranges that matter are the folded weights').
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from compiler.graph.ops import BATCH_NORMALIZATION, CLIP, CONSTANT, CONV, MIN, OPS, RELU
+from compiler.graph.int8 import Quant
+from compiler.graph.ops import (BATCH_NORMALIZATION, CLIP, CONSTANT, CONV, GRID, MIN, MUL, OPS,
+                                RELU, recognised)
 
-MODES = ("off", "exact", "relu6")
+MODES = ("off", "exact", "relu6", "all")
+# An activation written out in primitive operators has at most this many nodes.
+MAX_REGION = 12
+# The operator kinds an activation between two Convs may be made of: maps of one value.
+_ELEMENTWISE = (Quant.LOOKUP, Quant.CLAMP, Quant.ADD, Quant.MUL, Quant.DIVIDE)
 # Turns over all chains; each turn equalizes every chain once. Stop early once no scale moves
 # by more than SETTLED (relative).
 MAX_TURNS = 20
@@ -46,23 +63,86 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
         raise ValueError(f"equalization mode {mode!r} is unknown; choose one of {MODES}")
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    _lift_constants(out.graph)
     weights = _Weights(out.graph)
     _fold_batchnorms(out.graph, weights)
     chains = _chains(out.graph, weights, mode)
     for _ in range(MAX_TURNS):
-        moved = max((_equalize_pair(first, second, weights,
-                                    bounded=between is not None
-                                    and between.op_type == CLIP.name)
-                     for first, second, between in chains), default=0.0)
+        moved = max((_equalize_pair(chain.first, chain.second, weights, bounded=chain.bounded)
+                     for chain in chains), default=0.0)
         if moved <= SETTLED:
             break
-    for first, _, between in chains:
-        scale = weights.scales.get(first.output[0])
-        if between is not None and between.op_type == CLIP.name and scale is not None \
-                and np.any(scale != 1.0):  # (a chain left as it was keeps its ReLU6)
-            _per_channel_bound(out.graph, first, between, weights)
+    for chain in chains:
+        scale = weights.scales.get(chain.first.output[0])
+        if scale is None or not np.any(scale != 1.0):  # (a chain left as it was keeps its f)
+            continue
+        if chain.bounded:
+            _per_channel_bound(out.graph, chain.first, chain.region[0], weights)
+        elif chain.tabled:
+            _between_scales(out.graph, chain, scale, weights)
     weights.write()
     return out
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Conv1 → the activation between (its nodes, none for a direct pair; `exit` the value
+    Conv2 reads) → Conv2. bounded: a ReLU6, which equalization bounds per channel; tabled: an
+    activation that takes Mul(x, s) → f → Mul(·, 1/s) (mode "all")."""
+
+    first: onnx.NodeProto
+    second: onnx.NodeProto
+    region: tuple[onnx.NodeProto, ...]
+    exit: str
+    bounded: bool = False
+    tabled: bool = False
+
+
+def _between_scales(graph: onnx.GraphProto, chain: _Chain, scale: np.ndarray,
+                    weights: _Weights) -> None:
+    """Conv1's output divided by s per channel: the activation between reads it times s and
+    its output, divided by s, keeps its name for Conv2 (the profile's name for the equalized
+    values)."""
+    value = chain.first.output[0]
+    shape = (1, -1) + (1,) * (weights.arrays[chain.first.input[1]].ndim - 2)
+    up, down = (_fresh(f"{name}/channel_scale", weights) for name in (value, chain.exit))
+    for name, factor in ((up, scale), (down, 1.0 / scale)):
+        weights.uses[name] = 1
+        weights.set(name, factor.reshape(shape).astype(np.float32))
+    restored, unscaled = f"{value}/unequalized", f"{chain.exit}/unequalized"
+    for node in chain.region:
+        for i, name in enumerate(node.input):
+            if name == value:
+                node.input[i] = restored
+        for i, name in enumerate(node.output):
+            if name == chain.exit:
+                node.output[i] = unscaled
+    nodes = list(graph.node)
+    last = max(nodes.index(node) for node in chain.region)
+    graph.node.insert(last + 1, onnx.helper.make_node(
+        MUL.name, [unscaled, down], [chain.exit], name=f"{chain.exit}/equalize"))
+    graph.node.insert(min(nodes.index(node) for node in chain.region), onnx.helper.make_node(
+        MUL.name, [value, up], [restored], name=f"{value}/unequalize"))
+
+
+def _lift_constants(graph: onnx.GraphProto) -> None:
+    """Constant nodes holding a float tensor (exporters such as paddle2onnx put the weights
+    there) become initializers of the same name, which equalization can rescale."""
+    lifted = []
+    for node in graph.node:
+        if node.op_type != CONSTANT.name or node.domain not in ("", "ai.onnx") or \
+                len(node.attribute) != 1 or node.attribute[0].name != "value":
+            continue
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(node.attribute[0].t)
+        if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                                    onnx.TensorProto.FLOAT16):
+            continue
+        tensor.name = node.output[0]
+        graph.initializer.append(tensor)
+        lifted.append(node)
+    for node in lifted:
+        graph.node.remove(node)
 
 
 def _per_channel_bound(graph: onnx.GraphProto, first: onnx.NodeProto, clip: onnx.NodeProto,
@@ -208,7 +288,12 @@ def _homogeneous(node: onnx.NodeProto, weights: _Weights, mode: str) -> bool:
     row = OPS.get(node.op_type)
     if row is not None and row.scale_invariant and node.domain in ("", "ai.onnx"):
         return True
-    if node.op_type != CLIP.name or mode != "relu6":
+    return mode in ("relu6", "all") and _relu6(node, weights)
+
+
+def _relu6(node: onnx.NodeProto, weights: _Weights) -> bool:
+    """Whether `node` is a Clip to [0, 6] by constant bounds."""
+    if node.op_type != CLIP.name:
         return False
     bounds = [weights.value(n) for n in node.input[1:3]]
     low = bounds[0] if bounds else _attr(node, "min", None)
@@ -217,36 +302,119 @@ def _homogeneous(node: onnx.NodeProto, weights: _Weights, mode: str) -> bool:
         and float(np.asarray(high)) == 6.0
 
 
-def _chains(graph: onnx.GraphProto, weights: _Weights, mode: str
-            ) -> list[tuple[onnx.NodeProto, onnx.NodeProto, onnx.NodeProto | None]]:
-    """(Conv1, Conv2, the activation between or None) for every equalizable pair."""
+def _chains(graph: onnx.GraphProto, weights: _Weights, mode: str) -> list[_Chain]:
+    """Every equalizable Conv → (activation) → Conv chain."""
     users = _users(graph)
+    outputs = {o.name for o in graph.output}
     chains = []
     for first in graph.node:
         if not _conv_weights(first, weights):
             continue
-        between = _only_reader(first.output[0], graph, users)
-        if between is None:
+        found = _activation(first.output[0], users, outputs, weights)
+        if found is None:
             continue
-        second = between
-        if between.op_type != CONV.name:
-            if not _homogeneous(between, weights, mode):
-                continue
-            second = _only_reader(between.output[0], graph, users)
-            if second is None:
-                continue
-        else:
-            between = None
-        if not _conv_weights(second, weights) or second.input[0] != \
-                (between.output[0] if between is not None else first.output[0]):
+        region, exit = found
+        second = _only_reader(exit, graph, users)
+        if second is None or not _conv_weights(second, weights) or second.input[0] != exit:
             continue
+        one = region[0] if len(region) == 1 else None
+        bounded = one is not None and one.op_type == CLIP.name and mode in ("relu6", "all") \
+            and _relu6(one, weights)
+        tabled = False
+        if region and not (one is not None and _homogeneous(one, weights, mode)):
+            tabled = mode == "all" and _one_table(region, first.output[0], weights)
+            if not tabled:
+                continue
         channels = weights.arrays[first.input[1]].shape[0]
         w2 = weights.arrays[second.input[1]]
         group = _attr(second, "group", 1)
         if group == 1 and w2.shape[1] == channels or \
                 group == channels and w2.shape[1] == 1 and w2.shape[0] % channels == 0:
-            chains.append((first, second, between))
+            chains.append(_Chain(first, second, region, exit, bounded, tabled and not bounded))
     return chains
+
+
+def _activation(value: str, users: dict[str, list[onnx.NodeProto]], outputs: set[str],
+                weights: _Weights) -> tuple[tuple[onnx.NodeProto, ...], str] | None:
+    """The elementwise nodes computing one value from `value` alone (scalar constants aside)
+    before anything else reads it, and that one value: ((), value) when no such node reads
+    it; None when the nodes reading it lead to more than one value read elsewhere."""
+    region: list[onnx.NodeProto] = []
+    inside, exits = {value}, set()
+    frontier = [value]
+    while frontier:
+        name = frontier.pop()
+        if name in outputs:
+            return None
+        for node in users.get(name, []):
+            if node in region:
+                continue
+            if not _elementwise(node, weights):
+                exits.add(name)
+                continue
+            region.append(node)
+            if len(region) > MAX_REGION:
+                return None
+            inside.add(node.output[0])
+            frontier.append(node.output[0])
+    if len(exits) != 1 or any(n and n not in inside and not _scalar(n, weights)
+                              for node in region for n in node.input):
+        return None
+    exit = exits.pop()
+    if any(exit in node.input for node in region) or (region and exit == value):
+        return None
+    return tuple(region), exit
+
+
+def _elementwise(node: onnx.NodeProto, weights: _Weights) -> bool:
+    """A node of the standard domain mapping values elementwise, its constants scalars."""
+    row = OPS.get(node.op_type)
+    return row is not None and row.quant in _ELEMENTWISE and len(node.output) == 1 and \
+        node.domain in ("", "ai.onnx") and \
+        sum(1 for n in node.input if n and weights.value(n) is None) >= 1
+
+
+def _scalar(name: str, weights: _Weights) -> bool:
+    value = weights.value(name)
+    return value is not None and np.size(value) == 1
+
+
+def _one_table(region: tuple[onnx.NodeProto, ...], value: str, weights: _Weights) -> bool:
+    """Whether the region computes, from `value`, one of the table operators the compiler
+    fuses into one lookup (`fuse_gates`), or is one such node."""
+    if len(region) == 1:
+        row = OPS[region[0].op_type]
+        return row.quant is Quant.LOOKUP and len([n for n in region[0].input if n]) == 1
+    env = {value: GRID}
+    with np.errstate(all="ignore"):
+        for node in _in_order(region):
+            row = OPS[node.op_type]
+            args = [env[n] if n in env else weights.value(n) if n else None for n in node.input]
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            try:
+                env[node.output[0]] = np.asarray(row.fp32(*args, **row.bind(node.name, attrs)))
+            except Exception:  # an attribute ember's table does not know: not a table op
+                return False
+    got = env.get(_in_order(region)[-1].output[0])
+    return got is not None and recognised(got) is not None
+
+
+def _in_order(region: tuple[onnx.NodeProto, ...]) -> list[onnx.NodeProto]:
+    """The region's nodes in an order where each comes after the nodes whose outputs it
+    reads (the graph's own order is one)."""
+    ordered, done = [], set()
+    pending = list(region)
+    produced = {node.output[0] for node in region}
+    while pending:
+        for node in pending:
+            if all(n not in produced or n in done for n in node.input):
+                ordered.append(node)
+                done.add(node.output[0])
+                pending.remove(node)
+                break
+        else:
+            return list(region)
+    return ordered
 
 
 def _equalize_pair(first: onnx.NodeProto, second: onnx.NodeProto, weights: _Weights,

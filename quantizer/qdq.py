@@ -62,7 +62,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.graph.int8 import INT8_ATTRS, Quant, zero_point_fold
 from compiler.graph.ir import Graph, Node, QuantParams, Type
-from compiler.graph.ops import (ADD, CAST, CLIP, DEQUANTIZE_LINEAR, MUL, OPS, QUANTIZE_LINEAR,
+from compiler.graph.ops import (ADD, CAST, CHANNEL_MAP, CLIP, DEQUANTIZE_LINEAR, MUL, OPS,
+                                QUANTIZE_LINEAR,
                                 RECIPROCAL, RELU, SIGMOID, SQRT, SWISH, int8_attrs,
                                 is_integer_node)
 from profiler.format import output_mode
@@ -368,6 +369,8 @@ class _Exporter:
             return self._hypot(node)
         if node.op == SWISH.name:
             return self._swish(node)
+        if node.op == CHANNEL_MAP.name:
+            return self._channel_map(node)
         names = list(node.inputs)
         if not row.variadic:
             # Inputs past the ONNX operator's are ember's own: the lookup tables of Sigmoid,
@@ -403,21 +406,40 @@ class _Exporter:
         return MUL.name, [a, real], {}
 
     def _swish(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        alpha = float(OPS[node.op].bind(node.name, _onnx_attrs(node))["alpha"])
+        return self._swish_form(node.name, self._operand(node.inputs[0]), alpha,
+                                self.g.type_of(node.outputs[0]).shape)
+
+    def _swish_form(self, name: str, x: str, alpha: float, shape
+                    ) -> tuple[str, list[str], dict[str, Any]]:
         """Swish (SiLU, as `fuse_gates` names x * Sigmoid(alpha x)) as the exporters write it:
         ONNX has Swish only from opset 24, and the export's opset is 21."""
-        x = self._operand(node.inputs[0])
-        shape = self.g.type_of(node.outputs[0]).shape
-        alpha = float(OPS[node.op].bind(node.name, _onnx_attrs(node))["alpha"])
         gate_input = x
         if alpha != 1.0:
-            gate_input = self._unique(f"{node.name}/scaled")
+            gate_input = self._unique(f"{name}/scaled")
             self.types[gate_input] = Type("float32", shape)
             self._emit(MUL.name, self._unique(gate_input),
-                       (x, self._init(f"{node.name}/alpha", np.float32(alpha))), (gate_input,))
-        gate = self._unique(f"{node.name}/gate")
+                       (x, self._init(f"{name}/alpha", np.float32(alpha))), (gate_input,))
+        gate = self._unique(f"{name}/gate")
         self.types[gate] = Type("float32", shape)
         self._emit(SIGMOID.name, self._unique(gate), (gate_input,), (gate,))
         return MUL.name, [x, gate], {}
+
+    def _channel_map(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+        """ember's ChannelMap as equalization writes it: Mul by the channels' pre scales, the
+        table op, Mul by their post scales (the int8 form's tables are their composition)."""
+        x, pre, post = (self._operand(n) for n in node.inputs[:3])
+        attrs = OPS[node.op].bind(node.name, node.attrs)
+        shape = self.g.type_of(node.outputs[0]).shape
+        scaled, mapped = (self._unique(f"{node.name}/{part}") for part in ("scaled", "mapped"))
+        for name in (scaled, mapped):
+            self.types[name] = Type("float32", shape)
+        self._emit(MUL.name, self._unique(scaled), (x, pre), (scaled,))
+        inner = OPS[attrs["map"]].bind(node.name, attrs["map_attrs"])
+        op, inputs, inner = (self._swish_form(mapped, scaled, float(inner["alpha"]), shape)
+                             if attrs["map"] == SWISH.name else (attrs["map"], [scaled], inner))
+        self._emit(op, self._unique(mapped), inputs, (mapped,), inner)
+        return MUL.name, [mapped, post], {}
 
     def _hypot(self, node: Node) -> tuple[str, list[str], dict[str, Any]]:
         """ember's Hypot as ONNX writes a magnitude: the squares of both inputs (Mul), their

@@ -17,7 +17,7 @@ and compute the integer parameters each kernel needs once, storing them on the n
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -810,30 +810,46 @@ def table_form(r: _Rewriter, node: Node) -> None:
 
 
 def channel_lookup(r: _Rewriter, node: Node) -> None:
-    """PRelu: a 256-entry table of the fp32 reference per channel (one when the slope is a
-    scalar), with that channel's slope, as an extra (C, 256) input; one slope with int16
-    codes in or out, `lookup`'s int16 table as (1, entries)."""
+    """PRelu, ChannelMap: a 256-entry table of the fp32 reference per channel (one when the
+    channels share one function: a scalar slope), each with that channel's constants, as an
+    extra (C, 256) input; one function with int16 codes in or out, `lookup`'s int16 table as
+    (1, entries)."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
-    slope = r.g.values[node.inputs[1]].const
-    slopes = channel_slopes(slope, r.g.type_of(node.inputs[0]).shape)
-    if slopes is None:
-        raise QuantizeError(f"node {node.name!r} ({node.op}): slope of shape {slope.shape} "
-                            f"varies along an axis other than the channels (axis 1); keep "
-                            f"the node in fp32")
-    fp32 = OPS[node.op].fp32
-    wide = r.wide_table(node, node.inputs[0], x, lambda v: fp32(v, np.float32(slopes[0])), {}) \
-        if len(slopes) == 1 else None
+    functions = _channel_functions(r, node)
+    wide = r.wide_table(node, node.inputs[0], x, functions[0], {}) \
+        if len(functions) == 1 else None
     tables = wide[0][None] if wide is not None else np.stack([
-        lookup_table(lambda v, k=k: fp32(v, np.float32(k)), {}, source.scale[0],
-                     source.zero_point[0], out_params.scale[0], out_params.zero_point[0],
-                     r.dtype) for k in slopes])
+        lookup_table(function, {}, source.scale[0], source.zero_point[0],
+                     out_params.scale[0], out_params.zero_point[0], r.dtype)
+        for function in functions])
     table_name = r.const(f"{node.name}/tables", tables)
     out = r.activation(node.outputs[0], out_params)
-    r.emit(node.op, node.name, (x, r.copy_const(node.inputs[1]), table_name), (out,),
+    r.emit(node.op, node.name, (x, *map(r.copy_const, node.inputs[1:]), table_name), (out,),
            node.attrs if wide is None else {**node.attrs, **wide[1],
                                             "out_dtype": r.dtype_of(node.outputs[0])})
+
+
+def _channel_functions(r: _Rewriter, node: Node) -> list[Callable]:
+    """The fp32 function of each channel (axis 1) of a PRelu or ChannelMap, or the one every
+    channel shares; a constant that varies along another axis is refused by name."""
+    shape = r.g.type_of(node.inputs[0]).shape
+    columns = []
+    for slot, name in zip(OPS[node.op].inputs[1:], node.inputs[1:]):
+        const = r.g.values[name].const
+        column = channel_slopes(const, shape)
+        if column is None:
+            raise QuantizeError(f"node {node.name!r} ({node.op}): {slot} of shape "
+                                f"{const.shape} varies along an axis other than the channels "
+                                f"(axis 1); keep the node in fp32")
+        columns.append(column)
+    channels = max(len(c) for c in columns)
+    columns = [np.broadcast_to(c, (channels,)).astype(np.float32) for c in columns]
+    row = OPS[node.op]
+    attrs = row.bind(node.name, node.attrs)
+    return [lambda v, k=k: row.fp32(v, *(c[k] for c in columns), **attrs)
+            for k in range(channels)]
 
 
 def fixed_output(r: _Rewriter, node: Node) -> None:

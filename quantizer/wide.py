@@ -560,8 +560,9 @@ def within_bounds(graph: Graph, node: Node, lo: float, hi: float) -> tuple[float
 
 
 def _one_slope(graph: Graph, node: Node) -> bool:
-    """Whether a PRelu has one slope: one table (a slope per channel is a table per lane)."""
-    return np.size(graph.values[node.inputs[1]].const) == 1
+    """Whether a PRelu (ChannelMap) has one slope (pair of scales): one table (a slope per
+    channel is a table per lane)."""
+    return all(np.size(graph.values[name].const) == 1 for name in node.inputs[1:])
 
 
 def _table(graph: Graph, node: Node) -> bool | None:

@@ -414,6 +414,12 @@ def channel_lookup_int8(x, slope, tables, *, out_dtype=None, knots=(0, 0), **_ba
     return np.moveaxis(numerics.lookup_lanes(np.moveaxis(x, 1, -1), tables.T), -1, 1)
 
 
+def channel_map_int8(x, pre, post, tables, *, out_dtype=None, knots=(0, 0), **_baked):
+    """ChannelMap: tables[c] maps channel c's codes, each built from the fp32 reference with
+    channel c's scales (`channel_slopes` of pre and post), as PRelu's."""
+    return channel_lookup_int8(x, None, tables, out_dtype=out_dtype, knots=knots)
+
+
 def channel_slopes(slope, shape) -> np.ndarray | None:
     """PRelu's slope as one value (a scalar) or one per channel (axis 1) of an input of
     `shape`, or None when it varies along another axis."""

@@ -555,6 +555,14 @@ _ROWS = (
           int8=int8.channel_lookup_int8, lower=L.CHANNEL_LUT),
     OpDef("Sigmoid", ("X",), {}, same_shape, ref.sigmoid, quant=Q.LOOKUP, int8=int8.lookup_int8,
           lower=L.LUT),
+    # ember's: post * f(pre * x), pre and post one value per channel (axis 1) and f a one-input
+    # table op (`map`, with its attributes `map_attrs`): a Conv → f → Conv chain equalized
+    # through an f that is not homogeneous (HardSwish, SiLU...: `quantizer.equalize` mode
+    # "all", `fuse_channel_map`). One table per channel, as PRelu's.
+    OpDef("ChannelMap", ("X", "pre", "post"), {"map": REQUIRED, "map_attrs": {}}, prelu_shape,
+          lambda x, pre, post, *, map, map_attrs: _channel_map(x, pre, post, map, map_attrs),
+          quant=Q.CHANNEL_LOOKUP, int8=int8.channel_map_int8, lower=L.CHANNEL_LUT,
+          fused_only=True),
     OpDef("HardSigmoid", ("X",), {"alpha": 0.2, "beta": 0.5}, same_shape, ref.hard_sigmoid,
           quant=Q.LOOKUP, int8=int8.lookup_int8, lower=L.LUT,
           recognised_forms=({"alpha": 1 / 6, "beta": 0.5},)),  # Clip(x + 3, 0, 6) / 6
@@ -776,6 +784,13 @@ QUANTIZE_LINEAR, DEQUANTIZE_LINEAR, RESCALE = (
 RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Reciprocal"]
 # And the rows of the operators the graph passes write.
 CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
+CHANNEL_MAP = OPS["ChannelMap"]
+
+
+def _channel_map(x, pre, post, map: str, map_attrs: Mapping[str, Any]):
+    """ChannelMap's fp32 form: its one-input table op between two per-channel scales."""
+    row = OPS[map]
+    return (post * row.fp32(x * pre, **row.bind(map, map_attrs))).astype(x.dtype)
 MAX, MIN, HYPOT = OPS["Max"], OPS["Min"], OPS["Hypot"]
 # And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
@@ -882,6 +897,27 @@ def data_errors(node: Node):
         indices = [node.inputs[i] for i in row.index_inputs if i < len(node.inputs)]
         what = f", indices {indices[0]!r}" if indices else ""
         raise CompileError(f"node {node.name!r} ({node.op}){what}: {err}") from None
+
+
+# Where a region computing one value elementwise is compared with each recognised operator
+# (`recognised_forms`): every float32 value at a fine step over the range activations take,
+# to 1e-5 of the larger magnitude.
+GRID = np.linspace(-24.0, 24.0, 9601, dtype=np.float32)
+TOLERANCE = 1e-5
+
+
+def recognised(got: np.ndarray) -> tuple[str, dict] | None:
+    """The (operator, attributes) whose function takes the values `got` on `GRID`, if the
+    table knows one (gate fusion; equalization through an activation)."""
+    got = np.asarray(got, np.float64)
+    with np.errstate(all="ignore"):
+        for name, row in OPS.items():
+            for attrs in row.recognised_forms:
+                want = np.asarray(row.fp32(GRID, **row.bind(name, attrs)), np.float64)
+                if got.shape == want.shape and \
+                        np.all(np.abs(got - want) <= TOLERANCE * np.maximum(1.0, np.abs(want))):
+                    return name, attrs
+    return None
 
 
 def run_fp32(node: Node, args: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:

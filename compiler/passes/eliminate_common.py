@@ -13,6 +13,8 @@ def _attr_key(value):
         return ("array", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
         return tuple(_attr_key(v) for v in value)
+    if isinstance(value, dict):  # a fused node's inner attributes (ChannelMap's map_attrs)
+        return ("dict", tuple(sorted((k, _attr_key(v)) for k, v in value.items())))
     return value
 
 

@@ -17,13 +17,9 @@ import numpy as np
 
 from compiler.graph.int8 import Quant
 from compiler.graph.ir import Graph, Node
-from compiler.graph.ops import OPS, run_fp32
+from compiler.graph.ops import GRID, OPS, recognised, run_fp32
 from compiler.passes.util import prune_values
 
-# Where a region is compared with each recognised operator: every float32 value at a fine step
-# over the range activations take, to 1e-5 of the larger magnitude.
-GRID = np.linspace(-24.0, 24.0, 9601, dtype=np.float32)
-TOLERANCE = 1e-5
 
 _ELEMENTWISE = (Quant.LOOKUP, Quant.CLAMP, Quant.ADD, Quant.MUL)
 
@@ -116,10 +112,4 @@ def _recognise(graph: Graph, x: str, region: list[Node]) -> tuple[str, dict] | N
             args = [env[n] if n in env else (graph.values[n].const if n else None)
                     for n in node.inputs]
             env[node.outputs[0]] = run_fp32(node, args)[0]
-        got = np.asarray(env[region[-1].outputs[0]], np.float64)
-        for name, row in OPS.items():
-            for attrs in row.recognised_forms:
-                want = np.asarray(row.fp32(GRID, **row.bind(name, attrs)), np.float64)
-                if np.all(np.abs(got - want) <= TOLERANCE * np.maximum(1.0, np.abs(want))):
-                    return name, attrs
-    return None
+    return recognised(env[region[-1].outputs[0]])

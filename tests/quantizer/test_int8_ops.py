@@ -20,6 +20,7 @@ from onnx import helper
 from compiler.frontend.onnx import import_model
 from compiler.passes.eliminate_dead import eliminate_dead
 from compiler.passes.fold_constants import fold_constants
+from compiler.passes.fuse_channel_map import fuse_channel_map
 from compiler.passes.fuse_hypot import fuse_hypot
 from compiler.graph import reference as ref
 from compiler.graph.evaluate import evaluate
@@ -165,6 +166,19 @@ CASES = [
          {"s": np.array([0.1, -0.4, 0.7, 1.5], np.float32).reshape(4, 1, 1)}),
     Case("PRelu-scalar", [n("PRelu", ["x", "s"], ["y"])], X4, {"y": Y4},
          {"s": np.full(1, 0.2, np.float32)}),
+    # Equalization's form of an activation (`quantizer.equalize` mode "all"): a table per
+    # channel of post * f(pre * x).
+    Case("ChannelMap", [n("Mul", ["x", "pre"], ["a"]), n("HardSwish", ["a"], ["b"]),
+                        n("Mul", ["b", "post"], ["y"])], X4, {"y": Y4},
+         {"pre": np.array([0.5, 2.0, 8.0, 1.0], np.float32).reshape(4, 1, 1),
+          "post": np.array([2.0, 0.5, 0.125, 1.0], np.float32).reshape(4, 1, 1)},
+         ranges={"x": 3.0}, expect_ops=("ChannelMap",), passes=(fuse_channel_map,)),
+    Case("ChannelMap-Swish", [n("Mul", ["x", "pre"], ["a"]), n("Swish", ["a"], ["b"]),
+                              n("Mul", ["b", "post"], ["y"])], X4, {"y": Y4},
+         {"pre": np.array([0.5, 2.0, 4.0, 1.0], np.float32).reshape(4, 1, 1),
+          "post": np.array([2.0, 0.5, 0.25, 1.0], np.float32).reshape(4, 1, 1)},
+         ranges={"x": 3.0}, opset=24, expect_ops=("ChannelMap",),
+         passes=(fuse_channel_map,)),
     Case("Softmax", [n("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {"y": (3, 10)},
          ranges={"x": 3.0}),
     Case("LogSoftmax", [n("LogSoftmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)},

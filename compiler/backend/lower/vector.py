@@ -626,9 +626,9 @@ def _wide_lut(lw: Walk, node: Node, x: str, y: str, x_wide: bool, y_wide: bool) 
 
 
 def lower_channel_lut(lw: Walk, node: Node) -> None:
-    """PRelu: one table (a scalar slope) is a LUT; a table per channel is a LUT with a table
-    per lane (per_lane=1), pixel by pixel over channel blocks."""
-    tables = np.asarray(lw.g.values[node.inputs[2]].const)
+    """PRelu, ChannelMap: one table (a scalar slope) is a LUT; a table per channel (the last
+    input) is a LUT with a table per lane (per_lane=1), pixel by pixel over channel blocks."""
+    tables = np.asarray(lw.g.values[node.inputs[-1]].const)
     if tables.shape[0] == 1:
         return lower_lut(lw, node)
     tables = tables.astype(np.int8)
