@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import rel_entr
 
 from compiler.graph.ir import QuantParams
+from compiler.graph.ops import GRID
 from profiler.format import TensorStats
 from quantizer.errors import QuantizeError
 from simulator.numerics import RANGES
@@ -319,3 +320,43 @@ def _f32(scale: float) -> float:
 
 def _pow2(scale: float) -> float:
     return max(2.0 ** math.ceil(math.log2(scale)), MIN_SCALE)
+
+
+
+def saturation(function) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """For a monotone function flat at both ends (Sigmoid, Tanh, HardSigmoid, Erf): its whole
+    output range (the two levels it tends to) and the input interval where it moves by more
+    than half a step of 255 over that range; None for any other function."""
+    y = _on_grid(function)
+    if y is None:
+        return None
+    moving = moving_interval(function, (y[-1] - y[0]) / 255)
+    return ((float(y[0]), float(y[-1])), moving) if moving is not None else None
+
+
+def moving_interval(function, step: float) -> tuple[float, float] | None:
+    """The inputs where `function` (monotone, flat at both ends) is more than half `step` from
+    the levels it tends to: below and above it, rounding to `step` gives those levels. None
+    for a function that does not saturate at both ends."""
+    y = _on_grid(function)
+    if y is None or not step > 0:
+        return None
+    inside = (np.abs(y - y[0]) > step / 2) & (np.abs(y[-1] - y) > step / 2)
+    if not np.any(inside):
+        return None
+    first, last = np.flatnonzero(inside)[[0, -1]]
+    return float(GRID[max(first - 1, 0)]), float(GRID[min(last + 1, len(GRID) - 1)])
+
+
+def _on_grid(function) -> np.ndarray | None:
+    """The function on `GRID` when it is monotone non-decreasing and flat over the outer half
+    of the grid on both sides (it saturates), else None."""
+    with np.errstate(all="ignore"):
+        y = np.asarray(function(GRID), np.float64)
+    span = y[-1] - y[0] if np.all(np.isfinite(y)) else 0.0
+    outer = np.abs(GRID) >= GRID[-1] / 2
+    if not span > 0 or np.any(np.diff(y) < -1e-6 * span) or \
+            np.ptp(y[outer & (GRID < 0)]) > 1e-4 * span or \
+            np.ptp(y[outer & (GRID > 0)]) > 1e-4 * span:
+        return None
+    return y

@@ -89,6 +89,7 @@ class _Rewriter:
         self.wide_bits: dict[str, int] = {}  # int16 tensors the array reads: their code bits
         self.wide_weights: set[str] = set()  # nodes with int16 weights, checked in `run`
         self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
+        self._producers: tuple[Graph, dict[str, Node]] | None = None  # (graph, its producers)
         self.uncorrected: list[str] = []  # nodes bias correction found no input means for
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -337,10 +338,65 @@ class _Rewriter:
         origin = self.onnx_name(name)
         dtype = self.dtype_of(name)
         reader = self._reader(name) if self.opts.calibration == "auto" else None
-        return calibrate.tensor_range(
+        lo, hi = calibrate.tensor_range(
             self.profile.tensors[origin], self.opts.calibration, self.opts.percentile, origin,
             levels=RANGES[dtype][1] - RANGES[dtype][0], symmetric=self.symmetric(dtype),
             reader=reader)
+        return self._saturating(name, lo, hi)
+
+    def _saturating(self, name: str, lo: float, hi: float) -> tuple[float, float]:
+        """The range of `name` where a saturating function (Sigmoid, Tanh, HardSigmoid) reads
+        or writes it. Its input needs no codes where the function is flat to within half an
+        output step (`calibrate.moving_interval`): the range is cut there, which only adds
+        steps. A score the model outputs (through views) keeps its function's whole range,
+        in and out: what a calibration set never scored high (a detector's rare class at its
+        finest stride) must not be clipped where users threshold it."""
+        if self._users is None or self._users[0] is not self.g:
+            self._users = (self.g, self.g.users())
+        if self._producers is None or self._producers[0] is not self.g:
+            self._producers = (self.g, self.g.producers())
+        producer = self._producers[1].get(name)
+        if producer is not None and len(producer.inputs) == 1 and self._scores(name):
+            bounds = calibrate.saturation(self._function(producer))
+            if bounds is not None:
+                return bounds[0][0], bounds[0][1]
+        function = self._reader(name)
+        readers = self._users[1].get(name, [])
+        if function is None or len(readers[0].inputs) != 1:
+            return lo, hi
+        output = readers[0].outputs[0]
+        if len(readers) == 1 and self._scores(output):
+            bounds = calibrate.saturation(function)
+            if bounds is not None:
+                return bounds[1]
+            return lo, hi
+        out = self.profile.tensors.get(self.onnx_name(output))
+        if out is None or self.dtype_of(name) == "int16":
+            return lo, hi  # 65,535 steps: little to gain, and its stored values stay whole
+        # An int16 output too: its int8 input's rounding errs more than half an int8 step.
+        moving = calibrate.moving_interval(function, (out.max - out.min) / 255)
+        if moving is None or moving[0] >= hi or moving[1] <= lo:
+            return lo, hi
+        return max(lo, moving[0]), min(hi, moving[1])
+
+    def _scores(self, name: str) -> bool:
+        """Whether a one-input saturating table op writes `name` and the model outputs it,
+        as it is or through views."""
+        producer = self._producers[1].get(name)
+        if producer is None or OPS[producer.op].quant is not Quant.LOOKUP or \
+                len(producer.inputs) != 1 or producer.name in self.keep:
+            return False
+        while name not in self.g.outputs:
+            readers = self._users[1].get(name, [])
+            if len(readers) != 1 or OPS[readers[0].op].view is None:
+                return False
+            name = readers[0].outputs[0]
+        return True
+
+    def _function(self, node: Node):
+        op = OPS[node.op]
+        attrs = op.bind(node.name, node.attrs)
+        return lambda v: op.fp32(np.asarray(v, np.float32), **attrs)
 
     def symmetric(self, dtype: str) -> bool:
         """Whether activations of `dtype` get a symmetric range: by the options, and int16 ones
