@@ -23,7 +23,10 @@ the compiler fuses the three into one 256-entry table per channel (`fuse_channel
 only the equalized values are rounded to 8 bits. Depthwise-heavy nets with HardSwish
 (MobileNetV3, PP-LCNet, PicoDet) are where this pays: a Conv's output channel whose range is
 small beside the tensor's, read by a depthwise Conv that amplifies it, loses its signal to one
-int8 step of the shared activation scale; equalized, its range is the others'.
+int8 step of the shared activation scale; equalized, its range is the others'. Into a
+depthwise Conv, whose per-channel weights take any scale, mode "all" evens the activation's
+channel ranges, estimated from the first Conv's BatchNorm (|beta| + 3 |gamma|), rather than
+the weights' (`_spread`): what per-channel activation scales would give.
 
 The rewrite works on ONNX so that `ember quantize-profile` profiles the equalized model and the
 profile's fingerprint names it; `ember compile` and `ember accuracy` apply the same rewrite
@@ -44,6 +47,9 @@ from compiler.graph.ops import (BATCH_NORMALIZATION, CLIP, CONSTANT, CONV, GRID,
                                 RELU, recognised)
 
 MODES = ("off", "exact", "relu6", "all")
+# Mode "all" into a depthwise Conv: no channel is scaled up by more than 1000 (one whose
+# estimated range is below a thousandth of the widest's is a dead channel).
+ACTIVATION_FLOOR = 1e-3
 # An activation written out in primitive operators has at most this many nodes.
 MAX_REGION = 12
 # The operator kinds an activation between two Convs may be made of: maps of one value.
@@ -68,7 +74,8 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
     _fold_batchnorms(out.graph, weights)
     chains = _chains(out.graph, weights, mode)
     for _ in range(MAX_TURNS):
-        moved = max((_equalize_pair(chain.first, chain.second, weights, bounded=chain.bounded)
+        moved = max((_equalize_pair(chain.first, chain.second, weights, chain.bounded,
+                                    _spread(chain, weights, mode))
                      for chain in chains), default=0.0)
         if moved <= SETTLED:
             break
@@ -82,6 +89,22 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
             _between_scales(out.graph, chain, scale, weights)
     weights.write()
     return out
+
+
+def _spread(chain: "_Chain", weights: "_Weights", mode: str) -> np.ndarray | None:
+    """In mode "all", a chain into a depthwise Conv whose first Conv had a BatchNorm: the
+    ranges of the first's output channels, |beta| + 3 |gamma| (the BatchNorm's output is
+    about N(beta, gamma^2): Nagel et al.'s estimate). With per-channel weights (the default)
+    a depthwise Conv's weights take any scale per channel, so what is left to equalize is the
+    activation between, read in one int8 scale: each channel's range made the widest's
+    gives it the steps a scale of its own would (the depthwise Conv reads channel c alone).
+    None for any other chain, which equalizes its weights."""
+    spread = weights.spreads.get(chain.first.output[0])
+    if mode != "all" or chain.bounded or spread is None or \
+            _attr(chain.second, "group", 1) == 1 or not np.all(np.isfinite(spread)) or \
+            not spread.max() > 0:
+        return None
+    return spread
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,8 @@ class _Weights:
         self.changed: set[str] = set()
         self.released: set[str] = set()  # initializers a folded BatchNorm no longer reads
         self.scales: dict[str, np.ndarray] = {}  # each first Conv's output divided by these
+        # A folded BatchNorm's output: each channel's estimated range (`_spread`).
+        self.spreads: dict[str, np.ndarray] = {}
         self.uses: dict[str, int] = {}
         for node in graph.node:
             for name in node.input:
@@ -253,6 +278,7 @@ def _fold_batchnorms(graph: onnx.GraphProto, weights: _Weights) -> None:
             continue
         gamma, beta, mean, var = (weights.arrays[n].astype(np.float64) for n in bn.input[1:5])
         factor = gamma / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
+        weights.spreads[bn.output[0]] = np.abs(beta) + 3 * np.abs(gamma)
         w = weights.arrays[conv.input[1]].astype(np.float64)
         weights.set(conv.input[1], w * factor.reshape((-1,) + (1,) * (w.ndim - 1)))
         bias = weights.arrays[conv.input[2]].astype(np.float64) \
@@ -418,10 +444,12 @@ def _in_order(region: tuple[onnx.NodeProto, ...]) -> list[onnx.NodeProto]:
 
 
 def _equalize_pair(first: onnx.NodeProto, second: onnx.NodeProto, weights: _Weights,
-                   bounded: bool = False) -> float:
+                   bounded: bool = False, spread: np.ndarray | None = None) -> float:
     """Equalize one chain's channel ranges; the largest relative change of a scale. With
     `bounded` (a ReLU6 between), a channel is only ever divided (s >= 1 overall), so its
-    bound 6 / s stays at or below 6 and the activation's range does not grow."""
+    bound 6 / s stays at or below 6 and the activation's range does not grow. With `spread`
+    (each channel's estimated range), the activation's ranges are equalized instead of the
+    weights'."""
     w1 = weights.arrays[first.input[1]].astype(np.float64)
     w2 = weights.arrays[second.input[1]].astype(np.float64)
     channels = w1.shape[0]
@@ -434,6 +462,9 @@ def _equalize_pair(first: onnx.NodeProto, second: onnx.NodeProto, weights: _Weig
     usable = (r1 > 0) & (r2 > 0)
     s = np.ones(channels)
     s[usable] = np.sqrt(r1[usable] / r2[usable])
+    if spread is not None:  # the activation's channels to one range: s in total spread / max
+        s = np.maximum(spread / spread.max(), ACTIVATION_FLOOR) / \
+            weights.scales.get(first.output[0], 1.0)
     if bounded:
         s = np.maximum(s, 1.0 / weights.scales.get(first.output[0], 1.0))
     shape1 = (-1,) + (1,) * (w1.ndim - 1)
