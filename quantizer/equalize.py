@@ -348,12 +348,7 @@ def _chains(graph: onnx.GraphProto, weights: _Weights, mode: str) -> list[_Chain
             and _relu6(one, weights)
         tabled = False
         if region and not (one is not None and _homogeneous(one, weights, mode)):
-            # Only into a depthwise Conv after a BatchNorm (`_spread`): elsewhere, with
-            # per-channel weights, evening the weights buys nothing a table per channel
-            # would pay for (measured: ddddocr's SiLU chains lost 1.0 dB).
-            tabled = mode == "all" and _attr(second, "group", 1) != 1 and \
-                first.output[0] in weights.spreads and \
-                _one_table(region, first.output[0], weights)
+            tabled = mode == "all" and _one_table(region, first.output[0], weights)
             if not tabled:
                 continue
         channels = weights.arrays[first.input[1]].shape[0]

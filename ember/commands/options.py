@@ -148,9 +148,10 @@ equalize_option = click.option(
     help="Cross-layer equalization of Conv -> Conv chains before profiling and quantizing "
          "(Nagel et al. 2019): exact, through ReLU or nothing; relu6, also through ReLU6, whose "
          "bound becomes a per-channel Min (an extra vector pass); all, also through any other "
-         "activation (HardSwish, SiLU, GELU...), which becomes one table per channel. It evens "
-         "out per-tensor weight ranges (--per-tensor) and a depthwise Conv's input channels; "
-         "the profile must be made with the same --equalize.")
+         "activation (HardSwish, SiLU, GELU...: one table per channel), and a depthwise Conv's "
+         "input channels brought to one range (for per-channel weights). exact and relu6 even "
+         "out per-tensor weight ranges (--per-tensor); the profile must be made with the same "
+         "--equalize.")
 
 
 def quantization_options(command):

@@ -271,13 +271,23 @@ def test_all_leaves_other_activation_chains_alone() -> None:
     product.CopyFrom(before)
     product.graph.node[2].CopyFrom(helper.make_node("Mul", ["bn", "bn"], ["act"], name="sq"))
     assert [n.op_type for n in equalize(product, "all").graph.node] == ["Conv", "Mul", "Conv"]
-    # Into a Conv that is not depthwise: per-channel weights take the channels as they are.
-    dense = _trained_batchnorm_chain(GAMMA, depthwise=False)
-    assert [n.op_type for n in equalize(dense, "all").graph.node] == \
-        ["Conv", "HardSwish", "Conv"]
-    no_batchnorm = _chain("HardSwish", depthwise=True, spread=100.0)  # nothing to estimate by
-    assert [n.op_type for n in equalize(no_batchnorm, "all").graph.node] == \
-        ["Conv", "HardSwish", "Conv"]
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_all_evens_the_weights_where_there_is_no_batchnorm_or_no_depthwise_conv(depthwise):
+    """Into a Conv that is not depthwise, or with no BatchNorm to estimate the activation by,
+    the chain's weights are evened, as `exact` does through a ReLU."""
+    before = _chain("HardSwish", depthwise, spread=100.0) if depthwise else \
+        _trained_batchnorm_chain(GAMMA, depthwise=False)
+    after = equalize(before, "all")
+    assert [n.op_type for n in after.graph.node] == ["Conv", "Mul", "HardSwish", "Mul", "Conv"]
+    w = _weights(after)
+    r1 = np.abs(w["w1"]).reshape(C, -1).max(axis=1)
+    r2 = np.abs(w["w2"]).reshape(C, -1).max(axis=1) if depthwise else \
+        np.abs(w["w2"]).max(axis=(0, 2, 3))
+    np.testing.assert_allclose(r1, r2, rtol=1e-3)
+    x = _input()
+    np.testing.assert_allclose(_outputs(after, x), _outputs(before, x), rtol=1e-4, atol=1e-4)
 
 
 def _int8_sqnr_all(proto: onnx.ModelProto, mode: str) -> tuple[float, dict]:
