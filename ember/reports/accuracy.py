@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ember.reports.html import render_page
@@ -257,8 +258,8 @@ class AccuracyReport:
             for segment in self.host_segments:
                 console.print(f"ran on the host: {segment['name']} "
                               f"({', '.join(segment['nodes'])})", highlight=False)
-        for note in self.notes:
-            console.print(f"note: {note}")
+        for note in self.notes:  # its brackets ([batch, classes]) are text, not markup
+            console.print(f"note: {escape(note)}")
 
     def _print_lossy_kernels(self, console: Console, max_rows: int) -> None:
         lossy = self.lossy_kernels()

@@ -103,6 +103,8 @@ def test_a_non_classifier_output_omits_top1_and_says_so(tmp_path) -> None:
     report = json.loads(result.output)
     assert report["top1_agreement"] is None and report["sqnr_db"] > 30
     assert any("not a classifier" in note for note in report["notes"])
+    table = invoke("accuracy", path, "--profile", profile, "--data", data)
+    assert "not a classifier ([batch, classes])" in " ".join(table.output.split())
 
 
 @pytest.fixture(scope="module")
