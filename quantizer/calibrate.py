@@ -323,14 +323,15 @@ def _pow2(scale: float) -> float:
 
 
 
-def saturation(function) -> tuple[tuple[float, float], tuple[float, float]] | None:
+def saturation(function, steps: int = 255
+               ) -> tuple[tuple[float, float], tuple[float, float]] | None:
     """For a monotone function flat at both ends (Sigmoid, Tanh, HardSigmoid, Erf): its whole
     output range (the two levels it tends to) and the input interval where it moves by more
-    than half a step of 255 over that range; None for any other function."""
+    than half a step of `steps` over that range; None for any other function."""
     y = _on_grid(function)
     if y is None:
         return None
-    moving = moving_interval(function, (y[-1] - y[0]) / 255)
+    moving = moving_interval(function, (y[-1] - y[0]) / steps)
     return ((float(y[0]), float(y[-1])), moving) if moving is not None else None
 
 

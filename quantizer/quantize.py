@@ -366,10 +366,13 @@ class _Rewriter:
             return lo, hi
         output = readers[0].outputs[0]
         if len(readers) == 1 and self._scores(output):
-            bounds = calibrate.saturation(function)
-            if bounds is not None:
-                return bounds[1]
-            return lo, hi
+            low, high = RANGES[self.dtype_of(output)]
+            bounds = calibrate.saturation(function, high - low)
+            if bounds is None:
+                return lo, hi
+            if self.dtype_of(name) == "int16":  # extended, never cut: its values stay whole
+                return min(lo, bounds[1][0]), max(hi, bounds[1][1])
+            return bounds[1]
         out = self.profile.tensors.get(self.onnx_name(output))
         if out is None or self.dtype_of(name) == "int16":
             return lo, hi  # 65,535 steps: little to gain, and its stored values stay whole

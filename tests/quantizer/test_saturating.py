@@ -86,3 +86,21 @@ def test_an_inner_gates_input_is_cut_where_the_gate_is_flat() -> None:
     # The input of the gate (x as the Sigmoid reads it) stops near -7.7, not at -20: the
     # gate's output range [0, 0.88] has steps of 0.0035, and sigmoid(-7.7) is below half one.
     assert -9.0 < low < -6.0, low
+
+
+def test_an_int16_scores_input_is_extended_never_cut() -> None:
+    """Raised to int16 (the budget's doing), a score's input keeps every calibrated value and
+    still reaches where the Sigmoid stops moving."""
+    proto = score_head()
+    rng = np.random.default_rng(1)
+    calibration = [{"x": rng.normal(0, 1, (1, 4, 6, 6)).astype(np.float32)} for _ in range(4)]
+    graph = optimized_graph(proto)
+    lowest = min(float(evaluate(graph, c, keep_all=True)["logits"].min()) for c in calibration)
+    qgraph = quantized(proto, calibration, QuantOptions(int16_tensors=("logits",)))
+    params = qgraph.type_of("logits").quant
+    assert qgraph.type_of("logits").dtype == "int16"
+    reach = np.array([-1, 1]) * params.scale[0] * 32767  # symmetric
+    assert reach[0] <= lowest and reach[1] >= 6.2, (reach, lowest)
+    strong = {"x": np.full((1, 4, 6, 6), 3.0, np.float32)}
+    np.testing.assert_allclose(run_int8(qgraph, strong)["y"], evaluate(graph, strong)["y"],
+                               atol=4 / 255)  # measured: 2.2 steps (its table's knots)
