@@ -356,7 +356,7 @@ def _chains(graph: onnx.GraphProto, weights: _Weights, mode: str) -> list[_Chain
         group = _attr(second, "group", 1)
         if group == 1 and w2.shape[1] == channels or \
                 group == channels and w2.shape[1] == 1 and w2.shape[0] % channels == 0:
-            chains.append(_Chain(first, second, region, exit, bounded, tabled and not bounded))
+            chains.append(_Chain(first, second, region, exit, bounded, tabled))
     return chains
 
 
@@ -412,8 +412,9 @@ def _one_table(region: tuple[onnx.NodeProto, ...], value: str, weights: _Weights
         row = OPS[region[0].op_type]
         return row.quant is Quant.LOOKUP and len([n for n in region[0].input if n]) == 1
     env = {value: GRID}
+    ordered = _in_order(region)
     with np.errstate(all="ignore"):
-        for node in _in_order(region):
+        for node in ordered:
             row = OPS[node.op_type]
             args = [env[n] if n in env else weights.value(n) if n else None for n in node.input]
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -421,7 +422,7 @@ def _one_table(region: tuple[onnx.NodeProto, ...], value: str, weights: _Weights
                 env[node.output[0]] = np.asarray(row.fp32(*args, **row.bind(node.name, attrs)))
             except Exception:  # an attribute ember's table does not know: not a table op
                 return False
-    got = env.get(_in_order(region)[-1].output[0])
+    got = env.get(ordered[-1].output[0])
     return got is not None and recognised(got) is not None
 
 

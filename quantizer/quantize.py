@@ -88,8 +88,8 @@ class _Rewriter:
         self.wide: set[str] = set()  # the int16 activations, chosen in `run`
         self.wide_bits: dict[str, int] = {}  # int16 tensors the array reads: their code bits
         self.wide_weights: set[str] = set()  # nodes with int16 weights, checked in `run`
-        self._users: tuple[Graph, dict[str, list[Node]]] | None = None  # (graph, its users)
-        self._producers: tuple[Graph, dict[str, Node]] | None = None  # (graph, its producers)
+        # (graph, its users, its producers), made again when the graph is replaced
+        self._maps: tuple[Graph, dict[str, list[Node]], dict[str, Node]] | None = None
         self.uncorrected: list[str] = []  # nodes bias correction found no input means for
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -351,17 +351,13 @@ class _Rewriter:
         steps. A score the model outputs (through views) keeps its function's whole range,
         in and out: what a calibration set never scored high (a detector's rare class at its
         finest stride) must not be clipped where users threshold it."""
-        if self._users is None or self._users[0] is not self.g:
-            self._users = (self.g, self.g.users())
-        if self._producers is None or self._producers[0] is not self.g:
-            self._producers = (self.g, self.g.producers())
-        producer = self._producers[1].get(name)
+        producer = self._producer(name)
         if producer is not None and len(producer.inputs) == 1 and self._scores(name):
             bounds = calibrate.saturation(self._function(producer))
             if bounds is not None:
                 return bounds[0][0], bounds[0][1]
         function = self._reader(name)
-        readers = self._users[1].get(name, [])
+        readers = self._readers(name)
         if function is None or len(readers[0].inputs) != 1:
             return lo, hi
         output = readers[0].outputs[0]
@@ -385,16 +381,27 @@ class _Rewriter:
     def _scores(self, name: str) -> bool:
         """Whether a one-input saturating table op writes `name` and the model outputs it,
         as it is or through views."""
-        producer = self._producers[1].get(name)
+        producer = self._producer(name)
         if producer is None or OPS[producer.op].quant is not Quant.LOOKUP or \
                 len(producer.inputs) != 1 or producer.name in self.keep:
             return False
         while name not in self.g.outputs:
-            readers = self._users[1].get(name, [])
+            readers = self._readers(name)
             if len(readers) != 1 or OPS[readers[0].op].view is None:
                 return False
             name = readers[0].outputs[0]
         return True
+
+    def _graph_maps(self) -> tuple[Graph, dict[str, list[Node]], dict[str, Node]]:
+        if self._maps is None or self._maps[0] is not self.g:
+            self._maps = (self.g, self.g.users(), self.g.producers())
+        return self._maps
+
+    def _readers(self, name: str) -> list[Node]:
+        return self._graph_maps()[1].get(name, [])
+
+    def _producer(self, name: str) -> Node | None:
+        return self._graph_maps()[2].get(name)
 
     def _function(self, node: Node):
         op = OPS[node.op]
@@ -412,9 +419,7 @@ class _Rewriter:
         model output, whose own error is what counts."""
         if name in self.g.outputs:
             return None
-        if self._users is None or self._users[0] is not self.g:
-            self._users = (self.g, self.g.users())
-        readers = self._users[1].get(name, [])
+        readers = self._readers(name)
         if not readers or any(OPS[n.op].quant is not Quant.LOOKUP or n.inputs[0] != name
                               or n.name in self.keep for n in readers):
             return None

@@ -785,12 +785,6 @@ RELU, CLIP, ADD, RECIPROCAL = OPS["Relu"], OPS["Clip"], OPS["Add"], OPS["Recipro
 # And the rows of the operators the graph passes write.
 CONV, CONV_TRANSPOSE, GEMM, MUL = OPS["Conv"], OPS["ConvTranspose"], OPS["Gemm"], OPS["Mul"]
 CHANNEL_MAP = OPS["ChannelMap"]
-
-
-def _channel_map(x, pre, post, map: str, map_attrs: Mapping[str, Any]):
-    """ChannelMap's fp32 form: its one-input table op between two per-channel scales."""
-    row = OPS[map]
-    return (post * row.fp32(x * pre, **row.bind(map, map_attrs))).astype(x.dtype)
 MAX, MIN, HYPOT = OPS["Max"], OPS["Min"], OPS["Hypot"]
 # And the rows the importer unrolls recurrent layers into (`compiler.graph.recurrent`).
 MATMUL, SUB, SIGMOID, TANH = OPS["MatMul"], OPS["Sub"], OPS["Sigmoid"], OPS["Tanh"]
@@ -897,6 +891,12 @@ def data_errors(node: Node):
         indices = [node.inputs[i] for i in row.index_inputs if i < len(node.inputs)]
         what = f", indices {indices[0]!r}" if indices else ""
         raise CompileError(f"node {node.name!r} ({node.op}){what}: {err}") from None
+
+
+def _channel_map(x, pre, post, map: str, map_attrs: Mapping[str, Any]):
+    """ChannelMap's fp32 form: its one-input table op between two per-channel scales."""
+    row = OPS[map]
+    return (post * row.fp32(x * pre, **row.bind(map, map_attrs))).astype(x.dtype)
 
 
 # Where a region computing one value elementwise is compared with each recognised operator
