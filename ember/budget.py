@@ -72,8 +72,8 @@ RANKING_SAMPLES = 32
 @dataclass(frozen=True)
 class Budget:
     """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
-    classifier output's top-1 accuracy (a CTC head's: of whole texts) at most `max_drop` points
-    below fp32's; each classifier output's top-1 agreeing with fp32's on at least
+    classifier output's top-1 accuracy (a CTC head's: of whole texts), or the task metric of
+    `--metric`, at most `max_drop` points below fp32's; each classifier output's top-1 agreeing with fp32's on at least
     `min_agreement` percent of the samples, or of the positions of one scored per position
     (`Evaluation.class_axes`; no labels needed: fp32's own answers are the reference)."""
 
@@ -87,6 +87,11 @@ class Budget:
 
     def shortfall(self, report: AccuracyReport) -> str | None:
         """What the report misses, in words, or None when it meets the budget."""
+        task = report.task
+        if self.max_drop is not None and task is not None and task.drop_points is not None \
+                and task.drop_points > self.max_drop:
+            return (f"task metric {task.name} {task.drop_points:.2f} points below fp32 > "
+                    f"{self.max_drop}")
         for output in report.outputs:
             if self.min_sqnr is not None and output.sqnr_db < self.min_sqnr:
                 return f"output {output.name!r}: SQNR {output.sqnr_db:.2f} dB < {self.min_sqnr}"
@@ -107,6 +112,9 @@ class Budget:
         """How far inside (positive) or outside the budget the report is, in its own units
         (dB or points): the best configuration of a missed search is the largest."""
         margins = []
+        if self.max_drop is not None and report.task is not None and \
+                report.task.drop_points is not None:
+            margins.append(self.max_drop - report.task.drop_points)
         for output in report.outputs:
             if self.min_sqnr is not None:
                 margins.append(output.sqnr_db - self.min_sqnr)
@@ -119,6 +127,10 @@ class Budget:
     def describe(self, report: AccuracyReport) -> str:
         """The report's figures the budget reads, in words."""
         parts = []
+        task = report.task
+        if self.max_drop is not None and task is not None and task.drop_points is not None:
+            parts.append(f"task metric {task.name} {100 * task.int8:.2f}% (fp32 "
+                         f"{100 * task.fp32:.2f}%)")
         for output in report.outputs:
             if self.min_sqnr is not None:
                 parts.append(f"{output.name} {output.sqnr_db:.2f} dB")
@@ -210,8 +222,13 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
 
     progress("budget: measuring int8", 0, None)
     baseline = run(options)
-    if budget.max_drop is not None and not any(o.top1_accuracy_fp32 is not None
-                                               for o in baseline.outputs):
+    if budget.max_drop is not None and baseline.task is not None and \
+            baseline.task.drop_points is None:
+        raise EmberError(f"--max-drop: --metric {baseline.task.source} weighed nothing on "
+                         f"--data {evaluation.data} (every weight 0): there is no task metric "
+                         f"to hold")
+    if budget.max_drop is not None and baseline.task is None and \
+            not any(o.top1_accuracy_fp32 is not None for o in baseline.outputs):
         sequence = next((o for o in baseline.outputs if o.top1_per_position), None)
         if sequence is not None:
             raise EmberError(f"--max-drop compares accuracy with labels, and output "
@@ -220,7 +237,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                              f"--ctc-blank and one row of class indices per sample as labels; "
                              f"else use --min-agreement, which needs none")
         raise EmberError(f"--max-drop needs labels for a classifier output: give --labels, or a "
-                         f"'labels' array in --data {evaluation.data}")
+                         f"'labels' array in --data {evaluation.data}; a model that is not a "
+                         f"classifier is held by a task metric of your own (--metric)")
     if budget.min_agreement is not None and not any(o.top1_agreement is not None
                                                     for o in baseline.outputs):
         outputs = ", ".join(f"{o.name!r} [{', '.join(map(str, o.shape or ()))}]"

@@ -16,7 +16,8 @@ from ember.accuracy import Evaluation, compiles_again_to, measure
 from ember.cluster import Where
 from ember.commands.options import (QUANT_FIELDS, batch_option, class_axes_from,
                                     class_axis_option, cluster_option, ctc_blank_option,
-                                    data_options, decisions_from, threshold_option,
+                                    data_options, decisions_from, metric_option,
+                                    threshold_option,
                                     image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, refuse_conflicts,
@@ -24,6 +25,7 @@ from ember.commands.options import (QUANT_FIELDS, batch_option, class_axes_from,
 from ember.errors import EmberError
 from ember.files import InputPath, OutputPath, write_text
 from ember.progress import progress_bar
+from ember.task_metric import MetricSpec
 from quantizer.calibrate import METHODS
 from quantizer.options import QuantOptions
 
@@ -43,6 +45,7 @@ EXIT_GATE_FAILED = 3
 @class_axis_option
 @ctc_blank_option
 @threshold_option
+@metric_option
 @click.option("--per-layer", is_flag=True,
               help="Add every quantized tensor's SQNR against fp32: its own quantization error "
                    "and the error accumulated from the input, worst first; and its integer "
@@ -65,14 +68,15 @@ EXIT_GATE_FAILED = 3
 @click.option("--min-sqnr", type=float,
               help="Exit with code 3 when the first output's SQNR (dB) is below this.")
 @click.option("--max-top1-drop", type=float,
-              help="Exit with code 3 when int8 top-1 accuracy (or agreement, without labels) "
-                   "falls more than this many points below fp32.")
+              help="Exit with code 3 when int8 top-1 accuracy (or agreement, without labels; "
+                   "or the --metric) falls more than this many points below fp32.")
 @batch_option
 @input_shape_option
 @cluster_option
 @json_option
 def accuracy(model: str, program: str | None, data: str, labels_path: str | None,
              class_axes: tuple[str, ...], ctc_blank: int | None, thresholds: tuple[str, ...],
+             metric: MetricSpec | None,
              samples: int | None, per_layer: bool, sensitivity: bool, html_path: str | None, emit_onnx: str | None,
              compare_calibrations: bool, min_sqnr: float | None,
              max_top1_drop: float | None, batch: int | None, input_shapes: tuple[str, ...],
@@ -91,7 +95,9 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
     top-1 agreement, top-1 accuracy with labels, SQNR, cosine similarity, max |error|. Top-1
     reads [batch, classes] outputs; --class-axis names the class axis of a sequence or map,
     whose top-1 agreement is then per position (each step, token or pixel). --ctc-blank scores
-    a CTC head's whole texts against label rows; --threshold reads yes/no scores as decisions.
+    a CTC head's whole texts against label rows; --threshold reads yes/no scores as decisions;
+    --metric scores the outputs with a function of your own against the labels (a detector's
+    box F1), beside fp32's.
 
     Images are preprocessed as --resize, --mean, --std, --layout and --channel-order say; a
     warning names any that differ from the calibration images' (recorded in the profile and
@@ -112,6 +118,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
           --ctc-blank 0
       ember accuracy vad.onnx --profile vad.profile.json --data chunks.npz \\
           --threshold speech_probs=0.5
+      ember accuracy detector.onnx --profile detector.profile.json --data pages.npz \\
+          --metric my_metrics.py:box_f1
     """
     options = quant_options_from(kwargs)
     if sensitivity and not per_layer:
@@ -121,6 +129,7 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
                             sensitivity=sensitivity, program=program,
                             images=image_options_from(kwargs), batch=batch,
                             class_axes=class_axes_from(class_axes), ctc_blank=ctc_blank,
+                            metric=metric,
                             decisions=decisions_from(thresholds))
     if compare_calibrations:
         given = [name for name, value in (("PROGRAM", program), ("--per-layer", per_layer),
@@ -182,15 +191,22 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
         return
     first = reports[best].outputs[0]
     table = Table(title=f"{Path(model).name} vs fp32, output {first.name!r}")
-    for column in ("calibration", "SQNR dB", "cosine", "top-1 agree", "int8 accuracy"):
+    task = reports[best].task
+    columns = ["calibration", "SQNR dB", "cosine", "top-1 agree", "int8 accuracy"]
+    if task is not None:
+        columns.append(f"{task.name} (fp32 {task.fp32:.2%})" if task.fp32 is not None else
+                       task.name)
+    for column in columns:
         table.add_column(column, justify="left" if column == "calibration" else "right")
     for method, report in reports.items():
         out = report.outputs[0]
-        table.add_row(method + (" (best)" if method == best else "") +
-                      (" (default)" if method == QuantOptions().calibration else ""),
-                      f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}",
-                      out.agreement_text,
-                      out.accuracy_text(out.top1_accuracy_int8))
+        cells = [method + (" (best)" if method == best else "") +
+                 (" (default)" if method == QuantOptions().calibration else ""),
+                 f"{out.sqnr_db:.2f}", f"{out.cosine:.5f}", out.agreement_text,
+                 out.accuracy_text(out.top1_accuracy_int8)]
+        if task is not None:
+            cells.append("—" if report.task.int8 is None else f"{report.task.int8:.2%}")
+        table.add_row(*cells)
     console.results().print(table)
 
 
@@ -205,6 +221,12 @@ def _gate(report, min_sqnr: float | None, max_top1_drop: float | None) -> str | 
     first = report.outputs[0]
     if min_sqnr is not None and first.sqnr_db < min_sqnr:
         return f"SQNR {first.sqnr_db:.2f} dB < --min-sqnr {min_sqnr}"
+    task = report.task
+    if max_top1_drop is not None and task is not None and task.drop_points is not None:
+        if task.drop_points > max_top1_drop:
+            return (f"task metric {task.name} drop {task.drop_points:.2f} points > "
+                    f"--max-top1-drop {max_top1_drop}")
+        return None
     if max_top1_drop is not None and first.classifier:
         if first.top1_accuracy_fp32 is not None:
             drop = 100 * (first.top1_accuracy_fp32 - first.top1_accuracy_int8)

@@ -18,12 +18,14 @@ from ember.budget import Budget, BudgetMissed, Choice, choose
 from ember.cluster import Where
 from ember.commands.options import (class_axes_from, class_axis_option, cluster_option,
                                     ctc_blank_option, data_options, decisions_from,
+                                    metric_option,
                                     threshold_option, image_options_from,
                                     input_shape_option, json_option, model_argument,
                                     quant_options_from, quantization_options, warn_if_synthetic)
 from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from ember.progress import progress_bar
+from ember.task_metric import MetricSpec
 from quantizer.qdq import export_qdq
 from simulator import machine
 from simulator.arch import Arch
@@ -66,7 +68,9 @@ from simulator.errors import listing
 @data_options("--data", what="Evaluation data for --min-sqnr, --max-drop and --min-agreement")
 @click.option("--labels", "labels_path", type=InputPath(dir_okay=False),
               help="Labels for --max-drop (one class index per sample, or one-hot rows; with "
-                   "--ctc-blank, one row of class indices per sample), when --data holds none.")
+                   "--ctc-blank, one row of class indices per sample; with --metric, whatever "
+                   "rows it reads), when --data holds none.")
+@metric_option
 @class_axis_option
 @ctc_blank_option
 @threshold_option
@@ -77,8 +81,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
              allow_host: bool, output: str, min_sqnr: float | None, max_drop: float | None,
              min_agreement: float | None, data: str | None, samples: int | None,
              labels_path: str | None, class_axes: tuple[str, ...], ctc_blank: int | None,
-             thresholds: tuple[str, ...], input_shapes: tuple[str, ...], cluster: Where, as_json: bool,
-             **quant_kwargs) -> None:
+             thresholds: tuple[str, ...], metric: MetricSpec | None, input_shapes: tuple[str, ...],
+             cluster: Where, as_json: bool, **quant_kwargs) -> None:
     """Quantize MODEL with its profile and compile it into a bit-exact int8 program.
 
     The program's outputs equal the quantizer's integer reference bit for bit. Inputs and
@@ -110,6 +114,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
           --min-agreement 99 --class-axis -1
       ember compile crnn.onnx --profile crnn.profile.json --data eval_with_texts.npz \\
           --max-drop 0.5 --class-axis -1 --ctc-blank 0
+      ember compile detector.onnx --profile detector.profile.json --data pages.npz \\
+          --max-drop 0.5 --metric my_metrics.py:box_f1
     """
     profile_path = quant_kwargs["profile_path"]
     out = Path(output)
@@ -124,6 +130,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                "drop --data)")
     if labels_path is not None and max_drop is None:
         raise click.UsageError("--labels is for --max-drop")
+    if metric is not None and max_drop is None:
+        raise click.UsageError("--metric is the task metric --max-drop holds: give --max-drop")
     if ctc_blank is not None and max_drop is None:
         raise click.UsageError("--ctc-blank says how texts are scored against labels: it is "
                                "for --max-drop")
@@ -144,6 +152,7 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
                                                class_axes=axes, ctc_blank=ctc_blank,
+                                               metric=metric,
                                                decisions=decisions_from(thresholds)),
                                     progress, cluster, target)
             baseline = compile_model(model, profile_path, options, target, progress)
@@ -201,7 +210,8 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
                              "top1_agreement": o.top1_agreement,
                              "top1_per_position": o.top1_per_position,
                              "accuracy_name": o.accuracy_name}
-                            for o in report.outputs]}
+                            for o in report.outputs],
+                "task_metric": None if report.task is None else dataclasses.asdict(report.task)}
     estimated = choice.estimated_cycles
     return {"met": choice.met, "evaluations": choice.evaluations, "pruned": choice.pruned,
             "estimated_cycles": {"int8": estimated[0], "chosen": estimated[1]}
@@ -251,6 +261,10 @@ def _print_budget(spent: dict) -> None:
             table.add_row(f"{b['name']} {b['accuracy_name']} "
                           f"(fp32 {100 * b['top1_accuracy_fp32']:.2f}%)",
                           f"{100 * b['top1_accuracy']:.2f}%", f"{100 * a['top1_accuracy']:.2f}%")
+    task, chosen = before.get("task_metric"), after.get("task_metric")
+    if task is not None and task["fp32"] is not None:
+        table.add_row(f"task metric {task['name']} (fp32 {100 * task['fp32']:.2f}%)",
+                      f"{100 * task['int8']:.2f}%", f"{100 * chosen['int8']:.2f}%")
     for key, label in (("cycles", "cycles"), ("dram_bytes_moved", "DRAM bytes moved"),
                        ("dram_image_bytes", "DRAM image bytes")):
         change = after[key] / before[key] - 1 if before[key] else 0.0

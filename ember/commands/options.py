@@ -112,6 +112,22 @@ ctc_blank_option = click.option(
          "blank: 0).")
 
 
+def _metric(ctx, param, value):
+    from ember.task_metric import MetricSpec
+    return None if value is None else MetricSpec.parse(value)
+
+
+metric_option = click.option(
+    "--metric", callback=_metric, metavar="FILE.py:FUNCTION",
+    help="Score the outputs by a task metric of your own against the labels (a detector's box "
+         "F1, a segmenter's IoU): FUNCTION(outputs, labels) is called on each run's fp32 "
+         "outputs and again on its int8 ones ({name: array}; labels: that run's rows of the "
+         "labels array, any shape) and returns a pair (score, weight); the metric is "
+         "sum(score) / sum(weight), a fraction, as accuracy (correct, count) or F1 (2 TP, "
+         "found + truths) is. The labels are then the metric's alone, and --max-drop holds it "
+         "in points.")
+
+
 threshold_option = click.option(
     "--threshold", "thresholds", multiple=True, metavar="[OUTPUT=]T",
     help="Read an output's scores as yes/no decisions, a score above T a yes, at every "

@@ -70,6 +70,35 @@ class OutputAccuracy:
 
 
 @dataclass(frozen=True)
+class TaskMetric:
+    """A task metric of the user's own (`--metric FILE.py:FUNCTION`, `ember.task_metric`)
+    against the labels, for fp32 and int8: a fraction, its drop counted in points."""
+
+    name: str  # the function's
+    source: str  # FILE.py:FUNCTION
+    fp32: float | None
+    int8: float | None
+
+    @property
+    def drop_points(self) -> float | None:
+        if self.fp32 is None or self.int8 is None:
+            return None
+        return 100 * (self.fp32 - self.int8)
+
+    @property
+    def text(self) -> str:
+        """One line for people."""
+        def value(v: float | None) -> str:
+            return "— (nothing weighed)" if v is None else f"{v:.2%}"
+        drop = self.drop_points
+        change = "" if drop is None else \
+            f", {abs(drop):.2f} points {'lower' if drop > 0 else 'higher'}" if drop else \
+            ", level"
+        return (f"task metric {self.name} ({self.source}) on the labels: fp32 "
+                f"{value(self.fp32)}, int8 {value(self.int8)}{change}")
+
+
+@dataclass(frozen=True)
 class LayerAccuracy:
     """One quantized tensor, keyed by its ONNX name.
 
@@ -135,6 +164,7 @@ class AccuracyReport:
     # The program's host segments (name, nodes): what ran on the host instead of the
     # accelerator. Reported with bit_exact, when a program was checked.
     host_segments: tuple[dict[str, Any], ...] = ()
+    task: TaskMetric | None = None  # --metric
 
     @property
     def quantized_as(self) -> str:
@@ -165,6 +195,7 @@ class AccuracyReport:
             "weights": [asdict(w) for w in self.worst_weights()],
             "precision": self.precision_counts(),
             "options": self.options, "notes": list(self.notes),
+            "task_metric": None if self.task is None else asdict(self.task),
         }
         if self.bit_exact is not None:
             doc["bit_exact"] = self.bit_exact
@@ -227,6 +258,8 @@ class AccuracyReport:
                           o.agreement_text, o.accuracy_text(o.top1_accuracy_fp32),
                           o.accuracy_text(o.top1_accuracy_int8))
         console.print(table)
+        if self.task is not None:
+            console.print(escape(self.task.text), highlight=False)
         if self.layers:
             order = "largest output gain first" if self.sensitivity else "worst first"
             worst = Table(title=f"per layer, {order} ({min(max_layers, len(self.layers))} "

@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import itertools
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from profiler.batching import Chunk, skip
 from profiler.errors import ProfileError
@@ -23,6 +24,41 @@ def is_hook(text: str) -> bool:
     """A hook reference has a ':' after the file or module part (`a.py:f`, `pkg.mod:f`)."""
     target, sep, function = text.rpartition(":")
     return bool(sep and target and function.isidentifier() and not Path(text).exists())
+
+
+def resolve(ref: str, what: str, error: type[Exception]) -> Callable:
+    """The function `ref` names (`path/to/file.py:function`, its directory importable while
+    the file runs as for a script, or `module:function`), imported: an `error` beginning with
+    `what` for a missing file, a failed import or a missing function, in one line."""
+    target, _, function = ref.rpartition(":")
+    try:
+        if target.endswith(".py") or "/" in target:
+            path = Path(target)
+            spec = importlib.util.spec_from_file_location(f"_ember_hook_{path.stem}", path)
+            if spec is None or not path.is_file():
+                raise error(f"{what}: no file {path}")
+            module = importlib.util.module_from_spec(spec)
+            # Registered as imports register modules: a dataclass in the file looks its
+            # module up there.
+            sys.modules[spec.name] = module
+            folder = str(path.resolve().parent)
+            sys.path.insert(0, folder)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[spec.name]
+                raise
+            finally:
+                sys.path.remove(folder)
+        else:
+            module = importlib.import_module(target)
+    except error:
+        raise
+    except Exception as err:
+        raise error(f"{what}: importing {target} failed: {type(err).__name__}: {err}") from None
+    if not callable(getattr(module, function, None)):
+        raise error(f"{what}: {target} has no function '{function}'")
+    return getattr(module, function)
 
 
 class Hook:
@@ -59,25 +95,7 @@ class Hook:
             yield f"data hook {self.ref} (item {index})", dict(item)
 
     def _resolve(self):
-        try:
-            if self.target.endswith(".py") or "/" in self.target:
-                path = Path(self.target)
-                spec = importlib.util.spec_from_file_location(f"_ember_hook_{path.stem}", path)
-                if spec is None or not path.is_file():
-                    raise ProfileError(f"data hook {self.ref}: no file {path}")
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(self.target)
-        except ProfileError:
-            raise
-        except Exception as err:
-            raise ProfileError(f"data hook {self.ref}: importing {self.target} failed: "
-                               f"{type(err).__name__}: {err}") from None
-        if not callable(getattr(module, self.function, None)):
-            raise ProfileError(f"data hook {self.ref}: {self.target} has no function "
-                               f"'{self.function}'")
-        return getattr(module, self.function)
+        return resolve(self.ref, f"data hook {self.ref}", ProfileError)
 
     def _guard(self, function, *args):
         """Run the user's code; its exceptions become one-line errors naming the hook."""

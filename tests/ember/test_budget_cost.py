@@ -86,7 +86,7 @@ def test_an_items_cost_is_what_dropping_it_saves(convs) -> None:
 
 
 def _report(sqnr_db: float):
-    return SimpleNamespace(outputs=[SimpleNamespace(name="y", sqnr_db=sqnr_db)])
+    return SimpleNamespace(outputs=[SimpleNamespace(name="y", sqnr_db=sqnr_db)], task=None)
 
 
 def test_pruning_drops_the_costly_item_the_budget_does_not_need(convs) -> None:
