@@ -705,6 +705,20 @@ class _Rewriter:
         return (wide_table(*form, in_dtype, *out, knots=knots),
                 {"knots": knots} if knots[0] else {})
 
+    def lane_tables(self, node: Node, x: str, functions: list[Callable]) -> np.ndarray | None:
+        """A PRelu's or ChannelMap's int16 tables, one per channel (each a lane's, LUT
+        per_lane=1), when its input x or its output is int16: `int8.wide_table` of each
+        channel's function, without a window of finer knots (a LUT's window is one for every
+        lane); else None."""
+        y = self._final_output(node)
+        in_dtype, out_dtype = self.values[x].type.dtype, self.dtype_of(y)
+        if "int16" not in (in_dtype, out_dtype):
+            return None
+        source, out_params = self.quant_of(x), self.params(y)
+        return np.stack([wide_table(function, {}, source.scale[0], source.zero_point[0],
+                                    in_dtype, out_params.scale[0], out_params.zero_point[0],
+                                    out_dtype, self.code_range(y)) for function in functions])
+
     def _code_span(self, name: str, x: str) -> tuple[int, int]:
         """The codes of `name`'s integer value `x` that its calibrated range covers (all its
         type's when the profile has no range of it)."""
@@ -876,15 +890,19 @@ def table_form(r: _Rewriter, node: Node) -> None:
 def channel_lookup(r: _Rewriter, node: Node) -> None:
     """PRelu, ChannelMap: a 256-entry table of the fp32 reference per channel (one when the
     channels share one function: a scalar slope), each with that channel's constants, as an
-    extra (C, 256) input; one function with int16 codes in or out, `lookup`'s int16 table as
-    (1, entries)."""
+    extra (C, 256) input; with int16 codes in or out, int16 tables: one function's as
+    `lookup` builds it, (1, entries), or each channel's (`lane_tables`), (C, entries)."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
     functions = _channel_functions(r, node)
-    wide = r.wide_table(node, node.inputs[0], x, functions[0], {}) \
-        if len(functions) == 1 else None
-    tables = wide[0][None] if wide is not None else np.stack([
+    if len(functions) == 1:
+        wide = r.wide_table(node, node.inputs[0], x, functions[0], {})
+        wide = None if wide is None else (wide[0][None], wide[1])
+    else:
+        lanes = r.lane_tables(node, x, functions)
+        wide = None if lanes is None else (lanes, {})
+    tables = wide[0] if wide is not None else np.stack([
         lookup_table(function, {}, source.scale[0], source.zero_point[0],
                      out_params.scale[0], out_params.zero_point[0], r.dtype)
         for function in functions])

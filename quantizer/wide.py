@@ -335,8 +335,8 @@ def _check_writer(graph: Graph, producers: dict[str, Node], producer: Node, name
                             f"output {fused[producer.name].outputs[0]!r}")
     if _table(graph, producer) is False:
         raise QuantizeError(f"{where}: made by {producer.op} "
-                            f"{producer.name!r} with a slope per channel; only one table "
-                            f"(a single slope) writes int16")
+                            f"{producer.name!r} with a table per channel of a value that is "
+                            f"not a map [N, C, H, W]; only one table writes int16 there")
     if not _writes(graph, producers, producer) or producer.name in keep:
         raise QuantizeError(f"{where}: made by {producer.op} "
                             f"{producer.name!r}; only a Conv, ConvTranspose, Gemm or MatMul "
@@ -380,8 +380,8 @@ def _check_readers(graph: Graph, producers: dict[str, Node], users: dict[str, li
             table = None
         if table is False:
             raise QuantizeError(f"{where}: read by {reader.op} "
-                                f"{reader.name!r} with a slope per channel; only one table "
-                                f"(a single slope) reads int16")
+                                f"{reader.name!r} with a table per channel of a value that is "
+                                f"not a map [N, C, H, W]; only one table reads int16 there")
         average = OPS[reader.op].lower in _AVERAGES and reader.inputs[0] == name
         if average and _window(graph, reader) > MAX_WIDE_WINDOW:
             raise QuantizeError(f"{where}: read by {reader.op} {reader.name!r}, whose "
@@ -509,7 +509,8 @@ _MAPS = (Quant.LOOKUP, Quant.CLAMP)
 def table_input(graph: Graph, node: Node) -> int | None:
     """The input index of the one activation that `node` maps elementwise through a table of
     the vector unit (LUT): a table op's (Quant.LOOKUP: Sigmoid, HardSwish, Pow by a constant,
-    ...; PRelu of one slope), a Relu's or Clip's (by constant bounds), or an Add's, Sub's,
+    ...; PRelu of one slope, or a PRelu or ChannelMap with a table per channel of a map [N, C,
+    H, W], a table per lane), a Relu's or Clip's (by constant bounds), or an Add's, Sub's,
     Max's, Min's, Mul's or Div's whose other operand is a one-element constant, the output of
     its shape; None for any other node. With int16 codes in or out it is a LUT of an int16
     table (`numerics.lookup_wide`, `numerics.interpolate`)."""
@@ -519,7 +520,7 @@ def table_input(graph: Graph, node: Node) -> int | None:
     if len(active) != 1 or graph.type_of(node.inputs[active[0]]).shape != \
             graph.type_of(node.outputs[0]).shape:
         return None
-    if row.quant in _MAPS or (row.quant is Quant.CHANNEL_LOOKUP and _one_slope(graph, node)):
+    if row.quant in _MAPS or (row.quant is Quant.CHANNEL_LOOKUP and _lanes_or_one(graph, node)):
         return active[0] if active[0] == 0 else None
     if row.quant in _SCALAR_OPERAND and all(
             np.size(graph.values[name].const) == 1 for i, name in enumerate(node.inputs)
@@ -565,10 +566,17 @@ def _one_slope(graph: Graph, node: Node) -> bool:
     return all(np.size(graph.values[name].const) == 1 for name in node.inputs[1:])
 
 
+def _lanes_or_one(graph: Graph, node: Node) -> bool:
+    """Whether a PRelu (ChannelMap) is one table, or a table per channel whose channels are
+    the vector unit's lanes (a map [N, C, H, W]: LUT per_lane=1, int16 codes too)."""
+    return _one_slope(graph, node) or len(graph.type_of(node.inputs[0]).shape) == 4
+
+
 def _table(graph: Graph, node: Node) -> bool | None:
     """Whether `node` maps one activation through a table (`table_input`); False for a PRelu
-    with a slope per channel (a table per lane, int8 only), None for any other node."""
-    if OPS[node.op].quant is Quant.CHANNEL_LOOKUP and not _one_slope(graph, node):
+    (ChannelMap) with a table per channel of a value that is not a map (its channels are not
+    the lanes), None for any other node."""
+    if OPS[node.op].quant is Quant.CHANNEL_LOOKUP and not _lanes_or_one(graph, node):
         return False
     return True if table_input(graph, node) is not None else None
 

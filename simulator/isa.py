@@ -137,7 +137,8 @@ store -> vector -> compute -> load.
   (`numerics.interpolate`); the compiler puts the window where the function bends
   (`int8.knot_window`). Each of the int16 output's second plane, the int16 input's low plane and
   its second knot takes one more pass (`vector.lut_cycles`: int8 -> int16 two, int16 -> int8
-  three, int16 -> int16 four). per_lane=1 takes neither flag.
+  three, int16 -> int16 four). With per_lane=1 too, each lane has its own 16-bit entries, one
+  row an entry in each block (a ChannelMap's knots per channel).
 - SOFTMAX: for each r < rows, a row of C = (blocks - 1) * L + n int8 channels: lanes [0, L)
   of scratchpad rows src + b * stride + r for channel blocks b < blocks - 1 and lanes [0, n) of
   row src + (blocks - 1) * stride + r (the layout's one region per channel block; stride 0 with

@@ -511,8 +511,17 @@ def lookup_lanes(x, tables) -> np.ndarray:
 
 def lookup_wide(x, table) -> np.ndarray:
     """table[x + 128] for int8 x and a 256-entry int16 table: a table op whose output is
-    int16 (each entry an int16 code, written as two planes, `split_wide`)."""
-    return np.asarray(table, np.int16)[np.asarray(x, np.int64) + 128]
+    int16 (each entry an int16 code, written as two planes, `split_wide`); a table of shape
+    (256, lanes) is a table per lane, x's last axis (`lookup_lanes`)."""
+    return _entries(np.asarray(table, np.int16), np.asarray(x, np.int64) + 128)
+
+
+def _entries(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """table[index]; with a table per lane, (entries, lanes), lane j's entry at index's lane j
+    (its last axis)."""
+    if table.ndim == 1:
+        return table[index]
+    return table[index, np.arange(index.shape[-1])]
 
 
 # A table op reading int16 codes: a table of KNOTS 16-bit entries, entry k the function at
@@ -554,7 +563,8 @@ def interpolate(x, table, dtype: str = "int8", zoom: int = 0, origin: int = 0) -
     more knots, 2^s codes apart (s = 8 - z) from code `origin`: a code x with 0 <= x - origin
     < 256 * 2^s takes h = (x - origin) >> s into them and f = its low s bits, the shift s
     instead of 8 (`window_codes`). The result lies between the two knots' values, so entries
-    inside a range keep it inside."""
+    inside a range keep it inside. A table of shape (entries, lanes) is a table per lane, x's
+    last axis (a ChannelMap's per channel, LUT per_lane=1)."""
     x = np.asarray(x, np.int64)
     table = np.asarray(table, np.int64)
     if not 0 <= zoom <= MAX_ZOOM:
@@ -573,7 +583,8 @@ def interpolate(x, table, dtype: str = "int8", zoom: int = 0, origin: int = 0) -
         index = np.where(inside, KNOTS + (offset >> step), index)
         fraction = np.where(inside, offset & ((1 << step) - 1), fraction)
         shift = np.where(inside, step, shift)
-    return weigh_knots(table[index], table[index + 1], fraction, shift, dtype)
+    return weigh_knots(_entries(table, index), _entries(table, index + 1), fraction, shift,
+                       dtype)
 
 
 def weigh_knots(first, second, fraction, shift, dtype: str = "int8") -> np.ndarray:

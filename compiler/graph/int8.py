@@ -403,11 +403,14 @@ def power_int8(x, exponent, table, *, out_dtype=None, knots=(0, 0), **_baked):
 
 def channel_lookup_int8(x, slope, tables, *, out_dtype=None, knots=(0, 0), **_baked):
     """PRelu: tables[c] maps channel c's codes (axis 1), or the one table every code; each
-    built from the fp32 reference with channel c's slope (`channel_slopes`). int16 codes in
-    or out take the one table only (`table_map`)."""
+    built from the fp32 reference with channel c's slope (`channel_slopes`). With int16 codes
+    in or out the tables are of int16 entries (`table_map`), a channel's in lane c."""
     tables = np.asarray(tables)
     if tables.shape[0] == 1:
         return table_map(x, tables[0], out_dtype, knots)
+    if tables.dtype == np.int16:
+        return np.moveaxis(table_map(np.moveaxis(np.asarray(x), 1, -1), tables.T, out_dtype,
+                                     knots), -1, 1)
     if x.dtype != np.int8:  # uint8 codes index the tables directly (as lookup_any)
         return tables[np.arange(x.shape[1]).reshape((-1,) + (1,) * (x.ndim - 2)),
                       np.asarray(x, np.int64)]

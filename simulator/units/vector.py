@@ -261,13 +261,14 @@ def lut(state, insn) -> None:
         else:
             sp[:, dst] = numerics.lookup(src, table.ravel()[:LUT_ENTRIES])
         return
-    if a["per_lane"]:
-        raise SimulatorError("LUT: per_lane tables are of int8 entries; wide and in_wide "
-                             "have no per-lane form")
-    # 16-bit entries: the high bytes' block, then the low bytes' (`lut_table_rows`).
+    # 16-bit entries: the high bytes' block, then the low bytes' (`lut_table_rows`); per lane,
+    # an entry a row.
     half = len(table) // 2
-    entries = numerics.join_wide(table[:half].ravel(), table[half:].ravel())
-    entries = entries[:lut_entries(in_wide, a["zoom"])]
+    if a["per_lane"]:
+        entries = numerics.join_wide(table[:half], table[half:])
+    else:
+        entries = numerics.join_wide(table[:half].ravel(), table[half:].ravel())
+        entries = entries[:lut_entries(in_wide, a["zoom"])]
     src = sp[:, rows(sp, a["src"], (1 + in_wide) * a["rows"], "scratchpad")]
     if in_wide:  # an int16 input: its high plane at src, its low plane after it
         y = numerics.interpolate(numerics.join_wide(src[:, :a["rows"]], src[:, a["rows"]:]),

@@ -274,18 +274,13 @@ def test_the_lut_takes_its_passes_as_the_cycle_formula_says(case, passes, preset
              helper.make_node("ReduceMean", ["act"], ["g"], name="mean", axes=[2, 3]),
              helper.make_node("Mul", ["pre", "g"], ["y"], name="scale")],
      {"w": (3, 3, 1, 1)}, "read by ReduceMean 'mean'"),
-    ("pre", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
-             helper.make_node("PRelu", ["pre", "slope"], ["y"], name="p")],
-     {"w": (3, 3, 1, 1), "slope": (3, 1, 1)}, "read by PRelu 'p' with a slope per channel"),
-    ("y", [helper.make_node("PRelu", ["x", "slope"], ["y"], name="p")],
-     {"slope": (3, 1, 1)}, "made by PRelu 'p' with a slope per channel"),
     ("act", [helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
              helper.make_node("HardSigmoid", ["pre"], ["act"], name="gate"),
              helper.make_node("Div", ["pre", "act"], ["y"], name="se")],
      {"w": (3, 3, 1, 1)}, "read by Div 'se'"),
 ])
 def test_what_has_no_int16_table_form_is_refused_in_one_line(name, nodes, inits, why) -> None:
-    """A table per channel (PRelu's slopes) and the vector unit's other operators but the Add,
+    """The vector unit's operators but the table ops, the Add,
     the Mul of two activations, the pools and the copies neither read nor write int16 codes (a
     Softmax, a ReduceMean, a Div of two activations): a one-line error names the tensor and
     the node."""
@@ -298,6 +293,40 @@ def test_what_has_no_int16_table_form_is_refused_in_one_line(name, nodes, inits,
         compile_model(proto, profile, CompileOptions(quant=QuantOptions(int16_tensors=(name,))))
     message = str(caught.value)
     assert f"int16 tensor {name!r}: {why}" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("int16", [("pre",), ("y",), ("pre", "y")])
+def test_a_table_per_channel_reads_and_writes_int16_on_a_map(int16) -> None:
+    """PRelu with a slope per channel, int16 codes in or out: a table of int16 entries per
+    lane (LUT per_lane=1 with in_wide or wide), bit-exact."""
+    rng = np.random.default_rng(3)
+    proto = model([helper.make_node("Conv", ["x", "w"], ["pre"], name="c"),
+                   helper.make_node("PRelu", ["pre", "slope"], ["y"], name="p")],
+                  {"x": [1, 3, 5, 5]}, {"y": [1, 3, 5, 5]},
+                  {"w": rng.normal(0, .3, (3, 3, 1, 1)).astype(np.float32),
+                   "slope": np.array([0.1, 0.5, 2.0], np.float32).reshape(3, 1, 1)})
+    profile = profile_of(proto, samples(proto, 4, 0), optimized_graph(proto))
+    built = compile_model(proto, profile,
+                          CompileOptions(quant=QuantOptions(int16_tensors=int16)))
+    luts = _luts(built.compiled.program, "p")
+    assert luts and all(i.args["per_lane"] for i in luts)
+    assert all(i.args["in_wide"] == ("pre" in int16) and i.args["wide"] == ("y" in int16)
+               for i in luts)
+    check_bit_exact(built.qgraph, built.compiled, samples(proto, 2, 1))
+
+
+def test_a_table_per_channel_of_a_value_that_is_not_a_map_stays_int8() -> None:
+    """A PRelu's tables per channel of a [N, C, L] value: its channels are not the lanes, so
+    no table per lane reads it; one line names the tensor and the node."""
+    rng = np.random.default_rng(3)
+    proto = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="p")],
+                  {"x": [1, 3, 8]}, {"y": [1, 3, 8]},
+                  {"slope": rng.normal(0, .3, (3, 1)).astype(np.float32)})
+    profile = profile_of(proto, samples(proto, 4, 0), optimized_graph(proto))
+    with pytest.raises(QuantizeError) as caught:
+        compile_model(proto, profile, CompileOptions(quant=QuantOptions(int16_tensors=("y",))))
+    assert "int16 tensor 'y': made by PRelu 'p' with a table per channel of a value that is " \
+        "not a map [N, C, H, W]" in str(caught.value)
 
 
 def test_the_command_line_raises_a_table_tensor_end_to_end(tmp_path) -> None:

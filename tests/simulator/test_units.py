@@ -464,16 +464,41 @@ def test_lut_in_wide_interpolates_an_int16_input(wide):
                                           (0, 40, 44 + 4 * wide, True))
 
 
-def test_lut_passes_and_per_lane_int16_refused():
+def test_lut_passes():
     """int8 -> int8 one pass, int8 -> int16 two, int16 -> int8 three, int16 -> int16 four;
-    per-lane tables are of int8 entries only."""
+    per-lane tables the same."""
     base = isa.LUT.cycles(ARCH, isa.LUT(src=0, dst=40, rows=5, table=1000))
     assert base == 5 * L // ARCH.vector.lanes
     for (wide, in_wide), passes in {(1, 0): 2, (0, 1): 3, (1, 1): 4}.items():
-        insn = isa.LUT(src=0, dst=40, rows=5, table=1000, wide=wide, in_wide=in_wide)
-        assert isa.LUT.cycles(ARCH, insn) == passes * base
-    with pytest.raises(SimulatorError, match="no per-lane form"):
-        run(fresh(), isa.LUT(src=0, dst=300, rows=2, table=1000, per_lane=1, wide=1))
+        for per_lane in (0, 1):
+            insn = isa.LUT(src=0, dst=40, rows=5, table=1000, wide=wide, in_wide=in_wide,
+                           per_lane=per_lane)
+            assert isa.LUT.cycles(ARCH, insn) == passes * base
+
+
+@pytest.mark.parametrize("wide,in_wide", [(1, 0), (0, 1), (1, 1)])
+def test_lut_per_lane_int16_entries(wide, in_wide):
+    """A table of 16-bit entries per lane (a ChannelMap's with int16 codes in or out): a row
+    per entry, its high bytes' rows and then its low bytes'; each lane looks up, or
+    interpolates between, its own entries."""
+    state = fresh()
+    entries = numerics.KNOTS if in_wide else 256
+    tables = rng.integers(-(2**15), 2**15, (entries, L)).astype(np.int16)
+    high, low = numerics.split_wide(tables)
+    state.scratchpad[0][1000:1000 + entries] = high
+    state.scratchpad[0][1000 + entries:1000 + 2 * entries] = low
+    insn = isa.LUT(src=0, dst=40, rows=4, table=1000, per_lane=1, wide=wide, in_wide=in_wide)
+    run(state, insn)
+    src = state.scratchpad[0]
+    codes = numerics.join_wide(src[0:4], src[4:8]) if in_wide else src[0:4].astype(np.int64)
+    for lane in range(L):
+        one = tables[:, lane]
+        want = numerics.interpolate(codes[:, lane], one, "int16" if wide else "int8") \
+            if in_wide else one[codes[:, lane] + 128]
+        got = numerics.join_wide(src[40:44, lane], src[44:48, lane]) if wide \
+            else src[40:44, lane]
+        np.testing.assert_array_equal(got, want)
+    assert isa.LUT.access(ARCH, insn)[1] == (0, 1000, 1000 + 2 * entries, False)
 
 
 def _softmax_tables(log: bool):

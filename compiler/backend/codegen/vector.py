@@ -229,14 +229,17 @@ def _table_bytes(layer: LutLayer, lanes: int) -> bytes:
 
 
 def _channel_tables(layer: LutLayer, ctx: Context, image: ImageBuilder) -> list[int]:
-    """The DRAM address of each channel block's per-lane table (LUT per_lane=1): 256 rows,
-    lane j of row i holding entry i of channel c0 + j's table."""
-    lanes, channels = ctx.arch.lanes, layer.table.shape[0]
+    """The DRAM address of each channel block's per-lane table (LUT per_lane=1): a row per
+    entry, lane j of row i holding entry i of channel c0 + j's table; 16-bit entries as two
+    such blocks, their high bytes and then their low bytes - 128 (`isa.lut_table_rows`)."""
+    lanes, (channels, entries) = ctx.arch.lanes, layer.table.shape
+    wide = layer.wide or layer.in_wide
     addresses = []
     for c0 in range(0, channels, lanes):
-        block = np.zeros((isa.LUT.table_entries, lanes), np.int8)
+        block = np.zeros((entries, lanes), np.int16 if wide else np.int8)
         block[:, :min(lanes, channels - c0)] = layer.table[c0:c0 + lanes].T
-        addresses.append(image.add(block.tobytes()))
+        planes = numerics.split_wide(block) if wide else (block,)
+        addresses.append(image.add(b"".join(np.asarray(p, np.int8).tobytes() for p in planes)))
     return addresses
 
 

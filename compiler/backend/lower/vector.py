@@ -631,18 +631,27 @@ def lower_channel_lut(lw: Walk, node: Node) -> None:
     tables = np.asarray(lw.g.values[node.inputs[-1]].const)
     if tables.shape[0] == 1:
         return lower_lut(lw, node)
-    tables = tables.astype(np.int8)
     x, y = node.inputs[0], node.outputs[0]
+    x_wide, y_wide = (lw.g.type_of(v).dtype == "int16" for v in (x, y))
+    # int16 codes in or out (`quantizer.wide`): each channel's int16 entries, its knots for an
+    # int16 x (`numerics.interpolate` per lane), in the same pixel-by-pixel walk.
+    tables = tables.astype(np.int16 if x_wide or y_wide else np.int8)
     rank = len(lw.shape(x))
-    if lw.g.type_of(x).dtype != "int8":
-        raise unsupported(node, "its input is not int8")
+    if lw.g.type_of(x).dtype not in ("int8", "int16"):
+        raise unsupported(node, "its input is not int8 or int16")
     if block_axis(rank, 1) != 3:
         raise unsupported(node, f"a table per channel of a rank-{rank} input (its channels "
                                 f"are not the lanes)")
+    if tables.shape[1] != isa.lut_entries(int(x_wide), 0):
+        raise unsupported(node, f"tables of {tables.shape[1]} entries a channel; expected "
+                                f"{isa.lut_entries(int(x_wide), 0)}")
     views = (lw.need_view(node, x),)
+    tensor = lw.source(node, x)
+    x_plane = lw.planes[tensor] if x_wide and x in lw.views else 0
     ty, y_view = lw.output(y, Layout.channels_last(lw.shape(y)))
     views += (y_view or View.dense(block_shape(lw.shape(y))),)
-    lw.layers.append(LutLayer(node.name, lw.source(node, x), ty, views[1].size, tables, views))
+    lw.layers.append(LutLayer(node.name, tensor, ty, views[1].size, tables, views,
+                              wide=y_wide, in_wide=x_wide, x_plane=x_plane))
 
 
 def _scalar_operand(lw: Walk, node: Node) -> bool:
