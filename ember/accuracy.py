@@ -650,7 +650,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
 
 def _metric(evaluation: Evaluation, labels: np.ndarray | None, where: str) -> Metric | None:
     """The --metric function, loaded here first so that its errors come before any run; it
-    needs labels, and takes them from the classifier outputs' scoring."""
+    needs labels, which are then its alone (no classifier output is scored against them)."""
     if evaluation.metric is None:
         return None
     if evaluation.ctc_blank is not None:
