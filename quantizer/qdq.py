@@ -429,7 +429,7 @@ class _Exporter:
         """ember's ChannelMap as equalization writes it: Mul by the channels' pre scales, the
         table op, Mul by their post scales (the int8 form's tables are their composition)."""
         x, pre, post = (self._operand(n) for n in node.inputs[:3])
-        attrs = OPS[node.op].bind(node.name, node.attrs)
+        attrs = OPS[node.op].bind(node.name, _onnx_attrs(node))  # not an int16 form's
         shape = self.g.type_of(node.outputs[0]).shape
         scaled, mapped = (self._unique(f"{node.name}/{part}") for part in ("scaled", "mapped"))
         for name in (scaled, mapped):

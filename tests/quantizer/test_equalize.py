@@ -14,6 +14,7 @@ from compiler.frontend.onnx import import_model
 from compiler.graph.evaluate import evaluate
 from compiler.pipeline import optimize
 from quantizer.equalize import equalize
+from quantizer.qdq import export_qdq
 from quantizer.quantize import QuantOptions, quantize
 from quantizer.reference import run_int8
 from tests.cli import assert_one_line_error, invoke
@@ -326,7 +327,7 @@ def test_an_activation_equalized_runs_on_the_accelerator_bit_exactly(preset) -> 
 
 
 @pytest.mark.parametrize("int16", [("act",), ("bn",), ("bn", "act", "y")])
-def test_an_equalized_activation_takes_int16_codes_in_and_out(int16) -> None:
+def test_an_equalized_activation_takes_int16_codes_in_and_out(int16, tmp_path) -> None:
     """A ChannelMap with int16 codes in or out (what a budget raises): a table of int16
     entries per channel, each lane's own (LUT per_lane=1 with wide or in_wide), its knots
     fitted per channel; bit-exact on the accelerator, and more accurate than int8."""
@@ -353,3 +354,12 @@ def test_an_equalized_activation_takes_int16_codes_in_and_out(int16) -> None:
     assert not built.compiled.program.host_segments
     # Measured: 31.77 dB at int8; 32.24 (bn), 33.61 (act), 39.78 (bn, act, y).
     assert sqnr(built.qgraph) > sqnr(plain.qgraph) + 0.3
+    # The QDQ export (what --sensitivity and --emit-onnx run): Mul, the function, Mul in fp32
+    # between the same int16 codes, within a dB of the integer model.
+    exported = tmp_path / "q.onnx"
+    export_qdq(built.qgraph, str(exported))
+    session = ort.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
+    noise = sum(float(np.sum((session.run(["y"], s)[0] - r) ** 2))
+                for s, r in zip(samples, reference))
+    qdq = 10 * np.log10(sum(float(np.sum(r ** 2)) for r in reference) / noise)
+    assert abs(qdq - sqnr(built.qgraph)) < 1.0, (qdq, sqnr(built.qgraph))
