@@ -554,7 +554,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                          f"a yes, at each of its {decided[name]:,} positions a sample "
                          f"({tallies.top1[name].positions:,} in all), agreement and accuracy "
                          f"counted per decision")
-        elif name not in class_axes:
+        elif name not in class_axes and metric is None:  # else --metric scores it
             notes.append(f"output {name!r} of shape {_shape_text(shapes[name])} is not a "
                          f"classifier ([batch, classes]): top-1 figures omitted, the other "
                          f"metrics kept; --class-axis {name}=AXIS names where its class "

@@ -137,6 +137,8 @@ def test_a_budget_holds_a_task_metric(metrics, masks) -> None:
                      f"{metrics}:mask_iou", "--json")
     report = json.loads(checked.stdout)
     assert report["bit_exact"] is True and report["task_metric"]["int8"] == after["int8"]
+    # the metric scores this map: no hint to read it as a classifier
+    assert not any("not a classifier" in note for note in report["notes"])
     missed = invoke(*args, "--max-drop", 0.01)
     assert missed.exit_code == 3
     assert "task metric mask_iou 23.28 points below fp32 > 0.01 at int8; the best measured " \
