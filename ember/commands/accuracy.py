@@ -41,7 +41,8 @@ EXIT_GATE_FAILED = 3
               help="Ground truth for top-1 accuracy (.npy, or .npz with `labels`): one class "
                    "index in [0, classes) per sample, or one-hot rows [N, classes] (each exactly "
                    "one 1); with --ctc-blank, one row of class indices per sample, padded "
-                   "with -1. Anything else is refused.")
+                   "with -1; with --metric, one row per sample of whatever it reads. "
+                   "Anything else is refused.")
 @class_axis_option
 @ctc_blank_option
 @threshold_option
