@@ -64,8 +64,9 @@ EXIT_GATE_FAILED = 3
                    "Netron shows each node's scale, zero point and, with --per-layer, SQNR).")
 @click.option("--compare-calibrations", is_flag=True,
               help="Evaluate every --calibration method on the data instead of one, and print "
-                   "them side by side with the best marked: no method is best on every model, "
-                   "so measure on yours (without PROGRAM, --per-layer, --html or --emit-onnx).")
+                   "them side by side with the best marked (by --metric when given, else by "
+                   "the first output's SQNR): no method is best on every model, so measure on "
+                   "yours (without PROGRAM, --per-layer, --html or --emit-onnx).")
 @click.option("--min-sqnr", type=float,
               help="Exit with code 3 when the first output's SQNR (dB) is below this.")
 @click.option("--max-top1-drop", type=float,
@@ -175,8 +176,8 @@ def accuracy(model: str, program: str | None, data: str, labels_path: str | None
 
 def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation, options,
                           input_shapes, as_json: bool, where: Where) -> None:
-    """Each calibration method's accuracy on the same data, the best (first output's SQNR)
-    marked."""
+    """Each calibration method's accuracy on the same data, the best (by the task metric of
+    --metric, else the first output's SQNR) marked."""
     reports = {}
     with progress_bar() as progress:
         for method in METHODS:
@@ -185,7 +186,10 @@ def _compare_calibrations(model: str, profile_path: str, evaluation: Evaluation,
                                       progress=lambda what, done, total, m=method:
                                       progress(f"{m}: {what}", done, total), where=where)
     warn_if_synthetic(profile_path)
-    best = max(reports, key=lambda m: reports[m].outputs[0].sqnr_db)
+    # The task metric judges when there is one (--metric), the first output's SQNR after it.
+    best = max(reports, key=lambda m: (
+        reports[m].task.int8 if reports[m].task and reports[m].task.int8 is not None else 0.0,
+        reports[m].outputs[0].sqnr_db))
     if as_json:
         click.echo(json.dumps({"best": best, "calibrations": {
             m: r.to_json() for m, r in reports.items()}}, indent=1))

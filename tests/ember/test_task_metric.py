@@ -36,6 +36,12 @@ def mask_iou(outputs, labels):
     found = outputs["y"] > 0.2
     return float((found & labels).sum()), float((found | labels).sum())
 
+def mask_mismatch(outputs, labels):
+    """The share of the union where the masks differ: a metric whose best is the worst mask,
+    so that it and the SQNR pick different calibrations."""
+    found = outputs["y"] > 0.2
+    return float((found ^ labels).sum()), float((found | labels).sum())
+
 def fails(outputs, labels):
     raise ValueError("no boxes here")
 
@@ -143,6 +149,19 @@ def test_a_budget_holds_a_task_metric(metrics, masks) -> None:
     assert missed.exit_code == 3
     assert "task metric mask_iou 23.28 points below fp32 > 0.01 at int8; the best measured " \
         "is task metric mask_iou" in missed.output
+
+
+def test_compare_calibrations_marks_the_best_by_the_metric(metrics, masks) -> None:
+    """With --metric the task metric picks the best calibration, not the output's SQNR."""
+    result = invoke("accuracy", masks / "m.onnx", "--profile", masks / "p.json", "--data",
+                    masks / "eval.npz", "--metric", f"{metrics}:mask_mismatch",
+                    "--compare-calibrations", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    reports = found["calibrations"]
+    by_metric = max(reports, key=lambda m: reports[m]["task_metric"]["int8"])
+    by_sqnr = max(reports, key=lambda m: reports[m]["sqnr_db"])
+    assert found["best"] == by_metric != by_sqnr
 
 
 def test_metric_errors_are_one_line(metrics, digits_profile, masks) -> None:
