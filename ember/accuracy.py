@@ -508,6 +508,8 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
         options = program_options(program, profile_path)
         check_program_options(options)
         input_shapes = program_input_shapes(program, evaluation.program, input_shapes)
+    # --metric's function, loaded before any work so that its file's errors come first
+    function = evaluation.metric.load() if evaluation.metric is not None else None
     progress("quantizing", 0, None)
     profile = profile_format.load(profile_path)
     quantized = quantize_model(model_path, profile, options, input_shapes)
@@ -522,7 +524,7 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
     batch = specs[0].fixed_batch or 1
     labels = read_labels(evaluation)
     where_labels = evaluation.labels or evaluation.data
-    metric = _metric(evaluation, labels, where_labels)
+    metric = _metric(evaluation, function, labels, where_labels)
     scoring = _scoring(evaluation, graph, batch, None if metric else labels, where_labels,
                        Path(model_path).name)
     shapes, class_axes, thresholds = scoring.shapes, scoring.class_axes, scoring.thresholds
@@ -648,10 +650,11 @@ def measure(model_path: str, profile_path: str, evaluation: Evaluation, options:
                               for s in program.host_segments))
 
 
-def _metric(evaluation: Evaluation, labels: np.ndarray | None, where: str) -> Metric | None:
-    """The --metric function, loaded here first so that its errors come before any run; it
-    needs labels, which are then its alone (no classifier output is scored against them)."""
-    if evaluation.metric is None:
+def _metric(evaluation: Evaluation, function: Metric | None, labels: np.ndarray | None,
+            where: str) -> Metric | None:
+    """The --metric function, once the labels it needs are there; they are then its alone (no
+    classifier output is scored against them)."""
+    if function is None:
         return None
     if evaluation.ctc_blank is not None:
         raise EmberError(f"--metric {evaluation.metric} and --ctc-blank both score against the "
@@ -661,7 +664,7 @@ def _metric(evaluation: Evaluation, labels: np.ndarray | None, where: str) -> Me
                          f"--labels, or a 'labels' array in --data {evaluation.data}")
     if np.ndim(labels) == 0:
         raise EmberError(f"{where}: labels of shape []; --metric needs one row per sample")
-    return evaluation.metric.load()
+    return function
 
 
 @dataclass(frozen=True)

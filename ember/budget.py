@@ -73,9 +73,10 @@ RANKING_SAMPLES = 32
 class Budget:
     """What the output must meet: every output's SQNR at least `min_sqnr` dB; each labelled
     classifier output's top-1 accuracy (a CTC head's: of whole texts), or the task metric of
-    `--metric`, at most `max_drop` points below fp32's; each classifier output's top-1 agreeing with fp32's on at least
-    `min_agreement` percent of the samples, or of the positions of one scored per position
-    (`Evaluation.class_axes`; no labels needed: fp32's own answers are the reference)."""
+    `--metric`, at most `max_drop` points below fp32's; each classifier output's top-1
+    agreeing with fp32's on at least `min_agreement` percent of the samples, or of the
+    positions of one scored per position (`Evaluation.class_axes`; no labels needed: fp32's
+    own answers are the reference)."""
 
     min_sqnr: float | None = None
     max_drop: float | None = None

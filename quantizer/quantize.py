@@ -681,7 +681,7 @@ class _Rewriter:
             return False
         return wide_in or wide_out
 
-    def wide_table(self, node: Node, name: str, x: str, fp32, attrs
+    def wide_table(self, node: Node, name: str, x: str, fp32, attrs, window: bool = True
                    ) -> tuple[np.ndarray, dict[str, Any]] | None:
         """The int16 table of table op `node` (its input `name`'s integer value `x`, its function
         `fp32` with `attrs`) when its input or output is int16 (`int8.wide_table`), and the
@@ -696,7 +696,7 @@ class _Rewriter:
         form = (fp32, attrs, source.scale[0], source.zero_point[0])
         out = (out_params.scale[0], out_params.zero_point[0], out_dtype, self.code_range(y))
         knots = (0, 0)
-        if in_dtype == "int16":
+        if in_dtype == "int16" and window:
             span = self._code_span(name, x)
             stats = self.profile.tensors.get(self.onnx_name(name))
             density = None if stats is None else code_density(
@@ -704,20 +704,6 @@ class _Rewriter:
             knots = knot_window(*form, *out, span=span, density=density)
         return (wide_table(*form, in_dtype, *out, knots=knots),
                 {"knots": knots} if knots[0] else {})
-
-    def lane_tables(self, node: Node, x: str, functions: list[Callable]) -> np.ndarray | None:
-        """A PRelu's or ChannelMap's int16 tables, one per channel (each a lane's, LUT
-        per_lane=1), when its input x or its output is int16: `int8.wide_table` of each
-        channel's function, without a window of finer knots (a LUT's window is one for every
-        lane); else None."""
-        y = self._final_output(node)
-        in_dtype, out_dtype = self.values[x].type.dtype, self.dtype_of(y)
-        if "int16" not in (in_dtype, out_dtype):
-            return None
-        source, out_params = self.quant_of(x), self.params(y)
-        return np.stack([wide_table(function, {}, source.scale[0], source.zero_point[0],
-                                    in_dtype, out_params.scale[0], out_params.zero_point[0],
-                                    out_dtype, self.code_range(y)) for function in functions])
 
     def _code_span(self, name: str, x: str) -> tuple[int, int]:
         """The codes of `name`'s integer value `x` that its calibrated range covers (all its
@@ -890,18 +876,16 @@ def table_form(r: _Rewriter, node: Node) -> None:
 def channel_lookup(r: _Rewriter, node: Node) -> None:
     """PRelu, ChannelMap: a 256-entry table of the fp32 reference per channel (one when the
     channels share one function: a scalar slope), each with that channel's constants, as an
-    extra (C, 256) input; with int16 codes in or out, int16 tables: one function's as
-    `lookup` builds it, (1, entries), or each channel's (`lane_tables`), (C, entries)."""
+    extra (C, 256) input; with int16 codes in or out, int16 tables as `lookup` builds one,
+    (1, entries) or (C, entries): a table per channel is a lane's (LUT per_lane=1), without a
+    window of finer knots (a LUT's window is one for all its lanes)."""
     x = r.quant_input(node.inputs[0])
     source = r.quant_of(x)
     out_params = r.params(node.outputs[0])
     functions = _channel_functions(r, node)
-    if len(functions) == 1:
-        wide = r.wide_table(node, node.inputs[0], x, functions[0], {})
-        wide = None if wide is None else (wide[0][None], wide[1])
-    else:
-        lanes = r.lane_tables(node, x, functions)
-        wide = None if lanes is None else (lanes, {})
+    wides = [r.wide_table(node, node.inputs[0], x, function, {}, window=len(functions) == 1)
+             for function in functions]
+    wide = None if wides[0] is None else (np.stack([w[0] for w in wides]), wides[0][1])
     tables = wide[0] if wide is not None else np.stack([
         lookup_table(function, {}, source.scale[0], source.zero_point[0],
                      out_params.scale[0], out_params.zero_point[0], r.dtype)

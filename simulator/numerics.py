@@ -505,8 +505,7 @@ def lookup(x, table) -> np.ndarray:
 def lookup_lanes(x, tables) -> np.ndarray:
     """tables[x + 128, j] for int8 x whose last axis is j: a 256-entry int8 table per lane
     (per channel: PRelu with a slope per channel), `tables` of shape (256, lanes)."""
-    x = np.asarray(x, np.int64)
-    return np.asarray(tables, np.int8)[x + 128, np.arange(x.shape[-1])]
+    return _entries(np.asarray(tables, np.int8), np.asarray(x, np.int64) + 128)
 
 
 def lookup_wide(x, table) -> np.ndarray:

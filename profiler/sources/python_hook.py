@@ -7,6 +7,7 @@ CalibrationDataReader plugs in unchanged). A class works too: calling it makes t
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import itertools
@@ -34,7 +35,10 @@ def resolve(ref: str, what: str, error: type[Exception]) -> Callable:
     try:
         if target.endswith(".py") or "/" in target:
             path = Path(target)
-            spec = importlib.util.spec_from_file_location(f"_ember_hook_{path.stem}", path)
+            # One module name per file: two hooks named alike in two folders are two modules.
+            unique = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+            spec = importlib.util.spec_from_file_location(f"_ember_hook_{path.stem}_{unique}",
+                                                          path)
             if spec is None or not path.is_file():
                 raise error(f"{what}: no file {path}")
             module = importlib.util.module_from_spec(spec)
