@@ -16,6 +16,7 @@ and compute the integer parameters each kernel needs once, storing them on the n
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -46,7 +47,8 @@ from quantizer.smooth import smooth_norms, smoothed_name
 from quantizer.wide import (MIN_ARRAY_BITS, accumulator_bits, array_values, hypot_operands,
                             norm_copies, table_input, wide_values, within_bounds)
 from quantizer.options import QuantOptions
-from quantizer.wide_weights import input_bits, weight_bits, weight_nodes
+from quantizer.wide_weights import (MIN_WEIGHT_BITS, input_bits, largest_pass_magnitude,
+                                    weight_bits, weight_nodes)
 from quantizer.requant import BIAS_CODE_LIMIT, RATIO_MIN, add_ratios, ratio, ratios
 from quantizer.rounding import load_rounding, weight_digest
 from quantizer.verify import verify_int8
@@ -961,16 +963,21 @@ def normalize(r: _Rewriter, node: Node) -> None:
             "out_dtype": r.dtype_of(node.outputs[0])})
 
 
-def weight_floor(real_bias: np.ndarray | None, x_scale: float, out_scale: float) -> np.ndarray:
+def weight_floor(real_bias: np.ndarray | None, x_scale: float, out_scale: float,
+                 bias_limit: float | np.ndarray = BIAS_CODE_LIMIT) -> np.ndarray:
     """The smallest weight scale, per output channel along the bias's last axis (or one), that
-    keeps a linear node quantizable: its bias code within BIAS_CODE_LIMIT and its requantization
-    ratio x_scale * s_w / out_scale at least the fixed-point range's low end."""
+    keeps a linear node quantizable: its bias code within `bias_limit` (one, or one per
+    channel) and its requantization ratio x_scale * s_w / out_scale at least the fixed-point
+    range's low end."""
     floor = np.asarray(RATIO_MIN * out_scale / x_scale, np.float64)
     if real_bias is not None:
-        per_channel = np.abs(real_bias).reshape(-1, real_bias.shape[-1]).max(axis=0) \
-            if real_bias.ndim else np.abs(real_bias)
-        floor = np.maximum(floor, per_channel / (x_scale * BIAS_CODE_LIMIT))
+        floor = np.maximum(floor, _per_channel(np.abs(real_bias)) / (x_scale * bias_limit))
     return np.atleast_1d(floor)
+
+
+def _per_channel(values: np.ndarray) -> np.ndarray:
+    """The largest of `values` per channel along its last axis (a scalar stays one)."""
+    return values.reshape(-1, values.shape[-1]).max(axis=0) if values.ndim else values
 
 
 def _count(indices: list[int], total: int) -> str:
@@ -1008,9 +1015,11 @@ def linear(r: _Rewriter, node: Node) -> None:
                                                       out_params.scale[0]), where)
     else:
         a = r.quant_input(a_name)
-        floor = weight_floor(real_bias, alpha * r.quant_of(a).scale[0], out_params.scale[0])
-        bits = _wide_weight(r, node, attrs, a, w_axis, floor, real_bias) \
-            if node.name in r.wide_weights else 8
+        floor, bits = weight_floor(real_bias, alpha * r.quant_of(a).scale[0],
+                                   out_params.scale[0]), 8
+        if node.name in r.wide_weights:
+            bits, floor = _wide_weight(r, node, attrs, a, w_axis, out_params.scale[0],
+                                       real_bias)
         b = r.quant_weight(b_name, w_axis, floor, where, bits) if b_const else \
             r.quant_input(b_name)
     pa, pb = r.quant_of(a), r.quant_of(b)
@@ -1049,19 +1058,38 @@ def _bias_codes(weight, attrs: dict, a: Value, b: Value, real_bias: np.ndarray |
 
 
 def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None,
-                 floor: np.ndarray, real_bias: np.ndarray | None) -> int:
-    """The bits of the int16 weight codes of `node` (`QuantOptions.int16_weights`): the most,
+                 out_scale: float, real_bias: np.ndarray | None) -> tuple[int, np.ndarray]:
+    """The bits of the int16 weight codes of `node` (`QuantOptions.int16_weights`), the most,
     up to 15, whose accumulators stay inside int32 for every code of its input `x`
     (`wide_weights.weight_bits`), tried with the very codes, floors, bias correction and
-    folded zero point that `linear` then makes."""
+    folded zero point that `linear` then makes; and the weight scales' floors at those bits.
+
+    An int8 layer's bias floor keeps each bias code within BIAS_CODE_LIMIT, far inside int32.
+    Against int16 weights (and an int16 input) the accumulator's step s_x s_w is up to 2^14
+    times finer, so that floor would coarsen every channel of a BatchNorm-folded layer (a
+    PicoDet stem's 16 of 16, at 52 dB where its int16 codes hold 76): here a channel's bias
+    may take half the room its products leave at those bits (`_bias_room`), never less than
+    BIAS_CODE_LIMIT; and a width is taken only if it floors no channel that the fewest bits
+    leave unfloored (a floored channel is coarser than its own bits would make it)."""
     weight, w_name = OPS[node.op].weight, node.inputs[1]
     px = r.quant_of(x)
     alpha = float(attrs.get("alpha", 1.0))
     means = _channel_means(r, node.inputs[0], f"node {node.name!r} ({node.op})") \
         if r.opts.bias_correction else None
+    wide_input = r.values[x].type.dtype == "int16"  # four passes (`wide_weights`)
+    code_range = r.code_range(node.inputs[0]) if wide_input else RANGES[r.values[x].type.dtype]
+    x_scale = alpha * px.scale[0]
+    ratio_floor = weight_floor(None, x_scale, out_scale)
+    room = _bias_room(r, node, attrs, axis, ratio_floor, code_range, px.zero_point[0],
+                      wide_input)
+
+    @functools.lru_cache(maxsize=None)
+    def floor_at(bits: int) -> np.ndarray:
+        return ratio_floor if real_bias is None else \
+            weight_floor(real_bias, x_scale, out_scale, room(bits))
 
     def candidate(bits: int) -> tuple[np.ndarray, np.ndarray | None]:
-        params, codes, _ = r.weight_codes(w_name, axis, floor, bits)
+        params, codes, _ = r.weight_codes(w_name, axis, floor_at(bits), bits)
         real = real_bias
         if means is not None:
             w = r.g.values[w_name].const.astype(np.float64)
@@ -1073,9 +1101,44 @@ def _wide_weight(r: _Rewriter, node: Node, attrs: dict, x: str, axis: int | None
         b = Value(w_name, Type("int16", codes.shape, params), codes)
         return codes, _bias_codes(weight, attrs, r.values[x], b, real, acc_scales)
 
-    wide_input = r.values[x].type.dtype == "int16"  # four passes (`wide_weights`)
-    return weight_bits(node, attrs, r.code_range(node.inputs[0]) if wide_input else
-                       RANGES[r.values[x].type.dtype], px.zero_point[0], candidate, wide_input)
+    def floored(bits: int) -> set[int]:
+        return set(r.weight_codes(w_name, axis, floor_at(bits), bits)[2])
+
+    least = floored(MIN_WEIGHT_BITS)  # a dead channel's, floored at any width
+    bits = weight_bits(node, attrs, code_range, px.zero_point[0], candidate, wide_input,
+                       allowed=lambda bits: floored(bits) <= least)
+    return bits, floor_at(bits)
+
+
+def _bias_room(r: _Rewriter, node: Node, attrs: dict, axis: int | None, ratio_floor: np.ndarray,
+               code_range: tuple[int, int], zero: int, wide_input: bool
+               ) -> Callable[[int], np.ndarray]:
+    """For each weight width b, the bias code each output channel may take beside its
+    products: half of int32's room above a bound on the products, at least BIAS_CODE_LIMIT.
+
+    The bound holds at the b-bit scales and at any coarser one (a floor only coarsens):
+    X (sum |w| / s_w + c K) per channel, X the input codes' largest magnitude (an int16
+    input's largest pass magnitude `wide_weights`), K its terms, c a code's rounding (1/2)
+    and, against an int16 input's passes, the 254 that a negative weight code's pass
+    magnitude may exceed its magnitude by (`numerics.pass_magnitude`). So products plus a
+    bias at its floor stay inside int32, and `weight_bits` checks it exactly."""
+    weight, w_name = OPS[node.op].weight, node.inputs[1]
+    w = r.g.values[w_name].const.astype(np.float64)
+    largest = largest_pass_magnitude(*code_range) if wide_input else \
+        max(abs(code_range[0] - zero), abs(code_range[1] - zero))
+    magnitude = weight.b_sum(np.abs(w), attrs)
+    terms = weight.b_sum(np.ones_like(w), attrs)
+    slack = 254.5 if wide_input else 0.5
+    limit = float(RANGES["int32"][1])
+
+    def room(bits: int) -> np.ndarray:
+        params, _, _ = r.weight_codes(w_name, axis, ratio_floor, bits)
+        scales = np.asarray(params.scale)
+        if axis is not None:  # laid along the sums' channel axis (their last)
+            scales = scales.reshape((1,) * (np.ndim(magnitude) - 1) + (-1,))
+        products = _per_channel(largest * (magnitude / scales + slack * terms))
+        return np.maximum((limit - products) / 2, BIAS_CODE_LIMIT)
+    return room
 
 
 def _channel_means(r: _Rewriter, x_name: str, where: str) -> np.ndarray | None:

@@ -112,7 +112,7 @@ def pass_bound(weight: Weight, attrs: Mapping[str, Any], codes: np.ndarray,
     (module docstring), per output: A sum_k P(w_k) + |bias|, A the largest
     `numerics.pass_magnitude` of the input's codes in `code_range` (zero point 0). Exact in
     int64, shaped like the bias."""
-    return _pass_bound(_largest_pass_magnitude(*code_range), _pass_sums(weight, attrs, codes),
+    return _pass_bound(largest_pass_magnitude(*code_range), _pass_sums(weight, attrs, codes),
                        bias)
 
 
@@ -122,7 +122,7 @@ def _pass_bound(largest: int, sums: np.ndarray, bias: np.ndarray | None) -> np.n
 
 
 @functools.lru_cache(maxsize=64)
-def _largest_pass_magnitude(lo: int, hi: int) -> int:
+def largest_pass_magnitude(lo: int, hi: int) -> int:
     """A: the largest `numerics.pass_magnitude` of an input code in [lo, hi]."""
     return int(numerics.pass_magnitude(np.arange(lo, hi + 1), weights=False).max())
 
@@ -134,17 +134,22 @@ def _pass_sums(weight: Weight, attrs: Mapping[str, Any], codes: np.ndarray) -> n
 
 def weight_bits(node: Node, attrs: Mapping[str, Any], code_range: tuple[int, int], zero: int,
                 candidate: Callable[[int], tuple[np.ndarray, np.ndarray | None]],
-                wide_input: bool = False) -> int:
+                wide_input: bool = False, allowed: Callable[[int], bool] = lambda bits: True
+                ) -> int:
     """The most bits b (at most `numerics.WIDE_WEIGHT_BITS`) of node's int16 weight codes such
     that no accumulator leaves int32 for any input: `candidate(b)` gives the b-bit weight
     codes and the int32 bias codes (zero point folded, bias correction applied) the quantizer
     would make. Against an int16 input (`wide_input`, its codes in `code_range`, zero point 0)
-    no partial sum of the four passes may either (`pass_bound`). Warns (QuantizeWarning) below
-    the most; raises QuantizeError naming the node below MIN_WEIGHT_BITS."""
+    no partial sum of the four passes may either (`pass_bound`); and `allowed(b)` (the
+    quantizer's: more bits floor no channel's scale that fewer would not). Warns
+    (QuantizeWarning) below the most; raises QuantizeError naming the node below
+    MIN_WEIGHT_BITS."""
     weight = OPS[node.op].weight
     low_limit, high_limit = RANGES["int32"]
 
     def fits(bits: int) -> bool:
+        if not allowed(bits):
+            return False
         codes, bias = candidate(bits)
         if wide_input:
             return pass_bound(weight, attrs, codes, code_range, bias).max(initial=0) <= \
@@ -228,7 +233,7 @@ def _weight_bits_left(graph: Graph, node: Node, amax: float, x_bits: int, per_ch
         # The quantizer floors a weight scale so that no bias code exceeds BIAS_CODE_LIMIT.
         bias = None if real_bias is None else np.minimum(BIAS_CODE_LIMIT, np.abs(
             np.rint(real_bias / (float(attrs.get("alpha", 1.0)) * x_scale * scales))))
-        return _pass_bound(_largest_pass_magnitude(*code_range), sums, bias).max(initial=0) \
+        return _pass_bound(largest_pass_magnitude(*code_range), sums, bias).max(initial=0) \
             <= RANGES["int32"][1]
 
     return _most_bits(fits)
