@@ -914,8 +914,8 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
         row.rounding_s = time.perf_counter() - started
         quant = replace(quant, weight_rounding=str(rounding_path))
     if accuracy_budget is not None:
-        quant = within_budget(model, path, profile_path, evaluation, folder, row, quant,
-                              accuracy_budget, shapes, labels)
+        quant, profile_path = within_budget(model, path, profile_path, evaluation, folder,
+                                            row, quant, accuracy_budget, shapes, labels)
     for method in compare:
         log(f"{model.name}: ember's integer reference with --calibration {method}")
         try:
@@ -965,10 +965,13 @@ def ember_run(model: RealModel, path: Path, calib: Samples, evaluation: Samples,
 
 def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: Samples,
                   folder: Path, row: Row, quant: QuantOptions, wanted: budget.Budget,
-                  shapes: dict, labels: np.ndarray | None = None) -> QuantOptions:
+                  shapes: dict, labels: np.ndarray | None = None
+                  ) -> tuple[QuantOptions, Path]:
     """`ember compile --data eval --min-sqnr DB --allow-host`'s search (`ember.budget`) on the
-    evaluation samples: the options it chose (or, when missed, the best it measured), and in
-    `row.budget` what it raised, the SQNR before and after, and both programs' cycles.
+    evaluation samples: the options it chose (or, when missed, the best it measured) and the
+    profile they need (an equalized model's when the search equalized it, `--equalize` left
+    out), and in `row.budget` what it raised, the SQNR before and after, and both programs'
+    cycles.
     --max-drop reads the labels of a classifier, CTC head or yes/no output, or a detector's
     boxes by its F1 (`--metric`, `DETECTION_METRICS`), --min-agreement a classifier's top-1;
     for a model without them they are left out of the budget (and said so)."""
@@ -990,7 +993,7 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
             ("not a classifier" if not classifier else "no labels")
         if not wanted.given:
             row.budget = {"budget": why, "met": None}
-            return quant
+            return quant, profile_path
     ctc = model.ctc_blank if wanted.max_drop is not None else None
     # The first output's scores are yes/no decisions (`--threshold OUTPUT=T`).
     decisions = Decisions(by_output=((proto_outputs(path)[0], model.threshold),)) \
@@ -1011,7 +1014,8 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
                                           ctc_blank=ctc, decisions=decisions,
                                           metric=metric if wanted.max_drop is not None
                                           else None),
-                               quant, wanted, True, shapes, where=WHERE)
+                               quant, wanted, True, shapes, where=WHERE,
+                               try_equalize=quant.equalize == "off")
     except budget.BudgetMissed as missed:
         choice = missed.best
     sqnr = lambda report: min(o.sqnr_db for o in report.outputs)  # noqa: E731
@@ -1029,14 +1033,20 @@ def within_budget(model: RealModel, path: Path, profile_path: Path, evaluation: 
                   "seconds": time.perf_counter() - started,
                   "raised": [[r.tensor, r.how] for r in choice.raised],
                   "passed_over": len(choice.passed_over),
-                  "sqnr_int8": sqnr(choice.baseline), "sqnr_chosen": sqnr(choice.report)}
+                  "sqnr_int8": sqnr(choice.baseline), "sqnr_chosen": sqnr(choice.report),
+                  "equalization": None if choice.equalization is None else
+                  {"note": choice.equalization.note, "chosen": choice.equalization.chosen}}
     try:
         baseline = compile_model(path, profile_path, CompileOptions(
             quant=quant, backend=BackendOptions(allow_host=True)))
         row.budget["int8_cycles"] = machine.timing(baseline.compiled.program).cycles
     except Exception as err:
         row.budget["int8_cycles"] = f"failed: {one_line(err)}"
-    return choice.options
+    if choice.equalization is not None and choice.equalization.chosen:
+        log(f"{model.name}: the budget equalized the model: {choice.equalization.note}")
+        profile_path = folder / f"{model.name}.equalized.profile.json"
+        profile_format.save(choice.equalization.profile, profile_path)
+    return choice.options, profile_path
 
 
 def labelled_accuracy(report, which: str) -> float | None:
@@ -1246,6 +1256,8 @@ def budget_table(rows: list[Row]) -> None:
                   f"| | | |")
             continue
         hows = [how for _, how in b["raised"]]
+        equalized = ", equalized (`--equalize all`)" if (b.get("equalization") or {}).get(
+            "chosen") else ""
         cycles = b["int8_cycles"]
         cost = (f"{cycles:,} → {r.cycles:,} ({r.cycles / cycles - 1:+.0%})"
                 if isinstance(cycles, int) and r.cycles else str(cycles))
@@ -1256,7 +1268,8 @@ def budget_table(rows: list[Row]) -> None:
             (f"{100 * b['accuracy_int8']:.1f}% → {100 * b['accuracy_chosen']:.1f}% "
              f"({100 * b['accuracy_fp32']:.1f}%)")
         print(f"| {r.model} | {b.get('budget', '')} | {'yes' if b['met'] else 'no'} | "
-              f"{hows.count('int16')} / {hows.count('int16 weights')} / {hows.count('fp32')} | "
+              f"{hows.count('int16')} / {hows.count('int16 weights')} / {hows.count('fp32')}"
+              f"{equalized} | "
               f"{b['sqnr_int8']:.2f} → {b['sqnr_chosen']:.2f} | {agree} | {on_labels} | "
               f"{cost} | {b['evaluations']} | {b['seconds']:.0f} |")
 

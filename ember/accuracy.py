@@ -204,8 +204,12 @@ def program_options(program: Program, profile_path: str) -> QuantOptions:
     """The quantizer options a program was compiled with; its profile must be this one."""
     recorded = program.metadata.get("inputs", {}).get("profile_sha256")
     if recorded and recorded != hashlib.sha256(Path(profile_path).read_bytes()).hexdigest():
+        equalized = program.metadata.get("options", {}).get("equalize")
+        hint = "" if equalized in (None, "off") else \
+            (" (an accuracy budget that equalized the model wrote it beside the program: "
+             "its name ends .equalized.profile.json)")
         raise EmberError(f"{profile_path}: the program was compiled with another profile; give "
-                         "the one `ember compile` used")
+                         f"the one `ember compile` used{hint}")
     try:
         options = CompileOptions.from_header(program.metadata.get("options", {})).quant
     except (TypeError, ValueError) as err:  # a forged header: "percentile": "x"
@@ -1068,7 +1072,8 @@ def _option_record(options: QuantOptions, evaluation: Evaluation, profile_path: 
             "percentile": options.percentile, "per_channel": options.per_channel, "activations": options.activation_dtype,
             "symmetric": options.symmetric_activations, "schema": options.schema,
             "keep_fp32": list(options.keep_fp32), "wide_norm_inputs": options.wide_norm_inputs,
-            "smooth_norms": options.smooth_norms,
+            "smooth_norms": options.smooth_norms, "equalize": options.equalize,
+            "bias_correction": options.bias_correction,
             **({"int16_tensors": list(options.int16_tensors)} if options.int16_tensors else {}),
             **({"weight_rounding": options.weight_rounding} if options.weight_rounding else {}),
             **({"int16_weights": list(options.int16_weights)} if options.int16_weights else {}),

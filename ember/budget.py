@@ -21,13 +21,24 @@ hundredths of a dB each at the cost of whole layers' passes. So the search then 
 (`ember.cost`, no compile), and the items are dropped costliest per dB of expected gain first,
 in batches that grow while the budget holds, each step measured. The choice reports each
 raised item's estimated cost.
+
+Some error no precision fixes: a channel a hundred times narrower than its tensor's widest keeps
+a few steps of one per-tensor scale, int16 or not, and a depthwise Conv after it amplifies what
+it lost (PicoDet's backbone: every tensor and weight int16 left its regions' F1 0.6 points short).
+Cross-layer equalization evens those channels out (`--equalize all`, `quantizer.equalize`), and
+the model it makes needs its own profile. So when the user left `--equalize` out and int8
+misses, the search profiles the equalized model on the given profile's own calibration data
+(`ember.reprofile`), measures it, and goes on from whichever model is closer to the budget
+(`_equalized`); what it found is the choice's `equalization`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from compiler.backend.progress import Progress, quiet
@@ -40,6 +51,11 @@ from ember.cost import CycleModel, Wide, marginal
 from ember.errors import EmberError
 from ember.flow import Quantizer
 from ember.reports.accuracy import AccuracyReport
+from ember.reprofile import NotAgain, profile_again
+from profiler import format as profile_format
+from profiler.format import Profile
+from profiler.run import load_model
+from quantizer.equalize import chain_count, equalize
 from quantizer.errors import QuantizeError
 from quantizer.options import QuantOptions
 from simulator.arch import Arch
@@ -190,6 +206,25 @@ class Choice:
     pruned: int = 0  # items the search met the budget with that the pruning dropped
     # The estimated cycles (`ember.cost`) of the all-int8 program and of the chosen one.
     estimated_cycles: tuple[int, int] | None = None
+    # The search's own trial of cross-layer equalization, when it made one (`_equalized`).
+    equalization: Equalization | None = None
+
+
+@dataclass(frozen=True)
+class Equalization:
+    """The budget's trial of `--equalize all` (Nagel et al.'s cross-layer equalization, through
+    any activation): what it found, in words; the equalized model's int8 report when measured;
+    and, when the search went on from it (it started closer to the budget), its profile, made
+    on the given profile's own calibration data (`ember.reprofile`), which the chosen options
+    need beside the program."""
+
+    note: str
+    report: AccuracyReport | None = None
+    profile: Profile | None = None
+
+    @property
+    def chosen(self) -> bool:
+        return self.profile is not None
 
 
 class BudgetMissed(EmberError):
@@ -204,21 +239,24 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
            budget: Budget, allow_host: bool,
            input_shapes: Mapping[str, Sequence[int]] | None = None,
            progress: Progress = quiet, where: Where = Where(),
-           target: Arch | str = "default") -> Choice:
+           target: Arch | str = "default", try_equalize: bool = False) -> Choice:
     """The fewest ranked tensors to raise so that `budget` holds on `evaluation`, then the
     costliest of them for `target` dropped while it still holds (see the module docstring);
     raises BudgetMissed, carrying the best measured, when none does. `where` (--cluster) runs
-    each measurement's samples and the ranking's runs in shards."""
+    each measurement's samples and the ranking's runs in shards. With `try_equalize` (the
+    options' equalize "off", as the user left it), an int8 model that misses is tried
+    equalized too (`_equalized`), and the search goes on from whichever is closer."""
     if not budget.given:
         raise EmberError("a budget needs --min-sqnr, --max-drop or --min-agreement")
 
-    def run(opts: QuantOptions, sensitivity: bool = False) -> AccuracyReport:
+    def run(opts: QuantOptions, sensitivity: bool = False,
+            profile: str = profile_path) -> AccuracyReport:
         ranking = dataclasses.replace(evaluation, per_layer=True, sensitivity=True, alone=False,
                                       samples=min(evaluation.samples or RANKING_SAMPLES,
                                                   RANKING_SAMPLES))
         with warnings.catch_warnings():  # the final compile says them once
             warnings.simplefilter("ignore")
-            return measure(model_path, profile_path, ranking if sensitivity else evaluation,
+            return measure(model_path, profile, ranking if sensitivity else evaluation,
                            opts, input_shapes, progress, where=where)
 
     progress("budget: measuring int8", 0, None)
@@ -250,8 +288,72 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                          f"scores with --threshold OUTPUT=T, or use --min-sqnr")
     if budget.shortfall(baseline) is None:
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
+    with tempfile.TemporaryDirectory(prefix="ember-budget-") as scratch:
+        equalization, profile, start = None, profile_path, baseline
+        if try_equalize and options.equalize == "off":
+            equalization = _equalized(model_path, profile_path, options, budget, baseline, run,
+                                      Path(scratch), where, progress)
+            if equalization.chosen:
+                profile = str(Path(scratch) / EQUALIZED_PROFILE)
+                options = dataclasses.replace(options, equalize="all")
+                start = equalization.report
+        if start is not baseline and budget.shortfall(start) is None:
+            return Choice(options, (), baseline, start, True, 2, budget=budget,
+                          equalization=equalization)
+        return _search(model_path, profile, options, budget, allow_host, input_shapes, run,
+                       baseline, start, equalization, progress, target)
+
+
+# The equalized model's profile in the budget's scratch folder.
+EQUALIZED_PROFILE = "equalized.profile.json"
+
+
+def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget: Budget,
+               baseline: AccuracyReport, run: Callable[..., AccuracyReport], scratch: Path,
+               where: Where, progress: Progress) -> Equalization:
+    """The int8 model with `--equalize all`, profiled on the given profile's own calibration
+    data, measured, and taken (its profile kept in `scratch`) when it starts closer to the
+    budget than the plain one: a per-tensor int16 scale cannot give a channel a hundred times
+    narrower than its tensor's widest the steps it loses (PicoDet's backbone, whose depthwise
+    Convs then amplify it), and equalization can, at one table per channel."""
+    if options.weight_rounding:
+        return Equalization("not tried: --weight-rounding's codes are for the plain model's "
+                            "weights")
+    proto = load_model(model_path)
+    chains = chain_count(proto, "all")
+    if not chains:
+        return Equalization("not tried: the model has no Conv -> Conv chain to equalize")
+    progress("budget: profiling the model equalized (--equalize all) on the profile's data",
+             0, None)
+    try:
+        again = profile_again(equalize(proto, "all"), profile_format.load(profile_path),
+                              model_path, where)
+    except NotAgain as why:
+        return Equalization(f"--equalize all not tried: {why}")
+    profile_format.save(again, scratch / EQUALIZED_PROFILE)
+    progress("budget: measuring the equalized model at int8", 0, None)
+    options = dataclasses.replace(options, equalize="all")
+    try:
+        report = run(options, profile=str(scratch / EQUALIZED_PROFILE))
+    except (QuantizeError, EmberError) as err:
+        return Equalization(f"--equalize all tried, and it does not quantize: {err}")
+    closer = budget.margin(report) > budget.margin(baseline)
+    note = (f"--equalize all ({chains} chain{'s' if chains > 1 else ''}) at int8: "
+            f"{budget.describe(report)}, "
+            f"{'closer to' if closer else 'no closer to'} the budget than "
+            f"{budget.describe(baseline)}")
+    return Equalization(note, report, again if closer else None)
+
+
+def _search(model_path: str, profile_path: str, options: QuantOptions, budget: Budget,
+            allow_host: bool, input_shapes: Mapping[str, Sequence[int]] | None,
+            run: Callable[..., AccuracyReport], baseline: AccuracyReport,
+            start: AccuracyReport, equalization: Equalization | None, progress: Progress,
+            target: Arch | str) -> Choice:
+    """`choose`'s search from `start` (the int8 model of `options` and `profile_path`), its
+    choice's int8 figures `baseline`'s."""
     progress("budget: ranking tensors and weights by sensitivity", 0, None)
-    ranking = run(options, sensitivity=True)
+    ranking = run(options, sensitivity=True, profile=profile_path)
     # (name, gain, node): a tensor's (node None), or a layer's weights (the node reading them)
     ranked = [(layer.name, layer.gain_db, None) for layer in ranking.layers
               if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
@@ -267,13 +369,17 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
 
     int8 = quantize(options)
     candidates = _Candidates(ranked, options, allow_host, int8.graph, quantize)
-    measured: dict[int, AccuracyReport] = {0: baseline}
+    measured: dict[int, AccuracyReport] = {0: start}
+    trials = 1 + (equalization is not None and equalization.report is not None)
+
+    def measure_raised(opts: QuantOptions) -> AccuracyReport:
+        return run(opts, profile=profile_path)
 
     def meets(count: int) -> bool:
         count = candidates.verify(count)
         if count not in measured:
             progress(f"budget: {count} tensors raised", len(measured), None)
-            measured[count] = run(candidates.options(count))
+            measured[count] = measure_raised(candidates.options(count))
         return budget.shortfall(measured[count]) is None
 
     # 1, 2, 4, ... up to every candidate, then bisect between the last miss and the first hit.
@@ -298,21 +404,25 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
         best = max(measured, key=lambda n: budget.margin(measured[n]))
         raised = _priced(candidates.raised(best), model)
         choice = Choice(candidates.options(best), raised, baseline, measured[best], False,
-                        len(measured), candidates.passed_over, budget,
-                        estimated_cycles=(model.cycles(), model.cycles(_wide(model, raised))))
+                        len(measured) + trials - 1, candidates.passed_over, budget,
+                        estimated_cycles=(model.cycles(), model.cycles(_wide(model, raised))),
+                        equalization=equalization)
         what = (f"{best} tensors raised ({_names(choice.raised)})" if best else
                 "nothing raised")
+        if options.equalize == "all" and equalization is not None:
+            what += " on the model equalized (--equalize all)"
         also = "" if allow_host else "; --allow-host lets ember keep tensors in fp32 on the host"
         raise BudgetMissed(f"the budget is not met: {budget.shortfall(baseline)} at int8; the "
                            f"best measured is {budget.describe(measured[best])} with {what}"
                            f"{_passed_over(candidates)}{also}", choice)
     raised, report, pruning = _prune(candidates.raised(high), measured[high], model, budget,
-                                     run, quantize, options, progress)
+                                     measure_raised, quantize, options, progress)
     raised = _priced(raised, model)
     chosen = model.cycles(_wide(model, raised))
     return Choice(_options(options, raised), raised, baseline, report, True,
-                  len(measured) + pruning, candidates.passed_over, budget,
-                  pruned=high - len(raised), estimated_cycles=(model.cycles(), chosen))
+                  len(measured) + trials - 1 + pruning, candidates.passed_over, budget,
+                  pruned=high - len(raised), estimated_cycles=(model.cycles(), chosen),
+                  equalization=equalization)
 
 
 def _wide(model: CycleModel, raised: Sequence[Raised]) -> Wide:

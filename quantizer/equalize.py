@@ -91,6 +91,19 @@ def equalize(model: onnx.ModelProto, mode: str = "exact") -> onnx.ModelProto:
     return out
 
 
+def chain_count(model: onnx.ModelProto, mode: str) -> int:
+    """How many Conv → Conv chains `equalize(model, mode)` would equalize (0: it would only
+    fold BatchNorms)."""
+    if mode == "off":
+        return 0
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    _lift_constants(out.graph)
+    weights = _Weights(out.graph)
+    _fold_batchnorms(out.graph, weights)
+    return len(_chains(out.graph, weights, mode))
+
+
 def _spread(chain: "_Chain", weights: "_Weights", mode: str) -> np.ndarray | None:
     """In mode "all", a chain into a depthwise Conv whose first Conv had a BatchNorm: the
     ranges of the first's output channels, |beta| + 3 |gamma| (the BatchNorm's output is

@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.table import Table
 
 from compiler.backend.program import BackendOptions, Compiled
 from compiler.frontend.onnx import parse_input_shapes
 from ember import console
 from ember.accuracy import Evaluation
-from ember.budget import Budget, BudgetMissed, Choice, choose
+from ember.budget import Budget, BudgetMissed, Choice, Equalization, choose
 from ember.cluster import Where
+from ember.errors import EmberError
 from ember.commands.options import (class_axes_from, class_axis_option, cluster_option,
                                     ctc_blank_option, data_options, decisions_from,
                                     metric_option,
@@ -26,6 +28,7 @@ from ember.files import InputPath, OutputPath
 from ember.flow import CompileOptions, compile_model
 from ember.progress import progress_bar
 from ember.task_metric import MetricSpec
+from profiler import format as profile_format
 from quantizer.qdq import export_qdq
 from simulator import machine
 from simulator.arch import Arch
@@ -104,6 +107,13 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     search measures many configurations: --cluster local:N runs each one's samples, and the
     ranking's runs, in N processes (the choice is the same).
 
+    With --equalize left out, an int8 model that misses the budget is also tried equalized
+    (--equalize all): profiled again on the calibration data its profile records (found where
+    the profile says, or beside it, and checked by its digest), measured, and the search goes
+    on from whichever model is closer to the budget. An equalized choice's profile is written
+    beside the program (PROGRAM.equalized.profile.json), for `ember accuracy`; --equalize off
+    keeps the model as it is.
+
     \b
     Examples:
       ember quantize-profile model.onnx --data calib.npz -o model.profile.json
@@ -148,15 +158,20 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
     choice = None
     with progress_bar() as progress:
         if data is not None:
+            # --equalize left out: the budget may try `all` itself (`budget._equalized`).
+            try_equalize = click.get_current_context().get_parameter_source("equalize") \
+                is ParameterSource.DEFAULT
             choice = _within_budget(model, profile_path, options, budget, allow_host,
                                     Evaluation(data=data, labels=labels_path, samples=samples,
                                                images=images,
                                                class_axes=axes, ctc_blank=ctc_blank,
                                                metric=metric,
                                                decisions=decisions_from(thresholds)),
-                                    progress, cluster, target)
+                                    progress, cluster, target, try_equalize)
             baseline = compile_model(model, profile_path, options, target, progress)
             options = dataclasses.replace(options, quant=choice.options)
+            if choice.equalization is not None and choice.equalization.chosen:
+                profile_path = _save_equalized(choice.equalization, out, model, profile_path)
         built = compile_model(model, profile_path, options, target, progress)
         # The machine's timing depends on the program alone, so the summary's cycles are
         # exactly those `ember simulate` will report, whatever the inputs.
@@ -164,6 +179,8 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
         cycles = machine.timing(built.compiled.program).cycles
         if choice is not None:
             spent = _cost(choice, baseline, machine.timing(baseline.compiled.program).cycles,
+                          profile_path if choice.equalization is not None and
+                          choice.equalization.chosen else None,
                           built, cycles)
     for name, shape in built.compiled.program.metadata["options"].get("input_shapes", {}).items():
         if name not in options.input_shapes:
@@ -189,17 +206,34 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
 
 def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
                    allow_host: bool, evaluation: Evaluation, progress, where: Where,
-                   target: str) -> Choice:
+                   target: str, try_equalize: bool) -> Choice:
     """The search's choice; a missed budget is exit 3 with the best measured, no program."""
     try:
         return choose(model, profile_path, evaluation, options.quant, budget, allow_host,
-                      options.input_shapes, progress, where, target)
+                      options.input_shapes, progress, where, target, try_equalize)
     except BudgetMissed as missed:
         click.echo(f"ember: budget not met, no program written: {missed}", err=True)
         sys.exit(3)
 
 
-def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) -> dict:
+def equalized_profile_path(program: Path) -> Path:
+    """Where compile writes the profile of a model the budget equalized: beside the program."""
+    return program.with_name(f"{program.stem}.equalized.profile.json")
+
+
+def _save_equalized(equalization: Equalization, out: Path, model: str, profile_path: str) -> str:
+    """The equalized model's profile written beside the program (the program's header names
+    its digest: `ember accuracy` and `simulate` take it with the program)."""
+    path = equalized_profile_path(out)
+    if path.resolve() in (Path(model).resolve(), Path(profile_path).resolve()):
+        raise EmberError(f"{path}: the budget's equalized profile would overwrite an input; "
+                         f"name the program otherwise (-o)")
+    profile_format.save(equalization.profile, path)
+    return str(path)
+
+
+def _cost(choice: Choice, baseline, baseline_cycles: int, equalized_profile: str | None,
+          built, cycles: int) -> dict:
     """What the search raised and what it costs against the all-int8 program."""
     def figures(report, summary, cycles):
         return {"cycles": cycles, "dram_bytes_moved": summary.dram_bytes_moved,
@@ -221,7 +255,10 @@ def _cost(choice: Choice, baseline, baseline_cycles: int, built, cycles: int) ->
             "raised": [r.to_json() for r in choice.raised],
             "passed_over": [{"tensor": t, "why": why} for t, why in choice.passed_over],
             "int8": figures(choice.baseline, baseline.compiled.summary, baseline_cycles),
-            "chosen": figures(choice.report, built.compiled.summary, cycles)}
+            "chosen": figures(choice.report, built.compiled.summary, cycles),
+            "equalization": None if choice.equalization is None else {
+                "note": choice.equalization.note, "chosen": choice.equalization.chosen,
+                "profile": equalized_profile}}
 
 
 # The raised tensors the budget's summary names, first in the ranking's order; the rest are
@@ -289,7 +326,16 @@ def _print_budget(spent: dict) -> None:
     if rest:
         table.add_row(f"... and {len(rest)} more", "", f"{_raised_counts(rest)} (--json lists "
                                                         f"every one)")
+    equalization = spent.get("equalization")
+    if equalization is not None and equalization["chosen"]:
+        table.add_row("cross-layer equalization", "off", "--equalize all")
     console.results().print(table)
+    if equalization is not None:
+        said = f"budget: {equalization['note']}"
+        if equalization["chosen"]:
+            said += (f"; the equalized model's profile is {equalization['profile']} (give it "
+                     f"to `ember accuracy` with this program)")
+        console.results().print(said, highlight=False)
 
 
 def _print_summary(compiled: Compiled, cycles: int, out: Path, arch: Arch) -> None:

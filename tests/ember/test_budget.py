@@ -48,10 +48,11 @@ def _compile(folder, *options):
 
 
 def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
-    result = _compile(bad, "--min-sqnr", 18, "--json")
+    result = _compile(bad, "--min-sqnr", 18, "--json", "--equalize", "off")
     assert result.exit_code == 0, result.output
     spent = json.loads(result.output)["budget"]
     assert spent["met"] and [r["tensor"] for r in spent["raised"]] == ["mid"]
+    assert spent["equalization"] is None  # --equalize given: the budget does not try it
     assert spent["raised"][0]["how"] == "int16"
     before, after = spent["int8"], spent["chosen"]
     assert before["outputs"][0]["sqnr_db"] < 12 and after["outputs"][0]["sqnr_db"] >= 18
@@ -67,7 +68,7 @@ def test_the_bad_tensor_goes_int16_and_the_program_stays_bit_exact(bad) -> None:
     assert report["bit_exact"] is True
     assert report["options"]["int16_tensors"] == ["mid"]
     assert report["outputs"][0]["sqnr_db"] == pytest.approx(after["outputs"][0]["sqnr_db"])
-    table = _compile(bad, "--min-sqnr", 18).output  # the gain with its own sign, once
+    table = _compile(bad, "--min-sqnr", 18, "--equalize", "off").output  # the gain's own sign
     gain = spent["raised"][0]["gain_db"]
     assert f"{gain:+.2f} dB expected" in table and "+-" not in table
     assert f"int16, {spent['raised'][0]['cost_cycles']:+,} cycles est." in table
@@ -91,7 +92,7 @@ def test_a_budget_already_met_raises_nothing(bad) -> None:
 
 def test_a_budget_nothing_meets_is_exit_3_with_the_best_measured(bad) -> None:
     (bad / "m.ember").unlink(missing_ok=True)
-    result = _compile(bad, "--min-sqnr", 60)
+    result = _compile(bad, "--min-sqnr", 60, "--equalize", "off")
     assert result.exit_code == 3, result.output
     assert "budget not met, no program written" in result.output
     # mid int16 and c2's weights int16 too (four passes: `quantizer.wide_weights`), then the
@@ -210,7 +211,7 @@ def test_a_layer_whose_weights_are_the_error_gets_int16_weights(tmp_path) -> Non
                for count, seed in ((8, 0), (16, 1))))
     result = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
                     tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember",
-                    "--json")
+                    "--json", "--equalize", "off")
     assert result.exit_code == 0, result.output
     spent = json.loads(result.output)["budget"]
     assert [(r["tensor"], r["how"], r["nodes"]) for r in spent["raised"]] == \
@@ -223,7 +224,8 @@ def test_a_layer_whose_weights_are_the_error_gets_int16_weights(tmp_path) -> Non
     report = json.loads(checked.output)
     assert report["bit_exact"] is True and report["options"]["int16_weights"] == ["conv_w"]
     table = invoke("compile", tmp_path / "m.onnx", "--profile", tmp_path / "p.json", "--data",
-                   tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember").output
+                   tmp_path / "eval.npz", "--min-sqnr", 28, "-o", tmp_path / "m.ember",
+                   "--equalize", "off").output
     assert "int16 weights (conv_w)" in table
 
 
@@ -357,3 +359,59 @@ def test_a_spectrum_part_the_quantizer_made_int16_is_raised_as_one_group(tmp_pat
     assert {hows.get(part) for part in hypot.inputs[:2]} == {"int16"}
     assert not any(hypot.name in r.nodes for r in choice.raised)
     assert not {tensor for tensor, _ in choice.passed_over} & set(hypot.inputs[:2])
+
+
+def test_the_budget_equalizes_the_model_itself_when_that_meets_it(bad) -> None:
+    """--equalize left out, int8 misses: the budget profiles the model equalized (--equalize
+    all) on the profile's own calibration data, exactly as `ember quantize-profile --equalize
+    all` would, and the equalized int8 model meets 18 dB with nothing raised (mid's wide
+    channel is evened out). The profile is written beside the program, and the program runs
+    bit-exactly with it."""
+    result = _compile(bad, "--min-sqnr", 18, "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.stdout)["budget"]
+    assert spent["met"] and spent["raised"] == [] and spent["evaluations"] == 2
+    equalization = spent["equalization"]
+    written = bad / "m.equalized.profile.json"
+    assert equalization["chosen"] and equalization["profile"] == str(written)
+    assert "--equalize all (1 chain) at int8" in equalization["note"]
+    assert spent["chosen"]["outputs"][0]["sqnr_db"] >= 18 > spent["int8"]["outputs"][0]["sqnr_db"]
+    made = invoke("quantize-profile", bad / "m.onnx", "--data", bad / "calib.npz",
+                  "--equalize", "all", "-o", bad / "by_hand.json")
+    assert made.exit_code == 0, made.output
+    assert written.read_bytes() == (bad / "by_hand.json").read_bytes()
+    checked = invoke("accuracy", bad / "m.onnx", bad / "m.ember", "--profile", written,
+                     "--data", bad / "eval.npz", "--json")
+    assert checked.exit_code == 0, checked.output
+    report = json.loads(checked.stdout)
+    assert report["bit_exact"] is True and report["options"]["equalize"] == "all"
+    table = _compile(bad, "--min-sqnr", 18).output
+    assert "cross-layer equalization" in table and "m.equalized.profile.json" in table
+    assert_one_line_error(invoke("accuracy", bad / "m.onnx", bad / "m.ember", "--profile",
+                                 bad / "p.json", "--data", bad / "eval.npz"),
+                          "the program was compiled with another profile",
+                          "its name ends .equalized.profile.json")
+
+
+@pytest.mark.parametrize("change, why", [
+    ("gone", "is not there (nor beside the profile)"),
+    ("other", "is not the data the profile was made from (its digest differs)"),
+])
+def test_equalization_is_tried_only_on_the_profiles_own_data(tmp_path, change, why) -> None:
+    """The calibration data moved or changed since profiling: equalization is not tried (a
+    profile of other samples would not be the one the user made), the search goes on without
+    it and says why."""
+    rng = np.random.default_rng(1)
+    calib, evaluation = ({"x": rng.standard_normal((count, 3, 8, 8)).astype(np.float32)}
+                         for count in (16, 24))
+    profiled(tmp_path, one_bad_tensor(), calib, evaluation)
+    if change == "gone":
+        (tmp_path / "calib.npz").unlink()
+    else:
+        np.savez(tmp_path / "calib.npz", x=calib["x"][::-1].copy())
+    result = _compile(tmp_path, "--min-sqnr", 18, "--json")
+    assert result.exit_code == 0, result.output
+    spent = json.loads(result.stdout)["budget"]
+    assert [r["tensor"] for r in spent["raised"]] == ["mid"]
+    assert not spent["equalization"]["chosen"] and why in spent["equalization"]["note"]
+    assert not (tmp_path / "m.equalized.profile.json").exists()
