@@ -317,12 +317,12 @@ def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget
     narrower than its tensor's widest the steps it loses (PicoDet's backbone, whose depthwise
     Convs then amplify it), and equalization can, at one table per channel."""
     if options.weight_rounding:
-        return Equalization("not tried: --weight-rounding's codes are for the plain model's "
-                            "weights")
+        return Equalization("--equalize all not tried: --weight-rounding's codes are for the "
+                            "plain model's weights")
     proto = load_model(model_path)
     chains = chain_count(proto, "all")
     if not chains:
-        return Equalization("not tried: the model has no Conv -> Conv chain to equalize")
+        return Equalization("--equalize all not tried: the model has no Conv -> Conv chain")
     progress("budget: profiling the model equalized (--equalize all) on the profile's data",
              0, None)
     try:
