@@ -28,8 +28,9 @@ it lost (PicoDet's backbone: every tensor and weight int16 left its regions' F1 
 Cross-layer equalization evens those channels out (`--equalize all`, `quantizer.equalize`), and
 the model it makes needs its own profile. So when the user left `--equalize` out and int8
 misses, the search profiles the equalized model on the given profile's own calibration data
-(`ember.reprofile`), measures it, and goes on from whichever model is closer to the budget
-(`_equalized`); what it found is the choice's `equalization`.
+(`ember.reprofile`) and measures it; when it meets the budget at int8 it is the choice, else
+the search goes on from the plain model (`_equalized`: whose int16 forms reach further), and
+what the trial found is the choice's `equalization`.
 """
 
 from __future__ import annotations
@@ -214,9 +215,8 @@ class Choice:
 class Equalization:
     """The budget's trial of `--equalize all` (Nagel et al.'s cross-layer equalization, through
     any activation): what it found, in words; the equalized model's int8 report when measured;
-    and, when the search went on from it (it started closer to the budget), its profile, made
-    on the given profile's own calibration data (`ember.reprofile`), which the chosen options
-    need beside the program."""
+    and, when that met the budget (the choice), its profile, made on the given profile's own
+    calibration data (`ember.reprofile`), which the chosen options need beside the program."""
 
     note: str
     report: AccuracyReport | None = None
@@ -245,7 +245,7 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
     raises BudgetMissed, carrying the best measured, when none does. `where` (--cluster) runs
     each measurement's samples and the ranking's runs in shards. With `try_equalize` (the
     options' equalize "off", as the user left it), an int8 model that misses is tried
-    equalized too (`_equalized`), and the search goes on from whichever is closer."""
+    equalized too (`_equalized`): the choice if it meets the budget as it is."""
     if not budget.given:
         raise EmberError("a budget needs --min-sqnr, --max-drop or --min-agreement")
 
@@ -288,20 +288,17 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                          f"scores with --threshold OUTPUT=T, or use --min-sqnr")
     if budget.shortfall(baseline) is None:
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
-    with tempfile.TemporaryDirectory(prefix="ember-budget-") as scratch:
-        equalization, profile, start = None, profile_path, baseline
-        if try_equalize and options.equalize == "off":
+    equalization = None
+    if try_equalize and options.equalize == "off":
+        with tempfile.TemporaryDirectory(prefix="ember-budget-") as scratch:
             equalization = _equalized(model_path, profile_path, options, budget, baseline, run,
                                       Path(scratch), where, progress)
-            if equalization.chosen:
-                profile = str(Path(scratch) / EQUALIZED_PROFILE)
-                options = dataclasses.replace(options, equalize="all")
-                start = equalization.report
-        if start is not baseline and budget.shortfall(start) is None:
-            return Choice(options, (), baseline, start, True, 2, budget=budget,
+        if equalization.chosen:
+            return Choice(dataclasses.replace(options, equalize="all"), (), baseline,
+                          equalization.report, True, 2, budget=budget,
                           equalization=equalization)
-        return _search(model_path, profile, options, budget, allow_host, input_shapes, run,
-                       baseline, start, equalization, progress, target)
+    return _search(model_path, profile_path, options, budget, allow_host, input_shapes, run,
+                   baseline, equalization, progress, target)
 
 
 # The equalized model's profile in the budget's scratch folder.
@@ -312,10 +309,13 @@ def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget
                baseline: AccuracyReport, run: Callable[..., AccuracyReport], scratch: Path,
                where: Where, progress: Progress) -> Equalization:
     """The int8 model with `--equalize all`, profiled on the given profile's own calibration
-    data, measured, and taken (its profile kept in `scratch`) when it starts closer to the
-    budget than the plain one: a per-tensor int16 scale cannot give a channel a hundred times
-    narrower than its tensor's widest the steps it loses (PicoDet's backbone, whose depthwise
-    Convs then amplify it), and equalization can, at one table per channel."""
+    data (written to `scratch` to be measured), measured, and taken when it meets the budget:
+    a per-tensor int16 scale cannot give a channel a hundred times narrower than its tensor's
+    widest the steps it loses (PicoDet's backbone, whose depthwise Convs then amplify it), and
+    equalization can, at one table per channel. One that only comes closer is not searched
+    from: the int16 forms reach fewer of its nodes (a ReLU6 chain's per-channel bound is not
+    widened, so EfficientNet-Lite0's search from it kept 3 tensors in fp32 on the host where
+    the plain model's needed none)."""
     if options.weight_rounding:
         return Equalization("--equalize all not tried: --weight-rounding's codes are for the "
                             "plain model's weights")
@@ -337,23 +337,21 @@ def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget
         report = run(options, profile=str(scratch / EQUALIZED_PROFILE))
     except (QuantizeError, EmberError) as err:
         return Equalization(f"--equalize all tried, and it does not quantize: {err}")
-    closer = budget.margin(report) > budget.margin(baseline)
+    met = budget.shortfall(report) is None
     note = (f"--equalize all ({chains} chain{'s' if chains > 1 else ''}) at int8: "
-            f"{budget.describe(report)}, "
-            f"{'closer to' if closer else 'no closer to'} the budget than "
-            f"{budget.describe(baseline)}")
-    return Equalization(note, report, again if closer else None)
+            f"{budget.describe(report)} ({'meets the budget' if met else 'misses the budget'}; "
+            f"plain: {budget.describe(baseline)})")
+    return Equalization(note, report, again if met else None)
 
 
 def _search(model_path: str, profile_path: str, options: QuantOptions, budget: Budget,
             allow_host: bool, input_shapes: Mapping[str, Sequence[int]] | None,
             run: Callable[..., AccuracyReport], baseline: AccuracyReport,
-            start: AccuracyReport, equalization: Equalization | None, progress: Progress,
+            equalization: Equalization | None, progress: Progress,
             target: Arch | str) -> Choice:
-    """`choose`'s search from `start` (the int8 model of `options` and `profile_path`), its
-    choice's int8 figures `baseline`'s."""
+    """`choose`'s search from `baseline`, the int8 model of `options` and `profile_path`."""
     progress("budget: ranking tensors and weights by sensitivity", 0, None)
-    ranking = run(options, sensitivity=True, profile=profile_path)
+    ranking = run(options, sensitivity=True)
     # (name, gain, node): a tensor's (node None), or a layer's weights (the node reading them)
     ranked = [(layer.name, layer.gain_db, None) for layer in ranking.layers
               if layer.gain_db is not None and layer.gain_db >= MIN_GAIN_DB]
@@ -369,17 +367,14 @@ def _search(model_path: str, profile_path: str, options: QuantOptions, budget: B
 
     int8 = quantize(options)
     candidates = _Candidates(ranked, options, allow_host, int8.graph, quantize)
-    measured: dict[int, AccuracyReport] = {0: start}
+    measured: dict[int, AccuracyReport] = {0: baseline}
     trials = 1 + (equalization is not None and equalization.report is not None)
-
-    def measure_raised(opts: QuantOptions) -> AccuracyReport:
-        return run(opts, profile=profile_path)
 
     def meets(count: int) -> bool:
         count = candidates.verify(count)
         if count not in measured:
             progress(f"budget: {count} tensors raised", len(measured), None)
-            measured[count] = measure_raised(candidates.options(count))
+            measured[count] = run(candidates.options(count))
         return budget.shortfall(measured[count]) is None
 
     # 1, 2, 4, ... up to every candidate, then bisect between the last miss and the first hit.
@@ -409,14 +404,13 @@ def _search(model_path: str, profile_path: str, options: QuantOptions, budget: B
                         equalization=equalization)
         what = (f"{best} tensors raised ({_names(choice.raised)})" if best else
                 "nothing raised")
-        if options.equalize == "all" and equalization is not None:
-            what += " on the model equalized (--equalize all)"
         also = "" if allow_host else "; --allow-host lets ember keep tensors in fp32 on the host"
+        tried = "" if equalization is None else f"; {equalization.note}"
         raise BudgetMissed(f"the budget is not met: {budget.shortfall(baseline)} at int8; the "
                            f"best measured is {budget.describe(measured[best])} with {what}"
-                           f"{_passed_over(candidates)}{also}", choice)
+                           f"{_passed_over(candidates)}{tried}{also}", choice)
     raised, report, pruning = _prune(candidates.raised(high), measured[high], model, budget,
-                                     measure_raised, quantize, options, progress)
+                                     run, quantize, options, progress)
     raised = _priced(raised, model)
     chosen = model.cycles(_wide(model, raised))
     return Choice(_options(options, raised), raised, baseline, report, True,

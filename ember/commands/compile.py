@@ -109,10 +109,10 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
 
     With --equalize left out, an int8 model that misses the budget is also tried equalized
     (--equalize all): profiled again on the calibration data its profile records (found where
-    the profile says, or beside it, and checked by its digest), measured, and the search goes
-    on from whichever model is closer to the budget. An equalized choice's profile is written
-    beside the program (PROGRAM.equalized.profile.json), for `ember accuracy`; --equalize off
-    keeps the model as it is.
+    the profile says, or beside it, and checked by its digest) and measured: if it meets the
+    budget with nothing raised, it is the choice, and its profile is written beside the
+    program (PROGRAM.equalized.profile.json), for `ember accuracy`; else the search raises
+    tensors of the model as it is. --equalize off skips the trial.
 
     \b
     Examples:

@@ -415,3 +415,11 @@ def test_equalization_is_tried_only_on_the_profiles_own_data(tmp_path, change, w
     assert [r["tensor"] for r in spent["raised"]] == ["mid"]
     assert not spent["equalization"]["chosen"] and why in spent["equalization"]["note"]
     assert not (tmp_path / "m.equalized.profile.json").exists()
+
+
+def test_a_missed_budget_says_what_equalization_reached(bad) -> None:
+    """Exit 3: the message gives the equalized model's int8 figures beside the best raised."""
+    result = _compile(bad, "--min-sqnr", 60)
+    assert result.exit_code == 3, result.output
+    assert "--equalize all (1 chain) at int8: y 34" in result.output
+    assert "misses the budget; plain: y 8.89 dB" in result.output
