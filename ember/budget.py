@@ -290,9 +290,8 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
         return Choice(options, (), baseline, baseline, True, 1, budget=budget)
     equalization = None
     if try_equalize and options.equalize == "off":
-        with tempfile.TemporaryDirectory(prefix="ember-budget-") as scratch:
-            equalization = _equalized(model_path, profile_path, options, budget, baseline, run,
-                                      Path(scratch), where, progress)
+        equalization = _equalized(model_path, profile_path, options, budget, baseline, run,
+                                  where, progress)
         if equalization.chosen:
             return Choice(dataclasses.replace(options, equalize="all"), (), baseline,
                           equalization.report, True, 2, budget=budget,
@@ -301,15 +300,11 @@ def choose(model_path: str, profile_path: str, evaluation: Evaluation, options: 
                    baseline, equalization, progress, target)
 
 
-# The equalized model's profile in the budget's scratch folder.
-EQUALIZED_PROFILE = "equalized.profile.json"
-
-
 def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget: Budget,
-               baseline: AccuracyReport, run: Callable[..., AccuracyReport], scratch: Path,
-               where: Where, progress: Progress) -> Equalization:
+               baseline: AccuracyReport, run: Callable[..., AccuracyReport], where: Where,
+               progress: Progress) -> Equalization:
     """The int8 model with `--equalize all`, profiled on the given profile's own calibration
-    data (written to `scratch` to be measured), measured, and taken when it meets the budget:
+    data, measured, and taken when it meets the budget:
     a per-tensor int16 scale cannot give a channel a hundred times narrower than its tensor's
     widest the steps it loses (PicoDet's backbone, whose depthwise Convs then amplify it), and
     equalization can, at one table per channel. One that only comes closer is not searched
@@ -330,13 +325,14 @@ def _equalized(model_path: str, profile_path: str, options: QuantOptions, budget
                               model_path, where)
     except NotAgain as why:
         return Equalization(f"--equalize all not tried: {why}")
-    profile_format.save(again, scratch / EQUALIZED_PROFILE)
     progress("budget: measuring the equalized model at int8", 0, None)
-    options = dataclasses.replace(options, equalize="all")
-    try:
-        report = run(options, profile=str(scratch / EQUALIZED_PROFILE))
-    except (QuantizeError, EmberError) as err:
-        return Equalization(f"--equalize all tried, and it does not quantize: {err}")
+    with tempfile.TemporaryDirectory(prefix="ember-budget-") as scratch:
+        path = Path(scratch) / "equalized.profile.json"  # `measure` reads a profile's file
+        profile_format.save(again, path)
+        try:
+            report = run(dataclasses.replace(options, equalize="all"), profile=str(path))
+        except (QuantizeError, EmberError) as err:
+            return Equalization(f"--equalize all tried, and it does not quantize: {err}")
     met = budget.shortfall(report) is None
     note = (f"--equalize all ({chains} chain{'s' if chains > 1 else ''}) at int8: "
             f"{budget.describe(report)} ({'meets the budget' if met else 'misses the budget'}; "

@@ -179,8 +179,9 @@ def input_bits(graph: Graph, name: str, readers: list[Node], most: int, amax: fl
     (what its other readers allow) and at least MIN_ARRAY_BITS, b_w at least MIN_WEIGHT_BITS,
     the two as equal as the accumulator allows, an odd bit to the weights: the greatest
     (min(b_x, b_w), b_w). The weights' bits for each b_x are estimated here from the fp32
-    weights at the quantizer's scales by `pass_bound` (bias codes at most BIAS_CODE_LIMIT, as
-    its floors keep them; no bias correction), and decided exactly by `weight_bits`. On
+    weights at the quantizer's scales by `pass_bound` (bias codes clipped at BIAS_CODE_LIMIT,
+    beyond which its floors leave a bias at most half the products' room; no bias
+    correction), and decided exactly by `weight_bits`. On
     EfficientNet-Lite0's stem this rule's (14, 15) made the stem's output 68.7 dB against fp32
     where (15, 14) made 64.6 and (16, 13), all to the input, 61.5. `fixed` (a model input,
     which the host quantizes to all 16 bits): `most`, whatever it leaves the weights. Raises
@@ -230,7 +231,8 @@ def _weight_bits_left(graph: Graph, node: Node, amax: float, x_bits: int, per_ch
                                       arithmetic=np.float64, dtype="int16")
             cache[key] = (scales, _pass_sums(row.weight, attrs, codes))
         scales, sums = cache[key]
-        # The quantizer floors a weight scale so that no bias code exceeds BIAS_CODE_LIMIT.
+        # A bias code past BIAS_CODE_LIMIT gets at most half the room the products leave
+        # (`quantize._bias_room`): the bound fits whenever it fits with the code clipped there.
         bias = None if real_bias is None else np.minimum(BIAS_CODE_LIMIT, np.abs(
             np.rint(real_bias / (float(attrs.get("alpha", 1.0)) * x_scale * scales))))
         return _pass_bound(largest_pass_magnitude(*code_range), sums, bias).max(initial=0) \

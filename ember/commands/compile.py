@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -156,52 +157,63 @@ def compile_(model: str, int8: bool, target: str, emit_onnx: str | None, double_
                              BackendOptions(double_buffer=double_buffer, allow_host=allow_host),
                              parse_input_shapes(input_shapes))
     choice = None
-    with progress_bar() as progress:
-        if data is not None:
-            # --equalize left out: the budget may try `all` itself (`budget._equalized`).
-            try_equalize = click.get_current_context().get_parameter_source("equalize") \
-                is ParameterSource.DEFAULT
-            choice = _within_budget(model, profile_path, options, budget, allow_host,
-                                    Evaluation(data=data, labels=labels_path, samples=samples,
-                                               images=images,
-                                               class_axes=axes, ctc_blank=ctc_blank,
-                                               metric=metric,
-                                               decisions=decisions_from(thresholds)),
-                                    progress, cluster, target, try_equalize)
-            baseline = compile_model(model, profile_path, options, target, progress)
-            options = dataclasses.replace(options, quant=choice.options)
-            if choice.equalization is not None and choice.equalization.chosen:
-                profile_path = _save_equalized(choice.equalization, out, model, profile_path)
-        built = compile_model(model, profile_path, options, target, progress)
-        # The machine's timing depends on the program alone, so the summary's cycles are
-        # exactly those `ember simulate` will report, whatever the inputs.
-        progress("timing the program", 0, None)
-        cycles = machine.timing(built.compiled.program).cycles
+    # An equalized choice's profile is staged beside the program and named once the program is
+    # written: a failure leaves neither.
+    staged = equalized = None
+    try:
+        with progress_bar() as progress:
+            if data is not None:
+                # --equalize left out: the budget may try `all` itself (`budget._equalized`).
+                try_equalize = click.get_current_context().get_parameter_source("equalize") \
+                    is ParameterSource.DEFAULT
+                choice = _within_budget(model, profile_path, options, budget, allow_host,
+                                        Evaluation(data=data, labels=labels_path, samples=samples,
+                                                   images=images,
+                                                   class_axes=axes, ctc_blank=ctc_blank,
+                                                   metric=metric,
+                                                   decisions=decisions_from(thresholds)),
+                                        progress, cluster, target, try_equalize)
+                baseline = compile_model(model, profile_path, options, target, progress)
+                options = dataclasses.replace(options, quant=choice.options)
+                if choice.equalization is not None and choice.equalization.chosen:
+                    staged, equalized = _stage_equalized(choice.equalization, out, model,
+                                                         profile_path)
+                    profile_path = str(staged)
+            built = compile_model(model, profile_path, options, target, progress)
+            # The machine's timing depends on the program alone, so the summary's cycles are
+            # exactly those `ember simulate` will report, whatever the inputs.
+            progress("timing the program", 0, None)
+            cycles = machine.timing(built.compiled.program).cycles
+            if choice is not None:
+                spent = _cost(choice, baseline, machine.timing(baseline.compiled.program).cycles,
+                              None if equalized is None else str(equalized),
+                              built, cycles)
+        shapes = built.compiled.program.metadata["options"].get("input_shapes", {})
+        for name, shape in shapes.items():
+            if name not in options.input_shapes:
+                click.echo(f"ember: dynamic input {name!r} compiled as {name}="
+                           f"{','.join(map(str, shape))}, from the profile (--input-shape to "
+                           f"choose)", err=True)
+        warn_if_synthetic(profile_path)
+        compiled, arch = built.compiled, built.compiled.program.arch
+        if emit_onnx:
+            export_qdq(built.qgraph, emit_onnx)
+        compiled.program.save(out)
+        if staged is not None:  # the program's profile, under its name once the program is there
+            os.replace(staged, equalized)
+        report = {"model": model, "program": str(out), "target": arch.name, "cycles": cycles,
+                  **compiled.summary.to_dict()}
         if choice is not None:
-            spent = _cost(choice, baseline, machine.timing(baseline.compiled.program).cycles,
-                          profile_path if choice.equalization is not None and
-                          choice.equalization.chosen else None,
-                          built, cycles)
-    for name, shape in built.compiled.program.metadata["options"].get("input_shapes", {}).items():
-        if name not in options.input_shapes:
-            click.echo(f"ember: dynamic input {name!r} compiled as {name}="
-                       f"{','.join(map(str, shape))}, from the profile (--input-shape to choose)",
-                       err=True)
-    warn_if_synthetic(profile_path)
-    compiled, arch = built.compiled, built.compiled.program.arch
-    if emit_onnx:
-        export_qdq(built.qgraph, emit_onnx)
-    compiled.program.save(out)
-    report = {"model": model, "program": str(out), "target": arch.name, "cycles": cycles,
-              **compiled.summary.to_dict()}
-    if choice is not None:
-        report["budget"] = spent
-    if as_json:
-        click.echo(json.dumps(report, indent=1))
-    else:
-        _print_summary(compiled, cycles, out, arch)
-        if choice is not None:
-            _print_budget(spent)
+            report["budget"] = spent
+        if as_json:
+            click.echo(json.dumps(report, indent=1))
+        else:
+            _print_summary(compiled, cycles, out, arch)
+            if choice is not None:
+                _print_budget(spent)
+    finally:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
 
 
 def _within_budget(model: str, profile_path: str, options: CompileOptions, budget: Budget,
@@ -216,20 +228,18 @@ def _within_budget(model: str, profile_path: str, options: CompileOptions, budge
         sys.exit(3)
 
 
-def equalized_profile_path(program: Path) -> Path:
-    """Where compile writes the profile of a model the budget equalized: beside the program."""
-    return program.with_name(f"{program.stem}.equalized.profile.json")
-
-
-def _save_equalized(equalization: Equalization, out: Path, model: str, profile_path: str) -> str:
-    """The equalized model's profile written beside the program (the program's header names
-    its digest: `ember accuracy` and `simulate` take it with the program)."""
-    path = equalized_profile_path(out)
+def _stage_equalized(equalization: Equalization, out: Path, model: str,
+                     profile_path: str) -> tuple[Path, Path]:
+    """The equalized model's profile written beside the program under a staging name, and the
+    name it takes once the program is written (PROGRAM.equalized.profile.json: the program's
+    header holds its digest, and `ember accuracy` takes it with the program)."""
+    path = out.with_name(f"{out.stem}.equalized.profile.json")
     if path.resolve() in (Path(model).resolve(), Path(profile_path).resolve()):
         raise EmberError(f"{path}: the budget's equalized profile would overwrite an input; "
                          f"name the program otherwise (-o)")
-    profile_format.save(equalization.profile, path)
-    return str(path)
+    staged = path.with_name(f".{path.name}.staged")
+    profile_format.save(equalization.profile, staged)
+    return staged, path
 
 
 def _cost(choice: Choice, baseline, baseline_cycles: int, equalized_profile: str | None,

@@ -423,3 +423,21 @@ def test_a_missed_budget_says_what_equalization_reached(bad) -> None:
     assert result.exit_code == 3, result.output
     assert "--equalize all (1 chain) at int8: y 34" in result.output
     assert "misses the budget; plain: y 8.89 dB" in result.output
+
+
+def test_a_compile_that_fails_after_equalizing_leaves_no_profile(bad, monkeypatch) -> None:
+    """The equalized profile is staged and named only once the program is written: a failure
+    after the search (here the QDQ export) leaves neither file, nor the staged one."""
+    from ember.commands import compile as command
+    from ember.errors import EmberError
+
+    def refuse(*args):
+        raise EmberError("q.onnx: cannot write")
+
+    for name in ("m.ember", "m.equalized.profile.json"):
+        (bad / name).unlink(missing_ok=True)
+    monkeypatch.setattr(command, "export_qdq", refuse)
+    result = _compile(bad, "--min-sqnr", 18, "--emit-onnx", bad / "q.onnx")
+    assert result.exit_code == 2 and "q.onnx: cannot write" in result.output
+    assert sorted(p.name for p in bad.iterdir() if "equalized" in p.name or
+                  p.name == "m.ember") == []
